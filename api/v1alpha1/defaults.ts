@@ -1,0 +1,66 @@
+/**
+ * Default values of the AveragingSwarm spec. The CRD schema takes its `default:` keywords from
+ * here, and withDefaults() applies the same values to objects that never passed the API server
+ * (unit tests, the local runtime), so both paths see one set of numbers.
+ */
+import type { AveragingSwarmSpec, AveragingSpec } from './types.js'
+
+export const DEFAULT_AVERAGING = {
+  targetGroupSize: 4,
+  minGroupSize: 2,
+  initialGroupBits: '',
+  averagingExpiration: '15s',
+  requestTimeout: '3s',
+  allreduceTimeout: '60s',
+  partSizeBytes: 65536,
+  averagingAlpha: 1,
+  compression: 'none',
+  period: '30s'
+} as const satisfies Omit<AveragingSpec, 'prefix' | 'bandwidth'>
+
+export const DEFAULTS = {
+  replicas: 1,
+  imagePullPolicy: 'IfNotPresent',
+  bootstrapReplicas: 1,
+  auxiliaryReplicas: 0,
+  p2pPort: 31337,
+  metricsPort: 9400,
+  sidecarPort: 9401,
+  workloadType: 'builtin',
+  podMonitor: true,
+  logLevel: 'info',
+  pskKey: 'swarm.key'
+} as const
+
+/** Input accepted by withDefaults: a spec whose defaulted fields may be missing. */
+export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootstrap' | 'auxiliary' | 'network' | 'workload' | 'metrics'>> & {
+  averaging?: Partial<AveragingSpec>
+  bootstrap?: Partial<AveragingSwarmSpec['bootstrap']>
+  auxiliary?: Partial<AveragingSwarmSpec['auxiliary']>
+  network?: Partial<Omit<AveragingSwarmSpec['network'], 'privateNetworkSecret'>> & {
+    privateNetworkSecret?: { name: string, key?: string, generate?: boolean }
+  }
+  workload?: Partial<AveragingSwarmSpec['workload']>
+  metrics?: Partial<AveragingSwarmSpec['metrics']>
+}
+
+/** Fills every defaulted field the way the API server's structural defaulting does. */
+export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
+  const pns = spec.network?.privateNetworkSecret
+  return {
+    ...spec,
+    replicas: spec.replicas ?? DEFAULTS.replicas,
+    imagePullPolicy: spec.imagePullPolicy ?? DEFAULTS.imagePullPolicy,
+    averaging: { ...DEFAULT_AVERAGING, ...spec.averaging },
+    bootstrap: { replicas: DEFAULTS.bootstrapReplicas, peers: [], ...spec.bootstrap },
+    auxiliary: { replicas: DEFAULTS.auxiliaryReplicas, ...spec.auxiliary },
+    network: {
+      port: spec.network?.port ?? DEFAULTS.p2pPort,
+      ...(pns === undefined ? {} : { privateNetworkSecret: { key: DEFAULTS.pskKey, generate: false, ...pns } })
+    },
+    workload: { type: DEFAULTS.workloadType, sidecarPort: DEFAULTS.sidecarPort, ...spec.workload },
+    metrics: { port: DEFAULTS.metricsPort, podMonitor: DEFAULTS.podMonitor, ...spec.metrics },
+    logLevel: spec.logLevel ?? DEFAULTS.logLevel,
+    suspend: spec.suspend ?? false
+  }
+}

@@ -1,0 +1,179 @@
+/**
+ * The OpenAPI v3 schema of AveragingSwarm: the single source of truth for field names,
+ * descriptions, defaults and validation. crds/averagingswarm.yaml is generated from it
+ * (npm run generate:crd) and a test fails when the committed YAML differs.
+ */
+import { DEFAULT_AVERAGING, DEFAULTS } from './defaults.js'
+import { arr, bool, int, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
+
+/** Go duration ("15s", "1m30s", "500ms"); the agent parses the same syntax. */
+export const DURATION_PATTERN = '^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$'
+/** A dialable libp2p TCP multiaddr ending in /p2p/<peer id>. */
+export const MULTIADDR_PATTERN = '^/(ip4|ip6|dns|dns4|dns6|dnsaddr)/[^/\\s]+/tcp/[0-9]{1,5}(/[a-z0-9-]+)*/p2p/[1-9A-HJ-NP-Za-km-z]{46,60}$'
+export const COMPRESSIONS = ['none', 'float16', 'uniform8bit', 'blockwise8bit'] as const
+export const WORKLOAD_TYPES = ['builtin', 'sidecar'] as const
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const
+const PULL_POLICIES = ['Always', 'IfNotPresent', 'Never'] as const
+
+const port = (description: string, dflt: number): Schema => int(description, { minimum: 1, maximum: 65535, default: dflt })
+const duration = (description: string, dflt: string): Schema => str(description, { pattern: DURATION_PATTERN, maxLength: 32, default: dflt })
+
+const envVars = (description: string): Schema => arr(description, opaque('One environment variable: name plus value or valueFrom, as in a core/v1 container.', {
+  required: ['name'],
+  properties: { name: str('Name of the variable.', { minLength: 1 }) }
+}), { maxItems: 128 })
+
+const averaging = obj('Averaging parameters, with the meaning of hivemind\'s DecentralizedAverager.', {
+  prefix: str('DHT key prefix shared by every agent of the swarm; agents with different prefixes never group. Defaults to <namespace>_<name>. No dots: hivemind separates key parts with them.', { pattern: '^[A-Za-z0-9_:-]+$', minLength: 1, maxLength: 128 }),
+  targetGroupSize: int('Groups start averaging at once when they reach this many members.', { minimum: 2, maximum: 256, default: DEFAULT_AVERAGING.targetGroupSize }),
+  minGroupSize: int('A leader whose time is up starts only with at least this many members, itself included.', { minimum: 1, maximum: 256, default: DEFAULT_AVERAGING.minGroupSize }),
+  initialGroupBits: str('Initial Moshpit group bits, a string of 0 and 1 appended to the prefix; the agents change them after each round so that groups mix.', { pattern: '^[01]*$', maxLength: 64, default: DEFAULT_AVERAGING.initialGroupBits }),
+  averagingExpiration: duration('How long a peer looks for a group before it declares itself again (Go duration).', DEFAULT_AVERAGING.averagingExpiration),
+  requestTimeout: duration('How long a follower waits for its leader\'s reply (Go duration); must be shorter than averagingExpiration.', DEFAULT_AVERAGING.requestTimeout),
+  allreduceTimeout: duration('Upper bound of one all-reduce once the group formed (Go duration); a peer that is slower loses only its own part.', DEFAULT_AVERAGING.allreduceTimeout),
+  partSizeBytes: int('Tensor bytes per streamed part, after compression.', { minimum: 1024, maximum: 67108864, default: DEFAULT_AVERAGING.partSizeBytes }),
+  averagingAlpha: num('Step toward the group mean: local += alpha * (mean - local); 1 adopts the mean.', { minimum: 0, exclusiveMinimum: true, maximum: 1, default: DEFAULT_AVERAGING.averagingAlpha }),
+  compression: str('Wire compression of tensor parts: none, float16, uniform8bit or blockwise8bit.', { enum: COMPRESSIONS, default: DEFAULT_AVERAGING.compression }),
+  period: duration('How often each agent starts an averaging round (Go duration).', DEFAULT_AVERAGING.period),
+  bandwidth: num('Declared bandwidth of each agent (any unit, the same for all) that sizes its share of the reduction; unset means every agent reduces an equal share.', { minimum: 0, exclusiveMinimum: true })
+}, {
+  default: {},
+  'x-kubernetes-validations': [
+    { rule: 'self.minGroupSize <= self.targetGroupSize', message: 'minGroupSize must not exceed targetGroupSize', fieldPath: '.minGroupSize' },
+    { rule: '!self.requestTimeout.matches(\'' + DURATION_PATTERN + '\') || !self.averagingExpiration.matches(\'' + DURATION_PATTERN + '\') || duration(self.requestTimeout) < duration(self.averagingExpiration)', message: 'requestTimeout must be shorter than averagingExpiration', fieldPath: '.requestTimeout' }
+  ]
+})
+
+const bootstrap = obj('Bootstrap agents: agents with stable libp2p identities (kept in a Secret) that every other agent dials first.', {
+  replicas: int('Number of bootstrap agents; they count toward spec.replicas.', { minimum: 0, maximum: 16, default: DEFAULTS.bootstrapReplicas }),
+  peers: arr('Extra bootstrap multiaddrs outside this swarm, e.g. a swarm in another cluster: /dns4/<host>/tcp/<port>/p2p/<peer id>.',
+    str('A libp2p multiaddr ending in /p2p/<peer id>.', { pattern: MULTIADDR_PATTERN, maxLength: 512 }), { maxItems: 64, default: [] })
+}, {
+  default: {},
+  'x-kubernetes-validations': [
+    { rule: 'self.replicas > 0 || size(self.peers) > 0', message: 'a swarm needs at least one bootstrap agent or one entry in bootstrap.peers', fieldPath: '.replicas' }
+  ]
+})
+
+const auxiliary = obj('Auxiliary agents: CPU-only helpers that take a share of the reduction but hold no tensors of their own (weight 0).', {
+  replicas: int('Number of auxiliary agents.', { minimum: 0, maximum: 10000, default: DEFAULTS.auxiliaryReplicas }),
+  resources: resourceRequirements('Compute resources of each auxiliary agent; GPUs are never requested for them.')
+}, { default: {} })
+
+const network = obj('libp2p networking of the agents.', {
+  port: port('TCP port each agent listens on for libp2p.', DEFAULTS.p2pPort),
+  privateNetworkSecret: obj('A Secret holding a libp2p pre-shared key (swarm.key format); agents without it cannot connect to the swarm.', {
+    name: str('Name of the Secret in the swarm\'s namespace.', { minLength: 1, pattern: '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$' }),
+    key: str('Key inside the Secret that holds the pre-shared key.', { default: DEFAULTS.pskKey, pattern: '^[-._a-zA-Z0-9]+$' }),
+    generate: bool('Create the Secret with a fresh random key when it does not exist; the swarm then owns it.', { default: false })
+  }, { required: ['name'] })
+}, { default: {} })
+
+const trainer = obj('The trainer container that runs next to each agent when workload.type is sidecar.', {
+  image: str('Image of the trainer container.', { minLength: 1, maxLength: 512 }),
+  imagePullPolicy: str('Pull policy of the trainer image.', { enum: PULL_POLICIES }),
+  command: arr('Entrypoint of the trainer container.', str('One argument.', { maxLength: 4096 }), { maxItems: 64 }),
+  args: arr('Arguments of the trainer container.', str('One argument.', { maxLength: 4096 }), { maxItems: 256 }),
+  env: envVars('Extra environment of the trainer container; AVS_SIDECAR_PORT is always set.'),
+  resources: resourceRequirements('Compute resources of the trainer container; the GPU usually goes here.')
+}, { required: ['image'] })
+
+const workload = obj('What produces the tensors the agents average.', {
+  type: str('builtin: the agent trains a small tfjs model on its own data shard; sidecar: a trainer container hands tensors to the agent through its loopback API.', { enum: WORKLOAD_TYPES, default: DEFAULTS.workloadType }),
+  sidecarPort: port('Loopback TCP port of the agent\'s API for the trainer (sidecar workload).', DEFAULTS.sidecarPort),
+  trainer
+}, {
+  default: {},
+  'x-kubernetes-validations': [
+    { rule: 'self.type != \'sidecar\' || has(self.trainer)', message: 'workload.trainer is required when workload.type is sidecar', fieldPath: '.trainer' }
+  ]
+})
+
+const metrics = obj('Prometheus metrics of the agents.', {
+  port: port('HTTP port serving /metrics, /healthz and /readyz on every agent.', DEFAULTS.metricsPort),
+  podMonitor: bool('Create a PodMonitor for the agents when the Prometheus Operator\'s CRDs are installed.', { default: DEFAULTS.podMonitor })
+}, { default: {} })
+
+const tolerations = arr('Tolerations of the agent pods, e.g. for tainted GPU nodes.', obj('A core/v1 Toleration.', {
+  key: str('Taint key the toleration applies to; empty with operator Exists matches every key.'),
+  operator: str('Exists or Equal.', { enum: ['Exists', 'Equal'] }),
+  value: str('Taint value the toleration matches (operator Equal).'),
+  effect: str('Taint effect to match: NoSchedule, PreferNoSchedule or NoExecute; empty matches all.', { enum: ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'] }),
+  tolerationSeconds: int('How long a NoExecute taint is tolerated before eviction.')
+}), { maxItems: 64 })
+
+const podTemplate = obj('Overrides merged into every agent pod.', {
+  labels: stringMap('Extra pod labels.'),
+  annotations: stringMap('Extra pod annotations.'),
+  env: envVars('Extra environment of the agent container; variables the operator sets cannot be overridden.'),
+  containers: arr('Extra containers added to every agent pod (log shippers, proxies).', opaque('A core/v1 Container.', {
+    required: ['name'], properties: { name: str('Container name; must not be agent or trainer.', { minLength: 1, maxLength: 63 }) }
+  }), { maxItems: 8 }),
+  volumes: arr('Extra volumes, for the extra containers.', opaque('A core/v1 Volume.', {
+    required: ['name'], properties: { name: str('Volume name.', { minLength: 1, maxLength: 63 }) }
+  }), { maxItems: 16 }),
+  serviceAccountName: str('Service account of the agent pods.'),
+  priorityClassName: str('Priority class of the agent pods.'),
+  schedulerName: str('Scheduler of the agent pods, e.g. a gang scheduler.'),
+  imagePullSecrets: arr('Secrets used to pull the images.', obj('A reference to a Secret.', { name: str('Secret name.') }), { maxItems: 16 }),
+  terminationGracePeriodSeconds: int('Seconds an agent gets to leave its group after SIGTERM.', { minimum: 0, maximum: 3600 })
+})
+
+export const specSchema: Schema = obj('Desired state of the swarm.', {
+  replicas: int('Number of agents, bootstrap agents included (kubectl scale sets this).', { minimum: 0, maximum: 100000, default: DEFAULTS.replicas }),
+  image: str('Agent image; defaults to the operator\'s configured image.', { maxLength: 512 }),
+  imagePullPolicy: str('Pull policy of the agent image.', { enum: PULL_POLICIES, default: DEFAULTS.imagePullPolicy }),
+  resources: resourceRequirements('Compute resources of each agent, e.g. {"limits": {"nvidia.com/gpu": 1}}.'),
+  nodeSelector: stringMap('Node labels an agent pod\'s node must have.'),
+  tolerations,
+  affinity: opaque('A core/v1 Affinity for the agent pods.'),
+  podTemplate,
+  averaging,
+  bootstrap,
+  auxiliary,
+  network,
+  workload,
+  metrics,
+  logLevel: str('Log level of the agents.', { enum: LOG_LEVELS, default: DEFAULTS.logLevel }),
+  suspend: bool('Scale every agent to zero while keeping identities and configuration; false resumes.', { default: false })
+}, {
+  'x-kubernetes-validations': [
+    { rule: 'self.replicas == 0 || self.bootstrap.replicas <= self.replicas', message: 'bootstrap.replicas must not exceed replicas', fieldPath: '.bootstrap.replicas' },
+    { rule: 'self.network.port != self.metrics.port', message: 'metrics.port must differ from network.port', fieldPath: '.metrics.port' },
+    { rule: 'self.workload.sidecarPort != self.metrics.port && self.workload.sidecarPort != self.network.port', message: 'workload.sidecarPort must differ from network.port and metrics.port', fieldPath: '.workload.sidecarPort' }
+  ]
+})
+
+const condition = obj('A metav1.Condition.', {
+  type: str('Ready, Progressing, Degraded or Suspended.', { maxLength: 64 }),
+  status: str('True, False or Unknown.', { enum: ['True', 'False', 'Unknown'] }),
+  reason: str('CamelCase reason for the last transition.', { maxLength: 1024 }),
+  message: str('What a person should know, in one sentence.', { maxLength: 32768 }),
+  lastTransitionTime: str('When status last changed.', { format: 'date-time' }),
+  observedGeneration: int('metadata.generation this condition was computed from.', { minimum: 0 })
+}, { required: ['type', 'status', 'reason', 'message', 'lastTransitionTime'] })
+
+export const statusSchema: Schema = obj('Observed state of the swarm, written by the operator.', {
+  observedGeneration: int('metadata.generation of the spec the operator last reconciled.'),
+  phase: str('Summary: Pending, Progressing, Ready, Degraded or Suspended.', { enum: ['Pending', 'Progressing', 'Ready', 'Degraded', 'Suspended'] }),
+  replicas: int('Agent pods that exist (bootstrap and regular).'),
+  readyReplicas: int('Agent pods that are Ready.'),
+  auxiliaryReplicas: int('Auxiliary pods that exist.'),
+  auxiliaryReadyReplicas: int('Auxiliary pods that are Ready.'),
+  selector: str('Label selector of the agent pods (for the scale subresource and autoscalers).', { maxLength: 1024 }),
+  bootstrapPeers: arr('Multiaddrs of the bootstrap agents, for peers outside the cluster.', str('A libp2p multiaddr.', { maxLength: 512 })),
+  conditions: arr('Ready, Progressing, Degraded and Suspended, each with a reason.', condition, {
+    'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['type'], maxItems: 8
+  }),
+  roundsCompleted: int('Most successful averaging rounds completed by one agent, read from the agents\' metrics.'),
+  lastRoundTime: str('When the operator last saw the round count grow.', { format: 'date-time' }),
+  meanGroupSize: num('Mean size of the groups the agents averaged in.')
+})
+
+export const swarmSchema: Schema = obj('AveragingSwarm runs a swarm of agents that repeatedly find small groups through a Kademlia DHT and average their tensors with butterfly all-reduce (Moshpit SGD).', {
+  apiVersion: str('Versioned schema of this object.'),
+  kind: str('REST resource this object represents.'),
+  metadata: { type: 'object', description: 'Standard object metadata.' },
+  spec: specSchema,
+  status: statusSchema
+}, { required: ['spec'] })

@@ -1,0 +1,23 @@
+import { type Codec, checkCount, checkLength, readFloat32s } from './types.js'
+
+/**
+ * 'none': raw little-endian float32 bytes, 4 bytes per value.
+ * encode() is zero-copy: it returns a Uint8Array view on the input's own memory, so a caller that mutates the
+ * input afterwards also changes the encoded bytes. decode() always copies (wire bytes may be unaligned).
+ */
+export const noneCodec: Codec = Object.freeze({
+  name: 'none',
+  bytesPerElement: 4,
+  encodedLength (n: number): number {
+    checkCount('none', n)
+    return 4 * n
+  },
+  encode (values: Float32Array): Uint8Array {
+    return new Uint8Array(values.buffer, values.byteOffset, values.byteLength)
+  },
+  decode (bytes: Uint8Array, n: number): Float32Array {
+    checkCount('none', n)
+    checkLength('none', bytes, n, 4 * n)
+    return readFloat32s(bytes, 0, n)
+  }
+})

@@ -1,0 +1,44 @@
+/**
+ * The ConfigMap with the swarm's averaging configuration as agent environment variables; the
+ * pods read it through configMapKeyRef and carry its hash, so a change rolls them.
+ */
+import { AGENT_ENV, type AgentEnvKey } from '../../api/agent-env.js'
+import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
+import { names } from './names.js'
+import { ownedMeta } from './owner.js'
+
+/** Agent variables that come from the ConfigMap (shared by every agent of the swarm). */
+export const CONFIG_KEYS = [
+  'prefix', 'targetGroupSize', 'minGroupSize', 'initialGroupBits', 'averagingExpiration', 'requestTimeout',
+  'allreduceTimeout', 'partSizeBytes', 'averagingAlpha', 'compression', 'period', 'bandwidth'
+] as const satisfies readonly AgentEnvKey[]
+
+/** hivemind prefix default: <namespace>_<name>; dots are not allowed in it. */
+export function defaultPrefix (s: AveragingSwarm): string {
+  return `${s.metadata.namespace ?? 'default'}_${s.metadata.name}`.replaceAll('.', '-')
+}
+
+export function configData (s: AveragingSwarm): Record<string, string> {
+  const a = s.spec.averaging
+  const values: Record<(typeof CONFIG_KEYS)[number], string | undefined> = {
+    prefix: a.prefix ?? defaultPrefix(s),
+    targetGroupSize: String(a.targetGroupSize),
+    minGroupSize: String(a.minGroupSize),
+    initialGroupBits: a.initialGroupBits,
+    averagingExpiration: a.averagingExpiration,
+    requestTimeout: a.requestTimeout,
+    allreduceTimeout: a.allreduceTimeout,
+    partSizeBytes: String(a.partSizeBytes),
+    averagingAlpha: String(a.averagingAlpha),
+    compression: a.compression,
+    period: a.period,
+    bandwidth: a.bandwidth === undefined ? undefined : String(a.bandwidth)
+  }
+  const data: Record<string, string> = {}
+  for (const k of CONFIG_KEYS) { const v = values[k]; if (v !== undefined) data[AGENT_ENV[k].name] = v }
+  return data
+}
+
+export function buildConfigMap (s: AveragingSwarm) {
+  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: ownedMeta(s, names.configMap(s)), data: configData(s) }
+}

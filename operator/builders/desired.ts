@@ -1,0 +1,61 @@
+/**
+ * The whole desired state of one swarm: every object it should own, computed from the spec and
+ * the few facts read from the cluster (existing key Secrets, whether PodMonitor exists). Pure:
+ * no I/O, the same inputs always give the same objects.
+ */
+import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
+import type { BuilderConfig } from './config.js'
+import { buildConfigMap, configData } from './configmap.js'
+import { shortHash } from './hash.js'
+import { bootstrapMultiaddrs, buildIdentitySecret, type SecretData } from './identity.js'
+import { names } from './names.js'
+import { buildPdb } from './pdb.js'
+import { buildPodMonitor } from './podmonitor.js'
+import { buildPskSecret } from './psk.js'
+import { buildService } from './service.js'
+import { buildStatefulSet, roleReplicas } from './statefulset.js'
+
+export interface KubeObj {
+  apiVersion: string
+  kind: string
+  metadata: { name: string, namespace?: string, labels?: Record<string, string>, annotations?: Record<string, string>, [k: string]: unknown }
+  [k: string]: unknown
+}
+
+export interface DesiredInputs {
+  config: BuilderConfig
+  /** Identity Secret data with a key for each bootstrap agent (see ensureIdentityKeys). */
+  identityData: SecretData
+  podMonitorAvailable: boolean
+  /** Data of the PSK Secret to create, only when the spec asks to generate it and the swarm owns it. */
+  pskData?: SecretData
+}
+
+export interface Desired {
+  objects: KubeObj[]
+  /** Multiaddrs of the swarm's own bootstrap agents. */
+  bootstrapPeers: string[]
+}
+
+export function buildDesired (s: AveragingSwarm, inp: DesiredInputs): Desired {
+  const nb = s.spec.bootstrap.replicas
+  const own = bootstrapMultiaddrs(s, inp.identityData, nb, inp.config.clusterDomain)
+  const external = s.spec.bootstrap.peers
+  const configHash = shortHash({ config: configData(s), psk: s.spec.network.privateNetworkSecret ?? null })
+  const r = roleReplicas(s)
+  const objects: KubeObj[] = [buildService(s), buildIdentitySecret(s, inp.identityData), buildConfigMap(s)]
+  if (inp.pskData !== undefined) objects.push(buildPskSecret(s, inp.pskData))
+  for (let i = 0; i < nb; i++) {
+    objects.push(buildStatefulSet(s, names.bootstrapSet(s, i), r.bootstrap(i), {
+      role: 'bootstrap', bootstrapIndex: i, bootstrapPeers: [...own.filter((_, j) => j !== i), ...external], configHash, config: inp.config
+    }))
+  }
+  const peers = [...own, ...external]
+  objects.push(buildStatefulSet(s, names.agentSet(s), r.agent, { role: 'agent', bootstrapPeers: peers, configHash, config: inp.config }))
+  if (s.spec.auxiliary.replicas > 0) {
+    objects.push(buildStatefulSet(s, names.auxiliarySet(s), r.auxiliary, { role: 'auxiliary', bootstrapPeers: peers, configHash, config: inp.config }))
+  }
+  objects.push(buildPdb(s))
+  if (inp.podMonitorAvailable && s.spec.metrics.podMonitor) objects.push(buildPodMonitor(s))
+  return { objects: objects as KubeObj[], bootstrapPeers: own }
+}

@@ -1,0 +1,48 @@
+/**
+ * Names and labels of everything a swarm owns. Names are deterministic so that a create racing a
+ * stale cache meets 409 AlreadyExists instead of making a duplicate.
+ */
+import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
+
+export type Role = 'bootstrap' | 'agent' | 'auxiliary'
+
+export const LABEL_SWARM = 'averaging.swarm.io/swarm'
+export const LABEL_ROLE = 'averaging.swarm.io/role'
+export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by'
+export const MANAGED_BY = 'averaging-swarm-operator'
+export const ANNOTATION_CONFIG_HASH = 'averaging.swarm.io/config-hash'
+export const ANNOTATION_SPEC_HASH = 'averaging.swarm.io/spec-hash'
+
+export const names = {
+  service: (s: AveragingSwarm) => `${s.metadata.name}-agents`,
+  identitySecret: (s: AveragingSwarm) => `${s.metadata.name}-identity`,
+  configMap: (s: AveragingSwarm) => `${s.metadata.name}-config`,
+  bootstrapSet: (s: AveragingSwarm, i: number) => `${s.metadata.name}-bootstrap-${i}`,
+  bootstrapPod: (s: AveragingSwarm, i: number) => `${s.metadata.name}-bootstrap-${i}-0`,
+  agentSet: (s: AveragingSwarm) => `${s.metadata.name}-agent`,
+  auxiliarySet: (s: AveragingSwarm) => `${s.metadata.name}-aux`,
+  pdb: (s: AveragingSwarm) => s.metadata.name,
+  podMonitor: (s: AveragingSwarm) => s.metadata.name,
+  /** Secret data key of bootstrap agent i's private key. */
+  identityKey: (i: number) => `bootstrap-${i}`
+}
+
+/** Labels on every owned object: the operator finds its objects by these plus the owner uid. */
+export function ownedLabels (s: AveragingSwarm): Record<string, string> {
+  return {
+    'app.kubernetes.io/name': 'averaging-swarm',
+    'app.kubernetes.io/instance': s.metadata.name,
+    [LABEL_MANAGED_BY]: MANAGED_BY,
+    [LABEL_SWARM]: s.metadata.name
+  }
+}
+
+/** Selector labels of one role's pods. */
+export function roleSelector (s: AveragingSwarm, role: Role): Record<string, string> {
+  return { [LABEL_SWARM]: s.metadata.name, [LABEL_ROLE]: role }
+}
+
+/** The label selector string of all agent pods (bootstrap and regular), for status.selector. */
+export function agentSelectorString (s: AveragingSwarm): string {
+  return `${LABEL_SWARM}=${s.metadata.name},${LABEL_ROLE} in (agent,bootstrap)`
+}

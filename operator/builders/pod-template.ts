@@ -1,0 +1,162 @@
+/**
+ * The agent pod template shared by the bootstrap, regular and auxiliary StatefulSets. The agent
+ * is configured only through the environment contract of api/agent-env.ts. Pods pass Pod
+ * Security "restricted": non-root uid 65532, no privilege escalation, no capabilities,
+ * RuntimeDefault seccomp, read-only root filesystem with an emptyDir on /tmp.
+ */
+import { AGENT_ENV } from '../../api/agent-env.js'
+import type { AveragingSwarm, KubeObject, ResourceRequirements } from '../../api/v1alpha1/types.js'
+import type { BuilderConfig } from './config.js'
+import { CONFIG_KEYS } from './configmap.js'
+import { ANNOTATION_CONFIG_HASH, names, ownedLabels, roleSelector, type Role } from './names.js'
+
+export const AGENT_CONTAINER = 'agent'
+export const TRAINER_CONTAINER = 'trainer'
+export const PSK_MOUNT_DIR = '/etc/averaging-swarm/psk'
+const PSK_FILE = 'swarm.key'
+const UID = 65532
+
+export interface EnvVar { name: string, value?: string, valueFrom?: KubeObject }
+
+export interface PodInputs {
+  role: Role
+  /** Index of the bootstrap agent this template is for (role bootstrap only). */
+  bootstrapIndex?: number
+  /** Multiaddrs this agent dials first (its own excluded). */
+  bootstrapPeers: string[]
+  /** Hash of everything the pods read indirectly (ConfigMap data, PSK reference): a change rolls them. */
+  configHash: string
+  config: BuilderConfig
+}
+
+const field = (name: string, fieldPath: string): EnvVar => ({ name, valueFrom: { fieldRef: { fieldPath } } })
+const value = (name: string, v: string | number): EnvVar => ({ name, value: String(v) })
+
+export const CONTAINER_SECURITY_CONTEXT = {
+  allowPrivilegeEscalation: false,
+  readOnlyRootFilesystem: true,
+  runAsNonRoot: true,
+  capabilities: { drop: ['ALL'] }
+}
+
+export const POD_SECURITY_CONTEXT = {
+  runAsNonRoot: true,
+  runAsUser: UID,
+  runAsGroup: UID,
+  fsGroup: UID,
+  seccompProfile: { type: 'RuntimeDefault' }
+}
+
+/** The agent's environment, in the order a person reads it in kubectl describe. */
+export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
+  const env: EnvVar[] = [
+    value(AGENT_ENV.swarm.name, s.metadata.name),
+    field(AGENT_ENV.namespace.name, 'metadata.namespace'),
+    field(AGENT_ENV.podName.name, 'metadata.name'),
+    field(AGENT_ENV.podIP.name, 'status.podIP'),
+    value(AGENT_ENV.mode.name, p.role === 'auxiliary' ? 'auxiliary' : 'node'),
+    value(AGENT_ENV.p2pPort.name, s.spec.network.port),
+    value(AGENT_ENV.metricsPort.name, s.spec.metrics.port)
+  ]
+  if (p.role === 'bootstrap') {
+    env.push({ name: AGENT_ENV.identityKey.name, valueFrom: { secretKeyRef: { name: names.identitySecret(s), key: names.identityKey(p.bootstrapIndex ?? 0) } } })
+  }
+  if (p.bootstrapPeers.length > 0) env.push(value(AGENT_ENV.bootstrapPeers.name, p.bootstrapPeers.join(',')))
+  if (p.config.agentDnsServers !== undefined) env.push(value(AGENT_ENV.dnsServers.name, p.config.agentDnsServers))
+  if (s.spec.network.privateNetworkSecret !== undefined) env.push(value(AGENT_ENV.pskFile.name, `${PSK_MOUNT_DIR}/${PSK_FILE}`))
+  for (const k of CONFIG_KEYS) {
+    const name = AGENT_ENV[k].name
+    env.push({ name, valueFrom: { configMapKeyRef: { name: names.configMap(s), key: name, ...(k === 'bandwidth' ? { optional: true } : {}) } } })
+  }
+  env.push(value(AGENT_ENV.workload.name, s.spec.workload.type))
+  if (s.spec.workload.type === 'sidecar') env.push(value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort))
+  env.push(value(AGENT_ENV.logLevel.name, s.spec.logLevel))
+  // User variables come last and cannot shadow the contract's variables.
+  const ours = new Set(env.map(e => e.name))
+  for (const e of (s.spec.podTemplate?.env ?? []) as unknown as EnvVar[]) if (!ours.has(e.name)) env.push(e)
+  return env
+}
+
+/** Auxiliary agents are CPU-only: any GPU-like extended resource is removed. */
+function withoutGpus (r: ResourceRequirements | undefined): ResourceRequirements | undefined {
+  if (r === undefined) return undefined
+  const strip = (m?: Record<string, string | number>) => m === undefined ? undefined : Object.fromEntries(Object.entries(m).filter(([k]) => !/gpu/i.test(k)))
+  return { ...(r.limits === undefined ? {} : { limits: strip(r.limits) }), ...(r.requests === undefined ? {} : { requests: strip(r.requests) }) }
+}
+
+function probe (path: string, periodSeconds: number, failureThreshold: number) {
+  return { httpGet: { path, port: 'metrics' }, periodSeconds, failureThreshold, timeoutSeconds: 2 }
+}
+
+function agentContainer (s: AveragingSwarm, p: PodInputs) {
+  const resources = p.role === 'auxiliary' ? withoutGpus(s.spec.auxiliary.resources) : s.spec.resources
+  const mounts: KubeObject[] = [{ name: 'tmp', mountPath: '/tmp' }]
+  if (s.spec.network.privateNetworkSecret !== undefined) mounts.push({ name: 'psk', mountPath: PSK_MOUNT_DIR, readOnly: true })
+  return {
+    name: AGENT_CONTAINER,
+    image: s.spec.image ?? p.config.defaultImage,
+    imagePullPolicy: s.spec.imagePullPolicy ?? 'IfNotPresent',
+    ...(p.config.agentCommand === undefined ? {} : { command: p.config.agentCommand }),
+    env: agentEnv(s, p),
+    ports: [
+      { name: 'p2p', containerPort: s.spec.network.port, protocol: 'TCP' },
+      { name: 'metrics', containerPort: s.spec.metrics.port, protocol: 'TCP' }
+    ],
+    readinessProbe: probe('/readyz', 5, 3),
+    livenessProbe: { ...probe('/healthz', 10, 6), initialDelaySeconds: 10 },
+    ...(resources === undefined ? {} : { resources }),
+    securityContext: CONTAINER_SECURITY_CONTEXT,
+    volumeMounts: mounts
+  }
+}
+
+function trainerContainer (s: AveragingSwarm) {
+  const t = s.spec.workload.trainer
+  if (t === undefined) return undefined
+  return {
+    name: TRAINER_CONTAINER,
+    image: t.image,
+    ...(t.imagePullPolicy === undefined ? {} : { imagePullPolicy: t.imagePullPolicy }),
+    ...(t.command === undefined ? {} : { command: t.command }),
+    ...(t.args === undefined ? {} : { args: t.args }),
+    env: [value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort), ...((t.env ?? []) as unknown as EnvVar[]).filter(e => e.name !== AGENT_ENV.sidecarPort.name)],
+    ...(t.resources === undefined ? {} : { resources: t.resources }),
+    securityContext: CONTAINER_SECURITY_CONTEXT,
+    volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }]
+  }
+}
+
+export function buildPodTemplate (s: AveragingSwarm, p: PodInputs) {
+  const o = s.spec.podTemplate ?? {}
+  const volumes: KubeObject[] = [{ name: 'tmp', emptyDir: {} }]
+  const psk = s.spec.network.privateNetworkSecret
+  if (psk !== undefined) volumes.push({ name: 'psk', secret: { secretName: psk.name, items: [{ key: psk.key, path: PSK_FILE }] } })
+  const containers: KubeObject[] = [agentContainer(s, p)]
+  if (s.spec.workload.type === 'sidecar') { const t = trainerContainer(s); if (t !== undefined) containers.push(t) }
+  const reserved = new Set([AGENT_CONTAINER, TRAINER_CONTAINER])
+  containers.push(...(o.containers ?? []).filter(c => !reserved.has(String(c.name))))
+  const reservedVolumes = new Set(['tmp', 'psk'])
+  volumes.push(...(o.volumes ?? []).filter(v => !reservedVolumes.has(String(v.name))))
+  const gpuPlacement = p.role !== 'auxiliary'
+  return {
+    metadata: {
+      labels: { ...o.labels, ...ownedLabels(s), ...roleSelector(s, p.role) },
+      annotations: { ...o.annotations, [ANNOTATION_CONFIG_HASH]: p.configHash }
+    },
+    spec: {
+      ...(o.serviceAccountName === undefined ? {} : { serviceAccountName: o.serviceAccountName }),
+      automountServiceAccountToken: false,
+      ...(o.priorityClassName === undefined ? {} : { priorityClassName: o.priorityClassName }),
+      ...(o.schedulerName === undefined ? {} : { schedulerName: o.schedulerName }),
+      ...(o.imagePullSecrets === undefined ? {} : { imagePullSecrets: o.imagePullSecrets }),
+      ...(o.terminationGracePeriodSeconds === undefined ? {} : { terminationGracePeriodSeconds: o.terminationGracePeriodSeconds }),
+      ...(gpuPlacement && s.spec.nodeSelector !== undefined ? { nodeSelector: s.spec.nodeSelector } : {}),
+      ...(s.spec.tolerations === undefined ? {} : { tolerations: s.spec.tolerations }),
+      ...(gpuPlacement && s.spec.affinity !== undefined ? { affinity: s.spec.affinity } : {}),
+      enableServiceLinks: false,
+      securityContext: POD_SECURITY_CONTEXT,
+      containers,
+      volumes
+    }
+  }
+}

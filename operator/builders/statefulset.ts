@@ -1,0 +1,41 @@
+/**
+ * StatefulSets of the agents. Each bootstrap agent has its own one-replica StatefulSet, because
+ * each needs its own identity key (a StatefulSet's pods share one template); regular agents
+ * share one StatefulSet, auxiliary agents another. Pods start in parallel: agents do not depend
+ * on their ordinal neighbours, and a 1000-agent swarm should not start one pod at a time.
+ */
+import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
+import { names, roleSelector, type Role } from './names.js'
+import { ownedMeta } from './owner.js'
+import { buildPodTemplate, type PodInputs } from './pod-template.js'
+import { LABEL_ROLE } from './names.js'
+
+export function buildStatefulSet (s: AveragingSwarm, name: string, replicas: number, p: PodInputs) {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'StatefulSet',
+    metadata: ownedMeta(s, name, { [LABEL_ROLE]: p.role }),
+    spec: {
+      replicas,
+      serviceName: names.service(s),
+      podManagementPolicy: 'Parallel',
+      revisionHistoryLimit: 3,
+      selector: { matchLabels: { ...roleSelector(s, p.role), ...(p.role === 'bootstrap' ? { 'statefulset.kubernetes.io/pod-name': names.bootstrapPod(s, p.bootstrapIndex ?? 0) } : {}) } },
+      updateStrategy: { type: 'RollingUpdate' },
+      template: buildPodTemplate(s, p)
+    }
+  }
+}
+
+/** How many pods each role should run now (suspend scales everything to zero). */
+export function roleReplicas (s: AveragingSwarm): { bootstrap: (i: number) => number, agent: number, auxiliary: number } {
+  const on = !s.spec.suspend
+  const b = s.spec.bootstrap.replicas
+  return {
+    bootstrap: (i: number) => on && i < s.spec.replicas ? 1 : 0,
+    agent: on ? Math.max(0, s.spec.replicas - b) : 0,
+    auxiliary: on ? s.spec.auxiliary.replicas : 0
+  }
+}
+
+export type { Role }

@@ -1,5 +1,7 @@
 import { type Codec, CodecError, checkCount, checkLength, readFloat32s } from './types.js'
-import { DYNAMIC_MAP, DYNAMIC_MAP_ZERO_INDEX, nearestCode } from './dynamic-map.js'
+import {
+  BUCKET_BASE, BUCKET_NEEDS_SEARCH, BUCKET_THRESHOLD, DYNAMIC_MAP, DYNAMIC_MAP_ZERO_INDEX, nearestCode
+} from './dynamic-map.js'
 
 /**
  * 'blockwise8bit': bitsandbytes-style blockwise dynamic quantisation with our own layout.
@@ -9,7 +11,7 @@ import { DYNAMIC_MAP, DYNAMIC_MAP_ZERO_INDEX, nearestCode } from './dynamic-map.
  *   bytes [4·nBlocks, 4·nBlocks+n) uint8[n] indices into DYNAMIC_MAP
  * Value i decodes to DYNAMIC_MAP[indices[i]] · absmax[floor(i / 4096)].
  *
- * Each value is divided by its block's absmax and mapped to the nearest code. A block of zeros has absmax 0 and
+ * Each value is divided by its block's absmax (the quotient rounded to float32) and mapped to the nearest code. A block of zeros has absmax 0 and
  * decodes to zeros. An absmax that is negative, NaN or infinite is invalid content (CodecError).
  * NaN or infinite input cannot be quantised and throws CodecError.
  */
@@ -33,6 +35,8 @@ export const blockwise8bitCodec: Codec = Object.freeze({
     const out = new Uint8Array(4 * nBlocks + n)
     const absmaxes = new Float32Array(out.buffer, 0, nBlocks)
     const indices = out.subarray(4 * nBlocks)
+    const scratch = new Float32Array(BLOCK_SIZE)
+    const scratchBits = new Uint32Array(scratch.buffer)
     for (let b = 0; b < nBlocks; b++) {
       const start = b * BLOCK_SIZE
       const end = Math.min(n, start + BLOCK_SIZE)
@@ -50,8 +54,16 @@ export const blockwise8bitCodec: Codec = Object.freeze({
         indices.fill(DYNAMIC_MAP_ZERO_INDEX, start, end)
         continue
       }
+      // Normalise into a float32 scratch block and look codes up by the float32 bit pattern (see dynamic-map.ts).
       const inverse = 1 / absmax
-      for (let i = start; i < end; i++) indices[i] = nearestCode(values[i] * inverse)
+      const length = end - start
+      for (let i = 0; i < length; i++) scratch[i] = values[start + i] * inverse
+      for (let i = 0; i < length; i++) {
+        const key = scratchBits[i] >>> 16
+        indices[start + i] = BUCKET_NEEDS_SEARCH[key] === 0
+          ? BUCKET_BASE[key] + (scratch[i] > BUCKET_THRESHOLD[key] ? 1 : 0)
+          : nearestCode(scratch[i])
+      }
     }
     return out
   },

@@ -58,3 +58,39 @@ export function nearestCode (v: number): number {
   if (t[k] < v) k += 1
   return k
 }
+
+/**
+ * Fast nearest-code lookup for float32 inputs, keyed by the top 16 bits of the value's float32 pattern (sign,
+ * exponent and 7 mantissa bits). Within one such bucket (relative width 2^-7) at most one threshold of the dynamic map
+ * lies, so the nearest code is BUCKET_BASE[key] or the next one, decided by one comparison with BUCKET_THRESHOLD[key].
+ * Buckets where that does not hold (none for this map, but checked) fall back to the binary search.
+ * Gives exactly nearestCode(v) for every float32 v.
+ */
+export const BUCKET_BASE = new Uint8Array(65536)
+export const BUCKET_THRESHOLD = new Float64Array(65536)
+export const BUCKET_NEEDS_SEARCH = new Uint8Array(65536)
+
+;(() => {
+  const bits = new Uint32Array(2)
+  const floats = new Float32Array(bits.buffer)
+  for (let key = 0; key < 65536; key++) {
+    bits[0] = key << 16
+    bits[1] = (key << 16) | 0xffff
+    const a = floats[0]
+    const b = floats[1]
+    if (!Number.isFinite(a) || !Number.isFinite(b)) {
+      BUCKET_NEEDS_SEARCH[key] = 1
+      continue
+    }
+    const lo = Math.min(a, b)
+    const hi = Math.max(a, b)
+    const kLo = nearestCode(lo)
+    const kHi = nearestCode(hi)
+    if (kHi - kLo > 1) {
+      BUCKET_NEEDS_SEARCH[key] = 1
+      continue
+    }
+    BUCKET_BASE[key] = kLo
+    BUCKET_THRESHOLD[key] = kHi === kLo ? Infinity : DYNAMIC_MAP_THRESHOLDS[kLo]
+  }
+})()

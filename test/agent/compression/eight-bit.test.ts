@@ -1,7 +1,9 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { CodecError, codecFor } from '../../../agent/compression/index.js'
-import { DYNAMIC_MAP, DYNAMIC_MAP_ZERO_INDEX, nearestCode } from '../../../agent/compression/dynamic-map.js'
+import {
+  BUCKET_BASE, BUCKET_NEEDS_SEARCH, BUCKET_THRESHOLD, DYNAMIC_MAP, DYNAMIC_MAP_THRESHOLDS, DYNAMIC_MAP_ZERO_INDEX, nearestCode
+} from '../../../agent/compression/dynamic-map.js'
 import { mulberry32, normalArray } from './random.js'
 
 const uniform = codecFor('uniform8bit')
@@ -32,6 +34,8 @@ test('uniform8bit layout: float32[256] codebook of bin means, then one index byt
   // Bins are monotone in the value: a larger value never gets a smaller index.
   const order = [...values.keys()].sort((a, b) => values[a] - values[b])
   for (let j = 1; j < order.length; j++) assert.ok(indices[order[j]] >= indices[order[j - 1]])
+  // The codebook is monotone (bin means and clamped empty-bin centres never cross).
+  for (let k = 1; k < 256; k++) assert.ok(codebook[k] >= codebook[k - 1], `codebook ${k}`)
   // Empty bins stay inside [min, max] of the input, so huge inputs cannot overflow the codebook.
   const huge = new Float32Array([3.4e38, -3.4e38, 3.4e38, -3.4e38, 0])
   const hugeDecoded = uniform.decode(uniform.encode(huge), huge.length)
@@ -111,5 +115,48 @@ test('blockwise8bit decode rejects an absmax that is NaN, infinite or negative',
     new DataView(corrupted.buffer).setFloat32(8, bad, true)
     assert.throws(() => blockwise.decode(corrupted, 9000), (err: unknown) =>
       err instanceof CodecError && /^blockwise8bit codec: block 2 has absmax .* which is not a finite non-negative number\.$/.test(err.message))
+  }
+})
+
+test('the bucket lookup used by blockwise8bit agrees with the binary search for every float32 pattern tried', () => {
+  const bits = new Uint32Array(1)
+  const floats = new Float32Array(bits.buffer)
+  const lookup = (): number => {
+    const key = bits[0] >>> 16
+    return BUCKET_NEEDS_SEARCH[key] === 0 ? BUCKET_BASE[key] + (floats[0] > BUCKET_THRESHOLD[key] ? 1 : 0) : nearestCode(floats[0])
+  }
+  const random = mulberry32(4242)
+  // Every bucket's two ends and a random interior point, for both signs, plus every threshold's float32 neighbours.
+  for (let key = 0; key < 65536; key++) {
+    for (const low of [0, 0xffff, Math.floor(random() * 0x10000)]) {
+      bits[0] = (key << 16) | low
+      if (!Number.isFinite(floats[0])) continue
+      assert.equal(lookup(), nearestCode(floats[0]), `bits 0x${bits[0].toString(16)}`)
+    }
+  }
+  for (let k = 0; k < 255; k++) {
+    floats[0] = DYNAMIC_MAP_THRESHOLDS[k]
+    const centre = bits[0]
+    for (const delta of [-1, 0, 1]) {
+      bits[0] = centre + delta
+      assert.equal(lookup(), nearestCode(floats[0]), `near threshold ${k}`)
+    }
+  }
+  // Finite buckets never need the slow path for this map.
+  let slow = 0
+  for (let key = 0; key < 65536; key++) if (((key >>> 7) & 0xff) !== 0xff) slow += BUCKET_NEEDS_SEARCH[key]
+  assert.equal(slow, 0)
+})
+
+test('blockwise8bit indices are the nearest codes to the float32-rounded quotient by the block absmax', () => {
+  const values = normalArray(4096 * 3 + 17, 8)
+  const n = values.length
+  const encoded = blockwise.encode(values)
+  const nBlocks = 4
+  const absmax = new Float32Array(encoded.slice(0, 4 * nBlocks).buffer)
+  const indices = encoded.subarray(4 * nBlocks)
+  for (let i = 0; i < n; i++) {
+    const v = Math.fround(values[i] * (1 / absmax[Math.floor(i / 4096)]))
+    assert.equal(indices[i], nearestCode(v), `value ${i}`)
   }
 })

@@ -20,14 +20,14 @@ export interface Codec {
   /** Nominal encoded bytes per element, used to size parts (4, 2, 1, 1). */
   readonly bytesPerElement: number
   /** Exact encoded length in bytes of n values. */
-  encodedLength: (n: number) => number
+  encodedLength (n: number): number
   /** Encode values (never modifies the input). Output may be a view on a fresh buffer. */
-  encode: (values: Float32Array) => Uint8Array
+  encode (values: Float32Array): Uint8Array
   /**
    * Decode exactly n values; throws CodecError if bytes.length !== encodedLength(n) or the content is invalid
    * (e.g. NaN/Inf scale). The result is a fresh, 4-byte-aligned Float32Array (input bytes may have any byteOffset).
    */
-  decode: (bytes: Uint8Array, n: number) => Float32Array
+  decode (bytes: Uint8Array, n: number): Float32Array
 }
 
 export function isCompressionName (s: string): s is CompressionName {

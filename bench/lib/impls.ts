@@ -1,0 +1,41 @@
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+
+/** How the runner starts one implementation's peer process (paths relative to the repository root). */
+export interface ImplSpec {
+  readonly name: string
+  readonly description: string
+  readonly command: readonly string[]
+  readonly env?: Readonly<Record<string, string>>
+  /** files that must exist, and what to run when they do not */
+  readonly requires: ReadonlyArray<{ path: string, hint: string }>
+}
+
+const NODE = 'node_modules/.bin/node'
+const PYTHON = 'bench/.venv/bin/python'
+const needsBuild = (file: string): { path: string, hint: string } => ({ path: file, hint: 'npm run build' })
+const needsVenv = { path: PYTHON, hint: 'npm run bench:setup' }
+
+export const IMPLS: readonly ImplSpec[] = [
+  { name: 'ours', description: "this project's averager (bench/peers/ours.ts)", command: [NODE, 'dist/bench/peers/ours.js'], requires: [needsBuild('dist/bench/peers/ours.js')] },
+  { name: 'hivemind', description: "hivemind 1.1.12 DecentralizedAverager over p2pd", command: [PYTHON, 'bench/peers/hivemind_peer.py'], requires: [needsVenv] },
+  { name: 'gloo', description: 'torch.distributed all_reduce, gloo backend (unencrypted)', command: [PYTHON, 'bench/peers/gloo_peer.py'], requires: [needsVenv] },
+  { name: 'tcp', description: 'ceiling: all-reduce traffic over raw TCP sockets', command: [NODE, 'dist/bench/peers/tcp_ceiling.js'], requires: [needsBuild('dist/bench/peers/tcp_ceiling.js')] },
+  { name: 'tls', description: 'floor: all-reduce traffic over Node native TLS sockets', command: [NODE, 'dist/bench/peers/tls_floor.js'], requires: [needsBuild('dist/bench/peers/tls_floor.js')] },
+  { name: 'libp2p-tls', description: 'floor: all-reduce traffic over libp2p TCP + TLS + yamux', command: [NODE, 'dist/bench/peers/libp2p_floor.js'], env: { BENCH_LIBP2P_ENCRYPTER: 'tls' }, requires: [needsBuild('dist/bench/peers/libp2p_floor.js')] },
+  { name: 'libp2p-noise', description: 'floor: all-reduce traffic over libp2p TCP + Noise + yamux', command: [NODE, 'dist/bench/peers/libp2p_floor.js'], env: { BENCH_LIBP2P_ENCRYPTER: 'noise' }, requires: [needsBuild('dist/bench/peers/libp2p_floor.js')] }
+]
+
+export function implNamed (name: string): ImplSpec {
+  const spec = IMPLS.find((i) => i.name === name)
+  if (spec == null) throw new Error(`unknown implementation "${name}"; known: ${IMPLS.map((i) => i.name).join(', ')}`)
+  return spec
+}
+
+/** Why an implementation cannot run here, or null when it can. */
+export function missingPart (spec: ImplSpec, root: string): string | null {
+  for (const need of spec.requires) {
+    if (!existsSync(join(root, need.path))) return `${need.path} not found (run: ${need.hint})`
+  }
+  return null
+}

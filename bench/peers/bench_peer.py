@@ -1,0 +1,126 @@
+"""The benchmark runner protocol for Python peers (see bench/README.md); stdlib only.
+
+A peer module builds a `Peer` object with: address (str), connect(addrs), prepare(round),
+all_reduce(round) -> optional matchmaking ms, check() -> max abs error or None, note() -> str or None,
+close(). `run(make_peer)` drives it exactly as bench/lib/peer-client.ts drives TypeScript peers.
+"""
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import urllib.request
+
+
+class Env:
+    def __init__(self) -> None:
+        def need(name: str) -> str:
+            value = os.environ.get(name)
+            if not value:
+                raise RuntimeError(f"environment variable {name} is required (this program is started by bench/allreduce.ts)")
+            return value
+
+        self.rank = int(need("BENCH_RANK"))
+        self.world = int(need("BENCH_WORLD"))
+        self.elements = int(need("BENCH_ELEMENTS"))
+        self.rounds = int(need("BENCH_ROUNDS"))
+        self.warmup = int(os.environ.get("BENCH_WARMUP", "1"))
+        self.part_bytes = int(os.environ.get("BENCH_PART_BYTES", "65536"))
+        self.compression = os.environ.get("BENCH_COMPRESSION", "none")
+        self.coord = need("BENCH_COORD")
+
+
+def post(env: Env, path: str, body: dict) -> dict:
+    """Long-polls the coordinator; no timeout here: the runner bounds the whole run."""
+    def clean(value):
+        return str(value) if isinstance(value, float) and not math.isfinite(value) else value
+    payload = json.dumps({k: clean(v) for k, v in body.items()}).encode()
+    request = urllib.request.Request(env.coord + path, data=payload, method="POST",
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=None) as response:
+        text = response.read().decode()
+        return json.loads(text) if text else {}
+
+
+def initial_tensor(torch, rank: int, elements: int):
+    """Element i is rank + 1 + (i mod 1024)/1024: exact in float32 (same as bench/lib/protocol.ts)."""
+    index = torch.arange(elements, dtype=torch.int64)
+    return (index % 1024).to(torch.float32) / 1024 + float(rank + 1)
+
+
+def expected_mean(torch, world: int, elements: int):
+    index = torch.arange(elements, dtype=torch.int64)
+    return (index % 1024).to(torch.float32) / 1024 + (world + 1) / 2
+
+
+def max_abs_error(torch, tensor, expected) -> float:
+    error = (tensor - expected).abs().max().item()
+    return math.inf if math.isnan(error) else error
+
+
+def process_tree_usage() -> tuple:
+    """(cpu seconds, peak rss bytes) of this process and its live descendants (hivemind's averager
+    process and its p2pd daemon). Peaks are summed: an upper bound on the tree's peak."""
+    import psutil
+    me = psutil.Process()
+    cpu, peak = 0.0, 0
+    for proc in [me] + me.children(recursive=True):
+        try:
+            times = proc.cpu_times()
+            cpu += times.user + times.system
+            with open(f"/proc/{proc.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        peak += int(line.split()[1]) * 1024
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            pass
+    return cpu, peak
+
+
+def run(make_peer) -> None:
+    env = None
+    try:
+        env = Env()
+        peer = make_peer(env)
+        addrs = post(env, "/register", {"rank": env.rank, "addr": peer.address})["addrs"]
+        peer.connect(addrs)
+        rounds_ms, matchmaking_ms, cpu_seconds, worst = [], [], 0.0, None
+        for round_index in range(env.warmup + env.rounds):
+            measured = round_index >= env.warmup
+            peer.prepare(round_index)
+            post(env, "/barrier", {"name": f"round-{round_index}"})
+            cpu_before = process_tree_usage()[0]
+            started = time.perf_counter()
+            matchmaking = peer.all_reduce(round_index)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            cpu_used = process_tree_usage()[0] - cpu_before
+            if measured:
+                rounds_ms.append(elapsed_ms)
+                cpu_seconds += cpu_used
+                if matchmaking is not None:
+                    matchmaking_ms.append(matchmaking)
+                error = peer.check()
+                if error is not None:
+                    worst = error if worst is None else max(worst, error)
+        post(env, "/barrier", {"name": "done"})
+        result = {"rank": env.rank, "roundsMs": rounds_ms, "cpuSeconds": cpu_seconds,
+                  "peakRssBytes": process_tree_usage()[1], "maxAbsError": worst}
+        if matchmaking_ms:
+            result["matchmakingMs"] = matchmaking_ms
+        note = peer.note()
+        if note:
+            result["note"] = note
+        post(env, "/result", result)
+        peer.close()
+        sys.stdout.flush()
+        os._exit(0)  # hivemind's background processes can keep a clean exit waiting
+    except Exception as err:  # one sentence to the runner, the trace to stderr for whoever digs
+        traceback.print_exc()
+        if env is not None:
+            try:
+                post(env, "/error", {"rank": env.rank, "message": f"{type(err).__name__}: {err}"})
+            except Exception:
+                pass
+        sys.stderr.flush()
+        os._exit(1)

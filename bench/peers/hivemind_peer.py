@@ -1,0 +1,82 @@
+"""hivemind's DecentralizedAverager (butterfly all-reduce over p2pd) as a benchmark peer.
+
+Rank 0 starts the first DHT and registers its multiaddr; the others join through it. Every rank
+runs one DecentralizedAverager with target_group_size = min_group_size = world, the runner's part
+size and compression, hivemind's defaults otherwise. One round = one step(). Matchmaking is timed
+from step() until the step's stage leaves LOOKING_FOR_GROUP (polled from its shared memory).
+"""
+import time
+
+import bench_peer
+
+PREFIX = "avs_bench"
+
+
+def compression_for(name: str):
+    from hivemind import compression
+    choices = {
+        "none": compression.NoCompression,
+        "float16": compression.Float16Compression,
+        "uniform8bit": compression.Uniform8BitQuantization,
+        "blockwise8bit": compression.BlockwiseQuantization,  # needs bitsandbytes, which setup does not install
+    }
+    if name not in choices:
+        raise ValueError(f"compression must be one of {', '.join(choices)}, got {name!r}")
+    return choices[name]()
+
+
+class HivemindPeer:
+    def __init__(self, env: bench_peer.Env) -> None:
+        import torch
+        import hivemind
+        self.torch, self.hivemind, self.env = torch, hivemind, env
+        self.initial = bench_peer.initial_tensor(torch, env.rank, env.elements)
+        self.expected = bench_peer.expected_mean(torch, env.world, env.elements)
+        self.dht = None
+        self.address = ""
+        if env.rank == 0:
+            self.dht = hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+            self.address = str(self.dht.get_visible_maddrs()[0])
+
+    def connect(self, addrs) -> None:
+        if self.dht is None:
+            self.dht = self.hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=[addrs[0]])
+        self.averager = self.hivemind.averaging.DecentralizedAverager(
+            [self.initial.clone()], dht=self.dht, prefix=PREFIX, start=True,
+            target_group_size=self.env.world, min_group_size=self.env.world,
+            part_size_bytes=self.env.part_bytes, compression=compression_for(self.env.compression))
+
+    def prepare(self, round_index: int) -> None:
+        with self.averager.get_tensors() as tensors:
+            tensors[0].copy_(self.initial)
+
+    def all_reduce(self, round_index: int):
+        from hivemind.averaging.control import AveragingStage
+        started = time.perf_counter()
+        control = self.averager.step(wait=False, timeout=300)
+        matchmaking_ms = None
+        while not control.done():
+            if control.stage not in (AveragingStage.IDLE, AveragingStage.LOOKING_FOR_GROUP):
+                matchmaking_ms = (time.perf_counter() - started) * 1000
+                break
+            time.sleep(0.0005)
+        group = control.result()
+        if group is None:
+            raise RuntimeError(f"round {round_index}: hivemind's step found no group")
+        return matchmaking_ms
+
+    def check(self):
+        with self.averager.get_tensors() as tensors:
+            return bench_peer.max_abs_error(self.torch, tensors[0], self.expected)
+
+    def note(self):
+        return (f"hivemind {self.hivemind.__version__}, torch {self.torch.__version__}, part {self.env.part_bytes} B, "
+                f"compression {self.env.compression}, min_matchmaking_time 5 s (default)")
+
+    def close(self) -> None:
+        self.averager.shutdown()
+        self.dht.shutdown()
+
+
+if __name__ == "__main__":
+    bench_peer.run(HivemindPeer)

@@ -1,0 +1,72 @@
+/**
+ * The libp2p floors: one butterfly all-reduce's traffic over libp2p TCP + an encrypter + Yamux,
+ * with large Yamux windows. BENCH_LIBP2P_ENCRYPTER picks the encrypter: 'tls' (@libp2p/tls) or
+ * 'noise' (@libp2p/noise). Connections are made before the first round; each round opens one
+ * stream per ordered pair (as a streaming all-reduce would), writes 2·S/n bytes with a
+ * high-water mark on the write buffer, and closes it.
+ */
+import { createLibp2p } from 'libp2p'
+import { tcp } from '@libp2p/tcp'
+import { tls } from '@libp2p/tls'
+import { noise } from '@libp2p/noise'
+import { yamux } from '@libp2p/yamux'
+import { multiaddr } from '@multiformats/multiaddr'
+import type { Stream } from '@libp2p/interface'
+import { runBenchPeer } from '../lib/peer-client.js'
+import { pairBytes, RoundReceiver } from '../lib/all-to-all.js'
+
+const PROTOCOL = '/avs-bench/floor/1.0.0'
+const CHUNK = 1024 * 1024
+const HIGH_WATER = 4 * 1024 * 1024
+const MiB = 1024 * 1024
+
+async function sendAll (stream: Stream, payload: Uint8Array): Promise<void> {
+  for (let offset = 0; offset < payload.length; offset += CHUNK) {
+    stream.send(payload.subarray(offset, Math.min(offset + CHUNK, payload.length)))
+    // 'drain' fires on every window update, so bound the buffer ourselves (see shared/reference/js-libp2p.md §2.4).
+    while (stream.writeBufferLength > HIGH_WATER) await stream.onDrain()
+  }
+  await stream.close()
+}
+
+await runBenchPeer(async (env) => {
+  const encrypter = process.env.BENCH_LIBP2P_ENCRYPTER ?? 'tls'
+  if (encrypter !== 'tls' && encrypter !== 'noise') throw new Error(`BENCH_LIBP2P_ENCRYPTER must be tls or noise, got "${encrypter}"`)
+  const bytes = pairBytes(env.elements, env.world)
+  const payload = new Uint8Array(bytes).fill(0x5a)
+  const receiver = new RoundReceiver()
+  const node = await createLibp2p({
+    addresses: { listen: ['/ip4/127.0.0.1/tcp/0'] },
+    transports: [tcp()],
+    connectionEncrypters: [encrypter === 'tls' ? tls() : noise()],
+    streamMuxers: [yamux({
+      enableKeepAlive: false,
+      streamOptions: { initialStreamWindowSize: 16 * MiB, maxStreamWindowSize: 64 * MiB, maxReadBufferLength: 128 * MiB }
+    })],
+    connectionManager: { maxConnections: 1000, inboundConnectionThreshold: 10_000, maxIncomingPendingConnections: 256 }
+  })
+  await node.handle(PROTOCOL, (stream) => {
+    stream.addEventListener('message', (evt) => { receiver.add(evt.data.byteLength) })
+    stream.addEventListener('remoteCloseWrite', () => { stream.close().catch(() => {}) })
+  }, { maxInboundStreams: 1024, maxOutboundStreams: 1024 })
+  let peers: ReturnType<typeof multiaddr>[] = []
+  return {
+    address: node.getMultiaddrs()[0].toString(),
+    async connect (addrs) {
+      peers = addrs.filter((_a, rank) => rank !== env.rank).map((a) => multiaddr(a))
+      // Lower ranks dial higher ones so that each pair shares one connection, as in the socket floors.
+      await Promise.all(addrs.map(async (a, rank) => { if (rank > env.rank) await node.dial(multiaddr(a)) }))
+    },
+    prepare () { receiver.reset(bytes * (env.world - 1)) },
+    async allReduce () {
+      const sends = peers.map(async (ma) => {
+        const stream = await node.dialProtocol(ma, PROTOCOL, { maxOutboundStreams: 1024 })
+        await sendAll(stream, payload)
+      })
+      await Promise.all([...sends, receiver.complete])
+      return undefined
+    },
+    note: () => `libp2p TCP + ${encrypter === 'tls' ? '@libp2p/tls' : '@libp2p/noise'} + yamux (windows 16/64 MiB)`,
+    async close () { await node.stop() }
+  }
+})

@@ -1,0 +1,102 @@
+/**
+ * Averaging progress read from the agents' /metrics, on a timer apart from reconciles (a
+ * reconcile never waits for an HTTP scrape). Each swarm's Ready agents are sampled (at most
+ * `sampleSize`), and when the numbers change the swarm is queued so its status follows.
+ *
+ * Metric names assumed (the agent exposes them): averaging_rounds_total{outcome="success"},
+ * averaging_group_size histogram (_sum and _count).
+ */
+import { parsePrometheusText, sumOf } from './prom-text.js'
+import type { Progress } from './status.js'
+
+export const ROUNDS_METRIC = 'averaging_rounds_total'
+export const GROUP_SIZE_METRIC = 'averaging_group_size'
+
+export interface ScrapeTarget { ip: string, port: number }
+export type Fetcher = (url: string, timeoutMs: number) => Promise<string>
+
+/** Combines scrapes of several agents: the most rounds any agent completed, the mean group size. */
+export function summarize (texts: string[]): Omit<Progress, 'lastRoundTime'> | undefined {
+  let rounds: number | undefined
+  let sizeSum = 0
+  let sizeCount = 0
+  for (const t of texts) {
+    const samples = parsePrometheusText(t)
+    const r = sumOf(samples, ROUNDS_METRIC, { outcome: 'success' })
+    if (r !== undefined) rounds = Math.max(rounds ?? 0, r)
+    sizeSum += sumOf(samples, `${GROUP_SIZE_METRIC}_sum`) ?? 0
+    sizeCount += sumOf(samples, `${GROUP_SIZE_METRIC}_count`) ?? 0
+  }
+  if (rounds === undefined) return undefined
+  return { roundsCompleted: Math.round(rounds), ...(sizeCount > 0 ? { meanGroupSize: sizeSum / sizeCount } : {}) }
+}
+
+export const httpFetcher: Fetcher = async (url, timeoutMs) => {
+  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) })
+  if (!res.ok) throw new Error(`${url} answered HTTP ${res.status}`)
+  return await res.text()
+}
+
+export class ProgressTracker {
+  private readonly targets = new Map<string, ScrapeTarget[]>()
+  private readonly progress = new Map<string, Progress>()
+  private timer: NodeJS.Timeout | undefined
+  private running = false
+
+  constructor (
+    private readonly onChange: (key: string) => void,
+    private readonly fetcher: Fetcher = httpFetcher,
+    private readonly opts = { intervalMs: 15_000, sampleSize: 32, timeoutMs: 2_000 },
+    private readonly clock: () => Date = () => new Date()
+  ) {}
+
+  /** Called by reconcile with the swarm's Ready agents; cheap, no I/O. */
+  setTargets (key: string, targets: ScrapeTarget[]): void {
+    if (targets.length === 0) this.targets.delete(key)
+    else this.targets.set(key, targets)
+  }
+
+  get (key: string): Progress | undefined { return this.progress.get(key) }
+
+  forget (key: string): void { this.targets.delete(key); this.progress.delete(key) }
+
+  start (): void {
+    this.timer = setInterval(() => { void this.scrapeAll() }, this.opts.intervalMs)
+    this.timer.unref()
+  }
+
+  stop (): void { if (this.timer !== undefined) clearInterval(this.timer) }
+
+  /** One scrape of every swarm; public so tests and the first reconcile need not wait. */
+  async scrapeAll (): Promise<void> {
+    if (this.running) return
+    this.running = true
+    try {
+      for (const [key, targets] of this.targets) await this.scrape(key, targets)
+    } finally { this.running = false }
+  }
+
+  private async scrape (key: string, targets: ScrapeTarget[]): Promise<void> {
+    const sample = targets.length <= this.opts.sampleSize ? targets : pick(targets, this.opts.sampleSize)
+    const texts = (await Promise.allSettled(sample.map(t => this.fetcher(`http://${t.ip.includes(':') ? `[${t.ip}]` : t.ip}:${t.port}/metrics`, this.opts.timeoutMs))))
+      .flatMap(r => r.status === 'fulfilled' ? [r.value] : [])
+    const now = summarize(texts)
+    if (now === undefined) return
+    const before = this.progress.get(key)
+    const grew = before === undefined ? now.roundsCompleted > 0 : now.roundsCompleted > before.roundsCompleted
+    const next: Progress = {
+      roundsCompleted: Math.max(now.roundsCompleted, before?.roundsCompleted ?? 0),
+      ...(now.meanGroupSize === undefined ? {} : { meanGroupSize: Math.round(now.meanGroupSize * 100) / 100 }),
+      ...(grew ? { lastRoundTime: this.clock().toISOString().replace(/\.\d+Z$/, 'Z') } : before?.lastRoundTime === undefined ? {} : { lastRoundTime: before.lastRoundTime })
+    }
+    this.progress.set(key, next)
+    if (before === undefined || before.roundsCompleted !== next.roundsCompleted || before.meanGroupSize !== next.meanGroupSize) this.onChange(key)
+  }
+}
+
+/** A random sample, so over time every agent is seen. */
+function pick<T> (xs: T[], n: number): T[] {
+  const a = [...xs]
+  for (let i = 0; i < n; i++) { const j = i + Math.floor(Math.random() * (a.length - i)); [a[i], a[j]] = [a[j], a[i]] }
+  return a.slice(0, n)
+}

@@ -1,0 +1,119 @@
+/**
+ * Status derived from what is observed: pods (not StatefulSet counters, which call a pod
+ * "ready" before the swarm can use it), StatefulSet rollout state, and averaging progress read
+ * from the agents. Pure: same observations, same status, so an unchanged swarm writes nothing.
+ */
+import type { AveragingSwarm, AveragingSwarmStatus, Phase } from '../../api/v1alpha1/types.js'
+import { agentSelectorString, LABEL_ROLE } from '../builders/names.js'
+import type { KubeObj } from '../builders/desired.js'
+import { toCondition, type ConditionInput } from './conditions.js'
+
+export interface Progress { roundsCompleted: number, meanGroupSize?: number, lastRoundTime?: string }
+
+export interface Observed {
+  statefulSets: KubeObj[]
+  pods: KubeObj[]
+  progress?: Progress
+  bootstrapPeers: string[]
+  /** A sentence describing why the last apply failed, if it did. */
+  reconcileError?: string
+}
+
+const STUCK_REASONS = new Set(['CrashLoopBackOff', 'ImagePullBackOff', 'ErrImagePull', 'CreateContainerConfigError', 'CreateContainerError', 'InvalidImageName', 'RunContainerError'])
+
+interface PodView { name: string, role: string, ready: boolean, terminating: boolean, problem?: string, unschedulable?: string }
+
+function viewPod (p: any): PodView {
+  const conds: any[] = p.status?.conditions ?? []
+  const ready = conds.some(c => c.type === 'Ready' && c.status === 'True')
+  const sched = conds.find(c => c.type === 'PodScheduled' && c.status === 'False' && c.reason === 'Unschedulable')
+  let problem: string | undefined
+  if (p.status?.phase === 'Failed') problem = p.status?.reason ?? 'Failed'
+  for (const cs of [...(p.status?.initContainerStatuses ?? []), ...(p.status?.containerStatuses ?? [])]) {
+    const reason = cs.state?.waiting?.reason
+    if (reason !== undefined && STUCK_REASONS.has(reason)) problem = reason
+  }
+  return { name: p.metadata.name, role: p.metadata.labels?.[LABEL_ROLE] ?? '', ready, terminating: p.metadata.deletionTimestamp != null, problem, unschedulable: sched?.message }
+}
+
+function rolling (sets: KubeObj[]): boolean {
+  return sets.some((s: any) => {
+    const st = s.status ?? {}
+    const want = s.spec?.replicas ?? 0
+    return (st.observedGeneration ?? 0) < (s.metadata.generation ?? 0) || (st.updatedReplicas ?? 0) < want ||
+      (want > 0 && st.currentRevision !== undefined && st.updateRevision !== undefined && st.currentRevision !== st.updateRevision)
+  })
+}
+
+function list (names: string[]): string {
+  return names.length <= 3 ? names.join(', ') : `${names.slice(0, 3).join(', ')} and ${names.length - 3} more`
+}
+
+export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): AveragingSwarmStatus {
+  const pods = o.pods.map(viewPod)
+  const live = pods.filter(p => !p.terminating)
+  const agents = live.filter(p => p.role === 'agent' || p.role === 'bootstrap')
+  const aux = live.filter(p => p.role === 'auxiliary')
+  const desired = s.spec.suspend ? 0 : s.spec.replicas
+  const auxDesired = s.spec.suspend ? 0 : s.spec.auxiliary.replicas
+  const ready = agents.filter(p => p.ready).length
+  const auxReady = aux.filter(p => p.ready).length
+  const failing = live.filter(p => p.problem !== undefined)
+  const unschedulable = live.filter(p => p.unschedulable !== undefined)
+  const isRolling = rolling(o.statefulSets)
+  const settled = agents.length === desired && ready === desired && aux.length === auxDesired && auxReady === auxDesired &&
+    !isRolling && pods.length === live.length
+
+  const degraded: ConditionInput = o.reconcileError !== undefined
+    ? { type: 'Degraded', status: 'True', reason: 'ReconcileFailed', message: o.reconcileError }
+    : failing.length > 0
+      ? { type: 'Degraded', status: 'True', reason: 'AgentsFailing', message: `${failing.length} agent(s) cannot run: ${list(failing.map(p => `${p.name} (${p.problem})`))}.` }
+      : unschedulable.length > 0
+        ? { type: 'Degraded', status: 'True', reason: 'AgentsUnschedulable', message: `${unschedulable.length} agent(s) cannot be scheduled: ${unschedulable[0].unschedulable}` }
+        : { type: 'Degraded', status: 'False', reason: 'AsExpected', message: 'No agent is failing.' }
+
+  let progressing: ConditionInput
+  if (settled) progressing = { type: 'Progressing', status: 'False', reason: 'Complete', message: s.spec.suspend ? 'All agents are stopped.' : `All ${desired} agents run the current spec.` }
+  else if (isRolling) progressing = { type: 'Progressing', status: 'True', reason: 'RollingUpdate', message: 'Agents are being replaced with the current spec.' }
+  else if (agents.length < desired) progressing = { type: 'Progressing', status: 'True', reason: 'ScalingUp', message: `${agents.length} of ${desired} agents exist.` }
+  else if (agents.length > desired || pods.length > live.length) progressing = { type: 'Progressing', status: 'True', reason: 'ScalingDown', message: `${live.length} agents, ${desired} wanted; extra agents are stopping.` }
+  else progressing = { type: 'Progressing', status: 'True', reason: 'WaitingForReady', message: `${ready} of ${desired} agents are Ready.` }
+
+  const rounds = o.progress?.roundsCompleted ?? s.status?.roundsCompleted
+  const readyCond: ConditionInput = s.spec.suspend
+    ? { type: 'Ready', status: 'False', reason: 'Suspended', message: 'The swarm is suspended.' }
+    : desired > 0 && ready === desired && auxReady === auxDesired
+      ? { type: 'Ready', status: 'True', reason: 'AllAgentsReady', message: `${ready} of ${desired} agents are Ready${rounds !== undefined ? `; ${rounds} averaging rounds completed` : ''}.` }
+      : { type: 'Ready', status: 'False', reason: desired === 0 ? 'NoAgentsWanted' : 'AgentsNotReady', message: `${ready} of ${desired} agents are Ready.` }
+
+  const suspended: ConditionInput = s.spec.suspend
+    ? { type: 'Suspended', status: 'True', reason: 'SuspendedBySpec', message: live.length === 0 ? 'spec.suspend is true; no agent runs.' : `spec.suspend is true; ${live.length} agent(s) still stopping.` }
+    : { type: 'Suspended', status: 'False', reason: 'NotSuspended', message: 'spec.suspend is false.' }
+
+  let phase: Phase
+  if (s.spec.suspend) phase = 'Suspended'
+  else if (degraded.status === 'True') phase = 'Degraded'
+  else if (readyCond.status === 'True') phase = 'Ready'
+  else if (ready > 0 || isRolling) phase = 'Progressing'
+  else phase = 'Pending'
+
+  const gen = s.metadata.generation
+  const prev = s.status?.conditions
+  const status: AveragingSwarmStatus = {
+    observedGeneration: gen,
+    phase,
+    replicas: agents.length,
+    readyReplicas: ready,
+    auxiliaryReplicas: aux.length,
+    auxiliaryReadyReplicas: auxReady,
+    selector: agentSelectorString(s),
+    bootstrapPeers: o.bootstrapPeers,
+    conditions: [readyCond, progressing, degraded, suspended].map(c => toCondition(c, prev, gen, now))
+  }
+  if (rounds !== undefined) status.roundsCompleted = rounds
+  const lastRound = o.progress?.lastRoundTime ?? s.status?.lastRoundTime
+  if (lastRound !== undefined) status.lastRoundTime = lastRound
+  const mean = o.progress?.meanGroupSize ?? s.status?.meanGroupSize
+  if (mean !== undefined) status.meanGroupSize = Math.round(mean * 100) / 100
+  return status
+}

@@ -1,0 +1,46 @@
+/**
+ * Malformed AveragingSwarms the API server must reject, each with the field its message must
+ * name. Used by the schema test here (the cases the OpenAPI part alone catches) and by the
+ * end-to-end test against a real kube-apiserver (all cases, CEL rules included).
+ */
+export interface MalformedCase {
+  /** What is wrong, in words. */
+  what: string
+  /** The field path the rejection message must contain. */
+  field: string
+  /** Caught by a CEL rule (only a real API server evaluates these). */
+  cel?: boolean
+  spec: Record<string, unknown>
+}
+
+export const MALFORMED: MalformedCase[] = [
+  { what: 'replicas is a string', field: 'spec.replicas', spec: { replicas: 'eight' } },
+  { what: 'negative replicas', field: 'spec.replicas', spec: { replicas: -1 } },
+  { what: 'target group of one', field: 'spec.averaging.targetGroupSize', spec: { averaging: { targetGroupSize: 1, minGroupSize: 1 } } },
+  { what: 'min group above target group', field: 'spec.averaging.minGroupSize', cel: true, spec: { averaging: { targetGroupSize: 4, minGroupSize: 5 } } },
+  { what: 'duration without a unit', field: 'spec.averaging.averagingExpiration', spec: { averaging: { averagingExpiration: '15' } } },
+  { what: 'duration in days', field: 'spec.averaging.period', spec: { averaging: { period: '1d' } } },
+  { what: 'request timeout not below averaging expiration', field: 'spec.averaging.requestTimeout', cel: true, spec: { averaging: { requestTimeout: '20s', averagingExpiration: '15s' } } },
+  { what: 'unknown compression', field: 'spec.averaging.compression', spec: { averaging: { compression: 'zstd' } } },
+  { what: 'bootstrap peer without /p2p', field: 'spec.bootstrap.peers[0]', spec: { bootstrap: { replicas: 1, peers: ['/ip4/10.0.0.1/tcp/4001'] } } },
+  { what: 'bootstrap peer that is not a multiaddr', field: 'spec.bootstrap.peers[0]', spec: { bootstrap: { replicas: 1, peers: ['10.0.0.1:4001'] } } },
+  { what: 'more bootstrap agents than agents', field: 'spec.bootstrap.replicas', cel: true, spec: { replicas: 2, bootstrap: { replicas: 3 } } },
+  { what: 'no bootstrap agent and no external peer', field: 'spec.bootstrap.replicas', cel: true, spec: { bootstrap: { replicas: 0 } } },
+  { what: 'group bits other than 0 and 1', field: 'spec.averaging.initialGroupBits', spec: { averaging: { initialGroupBits: '012' } } },
+  { what: 'prefix with a dot', field: 'spec.averaging.prefix', spec: { averaging: { prefix: 'team.demo' } } },
+  { what: 'p2p port out of range', field: 'spec.network.port', spec: { network: { port: 70000 } } },
+  { what: 'metrics port zero', field: 'spec.metrics.port', spec: { metrics: { port: 0 } } },
+  { what: 'metrics port equal to the p2p port', field: 'spec.metrics.port', cel: true, spec: { network: { port: 9400 } } },
+  { what: 'unknown workload type', field: 'spec.workload.type', spec: { workload: { type: 'pytorch' } } },
+  { what: 'sidecar workload without a trainer', field: 'spec.workload.trainer', cel: true, spec: { workload: { type: 'sidecar' } } },
+  { what: 'averaging alpha zero', field: 'spec.averaging.averagingAlpha', spec: { averaging: { averagingAlpha: 0 } } },
+  { what: 'parts smaller than 1 KiB', field: 'spec.averaging.partSizeBytes', spec: { averaging: { partSizeBytes: 10 } } },
+  { what: 'suspend is a string', field: 'spec.suspend', spec: { suspend: 'yes' } },
+  { what: 'PSK secret without a name', field: 'spec.network.privateNetworkSecret.name', spec: { network: { privateNetworkSecret: { key: 'swarm.key' } } } },
+  { what: 'GPU count that is not a quantity', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': 'one' } } } }
+]
+
+/** The full object to POST for a case. */
+export function malformedSwarm (c: MalformedCase, i: number, namespace = 'default'): Record<string, unknown> {
+  return { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: `bad-${i}`, namespace }, spec: c.spec }
+}

@@ -1,0 +1,73 @@
+/** Unit tests of the harness's pure parts (no cluster needed). */
+import { describe, it } from 'node:test'
+import assert from 'node:assert/strict'
+import { parseClusterName, inClusterZone } from './dns/names.js'
+import { rewritePaths, mountTable } from './kubelet/volumes.js'
+import { expandVars } from './kubelet/env.js'
+import { podPhase, podStatusPatch, type ContainerRecord, type PodRuntime } from './kubelet/pod-status.js'
+import { resolveCommand, DEFAULT_IMAGES } from './kubelet/images.js'
+
+describe('cluster DNS names', () => {
+  it('parses service and StatefulSet pod names, with or without cluster.local', () => {
+    assert.deepEqual(parseClusterName('peers.ml.svc.cluster.local.'), { kind: 'service', service: 'peers', namespace: 'ml' })
+    assert.deepEqual(parseClusterName('demo-0.peers.ml.svc'), { kind: 'pod', hostname: 'demo-0', subdomain: 'peers', namespace: 'ml' })
+    assert.equal(parseClusterName('example.com'), undefined)
+    assert.equal(parseClusterName('a.b.c.d.svc.cluster.local'), undefined)
+    assert.equal(inClusterZone('x.y.svc.cluster.local'), true)
+    assert.equal(inClusterZone('localhost'), false)
+  })
+})
+
+describe('volume mount path rewriting', () => {
+  const table = mountTable(
+    { name: 'c', volumeMounts: [{ name: 'psk', mountPath: '/etc/avs/psk' }, { name: 'etc', mountPath: '/etc/avs' }] },
+    { dirs: new Map([['psk', '/tmp/p/psk'], ['etc', '/tmp/p/etc']]), tokenVolumes: new Set() })
+  it('rewrites the longest mount prefix, once, wherever a path starts', () => {
+    assert.equal(rewritePaths('/etc/avs/psk/swarm.key', table), '/tmp/p/psk/swarm.key')
+    assert.equal(rewritePaths('--config=/etc/avs/config.yaml', table), '--config=/tmp/p/etc/config.yaml')
+    assert.equal(rewritePaths('/etc/avsx/file', table), '/etc/avsx/file')
+    assert.equal(rewritePaths('/data/etc/avs', table), '/data/etc/avs')
+  })
+})
+
+describe('env expansion', () => {
+  it('expands $(VAR) from earlier variables and keeps $$ escapes', () => {
+    const vars = new Map([['IP', '127.2.1.1']])
+    assert.equal(expandVars('/ip4/$(IP)/tcp/1', vars), '/ip4/127.2.1.1/tcp/1')
+    assert.equal(expandVars('$$(IP) $(NOPE)', vars), '$(IP) $(NOPE)')
+  })
+})
+
+describe('pod status', () => {
+  const record = (over: Partial<ContainerRecord>): ContainerRecord => ({
+    name: 'c', image: 'i', state: { waiting: { reason: 'ContainerCreating' } }, ready: false, started: false, restartCount: 0, finished: false, everStarted: false, ...over
+  })
+  const runtime = (containers: ContainerRecord[], over: Partial<PodRuntime> = {}): PodRuntime => ({
+    podIP: '127.2.1.1', hostIP: '127.2.0.1', startTime: 't0', initContainers: [], containers, initialized: true, initFailed: false, ...over
+  })
+  it('derives the phase from the containers', () => {
+    assert.equal(podPhase(runtime([record({})])), 'Pending')
+    assert.equal(podPhase(runtime([record({ everStarted: true })])), 'Running')
+    assert.equal(podPhase(runtime([record({ everStarted: true, finished: true, state: { terminated: { exitCode: 0 } } })])), 'Succeeded')
+    assert.equal(podPhase(runtime([record({ everStarted: true, finished: true, state: { terminated: { exitCode: 2 } } })])), 'Failed')
+    assert.equal(podPhase(runtime([record({ everStarted: true })], { initialized: false })), 'Pending')
+  })
+  it('keeps conditions it does not own and their transition times', () => {
+    const pod = { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'Ready', status: 'True', lastTransitionTime: 'old' as unknown as Date }] } }
+    const patch = podStatusPatch(pod, runtime([record({ everStarted: true, ready: true })]), 'now') as { status: { conditions: Array<{ type: string, status: string, lastTransitionTime: string }> } }
+    const byType = new Map(patch.status.conditions.map((c) => [c.type, c]))
+    assert.equal(byType.get('PodScheduled')?.status, 'True')
+    assert.equal(byType.get('Ready')?.lastTransitionTime, 'old')
+    assert.equal(byType.get('ContainersReady')?.lastTransitionTime, 'now')
+  })
+})
+
+describe('image table', () => {
+  it('maps the agent image to the checkout and honours container.command', () => {
+    const agent = resolveCommand({ name: 'a', image: 'ghcr.io/x/averaging-swarm/agent:1.0', args: ['--x'] }, DEFAULT_IMAGES, '/tmp')
+    assert.ok(typeof agent !== 'string' && agent.args[0].endsWith('dist/agent/main.js') && agent.args[1] === '--x')
+    const sleep = resolveCommand({ name: 's', image: 'busybox', command: ['sleep', '5'] }, DEFAULT_IMAGES, '/tmp')
+    assert.deepEqual(sleep, { file: 'sleep', args: ['5'], cwd: '/tmp' })
+    assert.equal(typeof resolveCommand({ name: 'u', image: 'nginx' }, DEFAULT_IMAGES, '/tmp'), 'string')
+  })
+})

@@ -1,0 +1,72 @@
+import type { Connection, Stream } from '@libp2p/interface'
+import { FramedStream } from '../net/framed-stream.js'
+import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.js'
+import { groupIdHex } from '../matchmaking/group-info.js'
+import { ProtocolError, describeError } from '../errors.js'
+import type { AllReduceRunner } from './runner.js'
+
+/** How long an aggregate stream may wait for its group to be registered here (the leader's BEGIN can race the first part). */
+const REGISTRATION_GRACE_MS = 5_000
+
+/**
+ * Routes inbound aggregate streams to the all-reduce of their group. An unknown group, a
+ * garbage header or a peer outside the group gets an error reply and a closed stream.
+ */
+export class AggregateRouter {
+  private readonly runners = new Map<string, AllReduceRunner>()
+  private readonly waiting = new Map<string, Array<(runner: AllReduceRunner) => void>>()
+
+  constructor (private readonly maxFrameBytes: number, private readonly headerTimeoutMs: number) {}
+
+  register (groupId: Uint8Array, runner: AllReduceRunner): void {
+    const key = groupIdHex(groupId)
+    this.runners.set(key, runner)
+    for (const wake of this.waiting.get(key) ?? []) wake(runner)
+    this.waiting.delete(key)
+  }
+
+  unregister (groupId: Uint8Array): void {
+    this.runners.delete(groupIdHex(groupId))
+  }
+
+  readonly handler = (stream: Stream, connection: Connection): void => {
+    const framed = new FramedStream(stream, { maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: 16 })
+    void (async () => {
+      try {
+        const first = await framed.read(this.headerTimeoutMs)
+        if (first == null) return
+        const header = AggregateHeader.decode(first)
+        if (header.groupId.byteLength !== 20) throw new ProtocolError('aggregate header without a valid group id')
+        const runner = await this.runnerFor(groupIdHex(header.groupId))
+        if (runner == null) {
+          await framed.write(AggregateReply.encode({ code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: 'unknown group' }))
+          await framed.closeWrite()
+          return
+        }
+        await runner.acceptSender(framed, connection.remotePeer.toString())
+      } catch (err) {
+        framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
+      }
+    })()
+  }
+
+  private async runnerFor (key: string): Promise<AllReduceRunner | null> {
+    const known = this.runners.get(key)
+    if (known != null) return known
+    if ((this.waiting.get(key)?.length ?? 0) > 64 || this.waiting.size > 256) return null
+    return await new Promise(resolve => {
+      const list = this.waiting.get(key) ?? []
+      const timer = setTimeout(() => {
+        const current = this.waiting.get(key)
+        if (current != null) {
+          const rest = current.filter(w => w !== wake)
+          if (rest.length > 0) this.waiting.set(key, rest); else this.waiting.delete(key)
+        }
+        resolve(null)
+      }, REGISTRATION_GRACE_MS)
+      const wake = (runner: AllReduceRunner): void => { clearTimeout(timer); resolve(runner) }
+      list.push(wake)
+      this.waiting.set(key, list)
+    })
+  }
+}

@@ -1,0 +1,295 @@
+import { peerIdFromString } from '@libp2p/peer-id'
+import type { SwarmNode } from '../net/node.js'
+import { FramedStream } from '../net/framed-stream.js'
+import { openFramed } from '../net/rpc.js'
+import { AggregateHeader, AggregateReply, MatchCode, TensorPart } from '../proto/averaging.js'
+import type { Codec } from '../compression/index.js'
+import type { GroupInfo } from '../matchmaking/group-info.js'
+import { ProtocolError, TimeoutError, describeError } from '../errors.js'
+import { makePlan, partView, type AllReducePlan } from './plan.js'
+import { SpanReducer, type PartResult } from './span-reducer.js'
+import { aggregateProtocol, COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
+import type { Part } from './partition.js'
+
+export interface AllReduceOptions {
+  readonly node: SwarmNode
+  readonly prefix: string
+  readonly group: GroupInfo
+  readonly tensors: readonly Float32Array[]
+  readonly codec: Codec
+  readonly partSizeBytes: number
+  /** local += alpha * (mean - local). */
+  readonly alpha: number
+  /** Bound on the whole all-reduce. */
+  readonly timeoutMs: number
+  /** Longest gap a reducer waits for a sender's next part (and for it to show up at all). */
+  readonly senderTimeoutMs: number
+  /** Longest gap a sender waits for a reducer's next mean. */
+  readonly reducerTimeoutMs: number
+  readonly log?: (msg: string) => void
+}
+
+export interface AllReduceResult {
+  readonly groupSize: number
+  readonly durationMs: number
+  readonly bytesSent: number
+  readonly bytesReceived: number
+  /** Reducers whose span we kept (partly) local because they failed. */
+  readonly failedReducers: readonly string[]
+  /** Senders our span was averaged without (for the parts they did not deliver). */
+  readonly bannedSenders: readonly string[]
+  readonly partsTotal: number
+  /** Parts of our tensors left unaveraged this round. */
+  readonly partsKeptLocal: number
+}
+
+interface SenderLink {
+  framed: FramedStream
+  pendingWrites: number
+  chain: Promise<void>
+}
+
+const MAX_PENDING_RESULT_WRITES = 4 * PART_WINDOW
+
+/**
+ * One butterfly all-reduce inside an assembled group: we send each reducer our values on its
+ * span and get the weighted mean back, while we reduce our own span for everyone. Every wait is
+ * bounded; a failed peer costs only its own span or contribution, never the round.
+ */
+export class AllReduceRunner {
+  readonly plan: AllReducePlan
+  private readonly me: number
+  private readonly mySlot: number
+  private readonly reducer: SpanReducer | null
+  private readonly spanParts: readonly Part[]
+  private readonly links = new Map<number, SenderLink>()
+  private readonly failedReducers = new Set<string>()
+  private readonly bannedSenders = new Set<string>()
+  private readonly abort = new AbortController()
+  private readonly started = Date.now()
+  private bytesSent = 0
+  private bytesReceived = 0
+  private partsKeptLocal = 0
+  private reducerDone!: () => void
+  private readonly reducerFinished: Promise<void>
+
+  constructor (private readonly options: AllReduceOptions) {
+    const { group } = options
+    this.plan = makePlan(group.infos, options.tensors.map(t => t.length), options.partSizeBytes, options.codec)
+    this.me = group.myIndex
+    this.mySlot = this.plan.senders.indexOf(this.me)
+    this.spanParts = this.plan.parts.slice(this.plan.spanStart[this.me], this.plan.spanEnd[this.me])
+    this.reducerFinished = new Promise(resolve => { this.reducerDone = resolve })
+    if (this.spanParts.length > 0) {
+      this.reducer = new SpanReducer(this.spanParts, this.plan.senders.map(i => this.plan.weights[i]), (r) => { this.onPartDone(r) })
+    } else {
+      this.reducer = null
+      this.reducerDone()
+    }
+  }
+
+  get maxFrameBytes (): number {
+    return maxPartFrameBytes(this.options.codec.encodedLength(this.plan.maxPartElements))
+  }
+
+  async run (): Promise<AllReduceResult> {
+    const timer = setTimeout(() => { this.expire() }, this.options.timeoutMs)
+    try {
+      const tasks: Array<Promise<void>> = [this.reducerFinished]
+      if (this.reducer != null) {
+        tasks.push(this.contributeLocally())
+        const noShow = setTimeout(() => { this.banAbsentSenders() }, this.options.senderTimeoutMs)
+        void this.reducerFinished.then(() => clearTimeout(noShow))
+      }
+      if (this.mySlot >= 0) {
+        for (let r = 0; r < this.options.group.peerIds.length; r++) {
+          if (r !== this.me && this.plan.spanEnd[r] > this.plan.spanStart[r]) tasks.push(this.sendTo(r))
+        }
+      }
+      await Promise.all(tasks)
+    } finally {
+      clearTimeout(timer)
+    }
+    return {
+      groupSize: this.options.group.peerIds.length,
+      durationMs: Date.now() - this.started,
+      bytesSent: this.bytesSent,
+      bytesReceived: this.bytesReceived,
+      failedReducers: [...this.failedReducers],
+      bannedSenders: [...this.bannedSenders],
+      partsTotal: this.mySlot >= 0 ? this.plan.parts.length : 0,
+      partsKeptLocal: this.partsKeptLocal
+    }
+  }
+
+  // ---------------------------------------------------------------- reducer side
+
+  /** An inbound aggregate stream from a group member (the router checked the group id). */
+  async acceptSender (framed: FramedStream, from: string): Promise<void> {
+    const peerIndex = this.options.group.peerIds.indexOf(from)
+    const slot = this.plan.senders.indexOf(peerIndex)
+    const reducer = this.reducer
+    if (reducer == null || slot < 0 || slot === this.mySlot || this.links.has(slot) || reducer.isBanned(slot)) {
+      const reason = reducer == null ? 'this peer reduces no span' : slot < 0 ? 'not a sender of this group' : 'duplicate or late stream'
+      await framed.write(AggregateReply.encode({ code: MatchCode.PROTOCOL_VIOLATION, reason }))
+      await framed.closeWrite()
+      return
+    }
+    const link: SenderLink = { framed, pendingWrites: 0, chain: Promise.resolve() }
+    this.links.set(slot, link)
+    try {
+      await framed.write(AggregateReply.encode({ code: MatchCode.ACCEPTED, reason: '' }))
+      const base = this.plan.spanStart[this.me]
+      const wire = COMPRESSION_WIRE[this.options.codec.name]
+      for (let k = 0; k < this.spanParts.length; k++) {
+        await reducer.waitUntilWithin(k, PART_WINDOW)
+        if (reducer.isBanned(slot)) return
+        const bytes = await framed.read(this.options.senderTimeoutMs)
+        if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
+        this.bytesReceived += bytes.byteLength
+        const part = TensorPart.decode(bytes)
+        const expected = this.spanParts[k]
+        if (part.partIndex !== base + k) throw new ProtocolError(`sender ${from} sent part ${part.partIndex} where ${base + k} was due`)
+        if (part.compression !== wire) throw new ProtocolError(`sender ${from} used ${part.compression} compression`)
+        const values = this.options.codec.decode(part.data, expected.length)
+        if (!allFinite(values)) throw new ProtocolError(`sender ${from} sent NaN or infinite values`)
+        reducer.contribute(slot, k, values)
+      }
+      await this.reducerFinished
+      await link.chain
+      await framed.closeWrite()
+    } catch (err) {
+      this.banSender(slot, describeError(err))
+    }
+  }
+
+  private async contributeLocally (): Promise<void> {
+    const reducer = this.reducer
+    if (reducer == null || this.mySlot < 0) return
+    for (let k = 0; k < this.spanParts.length; k++) {
+      await reducer.waitUntilWithin(k, PART_WINDOW)
+      if (reducer.isBanned(this.mySlot)) return
+      reducer.contribute(this.mySlot, k, partView(this.options.tensors, this.plan, this.spanParts[k]))
+    }
+  }
+
+  private onPartDone (result: PartResult): void {
+    const part = this.spanParts[result.partIndex]
+    const partIndex = this.plan.spanStart[this.me] + result.partIndex
+    if (this.mySlot >= 0) {
+      if (result.mean != null) this.applyMean(part, result.mean)
+      else this.partsKeptLocal++
+    }
+    const frame = TensorPart.encode({
+      partIndex,
+      compression: COMPRESSION_WIRE[this.options.codec.name],
+      data: (result.mean != null ? this.options.codec.encode(result.mean) : new Uint8Array(0)) as Uint8Array<ArrayBuffer>
+    })
+    for (const [slot, link] of this.links) {
+      if (this.reducer!.isBanned(slot) && this.reducer!.nextPartOf(slot) <= result.partIndex) continue
+      if (link.pendingWrites >= MAX_PENDING_RESULT_WRITES) { this.banSender(slot, 'sender does not read its results'); continue }
+      link.pendingWrites++
+      link.chain = link.chain.then(async () => {
+        await link.framed.write(frame)
+        this.bytesSent += frame.byteLength
+      }).catch((err) => { this.banSender(slot, describeError(err)) }).finally(() => { link.pendingWrites-- })
+    }
+    if (this.reducer!.done) this.reducerDone()
+  }
+
+  private banSender (slot: number, reason: string): void {
+    const peer = this.options.group.peerIds[this.plan.senders[slot]]
+    if (this.reducer != null && !this.reducer.isBanned(slot)) {
+      this.bannedSenders.add(peer)
+      this.options.log?.(`all-reduce: leaving sender ${peer} out of the rest of our span: ${reason}`)
+      this.reducer.ban(slot)
+    }
+    this.links.get(slot)?.framed.abort(new ProtocolError(reason))
+  }
+
+  private banAbsentSenders (): void {
+    for (let slot = 0; slot < this.plan.senders.length; slot++) {
+      if (slot !== this.mySlot && !this.links.has(slot)) this.banSender(slot, 'sender never connected')
+    }
+  }
+
+  // ---------------------------------------------------------------- sender side
+
+  private async sendTo (r: number): Promise<void> {
+    const peer = this.options.group.peerIds[r]
+    const start = this.plan.spanStart[r]
+    const end = this.plan.spanEnd[r]
+    let received = 0
+    let framed: FramedStream | null = null
+    try {
+      framed = await openFramed(this.options.node, peerIdFromString(peer), aggregateProtocol(this.options.prefix), {
+        timeoutMs: this.options.reducerTimeoutMs, maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: PART_WINDOW
+      })
+      const stream = framed
+      this.abort.signal.addEventListener('abort', () => { stream.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
+      await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer> }))
+      const writing = this.writeParts(framed, start, end)
+      writing.catch(() => {})
+      const first = await framed.read(this.options.reducerTimeoutMs)
+      if (first == null) throw new ProtocolError(`reducer ${peer} closed the stream before answering`)
+      const reply = AggregateReply.decode(first)
+      if (reply.code !== MatchCode.ACCEPTED) throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
+      const wire = COMPRESSION_WIRE[this.options.codec.name]
+      for (let index = start; index < end; index++) {
+        const bytes = await framed.read(this.options.reducerTimeoutMs)
+        if (bytes == null) throw new ProtocolError(`reducer ${peer} stopped after ${index - start} of ${end - start} parts`)
+        this.bytesReceived += bytes.byteLength
+        const result = TensorPart.decode(bytes)
+        if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
+        received++
+        if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }
+        if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
+        const part = this.plan.parts[index]
+        const mean = this.options.codec.decode(result.data, part.length)
+        if (!allFinite(mean)) throw new ProtocolError(`reducer ${peer} sent NaN or infinite values`)
+        this.applyMean(part, mean)
+      }
+      await writing
+      await framed.closeWrite()
+    } catch (err) {
+      this.failedReducers.add(peer)
+      this.partsKeptLocal += (end - start) - received
+      this.options.log?.(`all-reduce: keeping ${end - start - received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
+      framed?.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
+    }
+  }
+
+  private async writeParts (framed: FramedStream, start: number, end: number): Promise<void> {
+    const wire = COMPRESSION_WIRE[this.options.codec.name]
+    for (let index = start; index < end; index++) {
+      const part = this.plan.parts[index]
+      const frame = TensorPart.encode({
+        partIndex: index,
+        compression: wire,
+        data: this.options.codec.encode(partView(this.options.tensors, this.plan, part)) as Uint8Array<ArrayBuffer>
+      })
+      await framed.write(frame)
+      this.bytesSent += frame.byteLength
+    }
+  }
+
+  private applyMean (part: Part, mean: Float32Array): void {
+    const local = partView(this.options.tensors, this.plan, part)
+    const alpha = this.options.alpha
+    if (alpha === 1) local.set(mean)
+    else for (let i = 0; i < local.length; i++) local[i] += alpha * (mean[i] - local[i])
+  }
+
+  private expire (): void {
+    this.options.log?.(`all-reduce: ${this.options.timeoutMs} ms passed, finishing with what arrived`)
+    this.abort.abort()
+    this.reducer?.banAll()
+    for (const link of this.links.values()) link.framed.abort(new TimeoutError('all-reduce timed out'))
+    this.reducerDone()
+  }
+}
+
+function allFinite (values: Float32Array): boolean {
+  for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) return false
+  return true
+}

@@ -1,0 +1,264 @@
+import type { SwarmNode } from './net/node.js'
+import { Rendezvous } from './rendezvous/rendezvous.js'
+import { Matchmaker } from './matchmaking/matchmaker.js'
+import { AggregateRouter } from './allreduce/aggregate-handler.js'
+import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
+import { aggregateProtocol, maxPartFrameBytes } from './allreduce/aggregate-protocol.js'
+import { elementsPerPart } from './allreduce/partition.js'
+import { codecFor, type Codec, type CompressionName } from './compression/index.js'
+import { groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
+import { schemaHash, elementCount, type TensorSchema } from './schema.js'
+import { PeerMode, type PeerInfo } from './proto/averaging.js'
+import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
+import { AveragingError, MatchmakingError, describeError } from './errors.js'
+import { Mutex } from './util/mutex.js'
+
+export type AveragerMode = 'node' | 'client' | 'auxiliary'
+
+/** The DecentralizedAverager knobs, with hivemind's meaning; times in seconds. */
+export interface AveragerConfig {
+  readonly prefix: string
+  readonly targetGroupSize: number
+  readonly minGroupSize: number
+  readonly initialGroupBits: string
+  readonly averagingExpiration: number
+  readonly requestTimeout: number
+  readonly allreduceTimeout: number
+  readonly partSizeBytes: number
+  readonly averagingAlpha: number
+  readonly compression: CompressionName
+  readonly mode: AveragerMode
+  /** Declared bandwidth sizing our span; undefined = the group's mean. */
+  readonly bandwidth?: number
+  /** Gap after which a silent sender is left out (default: allreduceTimeout / 4, at least requestTimeout). */
+  readonly senderTimeout?: number
+}
+
+export const DEFAULT_AVERAGER_CONFIG: Omit<AveragerConfig, 'prefix'> = {
+  targetGroupSize: 4,
+  minGroupSize: 2,
+  initialGroupBits: '',
+  averagingExpiration: 15,
+  requestTimeout: 3,
+  allreduceTimeout: 60,
+  partSizeBytes: 65536,
+  averagingAlpha: 1,
+  compression: 'none',
+  mode: 'node'
+}
+
+export interface NamedTensor extends TensorSchema {
+  readonly data: Float32Array
+}
+
+export interface StepOptions {
+  /** Weight of our tensors in the group mean (default 1; auxiliary peers always 0). */
+  readonly weight?: number
+  /** Any JSON-serialisable value; every member receives every member's value. */
+  readonly gather?: unknown
+  /** Seconds to find a group and average (default: 2 × averagingExpiration + allreduceTimeout). */
+  readonly timeout?: number
+  /** Keep looking after a failed search until the timeout (default true). */
+  readonly allowRetries?: boolean
+  readonly signal?: AbortSignal
+}
+
+export interface StepResult {
+  readonly groupId: string
+  readonly groupKey: string
+  /** Member peer ids in group order. */
+  readonly peers: readonly string[]
+  /** Each member's `gather` value, by peer id. */
+  readonly gathered: ReadonlyMap<string, unknown>
+  readonly matchmakingMs: number
+  readonly allreduce: AllReduceResult
+}
+
+export interface AveragerHooks {
+  readonly log?: (msg: string) => void
+  readonly onStep?: (outcome: 'success' | 'partial' | 'failure', detail: { matchmakingMs?: number, result?: AllReduceResult, error?: string }) => void
+}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/**
+ * hivemind's DecentralizedAverager on js-libp2p: averages its tensors with small groups found
+ * through the DHT, by butterfly all-reduce, moving to new Moshpit group bits after each round.
+ */
+export class DecentralizedAverager {
+  readonly config: AveragerConfig
+  private readonly codec: Codec
+  private readonly rendezvous: Rendezvous
+  private readonly matchmaker: Matchmaker
+  private readonly router: AggregateRouter
+  private readonly tensorLock = new Mutex()
+  private readonly stepLock = new Mutex()
+  private bits: string
+  private readonly shutdownController = new AbortController()
+  private running = false
+
+  private constructor (readonly node: SwarmNode, private readonly tensors: readonly NamedTensor[], config: AveragerConfig, private readonly hooks: AveragerHooks, rendezvous?: Rendezvous) {
+    this.config = config
+    this.codec = codecFor(config.compression)
+    this.bits = config.initialGroupBits
+    this.rendezvous = rendezvous ?? new Rendezvous(node, { requestTimeoutMs: config.requestTimeout * 1000, log: hooks.log })
+    this.matchmaker = new Matchmaker(node, this.rendezvous, {
+      prefix: config.prefix,
+      mode: wireMode(config.mode),
+      schemaHash: schemaHash(tensors, config.compression, config.partSizeBytes),
+      targetGroupSize: config.targetGroupSize,
+      minGroupSize: config.minGroupSize,
+      averagingExpiration: config.averagingExpiration,
+      requestTimeout: config.requestTimeout,
+      log: hooks.log
+    })
+    const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
+    this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), config.requestTimeout * 1000)
+  }
+
+  /** Validates the config, registers the protocols and returns a running averager. */
+  static async create (node: SwarmNode, tensors: readonly NamedTensor[], config: AveragerConfig, hooks: AveragerHooks = {}, rendezvous?: Rendezvous): Promise<DecentralizedAverager> {
+    validateConfig(config)
+    for (const t of tensors) {
+      if (elementCount(t.shape) !== t.data.length) throw new AveragingError(`tensor ${t.name} has shape [${t.shape.join(', ')}] but ${t.data.length} values`)
+    }
+    const averager = new DecentralizedAverager(node, tensors, config, hooks, rendezvous)
+    await averager.start(rendezvous == null)
+    return averager
+  }
+
+  private async start (ownRendezvous: boolean): Promise<void> {
+    if (ownRendezvous) await this.rendezvous.start()
+    await this.matchmaker.start()
+    if (this.config.mode !== 'client') {
+      await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 1024 })
+    }
+    this.running = true
+  }
+
+  get groupBits (): string { return this.bits }
+
+  setGroupBits (bits: string): void {
+    if (!isGroupBits(bits)) throw new AveragingError(`group bits must be a string of 0 and 1, got "${bits}"`)
+    this.bits = bits
+  }
+
+  get currentGroupKey (): string { return groupKey(this.config.prefix, this.bits) }
+
+  /** Runs fn with exclusive access to the tensors: no all-reduce writes them meanwhile. */
+  async withTensors<T> (fn: (tensors: readonly NamedTensor[]) => T | Promise<T>): Promise<T> {
+    return await this.tensorLock.run(async () => await fn(this.tensors))
+  }
+
+  /** Finds a group and averages with it once; throws AveragingError with a clear reason on failure. */
+  async step (options: StepOptions = {}): Promise<StepResult> {
+    if (!this.running) throw new AveragingError('the averager is shut down')
+    return await this.stepLock.run(async () => await this.runStep(options))
+  }
+
+  private async runStep (options: StepOptions): Promise<StepResult> {
+    const { config } = this
+    const weight = config.mode === 'auxiliary' ? 0 : options.weight ?? 1
+    if (!(weight >= 0) || !Number.isFinite(weight)) throw new AveragingError(`weight must be a finite number >= 0, got ${weight}`)
+    const userData = options.gather === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(options.gather))
+    if (userData.byteLength > 16 * 1024) throw new AveragingError('gathered data must serialise to at most 16 KiB of JSON')
+    const info: PeerInfo = { mode: wireMode(config.mode), bandwidth: config.bandwidth, weight, userData: userData as Uint8Array<ArrayBuffer> }
+    const timeout = options.timeout ?? 2 * config.averagingExpiration + config.allreduceTimeout
+    const deadline = Date.now() / 1000 + timeout
+    const signal = options.signal != null ? AbortSignal.any([options.signal, this.shutdownController.signal]) : this.shutdownController.signal
+    const started = Date.now()
+    for (;;) {
+      const key = this.currentGroupKey
+      let group
+      try {
+        group = await this.matchmaker.lookForGroup(key, info, deadline, signal)
+      } catch (err) {
+        const retry = options.allowRetries !== false && err instanceof MatchmakingError && Date.now() / 1000 < deadline - 0.05 && !signal.aborted
+        if (retry) continue
+        this.hooks.onStep?.('failure', { error: describeError(err) })
+        throw err instanceof AveragingError ? err : new AveragingError(describeError(err))
+      }
+      const matchmakingMs = Date.now() - started
+      this.hooks.log?.(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
+      try {
+        const result = await this.tensorLock.run(async () => await this.allReduce(group))
+        this.bits = nextGroupBits(this.bits, group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
+        const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
+        this.hooks.onStep?.(outcome, { matchmakingMs, result })
+        return {
+          groupId: groupIdHex(group.groupId),
+          groupKey: key,
+          peers: group.peerIds,
+          gathered: new Map(group.peerIds.map((peer, i) => [peer, parseGather(group.infos[i].userData)])),
+          matchmakingMs,
+          allreduce: result
+        }
+      } catch (err) {
+        this.hooks.onStep?.('failure', { matchmakingMs, error: describeError(err) })
+        throw err instanceof AveragingError ? err : new AveragingError(`all-reduce failed: ${describeError(err)}`)
+      }
+    }
+  }
+
+  private async allReduce (group: GroupInfo): Promise<AllReduceResult> {
+    const { config } = this
+    const allreduceMs = config.allreduceTimeout * 1000
+    const senderTimeoutMs = (config.senderTimeout ?? Math.max(config.requestTimeout, config.allreduceTimeout / 4)) * 1000
+    const runner = new AllReduceRunner({
+      node: this.node,
+      prefix: config.prefix,
+      group,
+      tensors: this.tensors.map(t => t.data),
+      codec: this.codec,
+      partSizeBytes: config.partSizeBytes,
+      alpha: config.averagingAlpha,
+      timeoutMs: allreduceMs,
+      senderTimeoutMs,
+      reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
+      log: this.hooks.log
+    })
+    this.router.register(group.groupId, runner)
+    try {
+      return await runner.run()
+    } finally {
+      this.router.unregister(group.groupId)
+    }
+  }
+
+  /** Leaves any search, unregisters the protocols; the libp2p node is the caller's to stop. */
+  async shutdown (): Promise<void> {
+    if (!this.running) return
+    this.running = false
+    this.shutdownController.abort()
+    await this.stepLock.run(async () => {})
+    await this.matchmaker.stop()
+    await this.node.unhandle(aggregateProtocol(this.config.prefix)).catch(() => {})
+    await this.rendezvous.stop()
+  }
+}
+
+function wireMode (mode: AveragerMode): PeerMode {
+  return mode === 'client' ? PeerMode.CLIENT : mode === 'auxiliary' ? PeerMode.AUXILIARY : PeerMode.NODE
+}
+
+function parseGather (bytes: Uint8Array): unknown {
+  if (bytes.byteLength === 0) return undefined
+  try { return JSON.parse(decoder.decode(bytes)) } catch { return undefined }
+}
+
+/** One clear sentence per bad value, before anything starts. */
+export function validateConfig (c: AveragerConfig): void {
+  const fail = (msg: string): never => { throw new AveragingError(msg) }
+  if (!/^[A-Za-z0-9_-]{1,128}$/.test(c.prefix)) fail(`prefix must be 1-128 letters, digits, '-' or '_' (no '.'), got "${c.prefix}"`)
+  if (!Number.isInteger(c.targetGroupSize) || c.targetGroupSize < 2 || c.targetGroupSize > 1024) fail(`targetGroupSize must be an integer from 2 to 1024, got ${c.targetGroupSize}`)
+  if (!Number.isInteger(c.minGroupSize) || c.minGroupSize < 2 || c.minGroupSize > c.targetGroupSize) fail(`minGroupSize must be an integer from 2 to targetGroupSize (${c.targetGroupSize}), got ${c.minGroupSize}`)
+  if (!isGroupBits(c.initialGroupBits) || c.initialGroupBits.length > 64) fail(`initialGroupBits must be up to 64 characters of 0 and 1, got "${c.initialGroupBits}"`)
+  if (!(c.averagingExpiration > 0)) fail(`averagingExpiration must be positive, got ${c.averagingExpiration}`)
+  if (!(c.requestTimeout > 0 && c.requestTimeout < c.averagingExpiration)) fail(`requestTimeout must be positive and below averagingExpiration (${c.averagingExpiration} s), got ${c.requestTimeout}`)
+  if (!(c.allreduceTimeout > 0)) fail(`allreduceTimeout must be positive, got ${c.allreduceTimeout}`)
+  if (!Number.isInteger(c.partSizeBytes) || c.partSizeBytes < 1024 || c.partSizeBytes > 4 * 1024 * 1024) fail(`partSizeBytes must be an integer from 1024 to 4194304, got ${c.partSizeBytes}`)
+  if (!(c.averagingAlpha > 0 && c.averagingAlpha <= 1)) fail(`averagingAlpha must be in (0, 1], got ${c.averagingAlpha}`)
+  if (c.bandwidth !== undefined && !(c.bandwidth >= 0 && Number.isFinite(c.bandwidth))) fail(`bandwidth must be a finite number >= 0, got ${c.bandwidth}`)
+  if (!['node', 'client', 'auxiliary'].includes(c.mode)) fail(`mode must be node, client or auxiliary, got "${c.mode}"`)
+}

@@ -1,0 +1,20 @@
+import type { PeerInfo } from '../proto/averaging.js'
+
+/** What every member of an assembled group agrees on. */
+export interface GroupInfo {
+  /** Random id of this round's group (20 bytes). */
+  readonly groupId: Uint8Array
+  /** Member peer ids in the leader's shuffled order; the order decides who reduces which span. */
+  readonly peerIds: readonly string[]
+  /** Per-member metadata, aligned with peerIds. */
+  readonly infos: readonly PeerInfo[]
+  /** Our position in peerIds. */
+  readonly myIndex: number
+  readonly leader: string
+}
+
+export const MAX_GROUP_SIZE = 1024
+
+export function groupIdHex (groupId: Uint8Array): string {
+  return Buffer.from(groupId).toString('hex')
+}

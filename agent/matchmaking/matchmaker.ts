@@ -1,0 +1,258 @@
+import type { PeerId } from '@libp2p/interface'
+import { peerIdFromString } from '@libp2p/peer-id'
+import type { SwarmNode } from '../net/node.js'
+import { JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../proto/averaging.js'
+import { openFramed, ownAddrBytes, peerIdFromBytes, rememberAddrs } from '../net/rpc.js'
+import { MatchmakingError, describeError } from '../errors.js'
+import { Mutex } from '../util/mutex.js'
+import { Wakeup } from '../util/wakeable-sleep.js'
+import type { Rendezvous } from '../rendezvous/rendezvous.js'
+import type { StoredEntry } from '../rendezvous/store.js'
+import { Search } from './search.js'
+import { createJoinHandler } from './join-handler.js'
+import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
+import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
+
+export interface MatchmakerConfig {
+  readonly prefix: string
+  readonly mode: PeerMode
+  readonly schemaHash: Uint8Array
+  readonly targetGroupSize: number
+  readonly minGroupSize: number
+  /** Seconds a declaration lasts: a leader assembles or disbands when it runs out. */
+  readonly averagingExpiration: number
+  /** Seconds to wait for a leader's first reply. */
+  readonly requestTimeout: number
+  readonly log?: (msg: string) => void
+}
+
+const POLL_MIN_MS = 20
+const POLL_MAX_MS = 500
+const MAX_REDIRECTS = 8
+
+/**
+ * hivemind's matchmaking: declare under the group key until an expiration, ask better-ranked
+ * peers (earlier expiration, then smaller id) to lead us, lead those who ask us; a leader
+ * assembles at targetGroupSize at once, or at its expiration with at least minGroupSize.
+ */
+export class Matchmaker {
+  private readonly lock = new Mutex()
+  private readonly wakeup = new Wakeup()
+  private search: Search | null = null
+  private readonly selfId: string
+
+  constructor (
+    private readonly node: SwarmNode,
+    private readonly rendezvous: Rendezvous,
+    private readonly config: MatchmakerConfig,
+    private readonly now: () => number = () => Date.now() / 1000
+  ) {
+    this.selfId = node.peerId.toString()
+  }
+
+  async start (): Promise<void> {
+    if (this.config.mode === PeerMode.CLIENT) return // nobody can call a client
+    await this.node.handle(joinProtocol(this.config.prefix), createJoinHandler({
+      selfId: this.selfId,
+      mode: this.config.mode,
+      schemaHash: this.config.schemaHash,
+      targetGroupSize: this.config.targetGroupSize,
+      requestTimeoutMs: this.config.requestTimeout * 1000,
+      lock: this.lock,
+      current: () => this.search,
+      onFollowerJoined: () => {
+        const search = this.search
+        if (search != null && !search.assembled && search.currentLeader == null &&
+            search.followers.size + 1 >= this.config.targetGroupSize) {
+          search.assemble()
+        }
+        this.wakeup.notify()
+      },
+      now: this.now
+    }), { maxInboundStreams: 1024 })
+  }
+
+  async stop (): Promise<void> {
+    this.search?.disband(null, 'leader is shutting down')
+    this.wakeup.notify()
+    await this.node.unhandle(joinProtocol(this.config.prefix)).catch(() => {})
+  }
+
+  get looking (): boolean { return this.search != null }
+
+  /** Finds a group under groupKey before the deadline (unix seconds), or throws MatchmakingError. */
+  async lookForGroup (groupKey: string, info: PeerInfo, deadline: number, signal?: AbortSignal): Promise<GroupInfo> {
+    if (this.search != null) throw new MatchmakingError('a group search is already under way')
+    const search = new Search(this.selfId, groupKey, info, deadline)
+    this.search = search
+    const onAbort = (): void => { this.wakeup.notify() }
+    signal?.addEventListener('abort', onAbort)
+    try {
+      const loop = this.searchLoop(search, signal)
+      const group = await Promise.race([search.done, loop])
+      if (group == null) {
+        const why = search.rejections.length > 0 ? `; last answers: ${[...new Set(search.rejections.slice(-4))].join(', ')}` : ''
+        throw new MatchmakingError(signal?.aborted === true
+          ? 'group search was cancelled'
+          : `could not find a group under ${groupKey} before the deadline${why}`)
+      }
+      return group
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+      this.search = null
+      search.disband(null, 'search ended')
+      this.wakeup.notify()
+      if (search.declaredExpiration != null) void this.withdraw(search)
+    }
+  }
+
+  private async searchLoop (search: Search, signal?: AbortSignal): Promise<GroupInfo | null> {
+    const isClient = this.config.mode === PeerMode.CLIENT
+    let pollMs = POLL_MIN_MS
+    let known: StoredEntry[] = []
+    while (!search.assembled && signal?.aborted !== true) {
+      const now = this.now()
+      if (now >= search.deadline) return null
+      if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration)) {
+        if (search.declaredExpiration != null && search.currentLeader == null) {
+          if (search.followers.size > 0 && search.followers.size + 1 >= this.config.minGroupSize) return search.assemble()
+          search.disband(null, 'too few peers before the leader expired')
+        }
+        search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
+        known = await this.declare(search, search.declaredExpiration)
+        this.config.log?.(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
+        pollMs = POLL_MIN_MS
+      } else {
+        known = await this.rendezvous.find(search.groupKey).catch((err) => {
+          this.config.log?.(`rendezvous lookup failed: ${describeError(err)}`)
+          return []
+        })
+      }
+      if (search.assembled) break
+      const candidate = this.bestCandidate(search, known)
+      if (candidate != null) {
+        search.tried.add(`${candidate.peerId}@${candidate.expiration}`)
+        this.config.log?.(`asking ${candidate.peerId.slice(-6)} exp ${candidate.expiration.toFixed(3)} (mine ${search.declaredExpiration?.toFixed(3)}) known=${known.length}`)
+        const group = await this.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs, 0)
+        if (group != null) return search.adopt(group)
+        pollMs = POLL_MIN_MS
+        continue
+      }
+      const untilExpiry = search.declaredExpiration != null ? (search.declaredExpiration - this.now()) * 1000 : Infinity
+      const untilDeadline = (search.deadline - this.now()) * 1000
+      await this.wakeup.sleep(Math.max(0, Math.min(pollMs, untilExpiry, untilDeadline)))
+      pollMs = Math.min(POLL_MAX_MS, pollMs * 2)
+    }
+    return search.group
+  }
+
+  private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
+    try {
+      return await this.rendezvous.declare(search.groupKey, {
+        peerId: this.selfId, expiration, looking: true, priority: 0, addrs: ownAddrBytes(this.node)
+      })
+    } catch (err) {
+      this.config.log?.(`declaring under ${search.groupKey} failed: ${describeError(err)}`)
+      return []
+    }
+  }
+
+  private async withdraw (search: Search): Promise<void> {
+    const expiration = Math.max(search.declaredExpiration ?? 0, this.now()) + 0.001
+    await this.rendezvous.declare(search.groupKey, {
+      peerId: this.selfId, expiration, looking: false, priority: 0, addrs: []
+    }).catch(() => {})
+  }
+
+  /** The best-ranked peer that outranks us and that we have not asked at this expiration yet. */
+  private bestCandidate (search: Search, entries: readonly StoredEntry[]): StoredEntry | null {
+    const now = this.now()
+    const myExpiration = this.config.mode === PeerMode.CLIENT ? Infinity : (search.declaredExpiration ?? Infinity)
+    let best: StoredEntry | null = null
+    for (const e of entries) {
+      if (!e.looking || e.expiration <= now || e.peerId === this.selfId) continue
+      if (search.tried.has(`${e.peerId}@${e.expiration}`)) continue
+      if (!outranks(e.expiration, e.peerId, myExpiration, this.selfId)) continue
+      if (best == null || outranks(e.expiration, e.peerId, best.expiration, best.peerId)) best = e
+    }
+    return best
+  }
+
+  /** Follower side: ask a leader, and if accepted wait for its group (following redirects when it disbands). */
+  private async followLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[], depth: number): Promise<GroupInfo | null> {
+    if (depth > MAX_REDIRECTS || search.assembled) return null
+    let leader: PeerId
+    try { leader = peerIdFromString(leaderId) } catch { return null }
+    if (addrs.length > 0 && this.node.getConnections(leader).length === 0) await rememberAddrs(this.node, leader, addrs).catch(() => {})
+    const requestMs = this.config.requestTimeout * 1000
+    const ask = await this.lock.run(async () => {
+      if (search.assembled || search.currentLeader != null) return null
+      const expiration = this.config.mode === PeerMode.CLIENT
+        ? Math.max(search.deadline, this.now() + this.config.averagingExpiration)
+        : search.declaredExpiration ?? Infinity
+      try {
+        const framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), {
+          timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
+        })
+        await framed.write(JoinRequest.encode({
+          schemaHash: this.config.schemaHash as Uint8Array<ArrayBuffer>,
+          expiration,
+          groupKey: search.groupKey,
+          info: search.info
+        }))
+        const first = await framed.read(requestMs)
+        const reply = first != null ? MessageFromLeader.decode(first) : null
+        if (reply?.code !== MatchCode.ACCEPTED) {
+          search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
+          await framed.closeWrite()
+          return null
+        }
+        search.currentLeader = leaderId
+        search.disband(leaderId, 'our leader joined another group')
+        return framed
+      } catch (err) {
+        search.rejections.push(describeError(err))
+        return null
+      }
+    })
+    if (ask == null) return null
+    try {
+      const myExpiration = this.config.mode === PeerMode.CLIENT ? leaderExpiration : (search.declaredExpiration ?? leaderExpiration)
+      const waitMs = Math.max(0, (Math.max(myExpiration, leaderExpiration) - this.now()) * 1000) + requestMs
+      const second = await ask.read(waitMs)
+      if (second == null) { search.rejections.push('leader closed the stream'); return null }
+      const reply = MessageFromLeader.decode(second)
+      if (reply.code === MatchCode.BEGIN_ALLREDUCE) return this.parseGroup(reply, leaderId)
+      search.rejections.push(`${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}`)
+      if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
+        const next = peerIdFromBytes(reply.suggestedLeader).toString()
+        if (next !== this.selfId) {
+          search.currentLeader = null
+          return await this.followLeader(search, next, leaderExpiration, [], depth + 1)
+        }
+      }
+      return null
+    } catch (err) {
+      search.rejections.push(describeError(err))
+      return null
+    } finally {
+      search.currentLeader = null
+      await ask.closeWrite()
+    }
+  }
+
+  private parseGroup (reply: MessageFromLeader, leader: string): GroupInfo | null {
+    const n = reply.orderedPeerIds.length
+    if (n < 2 || n > MAX_GROUP_SIZE || reply.gathered.length !== n || reply.groupId.byteLength !== 20) return null
+    const peerIds = reply.orderedPeerIds.map(b => peerIdFromBytes(b).toString())
+    if (new Set(peerIds).size !== n) return null
+    const myIndex = peerIds.indexOf(this.selfId)
+    if (myIndex < 0 || !peerIds.includes(leader)) return null
+    return { groupId: reply.groupId, peerIds, infos: reply.gathered, myIndex, leader }
+  }
+}
+
+/** hivemind's leader order: earlier expiration first, peer id breaks ties. */
+export function outranks (expA: number, idA: string, expB: number, idB: string): boolean {
+  return expA < expB || (expA === expB && idA < idB)
+}

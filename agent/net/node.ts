@@ -1,0 +1,86 @@
+import { createLibp2p } from 'libp2p'
+import { tcp } from '@libp2p/tcp'
+import { tls } from '@libp2p/tls'
+import { noise } from '@libp2p/noise'
+import { yamux } from '@libp2p/yamux'
+import { identify } from '@libp2p/identify'
+import { ping } from '@libp2p/ping'
+import { kadDHT, passthroughMapper } from '@libp2p/kad-dht'
+import { preSharedKey } from '@libp2p/pnet'
+import { generateKeyPair } from '@libp2p/crypto/keys'
+import type { KadDHT } from '@libp2p/kad-dht'
+import type { Identify } from '@libp2p/identify'
+import type { Ping } from '@libp2p/ping'
+import type { Libp2p, PrivateKey, Metrics, ConnectionEncrypter } from '@libp2p/interface'
+
+/** Our own Kademlia namespace: agents never mix with IPFS's public DHT. */
+export const DHT_PROTOCOL = '/avs/kad/1.0.0'
+
+export type Encryption = 'tls' | 'noise'
+
+export interface SwarmNodeOptions {
+  readonly privateKey?: PrivateKey
+  /** Multiaddrs to listen on, e.g. /ip4/127.0.0.1/tcp/0. */
+  readonly listen: readonly string[]
+  readonly announce?: readonly string[]
+  /**
+   * Connection encrypters in order of preference. TLS first: on this machine libp2p TLS moved
+   * ~330 MiB/s against Noise's ~125 MiB/s over one stream (shared/reference/performance-floors.md).
+   */
+  readonly encryption?: readonly Encryption[]
+  /** A libp2p private-network key (swarm.key text): peers without it cannot connect. */
+  readonly psk?: Uint8Array
+  /** Only these peer ids may connect (checked after the encrypted handshake authenticated them). */
+  readonly allowPeers?: readonly string[]
+  readonly metrics?: (components: any) => Metrics
+}
+
+export type SwarmNode = Libp2p<{ dht: KadDHT, identify: Identify, ping: Ping }>
+
+/** A libp2p node tuned for averaging: large yamux windows, a private DHT that serves on LANs, generous connection limits. */
+export async function createSwarmNode (options: SwarmNodeOptions): Promise<SwarmNode> {
+  const privateKey = options.privateKey ?? await generateKeyPair('Ed25519')
+  const encrypters: Array<(components: any) => ConnectionEncrypter> = []
+  for (const name of options.encryption ?? ['tls', 'noise']) encrypters.push(name === 'tls' ? tls() : noise())
+  const allow = options.allowPeers != null && options.allowPeers.length > 0 ? new Set(options.allowPeers) : null
+  return await createLibp2p({
+    privateKey,
+    addresses: { listen: [...options.listen], announce: options.announce != null ? [...options.announce] : undefined },
+    transports: [tcp()],
+    connectionEncrypters: encrypters,
+    streamMuxers: [yamux({
+      enableKeepAlive: true,
+      streamOptions: {
+        initialStreamWindowSize: 2 * 1024 * 1024,
+        maxStreamWindowSize: 16 * 1024 * 1024,
+        maxReadBufferLength: 64 * 1024 * 1024
+      }
+    })],
+    connectionProtector: options.psk != null ? preSharedKey({ psk: options.psk }) : undefined,
+    connectionGater: allow == null
+      ? undefined
+      : {
+          denyInboundEncryptedConnection: (peer) => !allow.has(peer.toString()),
+          denyOutboundEncryptedConnection: (peer) => !allow.has(peer.toString())
+        },
+    connectionManager: {
+      maxConnections: 1000,
+      // Many agents share one host in tests and on big nodes: the default 5/s per host throttles them.
+      inboundConnectionThreshold: 10_000,
+      maxIncomingPendingConnections: 256
+    },
+    metrics: options.metrics,
+    services: {
+      identify: identify(),
+      ping: ping(),
+      dht: kadDHT({
+        protocol: DHT_PROTOCOL,
+        clientMode: false,
+        // Agents live on private networks (pods, loopback): keep their private addresses.
+        peerInfoMapper: passthroughMapper,
+        allowQueryWithZeroPeers: true,
+        initialQuerySelfInterval: 200
+      })
+    }
+  })
+}

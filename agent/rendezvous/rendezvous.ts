@@ -1,0 +1,175 @@
+import { sha256 } from 'multiformats/hashes/sha2'
+import type { PeerId } from '@libp2p/interface'
+import type { SwarmNode } from '../net/node.js'
+import { RendezvousRequest, RendezvousResponse, type RendezvousEntry } from '../proto/averaging.js'
+import { callUnary, handleUnary, peerIdFromBytes, peerIdToBytes } from '../net/rpc.js'
+import { DictionaryStore, mergeEntries, type StoredEntry } from './store.js'
+import { describeError } from '../errors.js'
+
+export const RENDEZVOUS_PROTOCOL = '/avs/rendezvous/1.0.0'
+const MAX_REQUEST_BYTES = 16 * 1024
+const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+/** Replicas per key, like hivemind's num_replicas (5); 3 is enough on swarms of tens to thousands. */
+const REPLICAS = 3
+const CLOSEST_CACHE_MS = 5_000
+
+export interface RendezvousOptions {
+  readonly requestTimeoutMs: number
+  readonly now?: () => number
+  readonly log?: (msg: string) => void
+}
+
+/**
+ * hivemind's DHT dictionary values on top of js-libp2p's Kademlia: kad-dht finds the peers
+ * closest to a key, and this small protocol stores (peer -> expiring entry) dictionaries on them.
+ * js kad-dht keeps one record per key and cannot merge per-subkey expirations, which matchmaking
+ * needs (many peers declaring under one group key, each with its own expiration).
+ */
+export class Rendezvous {
+  readonly store = new DictionaryStore()
+  private readonly closestCache = new Map<string, { peers: PeerId[], at: number }>()
+  private readonly now: () => number
+  private pruneTimer: NodeJS.Timeout | undefined
+
+  constructor (private readonly node: SwarmNode, private readonly options: RendezvousOptions) {
+    this.now = options.now ?? (() => Date.now() / 1000)
+  }
+
+  async start (): Promise<void> {
+    await handleUnary(this.node, RENDEZVOUS_PROTOCOL, async (bytes, from) => await this.serve(bytes, from), {
+      maxRequestBytes: MAX_REQUEST_BYTES,
+      timeoutMs: this.options.requestTimeoutMs,
+      maxInboundStreams: 256
+    })
+    this.pruneTimer = setInterval(() => { this.store.prune(this.now()) }, 10_000)
+    this.pruneTimer.unref()
+  }
+
+  async stop (): Promise<void> {
+    clearInterval(this.pruneTimer)
+    await this.node.unhandle(RENDEZVOUS_PROTOCOL).catch(() => {})
+  }
+
+  /** Stores our entry under the key on its replicas and returns what they hold afterwards. */
+  async declare (key: string, entry: StoredEntry): Promise<StoredEntry[]> {
+    return await this.exchange(key, entry)
+  }
+
+  async find (key: string): Promise<StoredEntry[]> {
+    return await this.exchange(key, undefined)
+  }
+
+  private async exchange (key: string, entry: StoredEntry | undefined): Promise<StoredEntry[]> {
+    const replicas = await this.replicasFor(key)
+    const request = RendezvousRequest.encode({ key, store: entry != null ? toWire(entry) : undefined })
+    const results = await Promise.allSettled(replicas.map(async (peer) => {
+      if (peer.equals(this.node.peerId)) return this.serveLocally(key, entry)
+      const bytes = await callUnary(this.node, peer, RENDEZVOUS_PROTOCOL, request, {
+        timeoutMs: this.options.requestTimeoutMs, maxFrameBytes: MAX_RESPONSE_BYTES
+      })
+      const response = RendezvousResponse.decode(bytes)
+      if (response.error !== '') throw new Error(response.error)
+      const entries: StoredEntry[] = []
+      for (const wire of response.entries) {
+        const parsed = fromWire(wire)
+        if (parsed != null) entries.push(parsed)
+      }
+      return entries
+    }))
+    const lists: StoredEntry[][] = []
+    for (const [i, result] of results.entries()) {
+      if (result.status === 'fulfilled') lists.push(result.value)
+      else {
+        this.options.log?.(`rendezvous replica ${replicas[i].toString()} failed: ${describeError(result.reason)}`)
+      }
+    }
+    return mergeEntries(lists)
+  }
+
+  private serveLocally (key: string, entry: StoredEntry | undefined): StoredEntry[] {
+    const now = this.now()
+    if (entry != null) this.store.put(key, entry, now)
+    return this.store.get(key, now)
+  }
+
+  private async serve (bytes: Uint8Array, from: PeerId): Promise<Uint8Array> {
+    const request = RendezvousRequest.decode(bytes)
+    if (request.key.length === 0 || request.key.length > 512) return RendezvousResponse.encode({ entries: [], error: 'key must be 1 to 512 characters' })
+    let entry: StoredEntry | undefined
+    if (request.store != null) {
+      const parsed = fromWire(request.store)
+      // A peer may only write its own entry: the connection authenticated who it is.
+      if (parsed == null || parsed.peerId !== from.toString()) {
+        return RendezvousResponse.encode({ entries: [], error: 'an entry must name the peer that stores it' })
+      }
+      entry = parsed
+    }
+    const entries = this.serveLocally(request.key, entry)
+    return RendezvousResponse.encode({ entries: entries.map(toWire) })
+  }
+
+  /**
+   * The REPLICAS peers closest to the key by Kademlia distance, ourselves included when we are
+   * among them. The local routing table answers at once (and exactly, on swarms within one
+   * k-bucket's reach); a network lookup, too slow to wait for (~1 s on loopback), refines the
+   * set in the background for later rounds on the same key.
+   */
+  private async replicasFor (key: string): Promise<PeerId[]> {
+    const keyBytes = new TextEncoder().encode(key)
+    const target = (await sha256.digest(keyBytes)).digest
+    const cached = this.closestCache.get(key)
+    if (cached == null || Date.now() - cached.at > CLOSEST_CACHE_MS) {
+      this.closestCache.set(key, { peers: cached?.peers ?? [], at: Date.now() })
+      void this.lookupClosest(key, keyBytes)
+    }
+    const table = (this.node.services.dht as unknown as { routingTable?: { closestPeers: (id: Uint8Array, o: { count: number }) => PeerId[] } }).routingTable
+    const candidates: PeerId[] = [this.node.peerId, ...(table?.closestPeers(target, { count: REPLICAS * 2 }) ?? []), ...(cached?.peers ?? [])]
+    const scored = await Promise.all(candidates.map(async (peer) => ({ peer, id: (await sha256.digest(peer.toMultihash().bytes)).digest })))
+    scored.sort((a, b) => compareXor(a.id, b.id, target))
+    const unique: PeerId[] = []
+    for (const { peer } of scored) {
+      if (!unique.some(p => p.equals(peer))) unique.push(peer)
+      if (unique.length === REPLICAS) break
+    }
+    return unique
+  }
+
+  private async lookupClosest (key: string, keyBytes: Uint8Array): Promise<void> {
+    const found: PeerId[] = []
+    try {
+      for await (const info of this.node.peerRouting.getClosestPeers(keyBytes, { signal: AbortSignal.timeout(30_000) })) found.push(info.id)
+      this.closestCache.set(key, { peers: found, at: Date.now() })
+    } catch (err) {
+      this.options.log?.(`closest-peer lookup for ${key} failed: ${describeError(err)}`)
+    }
+  }
+}
+
+function compareXor (a: Uint8Array, b: Uint8Array, target: Uint8Array): number {
+  for (let i = 0; i < target.length; i++) {
+    const da = a[i] ^ target[i]
+    const db = b[i] ^ target[i]
+    if (da !== db) return da - db
+  }
+  return 0
+}
+
+function toWire (entry: StoredEntry): RendezvousEntry {
+  return {
+    peerId: peerIdToBytes(entry.peerId),
+    expiration: entry.expiration,
+    looking: entry.looking,
+    priority: entry.priority,
+    addrs: entry.addrs.slice(0, 16) as Array<Uint8Array<ArrayBuffer>>
+  }
+}
+
+function fromWire (wire: RendezvousEntry): StoredEntry | null {
+  if (!Number.isFinite(wire.expiration) || !Number.isFinite(wire.priority)) return null
+  try {
+    const peer = peerIdFromBytes(wire.peerId)
+    return { peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs: wire.addrs.slice(0, 16) }
+  } catch {
+    return null
+  }
+}

@@ -1,0 +1,86 @@
+import { multiaddr } from '@multiformats/multiaddr'
+import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
+import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type NamedTensor } from '../../agent/averager.js'
+
+export interface SwarmFixture {
+  readonly nodes: SwarmNode[]
+  readonly averagers: DecentralizedAverager[]
+  stop(): Promise<void>
+}
+
+export interface SwarmFixtureOptions {
+  readonly tensors: (index: number) => NamedTensor[]
+  readonly config?: (index: number) => Partial<AveragerConfig>
+  readonly prefix?: string
+}
+
+/** n real libp2p nodes on loopback TCP, bootstrapped off the first, each with an averager. */
+export async function startSwarm (n: number, options: SwarmFixtureOptions): Promise<SwarmFixture> {
+  const nodes: SwarmNode[] = []
+  const averagers: DecentralizedAverager[] = []
+  const stop = async (): Promise<void> => {
+    await Promise.allSettled(averagers.map(async a => { await a.shutdown() }))
+    await Promise.allSettled(nodes.map(async node => { await node.stop() }))
+  }
+  try {
+    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
+    const first = nodes[0].getMultiaddrs()[0]
+    await Promise.all(nodes.slice(1).map(async node => { await node.dial(multiaddr(first.toString())) }))
+    await waitForRoutingTables(nodes)
+    for (let i = 0; i < n; i++) {
+      const config: AveragerConfig = {
+        ...DEFAULT_AVERAGER_CONFIG,
+        prefix: options.prefix ?? 'test',
+        averagingExpiration: 3,
+        requestTimeout: 1.5,
+        allreduceTimeout: 30,
+        ...options.config?.(i)
+      }
+      const log = process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
+      averagers.push(await DecentralizedAverager.create(nodes[i], options.tensors(i), config, { log }))
+    }
+    return { nodes, averagers, stop }
+  } catch (err) {
+    await stop()
+    throw err
+  }
+}
+
+async function waitForRoutingTables (nodes: SwarmNode[]): Promise<void> {
+  const deadline = Date.now() + 15_000
+  while (Date.now() < deadline) {
+    const sizes = await Promise.all(nodes.map(async n => (await n.services.dht.getMode()) === 'server' ? n.getPeers().length : 0))
+    if (sizes.every(s => s > 0)) return
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
+  throw new Error('nodes did not connect to each other within 15 s')
+}
+
+/** Values that differ per peer and per element, so a wrong span or offset shows. */
+export function fill (length: number, seed: number): Float32Array {
+  const out = new Float32Array(length)
+  let x = (seed * 2654435761) >>> 0
+  for (let i = 0; i < length; i++) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0
+    out[i] = (x / 4294967296) * 10 - 5 + seed
+  }
+  return out
+}
+
+export function weightedMean (arrays: readonly Float32Array[], weights: readonly number[]): Float64Array {
+  const out = new Float64Array(arrays[0].length)
+  const total = weights.reduce((a, b) => a + b, 0)
+  for (let p = 0; p < arrays.length; p++) {
+    if (weights[p] === 0) continue
+    const a = arrays[p]
+    for (let i = 0; i < out.length; i++) out[i] += weights[p] * a[i]
+  }
+  for (let i = 0; i < out.length; i++) out[i] /= total
+  return out
+}
+
+export function maxAbsDiff (a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let m = 0
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]))
+  return m
+}

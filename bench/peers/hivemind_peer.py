@@ -2,9 +2,13 @@
 
 Rank 0 starts the first DHT and registers its multiaddr; the others join through it. Every rank
 runs one DecentralizedAverager with target_group_size = min_group_size = world, the runner's part
-size and compression, hivemind's defaults otherwise. One round = one step(). Matchmaking is timed
-from step() until the step's stage leaves LOOKING_FOR_GROUP (polled from its shared memory).
+size and compression, allreduce_timeout = BENCH_ALLREDUCE_TIMEOUT (default 60 s, our design's
+default; hivemind's own default waits forever), hivemind's defaults otherwise. One round = one
+step(). Matchmaking is timed from step() until the step's stage leaves LOOKING_FOR_GROUP (polled
+from its shared memory). A round that has not finished after twice the all-reduce timeout plus a
+minute is reported as a failure naming the stage it was stuck in, never waited on forever.
 """
+import os
 import time
 
 import bench_peer
@@ -30,8 +34,7 @@ class HivemindPeer:
         import torch
         import hivemind
         self.torch, self.hivemind, self.env = torch, hivemind, env
-        self.initial = bench_peer.initial_tensor(torch, env.rank, env.elements)
-        self.expected = bench_peer.expected_mean(torch, env.world, env.elements)
+        self.allreduce_timeout = float(os.environ.get("BENCH_ALLREDUCE_TIMEOUT", "60"))
         self.dht = None
         self.address = ""
         if env.rank == 0:
@@ -42,36 +45,43 @@ class HivemindPeer:
         if self.dht is None:
             self.dht = self.hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=[addrs[0]])
         self.averager = self.hivemind.averaging.DecentralizedAverager(
-            [self.initial.clone()], dht=self.dht, prefix=PREFIX, start=True,
+            [self.torch.zeros(self.env.elements, dtype=self.torch.float32)], dht=self.dht, prefix=PREFIX, start=True,
             target_group_size=self.env.world, min_group_size=self.env.world,
-            part_size_bytes=self.env.part_bytes, compression=compression_for(self.env.compression))
+            part_size_bytes=self.env.part_bytes, compression=compression_for(self.env.compression),
+            allreduce_timeout=self.allreduce_timeout)
 
     def prepare(self, round_index: int) -> None:
         with self.averager.get_tensors() as tensors:
-            tensors[0].copy_(self.initial)
+            bench_peer.fill_initial(self.torch, tensors[0], self.env.rank)
 
     def all_reduce(self, round_index: int):
         from hivemind.averaging.control import AveragingStage
         started = time.perf_counter()
-        control = self.averager.step(wait=False, timeout=300)
+        limit = 2 * self.allreduce_timeout + 60
+        control = self.averager.step(wait=False, timeout=self.allreduce_timeout)
         matchmaking_ms = None
-        while not control.done():
+        while not control.done() and time.perf_counter() - started < limit:
             if control.stage not in (AveragingStage.IDLE, AveragingStage.LOOKING_FOR_GROUP):
                 matchmaking_ms = (time.perf_counter() - started) * 1000
                 break
             time.sleep(0.0005)
-        group = control.result()
+        try:
+            group = control.result(timeout=max(0.0, limit - (time.perf_counter() - started)))
+        except TimeoutError:
+            raise RuntimeError(f"round {round_index}: hivemind's step did not finish within {limit:.0f} s "
+                               f"(stuck in stage {control.stage.name})") from None
         if group is None:
             raise RuntimeError(f"round {round_index}: hivemind's step found no group")
         return matchmaking_ms
 
     def check(self):
         with self.averager.get_tensors() as tensors:
-            return bench_peer.max_abs_error(self.torch, tensors[0], self.expected)
+            return bench_peer.max_abs_error(self.torch, tensors[0], self.env.world)
 
     def note(self):
         return (f"hivemind {self.hivemind.__version__}, torch {self.torch.__version__}, part {self.env.part_bytes} B, "
-                f"compression {self.env.compression}, min_matchmaking_time 5 s (default)")
+                f"compression {self.env.compression}, allreduce_timeout {self.allreduce_timeout:.0f} s, "
+                f"min_matchmaking_time 5 s (default)")
 
     def close(self) -> None:
         self.averager.shutdown()

@@ -24,7 +24,12 @@ async function sendAll (stream: Stream, payload: Uint8Array): Promise<void> {
   for (let offset = 0; offset < payload.length; offset += CHUNK) {
     stream.send(payload.subarray(offset, Math.min(offset + CHUNK, payload.length)))
     // 'drain' fires on every window update, so bound the buffer ourselves (see shared/reference/js-libp2p.md §2.4).
-    while (stream.writeBufferLength > HIGH_WATER) await stream.onDrain()
+    // onDrain() resolves at once whenever the muxer is not blocked, even with a full buffer: yield to
+    // I/O after it, or this loop spins on microtasks and the socket never moves a byte.
+    while (stream.writeBufferLength > HIGH_WATER && stream.status === 'open') {
+      await stream.onDrain()
+      await new Promise((resolve) => setImmediate(resolve))
+    }
   }
   await stream.close()
 }

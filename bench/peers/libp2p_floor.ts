@@ -20,16 +20,28 @@ const CHUNK = 1024 * 1024
 const HIGH_WATER = 4 * 1024 * 1024
 const MiB = 1024 * 1024
 
+/**
+ * Waits until the stream's write buffer is below the high-water mark. Not `await stream.onDrain()`:
+ * in @libp2p/utils 7.4.1 its promise is created once and never cleared, so after the first drain it
+ * resolves at once forever and a high-water loop around it spins on microtasks, starving the socket
+ * (the 25M floor hung that way). 'drain' fires on every yamux window update.
+ */
+async function belowHighWater (stream: Stream): Promise<void> {
+  while (stream.writeBufferLength > HIGH_WATER && stream.status === 'open') {
+    await new Promise<void>((resolve) => {
+      const wake = (): void => {
+        for (const name of ['drain', 'idle', 'close'] as const) stream.removeEventListener(name, wake)
+        resolve()
+      }
+      for (const name of ['drain', 'idle', 'close'] as const) stream.addEventListener(name, wake)
+    })
+  }
+}
+
 async function sendAll (stream: Stream, payload: Uint8Array): Promise<void> {
   for (let offset = 0; offset < payload.length; offset += CHUNK) {
     stream.send(payload.subarray(offset, Math.min(offset + CHUNK, payload.length)))
-    // 'drain' fires on every window update, so bound the buffer ourselves (see shared/reference/js-libp2p.md §2.4).
-    // onDrain() resolves at once whenever the muxer is not blocked, even with a full buffer: yield to
-    // I/O after it, or this loop spins on microtasks and the socket never moves a byte.
-    while (stream.writeBufferLength > HIGH_WATER && stream.status === 'open') {
-      await stream.onDrain()
-      await new Promise((resolve) => setImmediate(resolve))
-    }
+    await belowHighWater(stream)
   }
   await stream.close()
 }

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { Resolver } from 'node:dns/promises'
 import { AppsV1Api, CoreV1Api, type V1Pod, type V1StatefulSet } from '@kubernetes/client-node'
-import { startCluster, controlPlaneBuilt, waitFor, GPU_RESOURCE, type Cluster } from '../harness/index.js'
+import { startCluster, controlPlaneBuilt, waitFor, binary, GPU_RESOURCE, type Cluster } from '../harness/index.js'
 
 const notBuilt = controlPlaneBuilt() ? false : 'the control plane is not built: run `npm run cluster:build`'
 const NS = 'proof'
@@ -184,6 +184,23 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
     assert.equal(pod.status?.phase, 'Succeeded')
     const log = readFileSync(cluster.containerLogFile(NS, 'reader', 'c') ?? '', 'utf8')
     assert.match(log, new RegExp(`file=secret-psk-bytes env=secret-psk-bytes cm=demo-prefix ip=${(pod.status?.podIP ?? '').replace(/\./g, '\\.')} dns=${cluster.dnsAddress}`))
+  })
+
+  it('gives a pod its ServiceAccount identity through KUBECONFIG', async () => {
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: {
+        metadata: { name: 'whoami' },
+        spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'kubectl', command: [binary('kubectl'), 'auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}'] }] }
+      }
+    })
+    const pod = await waitFor('pod whoami to finish', async () => {
+      const p = await core.readNamespacedPod({ namespace: NS, name: 'whoami' })
+      return p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed' ? p : undefined
+    }, 30_000)
+    const log = readFileSync(cluster.containerLogFile(NS, 'whoami', 'c') ?? '', 'utf8')
+    assert.equal(pod.status?.phase, 'Succeeded', log)
+    assert.match(log, new RegExp(`system:serviceaccount:${NS}:default`))
   })
 
   it('restarts a container whose liveness probe fails', async () => {

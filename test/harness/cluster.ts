@@ -17,6 +17,7 @@ import type { ImageTable } from './kubelet/images.js'
 import type { Backoff } from './kubelet/container.js'
 import { startKwok, type Kwok } from './kwok.js'
 import { onTeardown } from './cleanup.js'
+import { watchDir, unwatchDir } from './reaper.js'
 import { binary } from './paths.js'
 import { sleep } from './time.js'
 
@@ -114,20 +115,24 @@ export async function startCluster (options: ClusterOptions = {}): Promise<Clust
   mkdirSync(dir, { recursive: true })
   const keepDir = options.keepDir ?? process.env.AVS_KEEP_CLUSTER === '1'
   const block = claimAddressBlock()
+  if (!keepDir) watchDir(dir)
   let controlPlane: ControlPlane | undefined
   let dns: DnsServer | undefined
   let kubelet: TestKubelet | undefined
   let kwok: Kwok | undefined
-  let stopped = false
+  let stopping: Promise<void> | undefined
+  // One shared promise: a signal arriving during a normal stop() waits for it instead of racing it.
   const stop = async (): Promise<void> => {
-    if (stopped) return
-    stopped = true
-    await kubelet?.stop()
-    await kwok?.stop()
-    await dns?.stop()
-    await controlPlane?.stop()
-    block.release()
-    if (!keepDir) rmSync(dir, { recursive: true, force: true })
+    stopping ??= (async () => {
+      await kubelet?.stop()
+      await kwok?.stop()
+      await dns?.stop()
+      await controlPlane?.stop()
+      block.release()
+      if (!keepDir) rmSync(dir, { recursive: true, force: true })
+      unwatchDir(dir)
+    })()
+    await stopping
   }
   const unregister = onTeardown(stop)
   try {
@@ -185,11 +190,11 @@ export async function startCluster (options: ClusterOptions = {}): Promise<Clust
         await core.createNamespace({ body: { metadata: { name, labels } } })
         await waitForServiceAccount(core, name, 30_000)
       },
-      stop: async () => { unregister(); await stop() }
+      stop: async () => { await stop(); unregister() }
     }
   } catch (error) {
-    unregister()
     await stop()
+    unregister()
     throw error
   }
 }

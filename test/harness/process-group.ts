@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { openSync, closeSync } from 'node:fs'
 import { onTeardown } from './cleanup.js'
+import { watchGroup, unwatchGroup } from './reaper.js'
 
 export interface GroupProcessOptions {
   readonly command: string
@@ -49,6 +50,13 @@ export function startGroupProcess (options: GroupProcessOptions): GroupProcess {
     child.once('error', () => { done = true; resolve({ code: 127, signal: null }) })
   })
   const pid = child.pid ?? -1
+  watchGroup(pid)
+  // Like a container's cgroup: when the leader exits, whatever it left in its group dies too.
+  void exited.then(() => {
+    if (pid <= 0) return
+    try { process.kill(-pid, 'SIGKILL') } catch {}
+    unwatchGroup(pid)
+  })
   const signal = (sig: NodeJS.Signals): void => {
     if (done || pid <= 0) return
     try { process.kill(-pid, sig) } catch {}
@@ -60,6 +68,7 @@ export function startGroupProcess (options: GroupProcessOptions): GroupProcess {
     clearTimeout(timer)
     // Grandchildren that ignored SIGTERM keep the group alive after the leader exits.
     try { process.kill(-pid, 'SIGKILL') } catch {}
+    unwatchGroup(pid)
     return exit
   }
   if (options.registerTeardown !== false) {

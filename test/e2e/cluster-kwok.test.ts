@@ -1,0 +1,55 @@
+/**
+ * kwok scale proof: 50 pods on kwok-managed fake GPU nodes become Running, scheduled by the real
+ * scheduler, without a single local process.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { AppsV1Api, CoreV1Api } from '@kubernetes/client-node'
+import { startCluster, controlPlaneBuilt, waitFor, GPU_RESOURCE, type Cluster } from '../harness/index.js'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+import { binDir } from '../harness/paths.js'
+
+const notBuilt = controlPlaneBuilt() && existsSync(join(binDir(), 'kwok')) ? false : 'the control plane or kwok is not built: run `npm run cluster:build`'
+
+describe('test cluster with kwok nodes', { skip: notBuilt, timeout: 240_000 }, () => {
+  let cluster: Cluster
+
+  before(async () => {
+    cluster = await startCluster({ gpuNodes: 0, cpuNodes: 0, kwokNodes: 7, kwokGpusPerNode: 8 })
+  }, { timeout: 180_000 })
+
+  after(async () => { await cluster?.stop() })
+
+  it('runs 50 one-GPU pods on kwok nodes', async () => {
+    const apps = cluster.kc.makeApiClient(AppsV1Api)
+    const core = cluster.kc.makeApiClient(CoreV1Api)
+    await apps.createNamespacedDeployment({
+      namespace: 'default',
+      body: {
+        metadata: { name: 'scale' },
+        spec: {
+          replicas: 50,
+          selector: { matchLabels: { app: 'scale' } },
+          template: {
+            metadata: { labels: { app: 'scale' } },
+            spec: {
+              tolerations: [{ key: GPU_RESOURCE, operator: 'Exists', effect: 'NoSchedule' }],
+              containers: [{ name: 'c', image: 'averaging-swarm/agent:test', resources: { limits: { [GPU_RESOURCE]: '1' } } }]
+            }
+          }
+        }
+      }
+    })
+    const pods = await waitFor('50 Running pods', async () => {
+      const items = (await core.listNamespacedPod({ namespace: 'default', labelSelector: 'app=scale' })).items
+      const running = items.filter((p) => p.status?.phase === 'Running')
+      return running.length === 50 ? running : undefined
+    }, 120_000, 500)
+    assert.ok(pods.every((p) => cluster.kwokNodeNames.includes(p.spec?.nodeName ?? '')))
+    // 7 nodes x 8 GPUs = 56: the scheduler must have spread them, never past a node's GPUs.
+    const perNode = new Map<string, number>()
+    for (const p of pods) perNode.set(p.spec?.nodeName ?? '', (perNode.get(p.spec?.nodeName ?? '') ?? 0) + 1)
+    assert.ok([...perNode.values()].every((n) => n <= 8))
+  })
+})

@@ -15,7 +15,8 @@ mkdir -p "$BIN"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0
 # Build flags: static, reproducible paths, stripped; upstream's tags (hack/lib/golang.sh).
-export GOFLAGS="-trimpath -mod=mod -buildvcs=false"
+# -mod=readonly: the committed go.sum is authoritative; a build never rewrites go.mod or go.sum.
+export GOFLAGS="-trimpath -mod=readonly -buildvcs=false"
 TAGS="selinux,notest,grpcnotrace"
 MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
 PKG=k8s.io/component-base/version

@@ -27,6 +27,7 @@ interface Options {
   partBytes: string
   compression: string
   timeout: string
+  groupSize?: string
   out?: string
   logs: string
 }
@@ -47,14 +48,15 @@ function killTree (child: ChildProcess): void {
   try { process.kill(-child.pid, 'SIGKILL') } catch { /* already gone */ }
 }
 
-async function runOne (spec: ImplSpec, peers: number, elements: number, o: {
+async function runOne (spec: ImplSpec, peers: number, groupSize: number, elements: number, o: {
   rounds: number, warmup: number, partBytes: number, compression: string, timeoutS: number, logDir: string
 }): Promise<RunOutcome> {
-  const base = { impl: spec.name, peers, elements }
+  const base = { impl: spec.name, peers, groupSize, elements }
   const missing = missingPart(spec, ROOT)
   if (missing != null) return { ...base, status: 'missing', message: missing, results: [] }
+  if (groupSize !== peers && !spec.groups) return { ...base, status: 'skipped', message: 'averages all peers at once, no groups', results: [] }
 
-  const label = `${spec.name} ${peers} peers × ${formatElements(elements)}`
+  const label = `${spec.name} ${peers} peers${groupSize !== peers ? ` in groups of ${groupSize}` : ''} × ${formatElements(elements)}`
   const total = o.warmup + o.rounds
   const coordinator = new Coordinator(peers, (line) => progress(`${label}: ${line.replace(/^round-(\d+) open$/, (_m, k: string) => `round ${Number(k) + 1}/${total} ${Number(k) < o.warmup ? '(warm-up) ' : ''}started`)}`))
   const coord = await coordinator.start()
@@ -75,7 +77,7 @@ async function runOne (spec: ImplSpec, peers: number, elements: number, o: {
       env: {
         ...process.env,
         ...spec.env,
-        ...envFor({ rank, world: peers, elements, rounds: o.rounds, warmup: o.warmup, partBytes: o.partBytes, compression: o.compression, coord }),
+        ...envFor({ rank, world: peers, groupSize, elements, rounds: o.rounds, warmup: o.warmup, partBytes: o.partBytes, compression: o.compression, coord }),
         PYTHONUNBUFFERED: '1'
       }
     })
@@ -126,6 +128,7 @@ async function main (): Promise<void> {
     .option('--elements <list>', 'float32 elements per peer, comma-separated (25M, 1000000, ...)', '1M,25M')
     .option('--rounds <n>', 'measured rounds (median is reported)', '5')
     .option('--warmup <n>', 'warm-up rounds, not measured', '1')
+    .option('--group-size <n>', 'peers per averaging group (default: all peers in one group); only for implementations that form groups')
     .option('--part-bytes <n>', 'part size in bytes for implementations that stream parts', '65536')
     .option('--compression <name>', 'none | float16 | uniform8bit | blockwise8bit (implementations that cannot compress say so)', 'none')
     .option('--timeout <s>', 'seconds one run (one impl, peer count, size) may take before it is ended', '300')
@@ -151,7 +154,9 @@ async function main (): Promise<void> {
   const runs: RunOutcome[] = []
   for (const peers of peerCounts) {
     for (const elements of sizes) {
-      for (const spec of specs) runs.push(await runOne(spec, peers, elements, settings))
+      const groupSize = o.groupSize != null ? positiveInt(o.groupSize, '--group-size') : peers
+      if (groupSize < 2 || groupSize > peers || peers % groupSize !== 0) throw new Error(`--group-size must divide the peer count ${peers} and be at least 2, got ${groupSize}`)
+      for (const spec of specs) runs.push(await runOne(spec, peers, groupSize, elements, settings))
     }
   }
 

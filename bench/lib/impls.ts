@@ -7,6 +7,8 @@ export interface ImplSpec {
   readonly description: string
   readonly command: readonly string[]
   readonly env?: Readonly<Record<string, string>>
+  /** whether it can average in groups smaller than the world (--group-size) */
+  readonly groups: boolean
   /** files that must exist, and what to run when they do not */
   readonly requires: ReadonlyArray<{ path: string, hint: string }>
 }
@@ -17,13 +19,13 @@ const needsBuild = (file: string): { path: string, hint: string } => ({ path: fi
 const needsVenv = { path: PYTHON, hint: 'npm run bench:setup' }
 
 export const IMPLS: readonly ImplSpec[] = [
-  { name: 'ours', description: "this project's averager (bench/peers/ours.ts)", command: [NODE, 'dist/bench/peers/ours.js'], requires: [needsBuild('dist/bench/peers/ours.js')] },
-  { name: 'hivemind', description: "hivemind 1.1.12 DecentralizedAverager over p2pd", command: [PYTHON, 'bench/peers/hivemind_peer.py'], requires: [needsVenv] },
-  { name: 'gloo', description: 'torch.distributed all_reduce, gloo backend (unencrypted)', command: [PYTHON, 'bench/peers/gloo_peer.py'], requires: [needsVenv] },
-  { name: 'tcp', description: 'ceiling: all-reduce traffic over raw TCP sockets', command: [NODE, 'dist/bench/peers/tcp_ceiling.js'], requires: [needsBuild('dist/bench/peers/tcp_ceiling.js')] },
-  { name: 'tls', description: 'floor: all-reduce traffic over Node native TLS sockets', command: [NODE, 'dist/bench/peers/tls_floor.js'], requires: [needsBuild('dist/bench/peers/tls_floor.js')] },
-  { name: 'libp2p-tls', description: 'floor: all-reduce traffic over libp2p TCP + TLS + yamux', command: [NODE, 'dist/bench/peers/libp2p_floor.js'], env: { BENCH_LIBP2P_ENCRYPTER: 'tls' }, requires: [needsBuild('dist/bench/peers/libp2p_floor.js')] },
-  { name: 'libp2p-noise', description: 'floor: all-reduce traffic over libp2p TCP + Noise + yamux', command: [NODE, 'dist/bench/peers/libp2p_floor.js'], env: { BENCH_LIBP2P_ENCRYPTER: 'noise' }, requires: [needsBuild('dist/bench/peers/libp2p_floor.js')] }
+  { name: 'ours', groups: true, description: "this project's averager (bench/peers/ours.ts)", command: [NODE, 'dist/bench/peers/ours.js'], requires: [needsBuild('dist/bench/peers/ours.js')] },
+  { name: 'hivemind', groups: true, description: "hivemind 1.1.12 DecentralizedAverager over p2pd", command: [PYTHON, 'bench/peers/hivemind_peer.py'], requires: [needsVenv] },
+  { name: 'gloo', groups: false, description: 'torch.distributed all_reduce, gloo backend (unencrypted)', command: [PYTHON, 'bench/peers/gloo_peer.py'], requires: [needsVenv] },
+  { name: 'tcp', groups: false, description: 'ceiling: all-reduce traffic over raw TCP sockets', command: [NODE, 'dist/bench/peers/tcp_ceiling.js'], requires: [needsBuild('dist/bench/peers/tcp_ceiling.js')] },
+  { name: 'tls', groups: false, description: 'floor: all-reduce traffic over Node native TLS sockets', command: [NODE, 'dist/bench/peers/tls_floor.js'], requires: [needsBuild('dist/bench/peers/tls_floor.js')] },
+  { name: 'libp2p-tls', groups: false, description: 'floor: all-reduce traffic over libp2p TCP + TLS + yamux', command: [NODE, 'dist/bench/peers/libp2p_floor.js'], env: { BENCH_LIBP2P_ENCRYPTER: 'tls' }, requires: [needsBuild('dist/bench/peers/libp2p_floor.js')] },
+  { name: 'libp2p-noise', groups: false, description: 'floor: all-reduce traffic over libp2p TCP + Noise + yamux', command: [NODE, 'dist/bench/peers/libp2p_floor.js'], env: { BENCH_LIBP2P_ENCRYPTER: 'noise' }, requires: [needsBuild('dist/bench/peers/libp2p_floor.js')] }
 ]
 
 export function implNamed (name: string): ImplSpec {

@@ -8,6 +8,8 @@
 export interface PeerEnv {
   readonly rank: number
   readonly world: number
+  /** peers per averaging group (hivemind's target_group_size = min_group_size); equal to world unless set. */
+  readonly groupSize: number
   /** float32 elements in each peer's tensor. */
   readonly elements: number
   /** measured rounds, after the warm-up rounds. */
@@ -43,6 +45,7 @@ export interface PeerResult {
 export const ENV = {
   rank: 'BENCH_RANK',
   world: 'BENCH_WORLD',
+  groupSize: 'BENCH_GROUP_SIZE',
   elements: 'BENCH_ELEMENTS',
   rounds: 'BENCH_ROUNDS',
   warmup: 'BENCH_WARMUP',
@@ -65,9 +68,11 @@ function intFrom (env: NodeJS.ProcessEnv, name: string, fallback?: number): numb
 export function peerEnvFrom (env: NodeJS.ProcessEnv = process.env): PeerEnv {
   const coord = env[ENV.coord]
   if (coord == null || coord === '') throw new Error(`environment variable ${ENV.coord} is required (this program is started by bench/allreduce.ts)`)
+  const world = intFrom(env, ENV.world)
   return {
     rank: intFrom(env, ENV.rank),
-    world: intFrom(env, ENV.world),
+    world,
+    groupSize: intFrom(env, ENV.groupSize, world),
     elements: intFrom(env, ENV.elements),
     rounds: intFrom(env, ENV.rounds),
     warmup: intFrom(env, ENV.warmup, 1),
@@ -81,6 +86,7 @@ export function envFor (p: PeerEnv): Record<string, string> {
   return {
     [ENV.rank]: String(p.rank),
     [ENV.world]: String(p.world),
+    [ENV.groupSize]: String(p.groupSize),
     [ENV.elements]: String(p.elements),
     [ENV.rounds]: String(p.rounds),
     [ENV.warmup]: String(p.warmup),
@@ -103,14 +109,21 @@ export function expectedMean (world: number, index: number): number {
   return (world + 1) / 2 + (index % 1024) / 1024
 }
 
+/** The exact mean of element `index` over the peers of the given ranks (a group smaller than the world). */
+export function expectedGroupMean (ranks: readonly number[], index: number): number {
+  return ranks.reduce((sum, r) => sum + r + 1, 0) / ranks.length + (index % 1024) / 1024
+}
+
 export function fillTensor (tensor: Float32Array, rank: number): void {
   for (let i = 0; i < tensor.length; i++) tensor[i] = initialValue(rank, i)
 }
 
-export function maxAbsErrorOf (tensor: Float32Array, world: number): number {
+/** Largest |tensor - exact mean| over the whole world, or over the given group's ranks. */
+export function maxAbsErrorOf (tensor: Float32Array, world: number, groupRanks?: readonly number[]): number {
+  const offset = groupRanks == null ? (world + 1) / 2 : groupRanks.reduce((sum, r) => sum + r + 1, 0) / groupRanks.length
   let worst = 0
   for (let i = 0; i < tensor.length; i++) {
-    const error = Math.abs(tensor[i] - expectedMean(world, i))
+    const error = Math.abs(tensor[i] - (offset + (i % 1024) / 1024))
     if (Number.isNaN(error)) return Number.POSITIVE_INFINITY // a NaN is the worst answer there is
     if (error > worst) worst = error
   }

@@ -1,12 +1,14 @@
 /** Pure arithmetic and formatting of the benchmark table: results in, markdown out. */
 import type { PeerResult } from './protocol.js'
 
-export type RunStatus = 'ok' | 'missing' | 'failed' | 'timeout'
+export type RunStatus = 'ok' | 'missing' | 'skipped' | 'failed' | 'timeout'
 
 /** One (implementation, peers, elements) run as the runner saw it. */
 export interface RunOutcome {
   readonly impl: string
   readonly peers: number
+  /** peers per averaging group; equal to peers for one all-reduce over everyone */
+  readonly groupSize: number
   readonly elements: number
   readonly status: RunStatus
   /** why a run is not ok, one sentence per failing peer */
@@ -23,7 +25,7 @@ export interface RunStats {
   readonly allReduceMs: number
   /** nccl-tests: bytes per peer / all-reduce time */
   readonly algbwMiBs: number
-  /** nccl-tests: algbw · 2(n-1)/n */
+  /** nccl-tests: algbw · 2(n-1)/n, n = the group size */
   readonly busbwMiBs: number
   readonly cpuSecondsPerRound: number
   readonly peakRssMiB: number
@@ -67,7 +69,7 @@ export function statsOf (run: RunOutcome): RunStats | null {
     matchmakingMs: matchmaking != null ? median(matchmaking) : null,
     allReduceMs,
     algbwMiBs,
-    busbwMiBs: algbwMiBs * 2 * (run.peers - 1) / run.peers,
+    busbwMiBs: algbwMiBs * 2 * (run.groupSize - 1) / run.groupSize,
     cpuSecondsPerRound: results.reduce((sum, r) => sum + r.cpuSeconds / Math.max(1, r.roundsMs.length), 0) / results.length,
     peakRssMiB: Math.max(...results.map((r) => r.peakRssBytes)) / MiB,
     maxAbsError: errors.length > 0 ? Math.max(...errors) : null
@@ -100,15 +102,15 @@ function formatError (value: number | null): string {
 
 export function resultsTable (runs: readonly RunOutcome[]): string {
   const lines = [
-    '| impl | peers | elements | round ms | matchmaking ms | all-reduce ms | algbw MiB/s | busbw MiB/s | CPU s/round/peer | peak RSS MiB/peer | max abs error | status |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
+    '| impl | peers | group | elements | round ms | matchmaking ms | all-reduce ms | algbw MiB/s | busbw MiB/s | CPU s/round/peer | peak RSS MiB/peer | max abs error | status |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
   ]
   for (const run of runs) {
     const s = statsOf(run)
     const status = run.status === 'ok' ? 'ok' : `${run.status}: ${run.message ?? ''}`.replace(/\|/g, '/').replace(/\n/g, ' ')
     lines.push(s == null
-      ? `| ${run.impl} | ${run.peers} | ${formatElements(run.elements)} | – | – | – | – | – | – | – | – | ${status} |`
-      : `| ${run.impl} | ${run.peers} | ${formatElements(run.elements)} | ${fixed(s.roundMs, 0)} | ${fixed(s.matchmakingMs, 0)} | ${fixed(s.allReduceMs, 0)} | ${fixed(s.algbwMiBs, 0)} | ${fixed(s.busbwMiBs, 0)} | ${fixed(s.cpuSecondsPerRound, 3)} | ${fixed(s.peakRssMiB, 0)} | ${formatError(s.maxAbsError)} | ${status} |`)
+      ? `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | – | – | – | – | – | – | – | – | ${status} |`
+      : `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | ${fixed(s.roundMs, 0)} | ${fixed(s.matchmakingMs, 0)} | ${fixed(s.allReduceMs, 0)} | ${fixed(s.algbwMiBs, 0)} | ${fixed(s.busbwMiBs, 0)} | ${fixed(s.cpuSecondsPerRound, 3)} | ${fixed(s.peakRssMiB, 0)} | ${formatError(s.maxAbsError)} | ${status} |`)
   }
   return lines.join('\n')
 }
@@ -125,17 +127,17 @@ export function ratioTable (runs: readonly RunOutcome[]): string | null {
   const ours = runs.filter((r) => isOurs(r.impl) && statsOf(r) != null)
   if (ours.length === 0 || others.length === 0) return null
   const lines = [
-    `| ours | peers | elements | ${others.map((o) => `÷ ${o}`).join(' | ')} |`,
-    `|---|---:|---:|${others.map(() => '---:').join('|')}|`
+    `| ours | peers | group | elements | ${others.map((o) => `÷ ${o}`).join(' | ')} |`,
+    `|---|---:|---:|---:|${others.map(() => '---:').join('|')}|`
   ]
   for (const run of ours) {
     const mine = statsOf(run)!
     const cells = others.map((other) => {
-      const theirs = runs.find((r) => r.impl === other && r.peers === run.peers && r.elements === run.elements)
+      const theirs = runs.find((r) => r.impl === other && r.peers === run.peers && r.groupSize === run.groupSize && r.elements === run.elements)
       const s = theirs != null ? statsOf(theirs) : null
       return s == null ? '–' : `${(mine.allReduceMs / s.allReduceMs).toFixed(2)}×`
     })
-    lines.push(`| ${run.impl} | ${run.peers} | ${formatElements(run.elements)} | ${cells.join(' | ')} |`)
+    lines.push(`| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | ${cells.join(' | ')} |`)
   }
   return lines.join('\n')
 }

@@ -3,6 +3,30 @@ import type { PeerEnv } from './protocol.js'
 import type { BenchPeer } from './peer-client.js'
 import { pairBytes, RoundReceiver } from './all-to-all.js'
 
+const CHUNK = Number(process.env.BENCH_SOCKET_CHUNK ?? 1024 * 1024)
+
+/**
+ * Writes in 1 MiB pieces and waits for 'drain' when the socket's buffer is full, so that sending
+ * interleaves with receiving on the one event loop (one 100 MB write makes TLS encrypt it all
+ * before the loop reads anything).
+ */
+async function writeAll (socket: Socket, payload: Buffer): Promise<void> {
+  for (let offset = 0; offset < payload.length; offset += CHUNK) {
+    const piece = payload.subarray(offset, Math.min(offset + CHUNK, payload.length))
+    const last = offset + CHUNK >= payload.length
+    if (last) {
+      await new Promise<void>((resolve, reject) => socket.write(piece, (err) => err == null ? resolve() : reject(err)))
+    } else if (!socket.write(piece)) {
+      await new Promise<void>((resolve, reject) => {
+        const onDrain = (): void => { socket.off('close', onClose); resolve() }
+        const onClose = (): void => { socket.off('drain', onDrain); reject(new Error('socket closed while sending')) }
+        socket.once('drain', onDrain)
+        socket.once('close', onClose)
+      })
+    }
+  }
+}
+
 /** How a floor makes its sockets: raw TCP or TLS, same traffic. */
 export interface SocketFactory {
   /** A listening server on 127.0.0.1 whose accepted sockets are handed to onSocket once usable. */
@@ -65,9 +89,7 @@ export async function createSocketFloor (env: PeerEnv, factory: SocketFactory): 
     },
     prepare () { receiver.reset(bytes * (env.world - 1)) },
     async allReduce () {
-      const sent = [...sockets.values()].map(async (socket) => await new Promise<void>((resolve, reject) => {
-        socket.write(payload, (err) => err == null ? resolve() : reject(err))
-      }))
+      const sent = [...sockets.values()].map(async (socket) => await writeAll(socket, payload))
       await Promise.all([...sent, receiver.complete])
       return undefined
     },

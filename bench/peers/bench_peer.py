@@ -23,6 +23,7 @@ class Env:
 
         self.rank = int(need("BENCH_RANK"))
         self.world = int(need("BENCH_WORLD"))
+        self.group_size = int(os.environ.get("BENCH_GROUP_SIZE") or self.world)
         self.elements = int(need("BENCH_ELEMENTS"))
         self.rounds = int(need("BENCH_ROUNDS"))
         self.warmup = int(os.environ.get("BENCH_WARMUP", "1"))
@@ -53,12 +54,14 @@ def fill_initial(torch, tensor, rank: int) -> None:
         tensor[start:start + CHUNK] = (index % 1024).to(torch.float32) / 1024 + float(rank + 1)
 
 
-def max_abs_error(torch, tensor, world: int) -> float:
-    """Largest |tensor - exact mean|; the mean of element i is (world + 1)/2 + (i mod 1024)/1024."""
+def max_abs_error(torch, tensor, world: int, group_ranks=None) -> float:
+    """Largest |tensor - exact mean|; the mean of element i over the world is (world + 1)/2 + (i mod 1024)/1024,
+    over a group of ranks R it is mean(r + 1 for r in R) + (i mod 1024)/1024."""
+    offset = (world + 1) / 2 if group_ranks is None else sum(r + 1 for r in group_ranks) / len(group_ranks)
     worst = 0.0
     for start in range(0, tensor.numel(), CHUNK):
         index = torch.arange(start, min(start + CHUNK, tensor.numel()), dtype=torch.int64)
-        expected = (index % 1024).to(torch.float32) / 1024 + (world + 1) / 2
+        expected = (index % 1024).to(torch.float32) / 1024 + offset
         error = (tensor[start:start + CHUNK] - expected).abs().max().item()
         if math.isnan(error):
             return math.inf

@@ -1,7 +1,8 @@
 """hivemind's DecentralizedAverager (butterfly all-reduce over p2pd) as a benchmark peer.
 
 Rank 0 starts the first DHT and registers its multiaddr; the others join through it. Every rank
-runs one DecentralizedAverager with target_group_size = min_group_size = world, the runner's part
+runs one DecentralizedAverager with target_group_size = min_group_size = BENCH_GROUP_SIZE (default:
+the world), the runner's part
 size and compression, allreduce_timeout = BENCH_ALLREDUCE_TIMEOUT (default 60 s, our design's
 default; hivemind's own default waits forever), hivemind's defaults otherwise. One round = one
 step(). Matchmaking is timed from step() until the step's stage leaves LOOKING_FOR_GROUP (polled
@@ -36,6 +37,7 @@ class HivemindPeer:
         self.torch, self.hivemind, self.env = torch, hivemind, env
         self.allreduce_timeout = float(os.environ.get("BENCH_ALLREDUCE_TIMEOUT", "60"))
         self.dht = None
+        self.group_ranks = None
         self.address = ""
         if env.rank == 0:
             self.dht = hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
@@ -46,7 +48,7 @@ class HivemindPeer:
             self.dht = self.hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=[addrs[0]])
         self.averager = self.hivemind.averaging.DecentralizedAverager(
             [self.torch.zeros(self.env.elements, dtype=self.torch.float32)], dht=self.dht, prefix=PREFIX, start=True,
-            target_group_size=self.env.world, min_group_size=self.env.world,
+            target_group_size=self.env.group_size, min_group_size=self.env.group_size,
             part_size_bytes=self.env.part_bytes, compression=compression_for(self.env.compression),
             allreduce_timeout=self.allreduce_timeout)
 
@@ -58,7 +60,8 @@ class HivemindPeer:
         from hivemind.averaging.control import AveragingStage
         started = time.perf_counter()
         limit = 2 * self.allreduce_timeout + 60
-        control = self.averager.step(wait=False, timeout=self.allreduce_timeout)
+        # Each member gathers its rank, so every peer knows its group's exact mean.
+        control = self.averager.step(gather=self.env.rank, wait=False, timeout=self.allreduce_timeout)
         matchmaking_ms = None
         while not control.done() and time.perf_counter() - started < limit:
             if control.stage not in (AveragingStage.IDLE, AveragingStage.LOOKING_FOR_GROUP):
@@ -72,11 +75,12 @@ class HivemindPeer:
                                f"(stuck in stage {control.stage.name})") from None
         if group is None:
             raise RuntimeError(f"round {round_index}: hivemind's step found no group")
+        self.group_ranks = sorted(int(rank) for rank in group.values())
         return matchmaking_ms
 
     def check(self):
         with self.averager.get_tensors() as tensors:
-            return bench_peer.max_abs_error(self.torch, tensors[0], self.env.world)
+            return bench_peer.max_abs_error(self.torch, tensors[0], self.env.world, self.group_ranks)
 
     def note(self):
         return (f"hivemind {self.hivemind.__version__}, torch {self.torch.__version__}, part {self.env.part_bytes} B, "

@@ -40,6 +40,7 @@ async function belowHighWater (stream: Stream): Promise<void> {
 
 async function sendAll (stream: Stream, payload: Uint8Array): Promise<void> {
   for (let offset = 0; offset < payload.length; offset += CHUNK) {
+    if (stream.status !== 'open') throw new Error(`the stream to ${stream.id} closed (${stream.status}) after ${offset} of ${payload.length} bytes`)
     stream.send(payload.subarray(offset, Math.min(offset + CHUNK, payload.length)))
     await belowHighWater(stream)
   }
@@ -60,7 +61,10 @@ await runBenchPeer(async (env) => {
       enableKeepAlive: false,
       streamOptions: { initialStreamWindowSize: 16 * MiB, maxStreamWindowSize: 64 * MiB, maxReadBufferLength: 128 * MiB }
     })],
-    connectionManager: { maxConnections: 1000, inboundConnectionThreshold: 10_000, maxIncomingPendingConnections: 256 }
+    connectionManager: { maxConnections: 1000, inboundConnectionThreshold: 10_000, maxIncomingPendingConnections: 256 },
+    // The monitor pings every 10 s and aborts the connection when a ping times out, which a
+    // saturated loaded link can make it do mid-transfer (seen at 4 peers × 25M): keep the pings, not the aborts.
+    connectionMonitor: { abortConnectionOnPingFailure: false }
   })
   await node.handle(PROTOCOL, (stream) => {
     stream.addEventListener('message', (evt) => { receiver.add(evt.data.byteLength) })

@@ -29,7 +29,7 @@ async function main (): Promise<void> {
   const metrics = new OperatorMetrics()
   rest.observer = (method, _path, code, seconds) => { metrics.requests.inc({ method, code: String(code) }); metrics.requestTime.observe({ verb: method }, seconds) }
 
-  const queue = new WorkQueue(new ExponentialBackoff(5, 300_000), metrics.queueObserver())
+  const queue = new WorkQueue(new ExponentialBackoff(50, 300_000), metrics.queueObserver())
   const podMonitors = await crdExists(rest, 'podmonitors.monitoring.coreos.com')
   const kinds: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', ...(podMonitors ? ['PodMonitor' as const] : [])]
   const informers = new Informers(kc, rest, kinds, (kind, obj) => { const k = swarmKeyOf(kind, obj); if (k !== undefined) queue.add(k) }, log, opts.watchNamespace)
@@ -43,6 +43,7 @@ async function main (): Promise<void> {
     onStatus: (s, status) => metrics.swarmStatus(s, status, informers.list('AveragingSwarm').length)
   })
 
+  metrics.leader.set({ name: opts.leaseName }, 0)
   let synced = false
   let stopping = false
   const abort = new AbortController()

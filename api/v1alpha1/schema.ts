@@ -37,7 +37,8 @@ const averaging = obj('Averaging parameters, with the meaning of hivemind\'s Dec
   period: duration('How often each agent starts an averaging round (Go duration).', DEFAULT_AVERAGING.period),
   bandwidth: num('Declared bandwidth of each agent (any unit, the same for all) that sizes its share of the reduction; unset means every agent reduces an equal share.', { minimum: 0, exclusiveMinimum: true })
 }, {
-  default: {},
+  // Object defaults are spelled out: the API server checks each default against the CEL rules.
+  default: { ...DEFAULT_AVERAGING },
   'x-kubernetes-validations': [
     { rule: 'self.minGroupSize <= self.targetGroupSize', message: 'minGroupSize must not exceed targetGroupSize', fieldPath: '.minGroupSize' },
     { rule: '!self.requestTimeout.matches(\'' + DURATION_PATTERN + '\') || !self.averagingExpiration.matches(\'' + DURATION_PATTERN + '\') || duration(self.requestTimeout) < duration(self.averagingExpiration)', message: 'requestTimeout must be shorter than averagingExpiration', fieldPath: '.requestTimeout' }
@@ -49,7 +50,7 @@ const bootstrap = obj('Bootstrap agents: agents with stable libp2p identities (k
   peers: arr('Extra bootstrap multiaddrs outside this swarm, e.g. a swarm in another cluster: /dns4/<host>/tcp/<port>/p2p/<peer id>.',
     str('A libp2p multiaddr ending in /p2p/<peer id>.', { pattern: MULTIADDR_PATTERN, maxLength: 512 }), { maxItems: 64, default: [] })
 }, {
-  default: {},
+  default: { replicas: DEFAULTS.bootstrapReplicas, peers: [] },
   'x-kubernetes-validations': [
     { rule: 'self.replicas > 0 || size(self.peers) > 0', message: 'a swarm needs at least one bootstrap agent or one entry in bootstrap.peers', fieldPath: '.replicas' }
   ]
@@ -58,7 +59,7 @@ const bootstrap = obj('Bootstrap agents: agents with stable libp2p identities (k
 const auxiliary = obj('Auxiliary agents: CPU-only helpers that take a share of the reduction but hold no tensors of their own (weight 0).', {
   replicas: int('Number of auxiliary agents.', { minimum: 0, maximum: 10000, default: DEFAULTS.auxiliaryReplicas }),
   resources: resourceRequirements('Compute resources of each auxiliary agent; GPUs are never requested for them.')
-}, { default: {} })
+}, { default: { replicas: DEFAULTS.auxiliaryReplicas } })
 
 const network = obj('libp2p networking of the agents.', {
   port: port('TCP port each agent listens on for libp2p.', DEFAULTS.p2pPort),
@@ -67,7 +68,7 @@ const network = obj('libp2p networking of the agents.', {
     key: str('Key inside the Secret that holds the pre-shared key.', { default: DEFAULTS.pskKey, pattern: '^[-._a-zA-Z0-9]+$' }),
     generate: bool('Create the Secret with a fresh random key when it does not exist; the swarm then owns it.', { default: false })
   }, { required: ['name'] })
-}, { default: {} })
+}, { default: { port: DEFAULTS.p2pPort } })
 
 const trainer = obj('The trainer container that runs next to each agent when workload.type is sidecar.', {
   image: str('Image of the trainer container.', { minLength: 1, maxLength: 512 }),
@@ -83,16 +84,16 @@ const workload = obj('What produces the tensors the agents average.', {
   sidecarPort: port('Loopback TCP port of the agent\'s API for the trainer (sidecar workload).', DEFAULTS.sidecarPort),
   trainer
 }, {
-  default: {},
+  default: { type: DEFAULTS.workloadType, sidecarPort: DEFAULTS.sidecarPort },
   'x-kubernetes-validations': [
-    { rule: 'self.type != \'sidecar\' || has(self.trainer)', message: 'workload.trainer is required when workload.type is sidecar', fieldPath: '.trainer' }
+    { rule: 'self.type !=  \'sidecar\' || has(self.trainer)', message: 'workload.trainer is required when workload.type is sidecar', fieldPath: '.trainer' }
   ]
 })
 
 const metrics = obj('Prometheus metrics of the agents.', {
   port: port('HTTP port serving /metrics, /healthz and /readyz on every agent.', DEFAULTS.metricsPort),
   podMonitor: bool('Create a PodMonitor for the agents when the Prometheus Operator\'s CRDs are installed.', { default: DEFAULTS.podMonitor })
-}, { default: {} })
+}, { default: { port: DEFAULTS.metricsPort, podMonitor: DEFAULTS.podMonitor } })
 
 const tolerations = arr('Tolerations of the agent pods, e.g. for tainted GPU nodes.', obj('A core/v1 Toleration.', {
   key: str('Taint key the toleration applies to; empty with operator Exists matches every key.'),
@@ -173,7 +174,8 @@ export const statusSchema: Schema = obj('Observed state of the swarm, written by
 export const swarmSchema: Schema = obj('AveragingSwarm runs a swarm of agents that repeatedly find small groups through a Kademlia DHT and average their tensors with butterfly all-reduce (Moshpit SGD).', {
   apiVersion: str('Versioned schema of this object.'),
   kind: str('REST resource this object represents.'),
-  metadata: { type: 'object', description: 'Standard object metadata.' },
+  // The API server forbids anything but the type on the root metadata (it is ObjectMeta).
+  metadata: { type: 'object' },
   spec: specSchema,
   status: statusSchema
 }, { required: ['spec'] })

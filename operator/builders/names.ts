@@ -8,6 +8,8 @@ export type Role = 'bootstrap' | 'agent' | 'auxiliary'
 
 export const LABEL_SWARM = 'averaging.swarm.io/swarm'
 export const LABEL_ROLE = 'averaging.swarm.io/role'
+/** Tells the bootstrap StatefulSets' pods apart, so their selectors do not overlap. */
+export const LABEL_BOOTSTRAP_INDEX = 'averaging.swarm.io/bootstrap-index'
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by'
 export const MANAGED_BY = 'averaging-swarm-operator'
 export const ANNOTATION_CONFIG_HASH = 'averaging.swarm.io/config-hash'
@@ -38,8 +40,8 @@ export function ownedLabels (s: AveragingSwarm): Record<string, string> {
 }
 
 /** Selector labels of one role's pods. */
-export function roleSelector (s: AveragingSwarm, role: Role): Record<string, string> {
-  return { [LABEL_SWARM]: s.metadata.name, [LABEL_ROLE]: role }
+export function roleSelector (s: AveragingSwarm, role: Role, bootstrapIndex?: number): Record<string, string> {
+  return { [LABEL_SWARM]: s.metadata.name, [LABEL_ROLE]: role, ...(role === 'bootstrap' ? { [LABEL_BOOTSTRAP_INDEX]: String(bootstrapIndex ?? 0) } : {}) }
 }
 
 /** The label selector string of all agent pods (bootstrap and regular), for status.selector. */

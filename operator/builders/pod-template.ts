@@ -140,7 +140,7 @@ export function buildPodTemplate (s: AveragingSwarm, p: PodInputs) {
   const gpuPlacement = p.role !== 'auxiliary'
   return {
     metadata: {
-      labels: { ...o.labels, ...ownedLabels(s), ...roleSelector(s, p.role) },
+      labels: { ...o.labels, ...ownedLabels(s), ...roleSelector(s, p.role, p.bootstrapIndex) },
       annotations: { ...o.annotations, [ANNOTATION_CONFIG_HASH]: p.configHash }
     },
     spec: {

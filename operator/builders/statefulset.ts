@@ -20,7 +20,7 @@ export function buildStatefulSet (s: AveragingSwarm, name: string, replicas: num
       serviceName: names.service(s),
       podManagementPolicy: 'Parallel',
       revisionHistoryLimit: 3,
-      selector: { matchLabels: { ...roleSelector(s, p.role), ...(p.role === 'bootstrap' ? { 'statefulset.kubernetes.io/pod-name': names.bootstrapPod(s, p.bootstrapIndex ?? 0) } : {}) } },
+      selector: { matchLabels: roleSelector(s, p.role, p.bootstrapIndex) },
       updateStrategy: { type: 'RollingUpdate' },
       template: buildPodTemplate(s, p)
     }

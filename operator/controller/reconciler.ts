@@ -13,6 +13,7 @@ import { ensureIdentityKeys, type SecretData } from '../builders/identity.js'
 import { LABEL_ROLE, names } from '../builders/names.js'
 import { pskSecretData } from '../builders/psk.js'
 import type { ClusterApi, EventInput } from '../kube/api.js'
+import { ApiError } from '../kube/rest.js'
 import type { CachedKind, ObjectCache } from '../kube/informers.js'
 import { OWNED_KINDS, type OwnedKind } from '../kube/resources.js'
 import { needsApply } from './drift.js'
@@ -97,7 +98,8 @@ export class Reconciler {
       }
     } catch (e) {
       reconcileError = describeError(e)
-      events.push({ swarm: s, type: 'Warning', reason: 'ReconcileFailed', message: reconcileError })
+      // One Event per distinct failure, not one per retry.
+      if (s.status?.conditions?.find(c => c.type === 'Degraded')?.message !== reconcileError) events.push({ swarm: s, type: 'Warning', reason: 'ReconcileFailed', message: reconcileError })
     }
 
     const pods = this.d.cache.listForSwarm('Pod', namespace, name).filter(p => ownedByOurSets(p, name))
@@ -108,8 +110,13 @@ export class Reconciler {
     }))
     const status = deriveStatus(s, { statefulSets, pods, progress: this.d.progress?.get(key), bootstrapPeers, reconcileError }, this.now())
     if (stableJson(status) !== stableJson(s.status ?? {})) {
-      await this.d.api.applyStatus(s, status)
-      writes++
+      try {
+        await this.d.api.applyStatus(s, status)
+        writes++
+      } catch (e) {
+        if (e instanceof ApiError && e.code === 404) return { writes } // deleted meanwhile: nothing left to report on
+        throw e
+      }
       events.push(...statusEvents(s, s.status, status))
     }
     this.d.onStatus?.(s, status)

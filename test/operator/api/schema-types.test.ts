@@ -86,3 +86,11 @@ test('withDefaults() fills the same values the API server defaults from the sche
   }
   assert.equal(withDefaults({ averaging: { targetGroupSize: 8 } }).averaging.minGroupSize, DEFAULT_AVERAGING.minGroupSize)
 })
+
+test('each object default spells out exactly its fields\' defaults (the API server checks it against CEL unexpanded)', () => {
+  for (const [k, v] of Object.entries(specSchema.properties!)) {
+    if (v.type !== 'object' || v.default === undefined) continue
+    const fromFields = Object.fromEntries(Object.entries(v.properties ?? {}).filter(([, p]) => p.default !== undefined).map(([f, p]) => [f, p.default]))
+    assert.deepEqual(v.default, fromFields, `spec.${k}`)
+  }
+})

@@ -95,3 +95,13 @@ test('a generated PSK Secret is built only when asked for', async () => {
   const d = await desiredFor(s, { pskData: { 'swarm.key': 'eA==' } })
   assert.equal(find(d.objects, 'Secret', 'demo-psk').data['swarm.key'], 'eA==')
 })
+
+test('every StatefulSet selector matches its own pod template and no other StatefulSet\'s', async () => {
+  const sets = (await desiredFor(swarm({ auxiliary: { replicas: 1 } }))).objects.filter(o => o.kind === 'StatefulSet') as any[]
+  const matches = (sel: Record<string, string>, labels: Record<string, string>) => Object.entries(sel).every(([k, v]) => labels[k] === v)
+  for (const a of sets) {
+    for (const b of sets) {
+      assert.equal(matches(a.spec.selector.matchLabels, b.spec.template.metadata.labels), a === b, `${a.metadata.name} selector vs ${b.metadata.name} pods`)
+    }
+  }
+})

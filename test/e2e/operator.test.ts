@@ -1,0 +1,204 @@
+/**
+ * The operator end to end on the real test cluster (kube-apiserver, controller-manager,
+ * scheduler from their Go modules; the harness kubelet runs pods as local processes): CRD
+ * validation, reconcile of examples/demo.yaml, scale, spec-change roll, suspend, steady state,
+ * deletion, restart and leader election. Without dist/agent/main.js (the agent) the pods cannot
+ * run; the test then proves objects, scheduling and an honest Degraded status instead of Ready.
+ */
+import { after, before, describe, test } from 'node:test'
+import assert from 'node:assert/strict'
+import { existsSync } from 'node:fs'
+import { controlPlaneBuilt, startCluster, waitFor, type Cluster } from '../harness/index.js'
+import { RestClient, ApiError } from '../../operator/kube/rest.js'
+import { resourcePath } from '../../operator/kube/resources.js'
+import { MALFORMED, malformedSwarm } from '../operator/malformed/cases.js'
+import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
+import { peerIdOf } from '../../operator/builders/identity.js'
+
+const NS = 'ml'
+const AGENT_BUILT = existsSync('dist/agent/main.js')
+const skip = controlPlaneBuilt() ? false : 'the control plane is not built: run npm run cluster:build'
+
+describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
+  let cluster: Cluster
+  let rest: RestClient
+  let op: OperatorProcess
+
+  const swarm = async (name: string) => await rest.request('GET', resourcePath('AveragingSwarm', NS, name))
+  const list = async (kind: 'Pod' | 'StatefulSet' | 'Service' | 'Secret' | 'ConfigMap' | 'PodDisruptionBudget', swarmName: string) =>
+    (await rest.request('GET', resourcePath(kind, NS), { query: { labelSelector: `averaging.swarm.io/swarm=${swarmName}` } })).items as any[]
+  const kubectl = async (...args: string[]) => {
+    const r = await cluster.kubectl(...args)
+    assert.equal(r.code, 0, `kubectl ${args.join(' ')}: ${r.stderr}`)
+    return r.stdout
+  }
+  const livePods = async (name: string) => (await list('Pod', name)).filter(p => p.metadata.deletionTimestamp === undefined)
+
+  before(async () => {
+    cluster = await startCluster({ gpuNodes: 4, gpusPerNode: 4, cpuNodes: 1 })
+    rest = new RestClient(cluster.kc)
+    await cluster.createNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' })
+    await kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
+    await kubectl('wait', '--for=condition=Established', 'crd/averagingswarms.averaging.swarm.io', '--timeout=60s')
+    op = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-a')
+    await waitFor('the operator to become ready', async () => await op.ready(), 60_000)
+  })
+
+  after(async () => {
+    await op?.kill()
+    await cluster?.stop()
+  })
+
+  test('the API server rejects every malformed swarm with a message naming the field', async () => {
+    const wrong: string[] = []
+    for (const [i, c] of MALFORMED.entries()) {
+      try {
+        await rest.request('POST', resourcePath('AveragingSwarm', NS), { body: malformedSwarm(c, i, NS) })
+        wrong.push(`${c.what}: accepted`)
+      } catch (e) {
+        if (!(e instanceof ApiError) || e.code !== 422 || !e.message.includes(c.field)) wrong.push(`${c.what}: ${e instanceof ApiError ? `${e.code} ${e.message}` : String(e)}`)
+      }
+    }
+    assert.deepEqual(wrong, [])
+  })
+
+  test('kubectl explain teaches the API from the schema descriptions', async () => {
+    // kubectl learns the new resource from discovery, which lags the CRD's Established condition.
+    const out = await waitFor('kubectl explain avs', async () => { const r = await cluster.kubectl('explain', 'avs.spec.averaging.minGroupSize'); return r.code === 0 ? r.stdout : undefined }, 60_000, 1000)
+    assert.match(out, /A leader whose time is up starts only with at least this many members/)
+  })
+
+  test('examples/demo.yaml becomes owned objects, 8 scheduled agent pods passing Pod Security restricted, and a derived status', async () => {
+    await kubectl('apply', '-n', NS, '-f', 'examples/demo.yaml')
+    const s = await swarm('demo')
+    for (const [kind, names] of [['StatefulSet', ['demo-agent', 'demo-bootstrap-0', 'demo-bootstrap-1']], ['Service', ['demo-agents']], ['Secret', ['demo-identity']], ['ConfigMap', ['demo-config']], ['PodDisruptionBudget', ['demo']]] as const) {
+      const objs = await waitFor(`${kind}s of demo`, async () => { const l = await list(kind, 'demo'); return l.length === names.length ? l : undefined }, 60_000)
+      assert.deepEqual(objs.map(o => o.metadata.name).sort(), [...names].sort())
+      for (const o of objs) assert.equal(o.metadata.ownerReferences?.[0]?.uid, s.metadata.uid, `${kind} ${o.metadata.name} is owned by the swarm`)
+    }
+    const pods = await waitFor('8 scheduled agent pods', async () => {
+      const p = await livePods('demo')
+      return p.length === 8 && p.every(x => x.spec.nodeName !== undefined) ? p : undefined
+    }, 90_000)
+    assert.ok(pods.every(p => p.spec.nodeName.startsWith('gpu-node-')), 'GPU agents land on GPU nodes')
+    const st = await waitFor('status with 8 replicas', async () => { const x = (await swarm('demo')).status; return x?.replicas === 8 ? x : undefined }, 60_000)
+    assert.equal(st.observedGeneration, s.metadata.generation)
+    assert.equal(st.selector, 'averaging.swarm.io/swarm=demo,averaging.swarm.io/role in (agent,bootstrap)')
+    assert.deepEqual(st.conditions.map((c: any) => c.type).sort(), ['Degraded', 'Progressing', 'Ready', 'Suspended'])
+    for (const c of st.conditions) assert.equal(c.observedGeneration, s.metadata.generation)
+    const secret = (await list('Secret', 'demo'))[0]
+    assert.deepEqual(st.bootstrapPeers, [0, 1].map(i => `/dns4/demo-bootstrap-${i}-0.demo-agents.${NS}.svc.cluster.local/tcp/31337/p2p/${peerIdOf(secret.data, i)}`))
+  })
+
+  test(AGENT_BUILT ? 'the agents become Ready, average, and the swarm says Ready with rounds > 0' : 'without the agent build, the swarm is honestly Degraded, naming failing agents', async () => {
+    if (AGENT_BUILT) {
+      const st = await waitFor('phase Ready with rounds > 0', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Ready' && x.roundsCompleted > 0 ? x : undefined }, 240_000, 1000)
+      assert.equal(st.readyReplicas, 8)
+      assert.ok(st.lastRoundTime)
+    } else {
+      const st = await waitFor('phase Degraded', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Degraded' ? x : undefined }, 90_000, 1000)
+      const d = st.conditions.find((c: any) => c.type === 'Degraded')
+      assert.equal(d.reason, 'AgentsFailing')
+      assert.match(d.message, /demo-/)
+    }
+    const out = await kubectl('get', 'avs', '-n', NS)
+    assert.match(out.split('\n')[0], /NAME\s+DESIRED\s+READY\s+ROUNDS\s+PHASE\s+AGE/)
+    const events = await kubectl('get', 'events', '-n', NS, '--field-selector', 'involvedObject.kind=AveragingSwarm', '-o', 'jsonpath={.items[*].reason}')
+    assert.match(events, /Created/)
+  })
+
+  test('kubectl scale changes the agent count without touching the bootstrap agents', async () => {
+    const bootstrapUids = async () => (await livePods('demo')).filter(p => p.metadata.labels['averaging.swarm.io/role'] === 'bootstrap').map(p => p.metadata.uid).sort()
+    const before = await bootstrapUids()
+    await kubectl('scale', '-n', NS, 'avs/demo', '--replicas=12')
+    await waitFor('12 agent pods', async () => (await livePods('demo')).length === 12, 90_000)
+    await waitFor('status.replicas 12', async () => (await swarm('demo')).status?.replicas === 12, 60_000)
+    await kubectl('scale', '-n', NS, 'avs/demo', '--replicas=5')
+    await waitFor('5 agent pods', async () => (await list('Pod', 'demo')).length === 5, 120_000)
+    assert.deepEqual(await bootstrapUids(), before)
+    assert.equal((await list('StatefulSet', 'demo')).find(x => x.metadata.name === 'demo-agent').spec.replicas, 3)
+  })
+
+  test('a spec change updates the ConfigMap and rolls the agents\' pod template', async () => {
+    const hash = async () => (await list('StatefulSet', 'demo')).find(x => x.metadata.name === 'demo-agent').spec.template.metadata.annotations['averaging.swarm.io/config-hash']
+    const before = await hash()
+    await kubectl('patch', '-n', NS, 'avs/demo', '--type=merge', '-p', '{"spec":{"averaging":{"targetGroupSize":8}}}')
+    await waitFor('ConfigMap with target 8', async () => (await list('ConfigMap', 'demo'))[0].data.AVS_TARGET_GROUP_SIZE === '8', 60_000)
+    await waitFor('a new pod template', async () => (await hash()) !== before, 60_000)
+    const set = await waitFor('the StatefulSet to start the roll', async () => {
+      const x = (await list('StatefulSet', 'demo')).find(y => y.metadata.name === 'demo-agent')
+      return x.status?.updateRevision !== undefined && x.status.updateRevision !== x.status.currentRevision || x.status?.updatedReplicas > 0 ? x : undefined
+    }, 60_000)
+    assert.ok(set)
+  })
+
+  test('suspend scales every agent to zero and back', async () => {
+    await kubectl('patch', '-n', NS, 'avs/demo', '--type=merge', '-p', '{"spec":{"suspend":true}}')
+    await waitFor('no agent pod', async () => (await list('Pod', 'demo')).length === 0, 120_000)
+    const st = await waitFor('phase Suspended and settled', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Suspended' && x.replicas === 0 ? x : undefined }, 60_000)
+    assert.equal(st.conditions.find((c: any) => c.type === 'Suspended').status, 'True')
+  })
+
+  test('at steady state a reconcile writes nothing', async () => {
+    await waitFor('the operator to go quiet', async () => {
+      const a = await op.metric('averagingswarm_operator_writes_total')
+      await new Promise(resolve => setTimeout(resolve, 3000))
+      return a === await op.metric('averagingswarm_operator_writes_total')
+    }, 60_000, 0)
+    const writesBefore = await op.metric('averagingswarm_operator_writes_total')
+    const reconcilesBefore = await op.metric('controller_runtime_reconcile_total')
+    const versions = async () => JSON.stringify(await Promise.all((['StatefulSet', 'Service', 'Secret', 'ConfigMap', 'PodDisruptionBudget'] as const).map(async k => (await list(k, 'demo')).map(o => o.metadata.resourceVersion))))
+    const rvBefore = await versions()
+    for (let i = 0; i < 3; i++) { // a metadata change queues a reconcile without changing the spec
+      await kubectl('annotate', '-n', NS, 'avs/demo', `touch=${i}`, '--overwrite')
+      await new Promise(resolve => setTimeout(resolve, 1000))
+    }
+    await waitFor('the touches to be reconciled', async () => ((await op.metric('controller_runtime_reconcile_total')) ?? 0) >= (reconcilesBefore ?? 0) + 3, 30_000)
+    assert.equal(await op.metric('averagingswarm_operator_writes_total'), writesBefore)
+    assert.equal(await versions(), rvBefore)
+  })
+
+  test('resuming brings the agents back', async () => {
+    await kubectl('patch', '-n', NS, 'avs/demo', '--type=merge', '-p', '{"spec":{"suspend":false}}')
+    await waitFor('5 agent pods again', async () => (await livePods('demo')).length === 5, 90_000)
+  })
+
+  test('two operator replicas: exactly one leads; when it dies the other takes over', async () => {
+    const b = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-b')
+    try {
+      await waitFor('operator-b ready', async () => await b.ready(), 60_000)
+      await new Promise(resolve => setTimeout(resolve, 3000))
+      assert.equal(await op.metric('leader_election_master_status'), 1)
+      assert.equal(await b.metric('leader_election_master_status'), 0)
+      assert.equal(await b.metric('controller_runtime_reconcile_total') ?? 0, 0, 'the standby reconciles nothing')
+      await op.kill('SIGKILL') // no release: b must wait out the lease
+      await waitFor('operator-b to lead', async () => (await b.metric('leader_election_master_status')) === 1, 60_000, 1000)
+      await kubectl('scale', '-n', NS, 'avs/demo', '--replicas=6')
+      await waitFor('operator-b to reconcile the scale', async () => (await list('StatefulSet', 'demo')).find(x => x.metadata.name === 'demo-agent').spec.replicas === 4, 60_000)
+    } finally {
+      op = b // the after() hook stops whichever runs
+    }
+  })
+
+  test('restarting the operator mid-reconcile leaves no duplicate or orphan and keeps identities', async () => {
+    const body = { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: 'restart', namespace: NS }, spec: { replicas: 3, bootstrap: { replicas: 2 }, tolerations: [{ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' }] } }
+    await rest.request('POST', resourcePath('AveragingSwarm', NS), { body })
+    const secret = await waitFor('the identity Secret', async () => (await list('Secret', 'restart'))[0], 30_000, 50)
+    await op.kill('SIGKILL')
+    op = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-c', ['--no-leader-elect'])
+    await waitFor('all objects of restart', async () => (await list('StatefulSet', 'restart')).length === 3 && (await list('PodDisruptionBudget', 'restart')).length === 1, 60_000)
+    assert.equal((await list('Secret', 'restart')).length, 1)
+    assert.deepEqual((await list('Secret', 'restart'))[0].data, secret.data, 'keys generated before the restart are kept')
+    assert.equal((await list('Service', 'restart')).length, 1)
+    assert.equal((await list('ConfigMap', 'restart')).length, 1)
+  })
+
+  test('deleting the swarm removes everything it owned', async () => {
+    await kubectl('delete', '-n', NS, 'avs/demo', '--wait=true')
+    await waitFor('every demo object to be garbage-collected', async () => {
+      for (const k of ['Pod', 'StatefulSet', 'Service', 'Secret', 'ConfigMap', 'PodDisruptionBudget'] as const) if ((await list(k, 'demo')).length > 0) return false
+      return true
+    }, 120_000, 500)
+    assert.equal(await op.metric('averagingswarm_agents_desired', { swarm: 'demo' }), undefined, 'its gauges are gone too')
+  })
+})

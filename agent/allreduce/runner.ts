@@ -39,6 +39,8 @@ export interface AllReduceResult {
   /** Senders our span was averaged without (for the parts they did not deliver). */
   readonly bannedSenders: readonly string[]
   readonly partsTotal: number
+  /** Parts of the group's vector that we reduced for everyone (0 for client-mode peers). */
+  readonly partsReduced: number
   /** Parts of our tensors left unaveraged this round. */
   readonly partsKeptLocal: number
 }
@@ -118,6 +120,7 @@ export class AllReduceRunner {
       failedReducers: [...this.failedReducers],
       bannedSenders: [...this.bannedSenders],
       partsTotal: this.mySlot >= 0 ? this.plan.parts.length : 0,
+      partsReduced: this.spanParts.length,
       partsKeptLocal: this.partsKeptLocal
     }
   }

@@ -3,6 +3,7 @@ import { JoinRequest, MatchCode, MessageFromLeader, PeerMode } from '../proto/av
 import { FramedStream } from '../net/framed-stream.js'
 import { ProtocolError, describeError } from '../errors.js'
 import { MAX_JOIN_REQUEST_BYTES } from './join-protocol.js'
+import { peerIdToBytes } from '../net/rpc.js'
 import type { Search } from './search.js'
 import type { Mutex } from '../util/mutex.js'
 
@@ -76,7 +77,7 @@ function check (ctx: JoinHandlerContext, search: Search | null, request: JoinReq
   if (request.groupKey !== search.groupKey) return message(MatchCode.BAD_GROUP_KEY, `leader is on ${search.groupKey}`)
   if (search.declaredExpiration == null) return message(MatchCode.NOT_DECLARED, 'leader has not declared yet')
   if (search.declaredExpiration > request.expiration) return message(MatchCode.BAD_EXPIRATION_TIME, 'leader expires after the follower')
-  if (search.currentLeader != null) return message(MatchCode.NOT_A_LEADER, 'leader follows another peer')
+  if (search.currentLeader != null) return { ...message(MatchCode.NOT_A_LEADER, 'leader follows another peer'), suggestedLeader: peerIdToBytes(search.currentLeader) as Uint8Array<ArrayBuffer> }
   if (from === ctx.selfId || search.followers.has(from)) return message(MatchCode.DUPLICATE_PEER_ID, 'peer already in the group')
   if (search.followers.size + 1 >= ctx.targetGroupSize) return message(MatchCode.GROUP_IS_FULL, 'group is full')
   return null

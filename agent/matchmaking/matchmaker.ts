@@ -205,6 +205,8 @@ export class Matchmaker {
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
           await framed.closeWrite()
+          // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
+          if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
           return null
         }
         search.currentLeader = leaderId
@@ -216,6 +218,11 @@ export class Matchmaker {
       }
     })
     if (ask == null) return null
+    if ('redirect' in ask) {
+      if (ask.redirect === this.selfId || search.tried.has(`${ask.redirect}@redirect`)) return null
+      search.tried.add(`${ask.redirect}@redirect`)
+      return await this.followLeader(search, ask.redirect, leaderExpiration, [], depth + 1)
+    }
     try {
       const myExpiration = this.config.mode === PeerMode.CLIENT ? leaderExpiration : (search.declaredExpiration ?? leaderExpiration)
       const waitMs = Math.max(0, (Math.max(myExpiration, leaderExpiration) - this.now()) * 1000) + requestMs

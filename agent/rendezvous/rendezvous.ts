@@ -11,7 +11,9 @@ const MAX_REQUEST_BYTES = 16 * 1024
 const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 /** Replicas per key, like hivemind's num_replicas (5); 3 is enough on swarms of tens to thousands. */
 const REPLICAS = 3
-const CLOSEST_CACHE_MS = 5_000
+const CLOSEST_CACHE_MS = 60_000
+/** Below this many known peers the routing table knows every peer, so a network lookup adds nothing. */
+const SMALL_SWARM = 20
 
 export interface RendezvousOptions {
   readonly requestTimeoutMs: number
@@ -118,7 +120,8 @@ export class Rendezvous {
     const keyBytes = new TextEncoder().encode(key)
     const target = (await sha256.digest(keyBytes)).digest
     const cached = this.closestCache.get(key)
-    if (cached == null || Date.now() - cached.at > CLOSEST_CACHE_MS) {
+    const tableSize = (this.node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0
+    if (tableSize >= SMALL_SWARM && (cached == null || Date.now() - cached.at > CLOSEST_CACHE_MS)) {
       this.closestCache.set(key, { peers: cached?.peers ?? [], at: Date.now() })
       void this.lookupClosest(key, keyBytes)
     }

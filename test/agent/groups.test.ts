@@ -1,0 +1,71 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { startSwarm, fill, maxAbsDiff } from './swarm-fixture.js'
+import { MatchmakingError } from '../../agent/errors.js'
+
+const small = (peer: number) => [{ name: 'x', shape: [2000], data: fill(2000, peer) }]
+
+test('16 peers with targetGroupSize 4 form groups of at most 4, nobody in two groups', { timeout: 120_000 }, async () => {
+  const swarm = await startSwarm(16, { tensors: small, config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 3, averagingExpiration: 6 }) })
+  try {
+    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+    const members = new Map<string, Set<string>>()
+    results.forEach((r, i) => {
+      assert.ok(r.peers.length >= 2 && r.peers.length <= 4, `group of ${r.peers.length}`)
+      const set = members.get(r.groupId) ?? new Set()
+      set.add(swarm.nodes[i].peerId.toString())
+      members.set(r.groupId, set)
+    })
+    for (const [groupId, set] of members) {
+      const claimed = results.find(r => r.groupId === groupId)!.peers
+      assert.deepEqual([...set].sort(), [...claimed].sort(), 'every listed member ran in that group, and only there')
+    }
+    const seen = new Set<string>()
+    for (const r of results) for (const p of r.peers) if (r.groupId === [...members.keys()].find(g => members.get(g)!.has(p))) seen.add(p)
+    assert.equal(seen.size, 16, 'each peer is in exactly one group')
+  } finally { await swarm.stop() }
+})
+
+test('a group below minGroupSize fails cleanly, and a retry with enough peers succeeds', { timeout: 120_000 }, async () => {
+  const swarm = await startSwarm(4, { tensors: small, config: () => ({ targetGroupSize: 4, minGroupSize: 4 }) })
+  try {
+    const three = await Promise.allSettled(swarm.averagers.slice(0, 3).map(async a => await a.step({ timeout: 5, allowRetries: false })))
+    for (const o of three) {
+      assert.equal(o.status, 'rejected')
+      assert.ok((o as PromiseRejectedResult).reason instanceof MatchmakingError)
+      assert.match((o as PromiseRejectedResult).reason.message, /could not find a group/)
+    }
+    for (let p = 0; p < 3; p++) assert.equal(maxAbsDiff(await swarm.averagers[p].withTensors(t => t[0].data), small(p)[0].data), 0, 'a failed step changes nothing')
+    const all = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 30 })))
+    for (const r of all) assert.equal(r.peers.length, 4)
+  } finally { await swarm.stop() }
+})
+
+test('16 peers on a 4x4 Moshpit grid reach the global mean in 2 rounds', { timeout: 180_000 }, async () => {
+  const bits = (i: number) => (i % 4).toString(2).padStart(2, '0')
+  const swarm = await startSwarm(16, { tensors: small, config: i => ({ targetGroupSize: 4, minGroupSize: 4, initialGroupBits: bits(i), requestTimeout: 3, averagingExpiration: 6 }) })
+  try {
+    const originals = swarm.averagers.map((_, p) => small(p)[0].data)
+    const mean = new Float64Array(2000)
+    for (const o of originals) for (let i = 0; i < mean.length; i++) mean[i] += o[i] / 16
+    const deviation = async (): Promise<number> => {
+      let worst = 0
+      for (const a of swarm.averagers) worst = Math.max(worst, maxAbsDiff(await a.withTensors(t => t[0].data), mean))
+      return worst
+    }
+    const before = await deviation()
+    const round1 = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+    for (const r of round1) assert.equal(r.peers.length, 4)
+    const after1 = await deviation()
+    const round2 = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+    for (const r of round2) assert.equal(r.peers.length, 4)
+    const after2 = await deviation()
+    assert.ok(after1 < before && after1 > 1e-3, `round 1 averages within rows only (${before} -> ${after1})`)
+    assert.ok(after2 < 1e-5, `after 2 rounds every peer holds the global mean (max deviation ${after2})`)
+    const firstGroups = new Map(round1.map((r, i) => [i, r.groupId]))
+    for (const r of round2) {
+      const ids = r.peers.map(p => swarm.nodes.findIndex(n => n.peerId.toString() === p))
+      assert.equal(new Set(ids.map(i => firstGroups.get(i))).size, 4, 'round-2 groups mix members of four round-1 groups')
+    }
+  } finally { await swarm.stop() }
+})

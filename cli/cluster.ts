@@ -59,7 +59,7 @@ Test cluster ready in ${(cluster.startupMs / 1000).toFixed(1)} s: API server ${c
   export KUBECONFIG=${kubeconfigCopy}
   ${kubectl} get nodes
 
-kubectl ${kubectl === 'kubectl' ? '' : `(built with the control plane: ${kubectl}) `}talks to it; \`kubectl logs\` does not (read the pod log files).
+kubectl ${kubectl === 'kubectl' ? '' : `(built with the control plane: ${kubectl}) `}works with it, \`logs\` included (not \`exec\`/\`port-forward\`).
 Press Ctrl-C here, or run \`npm run cluster:down\`, to stop it.`)
   const shutdown = async (): Promise<void> => {
     console.log('Stopping the test cluster...')

@@ -92,6 +92,10 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
       assert.equal(answer.pod, pod.metadata?.name)
       assert.equal(answer.ip, pod.status?.podIP)
     }
+    // `kubectl logs` goes API server → the test kubelet's log endpoint on the node's address.
+    const logs = await cluster.kubectl('logs', '-n', NS, 'echo-1')
+    assert.equal(logs.code, 0, logs.stderr)
+    assert.match(logs.stdout, /^http-echo listening on 127\.\d+\.\d+\.\d+:8080$/m)
   })
 
   it('resolves StatefulSet pod and Service names through the cluster DNS', async () => {

@@ -158,7 +158,8 @@ export async function startCluster (options: ClusterOptions = {}): Promise<Clust
           KUBERNETES_SERVICE_PORT: String(controlPlane.apiserverPort)
         },
         images: options.images,
-        restartBackoff: options.restartBackoff
+        restartBackoff: options.restartBackoff,
+        servingTls: { cert: controlPlane.pki.servingCert, key: controlPlane.pki.servingKey }
       })
       await kubelet.start()
     }

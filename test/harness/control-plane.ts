@@ -71,7 +71,10 @@ export async function startControlPlane (options: ControlPlaneOptions): Promise<
       `--service-account-key-file=${pki.serviceAccountPublicKey}`,
       `--service-account-signing-key-file=${pki.serviceAccountPrivateKey}`,
       '--service-cluster-ip-range=10.0.0.0/24', '--authorization-mode=Node,RBAC', '--allow-privileged=true',
-      '--endpoint-reconciler-type=none', v, ...(options.apiserverArgs ?? [])])
+      // The "kubernetes" Service endpoint would be 127.0.0.1, which Endpoints validation rejects.
+      '--endpoint-reconciler-type=none',
+      // Nodes' Hostname addresses do not resolve; `kubectl logs` reaches the test kubelet by IP.
+      '--kubelet-preferred-address-types=InternalIP', v, ...(options.apiserverArgs ?? [])])
     await waitForHttpOk('kube-apiserver', `${server}/readyz`, apiserver, timeout, { ca: pki.caCert })
 
     const allow = '--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics'

@@ -6,6 +6,7 @@ import { rewritePaths, mountTable } from './kubelet/volumes.js'
 import { expandVars } from './kubelet/env.js'
 import { podPhase, podStatusPatch, type ContainerRecord, type PodRuntime } from './kubelet/pod-status.js'
 import { resolveCommand, DEFAULT_IMAGES } from './kubelet/images.js'
+import { selectLog } from './kubelet/log-server.js'
 
 describe('cluster DNS names', () => {
   it('parses service and StatefulSet pod names, with or without cluster.local', () => {
@@ -69,5 +70,17 @@ describe('image table', () => {
     const sleep = resolveCommand({ name: 's', image: 'busybox', command: ['sleep', '5'] }, DEFAULT_IMAGES, '/tmp')
     assert.deepEqual(sleep, { file: 'sleep', args: ['5'], cwd: '/tmp' })
     assert.equal(typeof resolveCommand({ name: 'u', image: 'nginx' }, DEFAULT_IMAGES, '/tmp'), 'string')
+  })
+})
+
+describe('container log selection (kubectl logs)', () => {
+  const content = [
+    '--- 2026-01-01T00:00:00Z start #0: node a.js', 'one', 'two', '--- 2026-01-01T00:00:05Z exited: code 1 signal null',
+    '--- 2026-01-01T00:00:06Z start #1: node a.js', 'three', 'four', 'five', ''
+  ].join('\n')
+  it('returns the latest run without marker lines, or the previous one, or the tail', () => {
+    assert.equal(selectLog(content, false, undefined), 'three\nfour\nfive\n')
+    assert.equal(selectLog(content, true, undefined), 'one\ntwo')
+    assert.equal(selectLog(content, false, 2), 'four\nfive\n')
   })
 })

@@ -17,6 +17,7 @@ import { DEFAULT_IMAGES, type ImageTable } from './images.js'
 import type { Backoff } from './container.js'
 import type { ApiServerAccess } from './volumes.js'
 import type { AddressBlock } from './address-block.js'
+import { startLogServer, type LogServer } from './log-server.js'
 
 export interface KubeletOptions {
   readonly kc: KubeConfig
@@ -31,6 +32,8 @@ export interface KubeletOptions {
   readonly images?: ImageTable
   readonly restartBackoff?: Backoff
   readonly heartbeatMs?: number
+  /** Certificate and key for the per-node kubelet API (kubectl logs); omitted → no log server. */
+  readonly servingTls?: { readonly cert: string, readonly key: string }
 }
 
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch)
@@ -45,6 +48,7 @@ export class TestKubelet {
   private informer: ListWatch<V1Pod> | undefined
   private heartbeat: NodeJS.Timeout | undefined
   private stopped = false
+  private readonly logServers: LogServer[] = []
 
   constructor (private readonly options: KubeletOptions) {
     this.core = options.kc.makeApiClient(CoreV1Api)
@@ -65,6 +69,7 @@ export class TestKubelet {
     informer.on('delete', (pod) => this.gone(pod))
     // ListWatch stops on errors other than 410/timeouts: start again until the kubelet stops.
     informer.on('error', (error) => {
+      if (this.stopped) return
       this.log(`pod watch failed, restarting: ${(error as Error | undefined)?.message ?? 'unknown error'}`)
       if (!this.stopped) setTimeout(() => { if (!this.stopped) void informer.start() }, 1000)
     })
@@ -72,7 +77,13 @@ export class TestKubelet {
     await informer.start()
   }
 
-  private async register (shape: NodeShape): Promise<void> {
+  private async register (nodeShape: NodeShape): Promise<void> {
+    let shape = nodeShape
+    if (this.options.servingTls !== undefined) {
+      const server = await startLogServer(shape.address, this.options.servingTls, (ns, pod, container) => this.containerLogFile(ns, pod, container))
+      this.logServers.push(server)
+      shape = { ...shape, kubeletPort: server.port }
+    }
     const now = rfc3339()
     const node = nodeObject(shape, now)
     let uid: string
@@ -158,7 +169,8 @@ export class TestKubelet {
     try {
       await this.core.deleteNamespacedPod({ name: pod.metadata?.name ?? '', namespace: pod.metadata?.namespace ?? '', gracePeriodSeconds: 0, body: { gracePeriodSeconds: 0, preconditions: { uid: pod.metadata?.uid } } })
     } catch (error) {
-      if ((error as { code?: number }).code !== 404) this.log(`final delete of ${this.key(pod)} failed: ${(error as Error).message}`)
+      // 404/409: already deleted (and maybe recreated under the same name).
+      if (![404, 409].includes((error as { code?: number }).code ?? 0)) this.log(`final delete of ${this.key(pod)} failed: ${(error as Error).message}`)
     }
   }
 
@@ -178,6 +190,7 @@ export class TestKubelet {
     this.stopped = true
     clearInterval(this.heartbeat)
     await this.informer?.stop()
+    await Promise.all(this.logServers.map(async (server) => await server.stop()))
     await Promise.all([...this.workers.values()].map(async (w) => await w.kill()))
     this.workers.clear()
   }

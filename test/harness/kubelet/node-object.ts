@@ -13,6 +13,8 @@ export interface NodeShape {
   /** Adds the taint nvidia.com/gpu=present:NoSchedule when gpus > 0 (as GPU node pools do). */
   readonly gpuTaint: boolean
   readonly annotations?: Readonly<Record<string, string>>
+  /** Port of the node's kubelet API (status.daemonEndpoints), where `kubectl logs` is served. */
+  readonly kubeletPort?: number
 }
 
 export const GPU_RESOURCE = 'nvidia.com/gpu'
@@ -68,7 +70,7 @@ export function nodeStatus (shape: NodeShape, now: string, ready = true): V1Node
     allocatable: resources,
     conditions: nodeConditions(now, ready),
     addresses: [{ type: 'InternalIP', address: shape.address }, { type: 'Hostname', address: shape.name }],
-    daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+    daemonEndpoints: { kubeletEndpoint: { Port: shape.kubeletPort ?? 10250 } },
     nodeInfo: {
       architecture: 'amd64',
       bootID: '',

@@ -178,7 +178,8 @@ export class PodWorker {
         body: { gracePeriodSeconds: 0, preconditions: { uid: this.uid } }
       })
     } catch (error) {
-      if ((error as { code?: number }).code !== 404) this.ctx.log(`final delete of ${this.key()} failed: ${(error as Error).message}`)
+      // 404/409: already deleted (and maybe recreated under the same name).
+      if (![404, 409].includes((error as { code?: number }).code ?? 0)) this.ctx.log(`final delete of ${this.key()} failed: ${(error as Error).message}`)
     }
     this.forget()
   }

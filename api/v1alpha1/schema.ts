@@ -13,6 +13,8 @@ export const MULTIADDR_PATTERN = '^/(ip4|ip6|dns|dns4|dns6|dnsaddr)/[^/\\s]+/tcp
 export const COMPRESSIONS = ['none', 'float16', 'uniform8bit', 'blockwise8bit'] as const
 export const WORKLOAD_TYPES = ['builtin', 'sidecar'] as const
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const
+/** Longest swarm name whose derived object names all stay valid. */
+export const MAX_NAME_LENGTH = 39
 const PULL_POLICIES = ['Always', 'IfNotPresent', 'Never'] as const
 
 const port = (description: string, dflt: number): Schema => int(description, { minimum: 1, maximum: 65535, default: dflt })
@@ -178,4 +180,11 @@ export const swarmSchema: Schema = obj('AveragingSwarm runs a swarm of agents th
   metadata: { type: 'object' },
   spec: specSchema,
   status: statusSchema
-}, { required: ['spec'] })
+}, {
+  required: ['spec'],
+  'x-kubernetes-validations': [
+    // The longest derived name, <name>-bootstrap-15, must leave room for the StatefulSet's
+    // controller-revision-hash label (63 characters in all).
+    { rule: 'size(self.metadata.name) <= ' + String(MAX_NAME_LENGTH), message: `metadata.name must be at most ${MAX_NAME_LENGTH} characters: agent, StatefulSet and DNS names are built from it` }
+  ]
+})

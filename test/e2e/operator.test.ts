@@ -68,6 +68,11 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.match(out, /A leader whose time is up starts only with at least this many members/)
   })
 
+  test('the sidecar example passes the API server\'s validation, CEL rules included', async () => {
+    const out = await kubectl('apply', '--dry-run=server', '-n', NS, '-f', 'examples/sidecar.yaml')
+    assert.match(out, /averagingswarm.averaging.swarm.io\/finetune created \(server dry run\)/)
+  })
+
   test('examples/demo.yaml becomes owned objects, 8 scheduled agent pods passing Pod Security restricted, and a derived status', async () => {
     await kubectl('apply', '-n', NS, '-f', 'examples/demo.yaml')
     const s = await swarm('demo')

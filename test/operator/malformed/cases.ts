@@ -10,6 +10,8 @@ export interface MalformedCase {
   field: string
   /** Caught by a CEL rule (only a real API server evaluates these). */
   cel?: boolean
+  /** metadata.name when the case is about it. */
+  name?: string
   spec: Record<string, unknown>
 }
 
@@ -37,10 +39,11 @@ export const MALFORMED: MalformedCase[] = [
   { what: 'parts smaller than 1 KiB', field: 'spec.averaging.partSizeBytes', spec: { averaging: { partSizeBytes: 10 } } },
   { what: 'suspend is a string', field: 'spec.suspend', spec: { suspend: 'yes' } },
   { what: 'PSK secret without a name', field: 'spec.network.privateNetworkSecret.name', spec: { network: { privateNetworkSecret: { key: 'swarm.key' } } } },
+  { what: 'name too long for the derived object names', field: 'metadata.name', cel: true, name: 'a-swarm-name-that-is-far-too-long-for-its-pods', spec: {} },
   { what: 'GPU count that is not a quantity', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': 'one' } } } }
 ]
 
 /** The full object to POST for a case. */
 export function malformedSwarm (c: MalformedCase, i: number, namespace = 'default'): Record<string, unknown> {
-  return { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: `bad-${i}`, namespace }, spec: c.spec }
+  return { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: c.name ?? `bad-${i}`, namespace }, spec: c.spec }
 }

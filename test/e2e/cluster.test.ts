@@ -229,5 +229,10 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
       return s !== undefined && s.restartCount >= 1 ? s : undefined
     }, 45_000)
     assert.ok(status.lastState?.terminated !== undefined, 'the killed run is reported as lastState.terminated')
+    const events = await waitFor('the kubelet\'s Unhealthy event', async () => {
+      const items = (await core.listNamespacedEvent({ namespace: NS, fieldSelector: 'involvedObject.name=sickly' })).items
+      return items.some((e) => e.reason === 'Unhealthy') ? items : undefined
+    }, 10_000)
+    assert.ok(events.some((e) => e.reason === 'Started' && e.source?.component === 'kubelet'))
   })
 })

@@ -14,6 +14,7 @@ import { mountTable, rewritePaths, SERVICE_ACCOUNT_MOUNT, type MaterialisedVolum
 import { probeOnce, startProber, type Prober } from './probes.js'
 import type { PodSources } from './pod-sources.js'
 import type { ContainerRecord } from './pod-status.js'
+import type { PodEventRecorder } from './events.js'
 
 export interface Backoff { readonly initialMs: number, readonly maxMs: number }
 
@@ -29,6 +30,7 @@ export interface ContainerContext {
   readonly injectedEnv: Readonly<Record<string, string>>
   readonly backoff: Backoff
   readonly onChange: () => void
+  readonly event: PodEventRecorder
 }
 
 /** Variables passed through from the kubelet's own environment, as an image's defaults would be. */
@@ -113,6 +115,7 @@ export class ContainerRunner {
       }
       failures = ranMs > 2 * this.ctx.backoff.maxMs ? 1 : failures + 1
       const delay = Math.min(this.ctx.backoff.initialMs * 2 ** (failures - 1), this.ctx.backoff.maxMs)
+      this.ctx.event('Warning', 'BackOff', `Back-off restarting failed container ${this.container.name} in pod ${this.ctx.pod().metadata?.name ?? ''}`)
       this.set({
         lastState: state,
         state: { waiting: { reason: exitCode === 0 ? 'Completed' : 'CrashLoopBackOff', message: `back-off ${Math.round(delay / 1000)}s restarting failed container=${this.container.name}` } },
@@ -133,11 +136,13 @@ export class ContainerRunner {
     } catch (error) {
       const reason = error instanceof ContainerConfigError ? 'CreateContainerConfigError' : 'CreateContainerError'
       this.set({ state: { waiting: { reason, message: (error as Error).message } } })
+      this.ctx.event('Warning', 'Failed', `Error: ${(error as Error).message}`)
       return undefined
     }
     const command = resolveCommand(this.container, this.ctx.images, this.ctx.podDir)
     if (typeof command === 'string') {
       this.set({ state: { waiting: { reason: 'ErrImagePull', message: command } } })
+      this.ctx.event('Warning', 'Failed', command)
       return undefined
     }
     const mounts = mountTable(this.container, this.ctx.volumes)
@@ -156,6 +161,7 @@ export class ContainerRunner {
     appendFileSync(this.logFile, `--- ${startedAt} start #${this.record.restartCount}: ${file} ${args.join(' ')}\n`)
     const proc = startGroupProcess({ command: file, args, cwd, env: fullEnv, logFile: this.logFile })
     this.process = proc
+    this.ctx.event('Normal', 'Started', `Started container ${this.container.name}`)
     const probeEnv = fullEnv
     const hasStartup = this.container.startupProbe !== undefined
     this.set({
@@ -169,13 +175,19 @@ export class ContainerRunner {
     const startMain = (): void => {
       const readiness = this.container.readinessProbe
       if (readiness !== undefined) {
-        this.probers.push(startProber(readiness, attempt(readiness), (ok) => { if (this.process === proc) this.set({ ready: ok }) }))
+        this.probers.push(startProber(readiness, attempt(readiness), (ok) => {
+          if (this.process !== proc) return
+          if (!ok) this.ctx.event('Warning', 'Unhealthy', `Readiness probe failed for container ${this.container.name}`)
+          this.set({ ready: ok })
+        }))
       } else this.set({ ready: true })
       const liveness = this.container.livenessProbe
       if (liveness !== undefined) {
         this.probers.push(startProber(liveness, attempt(liveness), (ok) => {
           if (!ok && this.process === proc) {
             appendFileSync(this.logFile, `--- ${rfc3339()} liveness probe failed: killing container\n`)
+            this.ctx.event('Warning', 'Unhealthy', `Liveness probe failed for container ${this.container.name}`)
+            this.ctx.event('Normal', 'Killing', `Container ${this.container.name} failed liveness probe, will be restarted`)
             this.livenessKill = true
             void proc.stop(this.graceMs())
           }
@@ -210,6 +222,9 @@ export class ContainerRunner {
     this.stopProbers()
     this.wake?.()
     const proc = this.process
-    if (proc !== undefined) await proc.stop(graceMs)
+    if (proc !== undefined) {
+      if (graceMs > 0) this.ctx.event('Normal', 'Killing', `Stopping container ${this.container.name}`)
+      await proc.stop(graceMs)
+    }
   }
 }

@@ -14,6 +14,7 @@ import type { ImageTable } from './images.js'
 import type { PodSources } from './pod-sources.js'
 import { materialiseVolumes, type ApiServerAccess, type MaterialisedVolumes } from './volumes.js'
 import { podStatusPatch, type PodRuntime } from './pod-status.js'
+import { podEventRecorder } from './events.js'
 
 export interface PodWorkerContext {
   readonly kc: KubeConfig
@@ -88,7 +89,8 @@ export class PodWorker {
       images: this.ctx.images,
       injectedEnv: { ...this.ctx.injectedEnv, HOSTNAME: spec.hostname ?? this.pod.metadata?.name ?? '' },
       backoff: this.ctx.backoff,
-      onChange: () => this.requestStatus()
+      onChange: () => this.requestStatus(),
+      event: podEventRecorder(this.ctx.kc, () => this.pod, this.ctx.log)
     })
     this.initRunners = (spec.initContainers ?? []).map((c) => new ContainerRunner(c, context(true), true))
     this.runners = spec.containers.map((c) => new ContainerRunner(c, context(false), false))

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict'
 import { AppsV1Api, CoreV1Api } from '@kubernetes/client-node'
 import { startCluster, controlPlaneBuilt, waitFor, GPU_RESOURCE, type Cluster } from '../harness/index.js'
 import { existsSync } from 'node:fs'
+import { Resolver } from 'node:dns/promises'
 import { join } from 'node:path'
 import { binDir } from '../harness/paths.js'
 
@@ -51,5 +52,14 @@ describe('test cluster with kwok nodes', { skip: notBuilt, timeout: 240_000 }, (
     const perNode = new Map<string, number>()
     for (const p of pods) perNode.set(p.spec?.nodeName ?? '', (perNode.get(p.spec?.nodeName ?? '') ?? 0) + 1)
     assert.ok([...perNode.values()].every((n) => n <= 8))
+  })
+
+  it('resolves a Service of 50 ready pods to all 50 addresses (answers beyond 512 bytes)', async () => {
+    const core = cluster.kc.makeApiClient(CoreV1Api)
+    await core.createNamespacedService({ namespace: 'default', body: { metadata: { name: 'scale' }, spec: { clusterIP: 'None', selector: { app: 'scale' }, ports: [{ port: 80 }] } } })
+    const resolver = new Resolver()
+    resolver.setServers([cluster.dnsAddress])
+    const addresses = await resolver.resolve4('scale.default.svc.cluster.local')
+    assert.equal(new Set(addresses).size, 50)
   })
 })

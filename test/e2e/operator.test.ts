@@ -168,20 +168,34 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     await waitFor('5 agent pods again', async () => (await livePods('demo')).length === 5, 90_000)
   })
 
-  test('two operator replicas: exactly one leads; when it dies the other takes over', async () => {
+  test('two operator replicas: exactly one leads; a graceful stop hands over at once, a crash after the lease expires', async () => {
+    const lease = async () => (await rest.request('GET', resourcePath('Lease', 'default', 'averaging-swarm-operator'))).spec
     const b = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-b')
+    let c: OperatorProcess | undefined
     try {
       await waitFor('operator-b ready', async () => await b.ready(), 60_000)
       await new Promise(resolve => setTimeout(resolve, 3000))
       assert.equal(await op.metric('leader_election_master_status'), 1)
       assert.equal(await b.metric('leader_election_master_status'), 0)
       assert.equal(await b.metric('controller_runtime_reconcile_total') ?? 0, 0, 'the standby reconciles nothing')
-      await op.kill('SIGKILL') // no release: b must wait out the lease
-      await waitFor('operator-b to lead', async () => (await b.metric('leader_election_master_status')) === 1, 60_000, 1000)
+      assert.equal((await lease()).holderIdentity, 'operator-a')
+      const stopped = Date.now()
+      assert.equal(await op.kill('SIGTERM'), 0, 'SIGTERM is a clean exit')
+      await waitFor('operator-b to lead', async () => (await b.metric('leader_election_master_status')) === 1, 30_000, 200)
+      const handover = Date.now() - stopped
+      assert.ok(handover < 8000, `a released lease is taken within a retry period or two, not after its 15 s duration (took ${handover} ms)`)
+      c = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-c')
+      await waitFor('operator-c ready', async () => await c!.ready(), 60_000)
+      const crashed = Date.now()
+      await b.kill('SIGKILL') // no release: c must wait the lease out
+      await waitFor('operator-c to lead', async () => (await c!.metric('leader_election_master_status')) === 1, 60_000, 500)
+      assert.ok(Date.now() - crashed >= 10_000, 'a crashed leader\'s lease is respected until it expires')
+      assert.equal((await lease()).holderIdentity, 'operator-c')
       await kubectl('scale', '-n', NS, 'avs/demo', '--replicas=6')
-      await waitFor('operator-b to reconcile the scale', async () => (await list('StatefulSet', 'demo')).find(x => x.metadata.name === 'demo-agent').spec.replicas === 4, 60_000)
+      await waitFor('operator-c to reconcile the scale', async () => (await list('StatefulSet', 'demo')).find(x => x.metadata.name === 'demo-agent').spec.replicas === 4, 60_000)
     } finally {
-      op = b // the after() hook stops whichever runs
+      await b.kill('SIGKILL')
+      op = c ?? op // the after() hook stops whichever runs
     }
   })
 

@@ -156,7 +156,7 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
     })
   })
 
-  it('passes Secret and ConfigMap values as env and mounted files, rewriting mount paths', async () => {
+  it('runs init containers first and passes Secret/ConfigMap values as env and mounted files, rewriting mount paths', async () => {
     await core.createNamespacedSecret({ namespace: NS, body: { metadata: { name: 'psk' }, stringData: { 'swarm.key': 'secret-psk-bytes' } } })
     await core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: 'cfg' }, data: { prefix: 'demo-prefix' } } })
     await core.createNamespacedPod({
@@ -165,12 +165,13 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
         metadata: { name: 'reader' },
         spec: {
           restartPolicy: 'Never',
-          volumes: [{ name: 'psk', secret: { secretName: 'psk' } }],
+          volumes: [{ name: 'psk', secret: { secretName: 'psk' } }, { name: 'work', emptyDir: {} }],
+          initContainers: [{ name: 'init', image: 'busybox', command: ['sh', '-c', 'echo from-init > /work/x'], volumeMounts: [{ name: 'work', mountPath: '/work' }] }],
           containers: [{
             name: 'c',
             image: 'busybox',
-            command: ['sh', '-c', 'echo "file=$(cat $PSK_FILE) env=$FROM_SECRET cm=$FROM_CM ip=$MY_IP dns=$AVS_DNS_SERVERS"'],
-            volumeMounts: [{ name: 'psk', mountPath: '/etc/avs/psk', readOnly: true }],
+            command: ['sh', '-c', 'echo "file=$(cat $PSK_FILE) env=$FROM_SECRET cm=$FROM_CM ip=$MY_IP dns=$AVS_DNS_SERVERS init=$(cat /work/x)"'],
+            volumeMounts: [{ name: 'psk', mountPath: '/etc/avs/psk', readOnly: true }, { name: 'work', mountPath: '/work' }],
             env: [
               { name: 'PSK_FILE', value: '/etc/avs/psk/swarm.key' },
               { name: 'FROM_SECRET', valueFrom: { secretKeyRef: { name: 'psk', key: 'swarm.key' } } },
@@ -187,7 +188,7 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
     }, 30_000)
     assert.equal(pod.status?.phase, 'Succeeded')
     const log = readFileSync(cluster.containerLogFile(NS, 'reader', 'c') ?? '', 'utf8')
-    assert.match(log, new RegExp(`file=secret-psk-bytes env=secret-psk-bytes cm=demo-prefix ip=${(pod.status?.podIP ?? '').replace(/\./g, '\\.')} dns=${cluster.dnsAddress}`))
+    assert.match(log, new RegExp(`file=secret-psk-bytes env=secret-psk-bytes cm=demo-prefix ip=${(pod.status?.podIP ?? '').replace(/\./g, '\\.')} dns=${cluster.dnsAddress} init=from-init`))
   })
 
   it('gives a pod its ServiceAccount identity through KUBECONFIG', async () => {

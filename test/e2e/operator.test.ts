@@ -14,6 +14,9 @@ import { resourcePath } from '../../operator/kube/resources.js'
 import { MALFORMED, malformedSwarm } from '../operator/malformed/cases.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
 import { peerIdOf } from '../../operator/builders/identity.js'
+import { OPERATOR_CLUSTER_RULES, OPERATOR_LEASE_RULES } from '../../operator/rbac.js'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 
 const NS = 'ml'
 const AGENT_BUILT = existsSync('dist/agent/main.js')
@@ -23,6 +26,28 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
   let cluster: Cluster
   let rest: RestClient
   let op: OperatorProcess
+  /** A kubeconfig with a ServiceAccount token bound to operator/rbac.ts's rules only. */
+  let kubeconfig: string
+
+  async function operatorKubeconfig (): Promise<string> {
+    let n = 0
+    const apply = async (obj: object) => { const f = join(cluster.dir, `rbac-${n++}.json`); writeFileSync(f, JSON.stringify(obj)); await kubectl('apply', '-f', f) }
+    await apply({ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'avs-operator', namespace: 'default' } })
+    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: 'avs-operator' }, rules: OPERATOR_CLUSTER_RULES })
+    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'avs-operator' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'avs-operator' }, subjects: [{ kind: 'ServiceAccount', name: 'avs-operator', namespace: 'default' }] })
+    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'avs-operator-leases', namespace: 'default' }, rules: OPERATOR_LEASE_RULES })
+    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: 'avs-operator-leases', namespace: 'default' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'avs-operator-leases' }, subjects: [{ kind: 'ServiceAccount', name: 'avs-operator', namespace: 'default' }] })
+    const token = (await kubectl('create', 'token', 'avs-operator', '-n', 'default', '--duration=1h')).trim()
+    const c = cluster.kc.getCurrentCluster()!
+    const path = join(cluster.dir, 'operator.kubeconfig')
+    writeFileSync(path, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'op',
+      clusters: [{ name: 'c', cluster: { server: c.server, ...(c.caData !== undefined ? { 'certificate-authority-data': c.caData } : {}), ...(c.caFile !== undefined ? { 'certificate-authority': c.caFile } : {}) } }],
+      users: [{ name: 'op', user: { token } }],
+      contexts: [{ name: 'op', context: { cluster: 'c', user: 'op' } }]
+    }))
+    return path
+  }
 
   const swarm = async (name: string) => await rest.request('GET', resourcePath('AveragingSwarm', NS, name))
   const list = async (kind: 'Pod' | 'StatefulSet' | 'Service' | 'Secret' | 'ConfigMap' | 'PodDisruptionBudget', swarmName: string) =>
@@ -40,7 +65,8 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     await cluster.createNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' })
     await kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
     await kubectl('wait', '--for=condition=Established', 'crd/averagingswarms.averaging.swarm.io', '--timeout=60s')
-    op = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-a')
+    kubeconfig = await operatorKubeconfig()
+    op = await startOperator(kubeconfig, cluster.logDir, 'operator-a')
     await waitFor('the operator to become ready', async () => await op.ready(), 60_000)
   })
 
@@ -170,7 +196,7 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
 
   test('two operator replicas: exactly one leads; a graceful stop hands over at once, a crash after the lease expires', async () => {
     const lease = async () => (await rest.request('GET', resourcePath('Lease', 'default', 'averaging-swarm-operator'))).spec
-    const b = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-b')
+    const b = await startOperator(kubeconfig, cluster.logDir, 'operator-b')
     let c: OperatorProcess | undefined
     try {
       await waitFor('operator-b ready', async () => await b.ready(), 60_000)
@@ -184,7 +210,7 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
       await waitFor('operator-b to lead', async () => (await b.metric('leader_election_master_status')) === 1, 30_000, 200)
       const handover = Date.now() - stopped
       assert.ok(handover < 8000, `a released lease is taken within a retry period or two, not after its 15 s duration (took ${handover} ms)`)
-      c = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-c')
+      c = await startOperator(kubeconfig, cluster.logDir, 'operator-c')
       await waitFor('operator-c ready', async () => await c!.ready(), 60_000)
       const crashed = Date.now()
       await b.kill('SIGKILL') // no release: c must wait the lease out
@@ -204,7 +230,7 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     await rest.request('POST', resourcePath('AveragingSwarm', NS), { body })
     const secret = await waitFor('the identity Secret', async () => (await list('Secret', 'restart'))[0], 30_000, 50)
     await op.kill('SIGKILL')
-    op = await startOperator(cluster.kubeconfigPath, cluster.logDir, 'operator-c', ['--no-leader-elect'])
+    op = await startOperator(kubeconfig, cluster.logDir, 'operator-c', ['--no-leader-elect'])
     await waitFor('all objects of restart', async () => (await list('StatefulSet', 'restart')).length === 3 && (await list('PodDisruptionBudget', 'restart')).length === 1, 60_000)
     assert.equal((await list('Secret', 'restart')).length, 1)
     assert.deepEqual((await list('Secret', 'restart'))[0].data, secret.data, 'keys generated before the restart are kept')

@@ -1,0 +1,29 @@
+/**
+ * The permissions the operator uses, and nothing more: the chart's ClusterRole (and the e2e
+ * test's) are built from this list, and the e2e test runs the operator under it, which proves
+ * it is sufficient. Leases are only needed in the operator's own namespace (a Role there).
+ */
+import { API_GROUP } from '../api/version.js'
+
+export interface PolicyRule { apiGroups: string[], resources: string[], verbs: string[], resourceNames?: string[] }
+
+const OWN = ['get', 'list', 'watch', 'create', 'patch', 'update', 'delete']
+
+export const OPERATOR_CLUSTER_RULES: PolicyRule[] = [
+  { apiGroups: [API_GROUP], resources: ['averagingswarms'], verbs: ['get', 'list', 'watch'] },
+  { apiGroups: [API_GROUP], resources: ['averagingswarms/status'], verbs: ['get', 'patch', 'update'] },
+  // blockOwnerDeletion on owner references needs update on the owner's finalizers.
+  { apiGroups: [API_GROUP], resources: ['averagingswarms/finalizers'], verbs: ['update'] },
+  { apiGroups: ['apps'], resources: ['statefulsets'], verbs: OWN },
+  { apiGroups: [''], resources: ['services', 'configmaps', 'secrets'], verbs: OWN },
+  { apiGroups: ['policy'], resources: ['poddisruptionbudgets'], verbs: OWN },
+  { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+  { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
+  { apiGroups: ['apiextensions.k8s.io'], resources: ['customresourcedefinitions'], verbs: ['get'], resourceNames: ['podmonitors.monitoring.coreos.com'] },
+  { apiGroups: ['monitoring.coreos.com'], resources: ['podmonitors'], verbs: OWN }
+]
+
+/** Leader election, in the operator's namespace. */
+export const OPERATOR_LEASE_RULES: PolicyRule[] = [
+  { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] }
+]

@@ -5,10 +5,9 @@
  * on their ordinal neighbours, and a 1000-agent swarm should not start one pod at a time.
  */
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
-import { names, roleSelector, type Role } from './names.js'
+import { LABEL_ROLE, names, roleSelector } from './names.js'
 import { ownedMeta } from './owner.js'
 import { buildPodTemplate, type PodInputs } from './pod-template.js'
-import { LABEL_ROLE } from './names.js'
 
 export function buildStatefulSet (s: AveragingSwarm, name: string, replicas: number, p: PodInputs) {
   return {
@@ -37,5 +36,3 @@ export function roleReplicas (s: AveragingSwarm): { bootstrap: (i: number) => nu
     auxiliary: on ? s.spec.auxiliary.replicas : 0
   }
 }
-
-export type { Role }

@@ -76,6 +76,8 @@ export interface StepResult {
 
 export interface AveragerHooks {
   readonly log?: (msg: string) => void
+  /** Called when matchmaking assembled our group, before the all-reduce starts. */
+  readonly onGroup?: (group: GroupInfo) => void
   readonly onStep?: (outcome: 'success' | 'partial' | 'failure', detail: { matchmakingMs?: number, result?: AllReduceResult, error?: string }) => void
 }
 
@@ -180,6 +182,7 @@ export class DecentralizedAverager {
         throw err instanceof AveragingError ? err : new AveragingError(describeError(err))
       }
       const matchmakingMs = Date.now() - started
+      this.hooks.onGroup?.(group)
       this.hooks.log?.(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
       try {
         const result = await this.tensorLock.run(async () => await this.allReduce(group))

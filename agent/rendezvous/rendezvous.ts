@@ -12,6 +12,7 @@ const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 /** Replicas per key, like hivemind's num_replicas (5); 3 is enough on swarms of tens to thousands. */
 const REPLICAS = 3
 const CLOSEST_CACHE_MS = 60_000
+const SUSPECT_MS = 30_000
 /** Below this many known peers the routing table knows every peer, so a network lookup adds nothing. */
 const SMALL_SWARM = 20
 
@@ -30,6 +31,8 @@ export interface RendezvousOptions {
 export class Rendezvous {
   readonly store = new DictionaryStore()
   private readonly closestCache = new Map<string, { peers: PeerId[], at: number }>()
+  /** Replicas that just failed (a dead peer lingers in routing tables): skipped for a while. */
+  private readonly suspects = new Map<string, number>()
   private readonly now: () => number
   private pruneTimer: NodeJS.Timeout | undefined
 
@@ -82,6 +85,7 @@ export class Rendezvous {
     for (const [i, result] of results.entries()) {
       if (result.status === 'fulfilled') lists.push(result.value)
       else {
+        this.suspects.set(replicas[i].toString(), Date.now() + SUSPECT_MS)
         this.options.log?.(`rendezvous replica ${replicas[i].toString()} failed: ${describeError(result.reason)}`)
       }
     }
@@ -130,7 +134,9 @@ export class Rendezvous {
     const scored = await Promise.all(candidates.map(async (peer) => ({ peer, id: (await sha256.digest(peer.toMultihash().bytes)).digest })))
     scored.sort((a, b) => compareXor(a.id, b.id, target))
     const unique: PeerId[] = []
+    const now = Date.now()
     for (const { peer } of scored) {
+      if ((this.suspects.get(peer.toString()) ?? 0) > now) continue
       if (!unique.some(p => p.equals(peer))) unique.push(peer)
       if (unique.length === REPLICAS) break
     }

@@ -1,6 +1,6 @@
 import { multiaddr } from '@multiformats/multiaddr'
 import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
-import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type NamedTensor } from '../../agent/averager.js'
+import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor } from '../../agent/averager.js'
 
 export interface SwarmFixture {
   readonly nodes: SwarmNode[]
@@ -12,6 +12,7 @@ export interface SwarmFixtureOptions {
   readonly tensors: (index: number) => NamedTensor[]
   readonly config?: (index: number) => Partial<AveragerConfig>
   readonly prefix?: string
+  readonly hooks?: (index: number, nodes: SwarmNode[]) => AveragerHooks
 }
 
 /** n real libp2p nodes on loopback TCP, bootstrapped off the first, each with an averager. */
@@ -37,7 +38,7 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
         ...options.config?.(i)
       }
       const log = process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
-      averagers.push(await DecentralizedAverager.create(nodes[i], options.tensors(i), config, { log }))
+      averagers.push(await DecentralizedAverager.create(nodes[i], options.tensors(i), config, { log, ...options.hooks?.(i, nodes) }))
     }
     return { nodes, averagers, stop }
   } catch (err) {

@@ -33,4 +33,6 @@ export class RoundReceiver {
   fail (err: Error): void { this.done.reject(err) }
 
   get complete (): Promise<void> { return this.done.promise }
+
+  get progress (): string { return `${this.received} of ${this.expected} bytes` }
 }

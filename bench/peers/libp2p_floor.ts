@@ -38,12 +38,17 @@ async function belowHighWater (stream: Stream): Promise<void> {
   }
 }
 
+/** Sends in progress, for the stall report: stream and bytes handed to it so far. */
+const sending = new Map<Stream, number>()
+
 async function sendAll (stream: Stream, payload: Uint8Array): Promise<void> {
   for (let offset = 0; offset < payload.length; offset += CHUNK) {
     if (stream.status !== 'open') throw new Error(`the stream to ${stream.id} closed (${stream.status}) after ${offset} of ${payload.length} bytes`)
     stream.send(payload.subarray(offset, Math.min(offset + CHUNK, payload.length)))
+    sending.set(stream, Math.min(offset + CHUNK, payload.length))
     await belowHighWater(stream)
   }
+  sending.delete(stream)
   await stream.close()
 }
 
@@ -79,12 +84,21 @@ await runBenchPeer(async (env) => {
       await Promise.all(addrs.map(async (a, rank) => { if (rank > env.rank) await node.dial(multiaddr(a)) }))
     },
     prepare () { receiver.reset(bytes * (env.world - 1)) },
-    async allReduce () {
+    async allReduce (round) {
+      // A round that stalls says where: which sends are stuck with how much buffered, and what arrived.
+      const stall = setTimeout(() => {
+        const lines = [...sending].map(([s, handed]) => `  stream ${s.id} ${s.status}/${s.writeStatus}: handed ${handed}, buffered ${s.writeBufferLength}, needsDrain ${String((s as any).writableNeedsDrain)}`)
+        process.stderr.write(`round ${round} stalled 30 s: received ${receiver.progress}\n${lines.join('\n')}\n`)
+      }, 30_000)
       const sends = peers.map(async (ma) => {
         const stream = await node.dialProtocol(ma, PROTOCOL, { maxOutboundStreams: 1024 })
         await sendAll(stream, payload)
       })
-      await Promise.all([...sends, receiver.complete])
+      try {
+        await Promise.all([...sends, receiver.complete])
+      } finally {
+        clearTimeout(stall)
+      }
       return undefined
     },
     note: () => `libp2p TCP + ${encrypter === 'tls' ? '@libp2p/tls' : '@libp2p/noise'} + yamux (windows 16/64 MiB)`,

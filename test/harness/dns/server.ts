@@ -106,7 +106,7 @@ export async function startDnsServer (kc: KubeConfig): Promise<DnsServer> {
         // Too big for UDP: an empty truncated answer makes the client retry over TCP.
         response = Buffer.from(encode({ type: 'response', id: result.query.id, questions: result.query.questions, flags: TRUNCATED_RESPONSE | AUTHORITATIVE_ANSWER }))
       }
-      socket.send(response, remote.port, remote.address)
+      try { socket.send(response, remote.port, remote.address) } catch {} // closed while resolving
     })
   }
   const onTcp = (conn: Socket_): void => {

@@ -100,7 +100,15 @@ export class ContainerRunner {
     let failures = 0
     for (;;) {
       if (this.stopping) return -1
-      const started = await this.startOnce()
+      let started: Awaited<ReturnType<ContainerRunner['startOnce']>>
+      try {
+        started = await this.startOnce()
+      } catch (error) {
+        // spawn itself failed (bad cwd, unreadable log dir): report it and retry like the kubelet.
+        this.set({ state: { waiting: { reason: 'RunContainerError', message: (error as Error).message } } })
+        this.ctx.event('Warning', 'Failed', `Error: ${(error as Error).message}`)
+        started = undefined
+      }
       if (started === undefined) { await this.pause(2000); continue }
       const { exit, startedAt, containerID } = started
       this.stopProbers()

@@ -162,7 +162,7 @@ export class TestKubelet {
     this.logDirs.set(key, worker.logDir)
     this.logDirs.set(`${key}/${pod.metadata?.uid ?? ''}`, worker.logDir)
     worker.update(pod)
-    void worker.start()
+    worker.start().catch((error: Error) => { this.log(`pod ${key} failed in the test kubelet: ${error.message}`) })
   }
 
   private async finalDelete (pod: V1Pod): Promise<void> {

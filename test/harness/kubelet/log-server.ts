@@ -6,6 +6,7 @@
  * previous and timestamps (ignored); the harness's own "--- ..." marker lines are left out.
  */
 import { createServer, type Server } from 'node:https'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import { existsSync, readFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 
@@ -32,6 +33,14 @@ export interface LogServer { readonly port: number, stop: () => Promise<void> }
 
 export async function startLogServer (host: string, tls: { cert: string, key: string }, logFile: (ns: string, pod: string, container: string) => string | undefined): Promise<LogServer> {
   const server: Server = createServer({ cert: readFileSync(tls.cert), key: readFileSync(tls.key) }, (req, res) => {
+    try {
+      serve(req, res)
+    } catch (error) {
+      if (!res.headersSent) res.writeHead(500)
+      res.end(`${(error as Error).message}\n`)
+    }
+  })
+  const serve = (req: IncomingMessage, res: ServerResponse): void => {
     const url = new URL(req.url ?? '/', 'https://kubelet')
     if (url.pathname === '/healthz') { res.end('ok'); return }
     const match = /^\/containerLogs\/([^/]+)\/([^/]+)\/([^/]+)$/.exec(url.pathname)
@@ -46,14 +55,15 @@ export async function startLogServer (host: string, tls: { cert: string, key: st
     // Follow: poll the file for appended bytes until the client goes away.
     let offset = Buffer.byteLength(readFileSync(file, 'utf8'))
     const timer = setInterval(() => {
-      const all = readFileSync(file)
+      let all: Buffer
+      try { all = readFileSync(file) } catch { clearInterval(timer); res.end(); return }
       if (all.length <= offset) return
       const added = all.subarray(offset).toString('utf8').split('\n').filter((l) => !MARKER.test(l)).join('\n')
       offset = all.length
       res.write(added)
     }, 500)
     req.on('close', () => clearInterval(timer))
-  })
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(0, host, () => { server.off('error', reject); resolve() })

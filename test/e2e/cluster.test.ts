@@ -208,6 +208,36 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
     assert.match(log, new RegExp(`system:serviceaccount:${NS}:default`))
   })
 
+  it('backs off a crashing container (CrashLoopBackOff, lastState exit code, restartCount)', async () => {
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: 'crasher' }, spec: { containers: [{ name: 'c', image: 'busybox', command: ['sh', '-c', 'echo crashing; exit 3'] }] } }
+    })
+    const status = await waitFor('crasher to be in CrashLoopBackOff after a restart', async () => {
+      const s = (await core.readNamespacedPod({ namespace: NS, name: 'crasher' })).status?.containerStatuses?.[0]
+      return s !== undefined && s.restartCount >= 1 && s.state?.waiting?.reason === 'CrashLoopBackOff' ? s : undefined
+    }, 30_000)
+    assert.equal(status.lastState?.terminated?.exitCode, 3)
+    const logs = await cluster.kubectl('logs', '-n', NS, 'crasher', '--previous')
+    assert.equal(logs.stdout.trim(), 'crashing')
+  })
+
+  it('kills a container that ignores SIGTERM once the grace period is over, then removes the pod', async () => {
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: 'stubborn' }, spec: { terminationGracePeriodSeconds: 2, containers: [{ name: 'c', image: 'busybox', command: ['sh', '-c', 'trap "" TERM; echo up; sleep 1000'] }] } }
+    })
+    await waitFor('stubborn to run', async () => (await core.readNamespacedPod({ namespace: NS, name: 'stubborn' })).status?.phase === 'Running', 30_000)
+    const started = Date.now()
+    await core.deleteNamespacedPod({ namespace: NS, name: 'stubborn' })
+    await waitFor('stubborn to be gone', async () => {
+      try { await core.readNamespacedPod({ namespace: NS, name: 'stubborn' }); return false } catch (error) { return (error as { code?: number }).code === 404 }
+    }, 30_000, 100)
+    const elapsed = Date.now() - started
+    assert.ok(elapsed >= 1900, `SIGKILL must wait for the 2 s grace period (took ${elapsed} ms)`)
+    assert.ok(elapsed < 15_000, `the pod must go soon after the grace period (took ${elapsed} ms)`)
+  })
+
   it('restarts a container whose liveness probe fails', async () => {
     await core.createNamespacedPod({
       namespace: NS,

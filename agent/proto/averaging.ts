@@ -1575,6 +1575,7 @@ export namespace StateRequest {
 export interface StateHeader {
   metadata: Uint8Array
   tensors: TensorMeta[]
+  busy: boolean
 }
 
 export namespace StateHeader {
@@ -1599,13 +1600,19 @@ export namespace StateHeader {
           }
         }
 
+        if ((obj.busy != null && obj.busy !== false)) {
+          w.uint32(24)
+          w.bool(obj.busy)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
       }, (reader, length, opts = {}) => {
         const obj: any = {
           metadata: uint8ArrayAlloc(0),
-          tensors: []
+          tensors: [],
+          busy: false
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1626,6 +1633,10 @@ export namespace StateHeader {
               obj.tensors.push(TensorMeta.codec().decode(reader, reader.uint32(), {
                 limits: opts.limits?.tensors$
               }))
+              break
+            }
+            case 3: {
+              obj.busy = reader.bool()
               break
             }
             default: {
@@ -1672,6 +1683,13 @@ export namespace StateHeader {
 
               break
             }
+            case 3: {
+              yield {
+                field: `${prefix}.busy`,
+                value: reader.bool()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -1701,6 +1719,11 @@ export namespace StateHeader {
     value: number
   }
 
+  export interface StateHeaderBusyFieldEvent {
+    field: '$.busy'
+    value: boolean
+  }
+
   export function encode (obj: Partial<StateHeader>): Uint8Array {
     return encodeMessage(obj, StateHeader.codec())
   }
@@ -1709,7 +1732,7 @@ export namespace StateHeader {
     return decodeMessage(buf, StateHeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<StateHeader>): Generator<StateHeaderMetadataFieldEvent | StateHeaderTensorsNameFieldEvent | StateHeaderTensorsShapeFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<StateHeader>): Generator<StateHeaderMetadataFieldEvent | StateHeaderTensorsNameFieldEvent | StateHeaderTensorsShapeFieldEvent | StateHeaderBusyFieldEvent> {
     return streamMessage(buf, StateHeader.codec(), opts)
   }
 }

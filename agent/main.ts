@@ -1,0 +1,106 @@
+#!/usr/bin/env node
+// The averaging agent: one process per pod (or per local-runtime agent), configured only by
+// the environment contract in api/agent-env.ts.
+import { pino } from 'pino'
+import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
+import { prometheusMetrics } from '@libp2p/prometheus-metrics'
+import { loadAgentConfig } from './config.js'
+import { createSwarmNode } from './net/node.js'
+import { connectBootstrap } from './net/bootstrap.js'
+import { Rendezvous } from './rendezvous/rendezvous.js'
+import { DecentralizedAverager } from './averager.js'
+import { AgentMetrics } from './metrics/agent-metrics.js'
+import { startMetricsServer } from './metrics/http-server.js'
+import { loadTensorBackend } from './tensors/backend.js'
+import { builtinWorkload } from './workloads/builtin/workload.js'
+import { sidecarWorkloadFor } from './workloads/sidecar-entry.js'
+import type { WorkloadContext } from './workloads/context.js'
+import { describeError } from './errors.js'
+
+const VERSION = '0.1.0'
+
+async function main (): Promise<number> {
+  let config
+  try {
+    config = loadAgentConfig(process.env)
+  } catch (err) {
+    process.stderr.write(`agent configuration is invalid:\n${describeError(err).split('\n').map(l => `  - ${l}`).join('\n')}\n`)
+    return 2
+  }
+  const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
+  const metrics = new AgentMetrics(config.swarm)
+  const shutdown = new AbortController()
+  let ready = false
+  let started = false
+
+  const listenHost = config.podIP
+  const node = await createSwarmNode({
+    privateKey: config.identityKey != null ? privateKeyFromProtobuf(config.identityKey) : undefined,
+    listen: [`/ip4/${listenHost}/tcp/${config.p2pPort}`],
+    announce: config.announceAddrs.length > 0 ? config.announceAddrs : undefined,
+    psk: config.psk,
+    metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false })
+  })
+  started = true
+  const server = await startMetricsServer(listenHost, config.metricsPort, metrics.registry, { live: () => started, ready: () => ready })
+  log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort }, 'agent started')
+
+  const { name: backend } = await loadTensorBackend()
+  metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
+  const gauges = setInterval(() => {
+    metrics.peersConnected.set(node.getPeers().length)
+    metrics.routingTableSize.set((node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0)
+  }, 2000)
+  gauges.unref()
+
+  const rendezvous = new Rendezvous(node, { requestTimeoutMs: config.averager.requestTimeout * 1000, log: (m) => { log.debug(m) } })
+  await rendezvous.start()
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      log.info(`${signal}: finishing the current round, then leaving`)
+      shutdown.abort()
+    })
+  }
+
+  const joined = await connectBootstrap(node, {
+    peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal: shutdown.signal, log: (m) => { log.info(m) }
+  })
+  const ctx: WorkloadContext = {
+    node,
+    rendezvous,
+    averagerConfig: config.averager,
+    period: config.period,
+    metrics,
+    log,
+    signal: shutdown.signal,
+    createAverager: async (tensors, hooks) => await DecentralizedAverager.create(node, tensors, config.averager, {
+      log: (m) => { log.debug(m) },
+      ...hooks,
+      onStep: (outcome, detail) => {
+        metrics.recordRound(outcome, detail)
+        hooks?.onStep?.(outcome, detail)
+      }
+    }, rendezvous),
+    setReady: (value) => { ready = value && joined }
+  }
+  const workload = config.workload === 'builtin'
+    ? builtinWorkload(ctx, { shardIndex: config.shardIndex })
+    : await sidecarWorkloadFor(ctx, { host: '127.0.0.1', port: config.sidecarPort })
+  try {
+    if (joined) await workload.run()
+  } finally {
+    ready = false
+    clearInterval(gauges)
+    await rendezvous.stop()
+    await node.stop()
+    server.close()
+    log.info('agent stopped')
+  }
+  return 0
+}
+
+main().then((code) => { process.exitCode = code }, (err) => {
+  process.stderr.write(`agent failed: ${describeError(err)}\n`)
+  process.exitCode = 1
+})

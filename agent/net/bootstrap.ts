@@ -1,0 +1,59 @@
+import { Resolver } from 'node:dns/promises'
+import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
+import type { SwarmNode } from './node.js'
+import { describeError } from '../errors.js'
+
+/**
+ * Resolves /dns4 and /dns multiaddrs to /ip4 ones, with the given DNS servers when set (the
+ * test cluster's and the local runtime's DNS), else the system resolver.
+ */
+export async function resolveMultiaddr (text: string, dnsServers: readonly string[]): Promise<Multiaddr> {
+  const m = /^\/(dns4|dns|dns6)\/([^/]+)(\/.*)$/.exec(text)
+  if (m == null) return multiaddr(text)
+  const resolver = new Resolver({ timeout: 2000, tries: 2 })
+  if (dnsServers.length > 0) resolver.setServers([...dnsServers])
+  const [address] = await resolver.resolve4(m[2])
+  if (address === undefined) throw new Error(`${m[2]} has no IPv4 address`)
+  return multiaddr(`/ip4/${address}${m[3]}`)
+}
+
+export interface BootstrapOptions {
+  readonly peers: readonly string[]
+  readonly dnsServers: readonly string[]
+  readonly log: (msg: string) => void
+  readonly signal: AbortSignal
+  readonly retryMs?: number
+}
+
+/**
+ * Dials every bootstrap peer (ourselves excluded) until at least one answers, retrying with
+ * back-off while none does: bootstrap pods may start in any order. Resolves true once connected
+ * (or when there is nobody to dial), false if aborted first.
+ */
+export async function connectBootstrap (node: SwarmNode, options: BootstrapOptions): Promise<boolean> {
+  const self = node.peerId.toString()
+  const targets = options.peers.filter(p => !p.endsWith(`/p2p/${self}`))
+  if (targets.length === 0) return true
+  let delay = options.retryMs ?? 500
+  let attempt = 0
+  while (!options.signal.aborted) {
+    attempt++
+    const results = await Promise.allSettled(targets.map(async (text) => {
+      const addr = await resolveMultiaddr(text, options.dnsServers)
+      await node.dial(addr, { signal: AbortSignal.timeout(5000) })
+      return text
+    }))
+    const ok = results.filter(r => r.status === 'fulfilled').length
+    if (ok > 0) {
+      options.log(`connected to ${ok} of ${targets.length} bootstrap peers`)
+      return true
+    }
+    if (attempt === 1 || attempt % 10 === 0) {
+      const first = results.find(r => r.status === 'rejected') as PromiseRejectedResult | undefined
+      options.log(`no bootstrap peer answered yet (attempt ${attempt}): ${describeError(first?.reason)}`)
+    }
+    await new Promise(resolve => setTimeout(resolve, delay))
+    delay = Math.min(delay * 2, 5000)
+  }
+  return false
+}

@@ -1,0 +1,115 @@
+import type { Connection, Stream } from '@libp2p/interface'
+import type { SwarmNode } from '../net/node.js'
+import type { NamedTensor } from '../averager.js'
+import { FramedStream } from '../net/framed-stream.js'
+import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
+import { elementCount } from '../schema.js'
+import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
+import { CHUNK_BYTES, MAX_REQUEST_FRAME_BYTES } from './state-protocol.js'
+
+export interface StateSnapshot {
+  readonly tensors: readonly NamedTensor[]
+  readonly metadata: Record<string, unknown>
+}
+
+export type StateSource = () => Promise<StateSnapshot>
+
+export type UploadOutcome = 'served' | 'busy' | 'failed'
+
+export interface StateHandlerOptions {
+  readonly requestTimeoutMs: number
+  readonly maxConcurrentUploads: number
+  readonly onUpload?: (outcome: UploadOutcome) => void
+  readonly log?: (msg: string) => void
+}
+
+/** Streams buffered beyond this are slowing the uploader down: write() waits for them to drain. */
+const WRITE_HIGH_WATER_MARK = 1024 * 1024
+const CHUNK_ELEMENTS = CHUNK_BYTES / 4
+
+/**
+ * hivemind's rpc_download_state: one StateRequest in, then a StateHeader and the tensors as
+ * StateChunks of at most 64 KiB, in order. A donor already serving its limit of uploads answers
+ * a header marked busy at once, so the newcomer moves to the next donor instead of queueing here
+ * (the choke point of hivemind issue #169).
+ */
+export class StateHandler {
+  private active = 0
+
+  constructor (private readonly source: StateSource, private readonly options: StateHandlerOptions) {}
+
+  get activeUploads (): number {
+    return this.active
+  }
+
+  async register (node: SwarmNode, protocol: string): Promise<void> {
+    await node.handle(protocol, (stream: Stream, connection: Connection) => {
+      void this.serve(stream, connection.remotePeer.toString())
+    }, { maxInboundStreams: 64, runOnLimitedConnection: false })
+  }
+
+  private async serve (stream: Stream, peer: string): Promise<void> {
+    const framed = new FramedStream(stream, { maxFrameBytes: MAX_REQUEST_FRAME_BYTES, maxQueuedFrames: 1, writeHighWaterMark: WRITE_HIGH_WATER_MARK })
+    let counted = false
+    try {
+      const request = await framed.read(this.options.requestTimeoutMs)
+      if (request == null) throw new ProtocolError(`peer ${peer} closed the state stream without a request`)
+      StateRequest.decode(request)
+      if (this.active >= this.options.maxConcurrentUploads) {
+        await this.write(framed, StateHeader.encode({ busy: true }))
+        await framed.closeWrite()
+        this.options.onUpload?.('busy')
+        return
+      }
+      this.active++
+      counted = true
+      const snapshot = await this.snapshot()
+      const started = Date.now()
+      await this.write(framed, StateHeader.encode({
+        metadata: new TextEncoder().encode(JSON.stringify(snapshot.metadata)),
+        tensors: snapshot.tensors.map(t => ({ name: t.name, shape: [...t.shape] }))
+      }))
+      for (const [index, tensor] of snapshot.tensors.entries()) {
+        const data = tensor.data
+        for (let offset = 0; offset < data.length; offset += CHUNK_ELEMENTS) {
+          const count = Math.min(CHUNK_ELEMENTS, data.length - offset)
+          const bytes = new Uint8Array(data.buffer, data.byteOffset + offset * 4, count * 4)
+          await this.write(framed, StateChunk.encode({ tensorIndex: index, offset, data: bytes }))
+        }
+      }
+      await framed.closeWrite()
+      this.options.onUpload?.('served')
+      this.options.log?.(`served state to ${peer} in ${Date.now() - started} ms`)
+    } catch (err) {
+      this.options.onUpload?.('failed')
+      this.options.log?.(`state upload to ${peer} failed: ${describeError(err)}`)
+      framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
+    } finally {
+      if (counted) this.active--
+    }
+  }
+
+  /** A private copy: the averager may change its tensors in place while the upload runs. */
+  private async snapshot (): Promise<StateSnapshot> {
+    const { tensors, metadata } = await this.source()
+    for (const t of tensors) {
+      if (elementCount(t.shape) !== t.data.length) throw new AveragingError(`tensor ${t.name} has shape [${t.shape.join(', ')}] but ${t.data.length} values`)
+    }
+    return { tensors: tensors.map(t => ({ name: t.name, shape: [...t.shape], data: t.data.slice() })), metadata }
+  }
+
+  /** One frame, failing if the newcomer stops reading for longer than the request timeout. */
+  private async write (framed: FramedStream, frame: Uint8Array): Promise<void> {
+    let timer: NodeJS.Timeout | undefined
+    try {
+      await Promise.race([
+        framed.write(frame),
+        new Promise<never>((_resolve, reject) => {
+          timer = setTimeout(() => { reject(new TimeoutError(`the newcomer read nothing for ${this.options.requestTimeoutMs} ms`)) }, this.options.requestTimeoutMs)
+        })
+      ])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+}

@@ -1,0 +1,176 @@
+import { endianness } from 'node:os'
+import { peerIdFromString } from '@libp2p/peer-id'
+import type { SwarmNode } from '../net/node.js'
+import type { Rendezvous } from '../rendezvous/rendezvous.js'
+import type { StoredEntry } from '../rendezvous/store.js'
+import type { NamedTensor } from '../averager.js'
+import { ownAddrBytes, rememberAddrs } from '../net/rpc.js'
+import { AveragingError, describeError } from '../errors.js'
+import { StateHandler, type StateSource, type UploadOutcome } from './state-handler.js'
+import { downloadFrom } from './state-download.js'
+import { orderDonors } from './donor-order.js'
+import { DEFAULT_MAX_STATE_BYTES, donorKey, stateProtocol, type ExpectedTensor } from './state-protocol.js'
+
+export type DownloadOutcome = 'success' | 'failed' | 'no_donors'
+
+export interface StateSharingOptions {
+  readonly prefix: string
+  readonly requestTimeoutMs: number
+  /** Downloads served at once; a newcomer beyond that hears "busy" and moves on (default 2). */
+  readonly maxConcurrentUploads?: number
+  /** Donors within this much of the best priority share the newcomers (default 2, e.g. steps). */
+  readonly priorityMargin?: number
+  /** Largest state a download allocates when no expected layout is given (default 2 GiB). */
+  readonly maxStateBytes?: number
+  /** Rounds over the donors that answered busy before giving up (default 3). */
+  readonly busyRetries?: number
+  readonly log?: (msg: string) => void
+  /** For averaging_state_uploads_total: once per upload request, with how it ended. */
+  readonly onUpload?: (outcome: UploadOutcome) => void
+  /** For averaging_state_downloads_total{outcome}: once per download() call. */
+  readonly onDownload?: (outcome: DownloadOutcome) => void
+}
+
+export interface DownloadResult {
+  readonly tensors: NamedTensor[]
+  readonly metadata: Record<string, unknown>
+  readonly donor: string
+}
+
+/** hivemind's declare_state_period: an announcement lives this long... */
+const ANNOUNCE_TTL_S = 30
+/** ...and is renewed this often, so a donor stays listed through a missed renewal. */
+const ANNOUNCE_PERIOD_MS = 10_000
+
+/**
+ * hivemind's load_state_from_peers and rpc_download_state. Donors announce themselves under
+ * `<prefix>.state` with a priority (the local step); a newcomer spreads over the near-best
+ * donors instead of piling onto the single best one, and a donor at its upload limit redirects.
+ */
+export class StateSharing {
+  private readonly protocol: string
+  private readonly key: string
+  private priority = 0
+  private handler: StateHandler | null = null
+  private timer: NodeJS.Timeout | undefined
+  private announcing: Promise<void> = Promise.resolve()
+  private stopped = false
+
+  constructor (private readonly node: SwarmNode, private readonly rendezvous: Rendezvous, private readonly options: StateSharingOptions) {
+    // Chunks carry the in-memory float32 bytes as the little-endian bytes the wire defines.
+    if (endianness() !== 'LE') throw new AveragingError('state sharing needs a little-endian machine')
+    this.protocol = stateProtocol(options.prefix)
+    this.key = donorKey(options.prefix)
+  }
+
+  /** Serves our state to newcomers and announces us as a donor until stop(). */
+  async start (source: StateSource): Promise<void> {
+    if (this.handler != null) throw new AveragingError('state sharing is already started')
+    this.handler = new StateHandler(source, {
+      requestTimeoutMs: this.options.requestTimeoutMs,
+      maxConcurrentUploads: this.options.maxConcurrentUploads ?? 2,
+      onUpload: this.options.onUpload,
+      log: this.options.log
+    })
+    await this.handler.register(this.node, this.protocol)
+    this.timer = setInterval(() => { void this.announce(true) }, ANNOUNCE_PERIOD_MS)
+    this.timer.unref()
+    await this.announce(true)
+  }
+
+  /** Newcomers prefer donors with a higher priority; a change is announced at once. */
+  async setPriority (priority: number): Promise<void> {
+    if (!Number.isFinite(priority)) throw new AveragingError('the state-sharing priority must be a finite number')
+    if (priority === this.priority) return
+    this.priority = priority
+    if (this.handler != null && !this.stopped) await this.announce(true)
+  }
+
+  get activeUploads (): number {
+    return this.handler?.activeUploads ?? 0
+  }
+
+  /** Stops serving and withdraws the announcement, so newcomers stop trying us. */
+  async stop (): Promise<void> {
+    if (this.stopped) return
+    this.stopped = true
+    clearInterval(this.timer)
+    if (this.handler == null) return
+    await this.node.unhandle(this.protocol).catch(() => {})
+    await this.announce(false)
+  }
+
+  /**
+   * Downloads the current state from a donor: tries donors in spreading order until one serves
+   * it, then goes back to the busy ones a few times. Null when none could.
+   */
+  async download (expected?: readonly ExpectedTensor[]): Promise<DownloadResult | null> {
+    const self = this.node.peerId.toString()
+    let entries: StoredEntry[]
+    try {
+      entries = (await this.rendezvous.find(this.key)).filter(e => e.looking && e.peerId !== self)
+    } catch (err) {
+      this.options.log?.(`looking up state donors failed: ${describeError(err)}`)
+      entries = []
+    }
+    if (entries.length === 0) {
+      this.options.log?.('no peer offers its state to download')
+      this.options.onDownload?.('no_donors')
+      return null
+    }
+    for (const entry of entries) {
+      await rememberAddrs(this.node, peerIdFromString(entry.peerId), entry.addrs).catch(() => {})
+    }
+    let order = orderDonors(entries, this.options.priorityMargin ?? 2)
+    const retries = this.options.busyRetries ?? 3
+    for (let round = 0; round <= retries && order.length > 0; round++) {
+      if (round > 0) await sleep((200 + Math.random() * 300) * round)
+      const busy: string[] = []
+      for (const donor of order) {
+        const started = Date.now()
+        try {
+          const state = await downloadFrom(this.node, donor, this.protocol, {
+            requestTimeoutMs: this.options.requestTimeoutMs,
+            maxStateBytes: this.options.maxStateBytes ?? DEFAULT_MAX_STATE_BYTES,
+            expected
+          })
+          if (state === 'busy') {
+            this.options.log?.(`state donor ${donor} is busy, trying the next one`)
+            busy.push(donor)
+            continue
+          }
+          this.options.log?.(`downloaded state from ${donor} in ${Date.now() - started} ms`)
+          this.options.onDownload?.('success')
+          return { ...state, donor }
+        } catch (err) {
+          this.options.log?.(`state download from ${donor} failed: ${describeError(err)}`)
+        }
+      }
+      order = busy
+    }
+    this.options.onDownload?.('failed')
+    return null
+  }
+
+  /** Serialised, so a later announcement never lands before an earlier one. */
+  private async announce (looking: boolean): Promise<void> {
+    const next = this.announcing.then(async () => {
+      if (looking && this.stopped) return
+      await this.rendezvous.declare(this.key, {
+        peerId: this.node.peerId.toString(),
+        expiration: Date.now() / 1000 + ANNOUNCE_TTL_S,
+        looking,
+        priority: this.priority,
+        addrs: ownAddrBytes(this.node)
+      })
+    }).catch((err: unknown) => {
+      this.options.log?.(`announcing state donor failed: ${describeError(err)}`)
+    })
+    this.announcing = next
+    await next
+  }
+}
+
+async function sleep (ms: number): Promise<void> {
+  await new Promise(resolve => setTimeout(resolve, ms))
+}

@@ -1,0 +1,67 @@
+import type { Workload, WorkloadContext } from '../context.js'
+import type { DecentralizedAverager, NamedTensor } from '../../averager.js'
+import { loadTensorBackend } from '../../tensors/backend.js'
+import { describeError } from '../../errors.js'
+import { LocalModel } from './model.js'
+import { makeHeldOut, makeShard } from './synthetic-data.js'
+
+export interface BuiltinOptions {
+  readonly shardIndex: number
+  /** Optimizer steps between yields to the event loop (keeps the agent responsive to peers). */
+  readonly stepsPerSlice?: number
+}
+
+/** Relative L2 distance between two sets of tensors: how far averaging moved this agent. */
+export function divergence (before: readonly NamedTensor[], after: readonly NamedTensor[]): number {
+  let diff = 0; let norm = 0
+  for (let t = 0; t < before.length; t++) {
+    const a = before[t].data; const b = after[t].data
+    for (let i = 0; i < a.length; i++) { const d = a[i] - b[i]; diff += d * d; norm += a[i] * a[i] }
+  }
+  return Math.sqrt(diff) / Math.max(Math.sqrt(norm), 1e-12)
+}
+
+/**
+ * Local SGD: train a small tfjs model on this agent's non-IID shard, and every `period`
+ * average the weights with a group of the swarm.
+ */
+export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions): Workload {
+  return {
+    async run () {
+      const { tf, name } = await loadTensorBackend()
+      ctx.log.info({ backend: name }, `tensor backend: ${name}`)
+      const model = new LocalModel(tf, options.shardIndex)
+      const shard = makeShard(options.shardIndex)
+      const heldOut = makeHeldOut(512)
+      const averager: DecentralizedAverager = await ctx.createAverager(model.weights())
+      ctx.setReady(true)
+      const slice = options.stepsPerSlice ?? 10
+      try {
+        while (!ctx.signal.aborted) {
+          const roundEnds = Date.now() + ctx.period * 1000
+          while (Date.now() < roundEnds && !ctx.signal.aborted) {
+            const loss = model.train(shard, slice)
+            ctx.metrics.trainingLoss.set(loss)
+            ctx.metrics.trainingSteps.inc(slice)
+            await new Promise(resolve => setImmediate(resolve))
+          }
+          if (ctx.signal.aborted) break
+          const before = model.weights()
+          await averager.withTensors(tensors => { model.copyWeightsInto(tensors) })
+          try {
+            const result = await averager.step({ timeout: ctx.averagerConfig.averagingExpiration * 2 + ctx.averagerConfig.allreduceTimeout, signal: ctx.signal })
+            const after = await averager.withTensors(tensors => tensors.map(t => ({ ...t, data: t.data.slice() })))
+            model.loadWeights(after)
+            ctx.metrics.divergence.set(divergence(before, after))
+            ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss: model.evaluate(heldOut) }, 'averaged')
+          } catch (err) {
+            ctx.log.warn({ err: describeError(err) }, `round failed: ${describeError(err)}`)
+          }
+        }
+      } finally {
+        await averager.shutdown()
+        model.dispose()
+      }
+    }
+  }
+}

@@ -1,0 +1,28 @@
+import type { Logger } from 'pino'
+import type { SwarmNode } from '../net/node.js'
+import type { Rendezvous } from '../rendezvous/rendezvous.js'
+import type { AveragerConfig, AveragerHooks, DecentralizedAverager, NamedTensor } from '../averager.js'
+import type { AgentMetrics } from '../metrics/agent-metrics.js'
+
+/** What a workload gets from the agent process: everything it needs, passed in explicitly. */
+export interface WorkloadContext {
+  readonly node: SwarmNode
+  /** Shared by the averager and state sharing (one protocol handler per node). */
+  readonly rendezvous: Rendezvous
+  readonly averagerConfig: AveragerConfig
+  /** Seconds between averaging rounds. */
+  readonly period: number
+  readonly metrics: AgentMetrics
+  readonly log: Logger
+  /** Aborted on SIGTERM: finish or leave the current round, then return. */
+  readonly signal: AbortSignal
+  /** Creates the averager over these tensors, with the agent's metric hooks attached. */
+  createAverager (tensors: readonly NamedTensor[], hooks?: AveragerHooks): Promise<DecentralizedAverager>
+  /** Marks the agent ready (joined the DHT and, for a newcomer, state loaded). */
+  setReady (ready: boolean): void
+}
+
+export interface Workload {
+  /** Runs until the context's signal aborts; resolves once the last round finished or was left. */
+  run (): Promise<void>
+}

@@ -1,0 +1,57 @@
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { Workload, WorkloadContext } from '../context.js'
+import { SidecarApi } from './sidecar-api.js'
+
+export interface SidecarOptions {
+  /** Loopback by default: the trainer shares the pod's network namespace, nobody else should reach it. */
+  readonly host: string
+  /** AVS_SIDECAR_PORT; 0 picks a free port (tests). */
+  readonly port: number
+  /** Called with the API's base URL once it listens. */
+  readonly onListening?: (baseUrl: string) => void
+}
+
+/**
+ * The sidecar workload: a trainer in another container drives the averager through a local
+ * HTTP API (see README.md beside this file). The agent is ready once the API listens.
+ */
+export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions): Workload {
+  return {
+    async run (): Promise<void> {
+      const api = new SidecarApi(ctx)
+      const server = createServer(api.handle)
+      await listen(server, options.host, options.port)
+      const { port } = server.address() as AddressInfo
+      const host = options.host.includes(':') ? `[${options.host}]` : options.host
+      const baseUrl = `http://${host}:${port}`
+      ctx.log.info({ url: baseUrl }, 'sidecar API listening')
+      ctx.setReady(true)
+      options.onListening?.(baseUrl)
+      await aborted(ctx.signal)
+      ctx.setReady(false)
+      const closed = new Promise<void>(resolve => { server.close(() => { resolve() }) })
+      server.closeIdleConnections()
+      await api.close()
+      server.closeAllConnections()
+      await closed
+      ctx.log.info('sidecar API closed')
+    }
+  }
+}
+
+async function listen (server: Server, host: string, port: number): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      reject(new Error(err.code === 'EADDRINUSE'
+        ? `the sidecar port ${host}:${port} is already in use`
+        : `the sidecar API cannot listen on ${host}:${port}: ${err.message}`))
+    })
+    server.listen(port, host, () => { resolve() })
+  })
+}
+
+async function aborted (signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return
+  await new Promise<void>(resolve => { signal.addEventListener('abort', () => { resolve() }, { once: true }) })
+}

@@ -1,0 +1,100 @@
+import { multiaddr } from '@multiformats/multiaddr'
+import { pino } from 'pino'
+import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
+import { Rendezvous } from '../../agent/rendezvous/rendezvous.js'
+import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig } from '../../agent/averager.js'
+import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
+import type { WorkloadContext } from '../../agent/workloads/context.js'
+import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
+
+export interface SidecarAgent {
+  readonly node: SwarmNode
+  readonly url: string
+  readonly metrics: AgentMetrics
+  ready: boolean
+}
+
+export interface SidecarSwarm {
+  readonly agents: SidecarAgent[]
+  stop(): Promise<void>
+}
+
+/**
+ * n agents as the agent process builds them: real libp2p nodes on loopback TCP bootstrapped off
+ * the first, one shared Rendezvous per node, metrics, and a sidecar workload on a free port.
+ */
+export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}): Promise<SidecarSwarm> {
+  const nodes: SwarmNode[] = []
+  const rendezvous: Rendezvous[] = []
+  const runs: Array<Promise<void>> = []
+  const controller = new AbortController()
+  const agents: SidecarAgent[] = []
+  const stop = async (): Promise<void> => {
+    controller.abort()
+    await Promise.allSettled(runs)
+    await Promise.allSettled(rendezvous.map(async r => { await r.stop() }))
+    await Promise.allSettled(nodes.map(async node => { await node.stop() }))
+  }
+  try {
+    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
+    const first = nodes[0].getMultiaddrs()[0]
+    await Promise.all(nodes.slice(1).map(async node => { await node.dial(multiaddr(first.toString())) }))
+    await waitForRoutingTables(nodes)
+    const averagerConfig: AveragerConfig = {
+      ...DEFAULT_AVERAGER_CONFIG,
+      prefix: 'sidecar-test',
+      averagingExpiration: 3,
+      requestTimeout: 1.5,
+      allreduceTimeout: 30,
+      targetGroupSize: n,
+      minGroupSize: n,
+      ...config
+    }
+    for (let i = 0; i < n; i++) {
+      const node = nodes[i]
+      const r = new Rendezvous(node, { requestTimeoutMs: averagerConfig.requestTimeout * 1000 })
+      await r.start()
+      rendezvous.push(r)
+      const metrics = new AgentMetrics('sidecar-test')
+      const log = pino({ level: process.env.AVS_TEST_LOG != null ? 'debug' : 'silent' }).child({ peer: i })
+      const agent: { node: SwarmNode, url: string, metrics: AgentMetrics, ready: boolean } = { node, url: '', metrics, ready: false }
+      const ctx: WorkloadContext = {
+        node,
+        rendezvous: r,
+        averagerConfig,
+        period: 1,
+        metrics,
+        log,
+        signal: controller.signal,
+        async createAverager (tensors, hooks) {
+          return await DecentralizedAverager.create(node, tensors, averagerConfig, {
+            ...hooks,
+            onStep: (outcome, detail) => { metrics.recordRound(outcome, detail); hooks?.onStep?.(outcome, detail) }
+          }, r)
+        },
+        setReady (ready) { agent.ready = ready }
+      }
+      const listening = new Promise<string>((resolve, reject) => {
+        const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve }).run()
+        // Before listening the error fails the start; after it, a failed shutdown shows in the output.
+        runs.push(run.catch(err => { reject(err); console.error(`sidecar agent ${i} failed: ${String(err)}`) }))
+      })
+      agent.url = await listening
+      agents.push(agent)
+    }
+    return { agents, stop }
+  } catch (err) {
+    await stop()
+    throw err
+  }
+}
+
+async function waitForRoutingTables (nodes: SwarmNode[]): Promise<void> {
+  const deadline = Date.now() + 15_000
+  while (Date.now() < deadline) {
+    const sizes = await Promise.all(nodes.map(async n => (await n.services.dht.getMode()) === 'server' ? n.getPeers().length : 0))
+    if (sizes.every(s => s > 0)) return
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
+  throw new Error('nodes did not connect to each other within 15 s')
+}

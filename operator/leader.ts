@@ -31,6 +31,8 @@ export class LeaderElector {
   private observedRecord = ''
   private observedAt = 0
   private leading = false
+  /** The acquire/renew request in flight, which release() must let finish first (else its write conflicts). */
+  private inflight: Promise<boolean> = Promise.resolve(false)
 
   constructor (private readonly rest: RestClient, private readonly o: LeaderOptions, private readonly log: { info (o: object, m: string): void, warn (o: object, m: string): void }) {}
 
@@ -69,16 +71,28 @@ export class LeaderElector {
   async release (): Promise<void> {
     if (!this.leading) return
     this.leading = false
-    try {
-      const lease = await this.rest.request<Lease>('GET', resourcePath('Lease', this.o.namespace, this.o.name))
-      if (lease.spec?.holderIdentity !== this.o.identity) return
-      await this.rest.request('PUT', resourcePath('Lease', this.o.namespace, this.o.name), {
-        body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: microTime(new Date()) } }
-      })
-    } catch (e) { this.log.warn({ err: String(e) }, 'could not release the lease') }
+    await this.inflight.catch(() => false)
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      try {
+        const lease = await this.rest.request<Lease>('GET', resourcePath('Lease', this.o.namespace, this.o.name))
+        if (lease.spec?.holderIdentity !== this.o.identity) return
+        await this.rest.request('PUT', resourcePath('Lease', this.o.namespace, this.o.name), {
+          body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: microTime(new Date()) } }
+        })
+        this.log.info({ lease: `${this.o.namespace}/${this.o.name}` }, 'released the lease')
+        return
+      } catch (e) {
+        if (!(e instanceof ApiError && e.code === 409) || attempt === 3) { this.log.warn({ err: String(e) }, 'could not release the lease'); return }
+      }
+    }
   }
 
   private async tryAcquireOrRenew (): Promise<boolean> {
+    this.inflight = this.acquireOrRenewOnce()
+    return await this.inflight
+  }
+
+  private async acquireOrRenewOnce (): Promise<boolean> {
     const path = resourcePath('Lease', this.o.namespace, this.o.name)
     const now = new Date()
     const spec = { holderIdentity: this.o.identity, leaseDurationSeconds: Math.ceil(this.o.leaseDurationMs / 1000), renewTime: microTime(now) }

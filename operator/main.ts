@@ -63,9 +63,12 @@ async function main (): Promise<void> {
     queue.shutDown()
     progress.stop()
     const grace = new Promise(resolve => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref())
+    const t0 = Date.now()
     await Promise.race([workers ?? Promise.resolve(), grace]) // in-flight reconciles finish
+    log.info({ ms: Date.now() - t0 }, 'workers stopped')
     await informers.stop()
     if (code === 0) await elector?.release()
+    log.info({ ms: Date.now() - t0 }, 'stopped')
     metrics.leader.set({ name: opts.leaseName }, 0)
     server.close()
     rest.close()

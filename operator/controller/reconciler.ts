@@ -39,6 +39,8 @@ export interface ReconcilerDeps {
   log: ReconcileLog
   clock?: () => Date
   onStatus?: (s: AveragingSwarm, status: AveragingSwarmStatus | undefined) => void
+  /** Status writes of one swarm are at least this far apart; changes in between are batched. */
+  minStatusIntervalMs?: number
 }
 
 const REQUEUE_WHILE_PROGRESSING_MS = 15_000
@@ -53,6 +55,8 @@ function describeError (e: unknown): string {
 }
 
 export class Reconciler {
+  private readonly lastStatusWrite = new Map<string, number>()
+
   constructor (private readonly d: ReconcilerDeps) {}
 
   private now (): string { return (this.d.clock?.() ?? new Date()).toISOString().replace(/\.\d+Z$/, 'Z') }
@@ -63,6 +67,7 @@ export class Reconciler {
     if (cached === undefined || cached.metadata.deletionTimestamp != null) {
       // Deleted: the garbage collector removes what it owned (owner references).
       this.d.progress?.forget(key)
+      this.lastStatusWrite.delete(key)
       this.d.onStatus?.({ metadata: { name, namespace } } as AveragingSwarm, undefined)
       return { writes: 0 }
     }
@@ -109,21 +114,30 @@ export class Reconciler {
       return ip === undefined || (p.metadata.labels?.[LABEL_ROLE] === 'auxiliary') ? [] : [{ ip, port: s.spec.metrics.port }]
     }))
     const status = deriveStatus(s, { statefulSets, pods, progress: this.d.progress?.get(key), bootstrapPeers, reconcileError }, this.now())
+    let deferMs: number | undefined
     if (stableJson(status) !== stableJson(s.status ?? {})) {
-      try {
-        await this.d.api.applyStatus(s, status)
-        writes++
-      } catch (e) {
-        if (e instanceof ApiError && e.code === 404) return { writes } // deleted meanwhile: nothing left to report on
-        throw e
+      // While 1000 pods turn Ready one by one, write their count once a second, not once a pod.
+      const wait = (this.lastStatusWrite.get(key) ?? 0) + (this.d.minStatusIntervalMs ?? 1000) - Date.now()
+      if (wait > 0 && reconcileError === undefined) {
+        deferMs = wait
+      } else {
+        this.lastStatusWrite.set(key, Date.now())
+        try {
+          await this.d.api.applyStatus(s, status)
+          writes++
+        } catch (e) {
+          if (e instanceof ApiError && e.code === 404) return { writes } // deleted meanwhile: nothing left to report on
+          throw e
+        }
+        events.push(...statusEvents(s, s.status, status))
+        this.d.onStatus?.(s, status)
       }
-      events.push(...statusEvents(s, s.status, status))
-    }
-    this.d.onStatus?.(s, status)
+    } else this.d.onStatus?.(s, status)
     for (const e of events) {
       try { await this.d.api.event(e) } catch (err) { this.d.log.warn({ swarm: key, reason: e.reason, err: describeError(err) }, 'could not record event') }
     }
     if (reconcileError !== undefined) throw new Error(reconcileError)
+    if (deferMs !== undefined) return { writes, status, requeueAfterMs: deferMs }
     const progressing = status.conditions?.find(c => c.type === 'Progressing')?.status === 'True'
     return { writes, status, ...(progressing ? { requeueAfterMs: REQUEUE_WHILE_PROGRESSING_MS } : {}) }
   }

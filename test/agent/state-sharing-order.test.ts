@@ -1,0 +1,60 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { orderDonors } from '../../agent/state/donor-order.js'
+import { validateHeader } from '../../agent/state/state-protocol.js'
+
+/** A seeded generator so the spread is reproducible. */
+function seeded (seed: number): () => number {
+  let x = seed >>> 0
+  return () => { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; return x / 4294967296 }
+}
+
+test('newcomers spread over the near-best donors, leaning to the higher priority, the rest as fallbacks', () => {
+  const donors = [
+    { peerId: 'a', priority: 100 },
+    { peerId: 'b', priority: 99 },
+    { peerId: 'c', priority: 98 },
+    { peerId: 'old1', priority: 50 },
+    { peerId: 'old2', priority: 60 },
+    { peerId: 'broken', priority: Number.NaN }
+  ]
+  const random = seeded(42)
+  const firsts = new Map<string, number>()
+  for (let i = 0; i < 3000; i++) {
+    const order = orderDonors(donors, 2, random)
+    assert.equal(order.length, 5, 'every usable donor is listed once')
+    assert.deepEqual(new Set(order.slice(0, 3)), new Set(['a', 'b', 'c']), 'the near-best donors come first')
+    assert.deepEqual(order.slice(3), ['old2', 'old1'], 'the rest follow by priority')
+    firsts.set(order[0], (firsts.get(order[0]) ?? 0) + 1)
+  }
+  // Weights 3 : 2 : 1 for priorities 100, 99, 98 above the floor of 98.
+  const share = (id: string): number => (firsts.get(id) ?? 0) / 3000
+  assert.ok(Math.abs(share('a') - 3 / 6) < 0.05, `a first ${share('a')}`)
+  assert.ok(Math.abs(share('b') - 2 / 6) < 0.05, `b first ${share('b')}`)
+  assert.ok(Math.abs(share('c') - 1 / 6) < 0.05, `c first ${share('c')}`)
+})
+
+test('equal priorities are picked uniformly; no donors gives an empty order', () => {
+  const donors = ['a', 'b', 'c', 'd'].map(peerId => ({ peerId, priority: 5 }))
+  const random = seeded(7)
+  const firsts = new Map<string, number>()
+  for (let i = 0; i < 4000; i++) {
+    const first = orderDonors(donors, 0, random)[0]
+    firsts.set(first, (firsts.get(first) ?? 0) + 1)
+  }
+  for (const id of ['a', 'b', 'c', 'd']) assert.ok(Math.abs((firsts.get(id) ?? 0) / 4000 - 0.25) < 0.04, `${id} first ${firsts.get(id)} times`)
+  assert.deepEqual(orderDonors([], 2), [])
+})
+
+test('headers are checked before allocation: counts, shapes, sizes and metadata', () => {
+  const meta = new TextEncoder().encode('{"step":3}')
+  const ok = validateHeader({ metadata: meta, tensors: [{ name: 'w', shape: [2, 3] }], busy: false }, [{ name: 'w', shape: [2, 3] }], 1024)
+  assert.equal(ok.totalBytes, 24)
+  assert.deepEqual(ok.metadata, { step: 3 })
+  assert.throws(() => validateHeader({ metadata: meta, tensors: [{ name: 'w', shape: [2, 4] }], busy: false }, [{ name: 'w', shape: [2, 3] }], 1024), /expected/)
+  assert.throws(() => validateHeader({ metadata: meta, tensors: [], busy: false }, [{ name: 'w', shape: [2, 3] }], 1024), /0 tensors where 1/)
+  assert.throws(() => validateHeader({ metadata: meta, tensors: [{ name: 'w', shape: [0xffffffff, 0xffffffff, 0xffffffff] }], busy: false }, undefined, 2 ** 31), /more than/)
+  assert.throws(() => validateHeader({ metadata: meta, tensors: Array(5000).fill({ name: 'x', shape: [1] }), busy: false }, undefined, 2 ** 31), /5000 tensors/)
+  assert.throws(() => validateHeader({ metadata: new TextEncoder().encode('[1]'), tensors: [], busy: false }, undefined, 1024), /not a JSON object/)
+  assert.throws(() => validateHeader({ metadata: new Uint8Array([0xff, 0x7b]), tensors: [], busy: false }, undefined, 1024), /not valid JSON/)
+})

@@ -1,0 +1,274 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import { multiaddr } from '@multiformats/multiaddr'
+import type { Stream } from '@libp2p/interface'
+import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
+import { Rendezvous } from '../../agent/rendezvous/rendezvous.js'
+import { ownAddrBytes } from '../../agent/net/rpc.js'
+import { FramedStream } from '../../agent/net/framed-stream.js'
+import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../../agent/averager.js'
+import { StateSharing, type StateSharingOptions } from '../../agent/state/state-sharing.js'
+import { donorKey, stateProtocol } from '../../agent/state/state-protocol.js'
+import { StateChunk, StateHeader } from '../../agent/proto/averaging.js'
+import { fill, weightedMean, maxAbsDiff } from './swarm-fixture.js'
+
+const PREFIX = 'test'
+
+interface Peers {
+  readonly nodes: SwarmNode[]
+  readonly rendezvous: Rendezvous[]
+  stop(): Promise<void>
+}
+
+/** n real libp2p nodes on loopback, fully meshed, each running the rendezvous protocol. */
+async function startPeers (n: number): Promise<Peers> {
+  const nodes: SwarmNode[] = []
+  const rendezvous: Rendezvous[] = []
+  const stop = async (): Promise<void> => {
+    await Promise.allSettled(rendezvous.map(async r => { await r.stop() }))
+    await Promise.allSettled(nodes.map(async node => { await node.stop() }))
+  }
+  try {
+    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
+    for (let i = 1; i < n; i++) {
+      await Promise.all(nodes.slice(0, i).map(async other => { await dialWithRetries(nodes[i], other) }))
+    }
+    // Every node must know every other before the rendezvous picks replicas from its routing
+    // table, or a donor and a newcomer could pick different replicas for the same key.
+    const deadline = Date.now() + 60_000
+    const tableSize = (node: SwarmNode): number => (node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0
+    while (!nodes.every(node => tableSize(node) >= n - 1)) {
+      if (Date.now() > deadline) throw new Error(`routing tables did not fill within 60 s: sizes ${nodes.map(tableSize).join(', ')}`)
+      await sleep(50)
+    }
+    for (const node of nodes) {
+      const r = new Rendezvous(node, { requestTimeoutMs: 2000 })
+      await r.start()
+      rendezvous.push(r)
+    }
+    return { nodes, rendezvous, stop }
+  } catch (err) {
+    await stop()
+    throw err
+  }
+}
+
+/** Under a loaded machine a TLS handshake can time out; a second try usually passes. */
+async function dialWithRetries (node: SwarmNode, other: SwarmNode): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await node.dial(multiaddr(other.getMultiaddrs()[0].toString()))
+      return
+    } catch (err) {
+      if (attempt === 3) throw err
+      await sleep(200 * attempt)
+    }
+  }
+}
+
+async function sleep (ms: number): Promise<void> {
+  await new Promise(resolve => setTimeout(resolve, ms))
+}
+
+function sharing (peers: Peers, i: number, options: Partial<StateSharingOptions> = {}): StateSharing {
+  const log = process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
+  return new StateSharing(peers.nodes[i], peers.rendezvous[i], { prefix: PREFIX, requestTimeoutMs: 1000, log, ...options })
+}
+
+function bytesOf (data: Float32Array): Buffer {
+  return Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+}
+
+test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and its metadata', { timeout: 240_000 }, async () => {
+  const peers = await startPeers(3)
+  const averagers: DecentralizedAverager[] = []
+  const sharings: StateSharing[] = []
+  try {
+    // 77,100 values: several 64 KiB chunks and a partial last one; a second, tiny tensor after it.
+    const tensors = (p: number): NamedTensor[] => [
+      { name: 'w', shape: [300, 257], data: fill(300 * 257, p) },
+      { name: 'b', shape: [17], data: fill(17, p + 10) }
+    ]
+    const local = [tensors(0), tensors(1)]
+    const initial = [tensors(0), tensors(1)]
+    for (let i = 0; i < 2; i++) {
+      averagers.push(await DecentralizedAverager.create(peers.nodes[i], local[i], {
+        ...DEFAULT_AVERAGER_CONFIG, prefix: PREFIX, targetGroupSize: 2, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1.5, allreduceTimeout: 30
+      }, {}, peers.rendezvous[i]))
+    }
+    await Promise.all(averagers.map(async a => await a.step({ timeout: 60 })))
+    const expectedMean = weightedMean([initial[0][0].data, initial[1][0].data], [1, 1])
+    assert.ok(maxAbsDiff(local[0][0].data, expectedMean) < 1e-4, 'the donors averaged before the newcomer arrived')
+
+    for (let i = 0; i < 2; i++) {
+      const s = sharing(peers, i)
+      sharings.push(s)
+      await s.start(async () => ({ tensors: local[i], metadata: { step: 1, groupBits: '', donor: i } }))
+      await s.setPriority(1)
+    }
+    const newcomer = sharing(peers, 2)
+    sharings.push(newcomer)
+    const result = await newcomer.download(local[0].map(t => ({ name: t.name, shape: t.shape })))
+    assert.ok(result != null, 'the newcomer downloaded a state')
+    const donorIndex = peers.nodes.findIndex(n => n.peerId.toString() === result.donor)
+    assert.ok(donorIndex === 0 || donorIndex === 1, 'the state came from one of the donors')
+    assert.deepEqual(result.metadata, { step: 1, groupBits: '', donor: donorIndex })
+    assert.deepEqual(result.tensors.map(t => [t.name, t.shape]), [['w', [300, 257]], ['b', [17]]])
+    for (const [k, t] of result.tensors.entries()) {
+      assert.ok(bytesOf(t.data).equals(bytesOf(local[donorIndex][k].data)), `tensor ${t.name} matches the donor's bytes`)
+    }
+  } finally {
+    await Promise.allSettled(sharings.map(async s => { await s.stop() }))
+    await Promise.allSettled(averagers.map(async a => { await a.shutdown() }))
+    await peers.stop()
+  }
+})
+
+test('six concurrent newcomers spread over three donors, busy donors redirect, all succeed', { timeout: 240_000 }, async () => {
+  const peers = await startPeers(9)
+  const sharings: StateSharing[] = []
+  try {
+    const state: NamedTensor[] = [{ name: 'w', shape: [1024, 256], data: fill(1024 * 256, 7) }]
+    const uploads = new Map<number, string[]>()
+    const maxActive = [0, 0, 0]
+    for (let i = 0; i < 3; i++) {
+      uploads.set(i, [])
+      const s = sharing(peers, i, { maxConcurrentUploads: 2, onUpload: (outcome) => { uploads.get(i)?.push(outcome) } })
+      sharings.push(s)
+      // A slow source keeps every upload open long enough for the newcomers to overlap.
+      await s.start(async () => { await sleep(500); return { tensors: state, metadata: { donor: i } } })
+      await s.setPriority(10 + i % 2)
+    }
+    const probe = setInterval(() => { for (let i = 0; i < 3; i++) maxActive[i] = Math.max(maxActive[i], sharings[i].activeUploads) }, 10)
+    const outcomes: string[] = []
+    const newcomers = [3, 4, 5, 6, 7, 8].map(i => sharing(peers, i, { onDownload: (o) => { outcomes.push(o) } }))
+    sharings.push(...newcomers)
+    const results = await Promise.all(newcomers.map(async n => await n.download([{ name: 'w', shape: [1024, 256] }])))
+    clearInterval(probe)
+    const donors = new Set<string>()
+    for (const result of results) {
+      assert.ok(result != null, 'every newcomer got the state')
+      assert.ok(bytesOf(result.tensors[0].data).equals(bytesOf(state[0].data)))
+      donors.add(result.donor)
+    }
+    assert.deepEqual(outcomes, Array(6).fill('success'))
+    assert.ok(donors.size > 1, `downloads spread over ${donors.size} donor(s)`)
+    for (let i = 0; i < 3; i++) assert.ok(maxActive[i] <= 2, `donor ${i} served ${maxActive[i]} downloads at once, above its limit of 2`)
+    const served = [...uploads.values()].flat().filter(o => o === 'served').length
+    assert.equal(served, 6, 'six uploads were served in all')
+  } finally {
+    await Promise.allSettled(sharings.map(async s => { await s.stop() }))
+    await peers.stop()
+  }
+})
+
+/** Registers a misbehaving state handler on a node and announces it as the best donor. */
+async function hostileDonor (peers: Peers, i: number, behave: (stream: Stream) => Promise<void>): Promise<void> {
+  await peers.nodes[i].handle(stateProtocol(PREFIX), (stream: Stream) => {
+    void behave(stream).catch(() => {})
+  })
+  await peers.rendezvous[i].declare(donorKey(PREFIX), {
+    peerId: peers.nodes[i].peerId.toString(), expiration: Date.now() / 1000 + 30, looking: true, priority: 100, addrs: ownAddrBytes(peers.nodes[i])
+  })
+}
+
+function framedOf (stream: Stream): FramedStream {
+  return new FramedStream(stream, { maxFrameBytes: 1024 })
+}
+
+test('hostile donors (garbage, absurd shapes, wrong chunks, silence) make the newcomer fall back to an honest donor', { timeout: 240_000 }, async () => {
+  const peers = await startPeers(8)
+  const sharings: StateSharing[] = []
+  try {
+    const state: NamedTensor[] = [{ name: 'w', shape: [40000], data: fill(40000, 3) }]
+    const honest = sharing(peers, 0)
+    sharings.push(honest)
+    await honest.start(async () => ({ tensors: state, metadata: { honest: true } }))
+    const goodHeader = StateHeader.encode({ metadata: new TextEncoder().encode('{}'), tensors: [{ name: 'w', shape: [40000] }] })
+    const behaviours: Array<[string, (stream: Stream) => Promise<void>]> = [
+      ['garbage', async (stream) => { stream.send(randomBytes(4096)); await stream.close() }],
+      ['absurd shapes', async (stream) => {
+        const f = framedOf(stream)
+        await f.write(StateHeader.encode({ metadata: new TextEncoder().encode('{}'), tensors: [{ name: 'w', shape: [0xffffffff, 0xffffffff, 0xffffffff] }] }))
+        await f.closeWrite()
+      }],
+      ['oversized chunk', async (stream) => {
+        const f = framedOf(stream)
+        await f.write(goodHeader)
+        await f.write(StateChunk.encode({ tensorIndex: 0, offset: 0, data: new Uint8Array(40001 * 4) }))
+        await f.closeWrite()
+      }],
+      ['chunk out of place', async (stream) => {
+        const f = framedOf(stream)
+        await f.write(goodHeader)
+        await f.write(StateChunk.encode({ tensorIndex: 0, offset: 39990, data: new Uint8Array(40) }))
+        await f.closeWrite()
+      }],
+      ['ragged chunk', async (stream) => {
+        const f = framedOf(stream)
+        await f.write(goodHeader)
+        await f.write(StateChunk.encode({ tensorIndex: 0, offset: 0, data: new Uint8Array(6) }))
+        await f.closeWrite()
+      }],
+      ['silence after the header', async (stream) => {
+        const f = framedOf(stream)
+        await f.write(goodHeader)
+        await sleep(10_000)
+        await f.closeWrite()
+      }]
+    ]
+    const hostileIds = new Map<string, string>()
+    for (const [k, [name, behave]] of behaviours.entries()) {
+      // nodes 1..6 are hostile; node 7 is the newcomer
+      await hostileDonor(peers, k + 1, behave)
+      hostileIds.set(peers.nodes[k + 1].peerId.toString(), name)
+    }
+    for (const expected of [[{ name: 'w', shape: [40000] }], undefined]) {
+      const failures: string[] = []
+      const newcomer = new StateSharing(peers.nodes[7], peers.rendezvous[7], {
+        prefix: PREFIX,
+        requestTimeoutMs: 1000,
+        log: (msg) => { if (msg.includes('failed')) failures.push(msg) }
+      })
+      const started = Date.now()
+      const result = await newcomer.download(expected)
+      assert.ok(result != null, 'the newcomer fell back to the honest donor')
+      assert.equal(result.donor, peers.nodes[0].peerId.toString())
+      assert.deepEqual(result.metadata, { honest: true })
+      assert.ok(bytesOf(result.tensors[0].data).equals(bytesOf(state[0].data)))
+      for (const [id, name] of hostileIds) {
+        assert.ok(failures.some(msg => msg.includes(id)), `the ${name} donor was tried and rejected`)
+      }
+      assert.ok(Date.now() - started < 10_000, 'the silent donor was given up after the per-chunk timeout')
+    }
+    assert.ok(peers.nodes[7].status === 'started', 'the newcomer is still running')
+  } finally {
+    await Promise.allSettled(sharings.map(async s => { await s.stop() }))
+    await peers.stop()
+  }
+})
+
+test('with no donor, or only a donor that withdrew, download returns null promptly', { timeout: 60_000 }, async () => {
+  const peers = await startPeers(3)
+  const sharings: StateSharing[] = []
+  try {
+    const outcomes: string[] = []
+    const newcomer = sharing(peers, 2, { onDownload: (o) => { outcomes.push(o) } })
+    let started = Date.now()
+    assert.equal(await newcomer.download(), null)
+    assert.ok(Date.now() - started < 2000, `download gave up after ${Date.now() - started} ms`)
+
+    const donor = sharing(peers, 0)
+    sharings.push(donor)
+    await donor.start(async () => ({ tensors: [{ name: 'x', shape: [4], data: new Float32Array(4) }], metadata: {} }))
+    await donor.stop()
+    started = Date.now()
+    assert.equal(await newcomer.download(), null)
+    assert.ok(Date.now() - started < 2000, `download gave up after ${Date.now() - started} ms`)
+    assert.deepEqual(outcomes, ['no_donors', 'no_donors'])
+  } finally {
+    await Promise.allSettled(sharings.map(async s => { await s.stop() }))
+    await peers.stop()
+  }
+})

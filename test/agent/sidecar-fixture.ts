@@ -11,11 +11,13 @@ export interface SidecarAgent {
   readonly node: SwarmNode
   readonly url: string
   readonly metrics: AgentMetrics
+  ctx?: WorkloadContext
   ready: boolean
 }
 
 export interface SidecarSwarm {
   readonly agents: SidecarAgent[]
+  /** Aborts every agent's signal (SIGTERM) and resolves once the workloads returned and the nodes stopped. */
   stop(): Promise<void>
 }
 
@@ -57,7 +59,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
       rendezvous.push(r)
       const metrics = new AgentMetrics('sidecar-test')
       const log = pino({ level: process.env.AVS_TEST_LOG != null ? 'debug' : 'silent' }).child({ peer: i })
-      const agent: { node: SwarmNode, url: string, metrics: AgentMetrics, ready: boolean } = { node, url: '', metrics, ready: false }
+      const agent: SidecarAgent & { url: string } = { node, url: '', metrics, ready: false }
       const ctx: WorkloadContext = {
         node,
         rendezvous: r,
@@ -74,6 +76,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
         },
         setReady (ready) { agent.ready = ready }
       }
+      agent.ctx = ctx
       const listening = new Promise<string>((resolve, reject) => {
         const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve }).run()
         // Before listening the error fails the start; after it, a failed shutdown shows in the output.

@@ -1,8 +1,15 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startSidecarSwarm } from './sidecar-fixture.js'
+import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
 import { SidecarClient, SidecarError, encodeFloat32 } from '../../clients/typescript/sidecar-client.js'
 import { fill, maxAbsDiff, weightedMean } from './swarm-fixture.js'
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
+import { dirname, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const exampleTrainer = resolve(dirname(fileURLToPath(import.meta.url)), '../../clients/typescript/example-trainer.js')
 
 const SPECS = [{ name: 'w', shape: [64, 33] }, { name: 'b', shape: [33] }]
 const values = (agent: number): Record<string, Float32Array> => ({ w: fill(64 * 33, agent * 2 + 1), b: fill(33, agent * 2 + 2) })
@@ -12,7 +19,7 @@ test('three agents driven by the TypeScript client each get the exact weighted m
   try {
     assert.ok(swarm.agents.every(a => a.ready), 'each agent is ready once its API listens')
     const clients = swarm.agents.map(a => new SidecarClient(a.url))
-    await assert.rejects(clients[0].state(), (err: SidecarError) => err.status === 404 || err.status === 409)
+    await assert.rejects(clients[0].state(), (err: SidecarError) => err.status === 409 && /register/.test(err.message))
     for (const c of clients) assert.deepEqual(await c.register(SPECS), { created: true })
     assert.deepEqual(await clients[0].register(SPECS), { created: false }, 'registering the same tensors again is a no-op')
 
@@ -103,6 +110,48 @@ test('a step that finds no group says why and hands the trainer its own values b
     assert.match(r.error ?? '', /\S/)
     assert.deepEqual(r.tensors.w, values(0).w)
     assert.equal((await client.state()).origin, 'trainer')
+  } finally {
+    await swarm.stop()
+  }
+})
+
+test('two TypeScript example trainers on their own agents average every period and end on the same weights', { timeout: 120_000 }, async () => {
+  const swarm = await startSidecarSwarm(2)
+  try {
+    const outs = await Promise.all(swarm.agents.map(async (a, shard) =>
+      (await promisify(execFile)(process.execPath, [exampleTrainer, '--url', a.url, '--shard', String(shard), '--json'], { timeout: 90_000 })).stdout))
+    const [r0, r1] = outs.map(o => JSON.parse(o.trim().split('\n').at(-1) ?? '') as { rounds: number, failed: number, heldOutLoss: number, w: number[], b: number[] })
+    for (const r of [r0, r1]) {
+      assert.equal(r.failed, 0)
+      assert.equal(r.rounds, 5, 'every period ended in an averaging round')
+      assert.ok(r.heldOutLoss < 0.2, `held-out loss ${r.heldOutLoss}`)
+    }
+    assert.deepEqual(r0.w, r1.w, 'both trainers hold the same weights after the last round')
+    assert.deepEqual(r0.b, r1.b)
+  } finally {
+    await swarm.stop()
+  }
+})
+
+test('a taken port fails with one sentence; SIGTERM ends a waiting step, closes the API and marks the agent unready', { timeout: 60_000 }, async () => {
+  const swarm = await startSidecarSwarm(2)
+  const agent = swarm.agents[0]
+  try {
+    const port = Number(new URL(agent.url).port)
+    const ctx = agent.ctx
+    assert.ok(ctx !== undefined)
+    await assert.rejects(sidecarWorkload(ctx, { host: '127.0.0.1', port }).run(), { message: `the sidecar port 127.0.0.1:${port} is already in use` })
+    const client = new SidecarClient(agent.url)
+    await client.register(SPECS)
+    const waiting = client.step(values(0), { timeout: 120 })
+    await new Promise(resolve => setTimeout(resolve, 500))
+    const started = Date.now()
+    await swarm.stop()
+    const r = await waiting
+    assert.equal(r.averaged, false, 'the step left its search')
+    assert.ok(Date.now() - started < 15_000, `shutdown took ${Date.now() - started} ms`)
+    assert.equal(agent.ready, false)
+    await assert.rejects(fetch(`${agent.url}/v1/status`), 'the API no longer listens')
   } finally {
     await swarm.stop()
   }

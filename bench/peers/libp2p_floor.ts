@@ -1,6 +1,6 @@
 /**
  * The libp2p floors: one butterfly all-reduce's traffic over libp2p TCP + an encrypter + Yamux,
- * with large Yamux windows. BENCH_LIBP2P_ENCRYPTER picks the encrypter: 'tls' (@libp2p/tls) or
+ * with the agent's Yamux windows (BENCH_YAMUX_WINDOWS_MIB="initial/max", default "2/16"). BENCH_LIBP2P_ENCRYPTER picks the encrypter: 'tls' (@libp2p/tls) or
  * 'noise' (@libp2p/noise). Connections are made before the first round; each round opens one
  * stream per ordered pair (as a streaming all-reduce would), writes 2·S/n bytes with a
  * high-water mark on the write buffer, and closes it.
@@ -55,6 +55,10 @@ async function sendAll (stream: Stream, payload: Uint8Array): Promise<void> {
 await runBenchPeer(async (env) => {
   const encrypter = process.env.BENCH_LIBP2P_ENCRYPTER ?? 'tls'
   if (encrypter !== 'tls' && encrypter !== 'noise') throw new Error(`BENCH_LIBP2P_ENCRYPTER must be tls or noise, got "${encrypter}"`)
+  // Yamux windows in MiB, initial/max. Default 2/16, the agent's: with 16/64 the TLS floor
+  // deadlocked (8 peers × 25M every time, 4 × 25M once; see bench/README.md).
+  const [initialWindow, maxWindow] = (process.env.BENCH_YAMUX_WINDOWS_MIB ?? '2/16').split('/').map(Number)
+  if (!(initialWindow >= 0.25 && maxWindow >= initialWindow)) throw new Error(`BENCH_YAMUX_WINDOWS_MIB must be "initial/max" in MiB with 0.25 <= initial <= max, got "${process.env.BENCH_YAMUX_WINDOWS_MIB ?? ''}"`)
   const bytes = pairBytes(env.elements, env.world)
   const payload = new Uint8Array(bytes).fill(0x5a)
   const receiver = new RoundReceiver()
@@ -64,7 +68,7 @@ await runBenchPeer(async (env) => {
     connectionEncrypters: [encrypter === 'tls' ? tls() : noise()],
     streamMuxers: [yamux({
       enableKeepAlive: false,
-      streamOptions: { initialStreamWindowSize: 16 * MiB, maxStreamWindowSize: 64 * MiB, maxReadBufferLength: 128 * MiB }
+      streamOptions: { initialStreamWindowSize: initialWindow * MiB, maxStreamWindowSize: maxWindow * MiB, maxReadBufferLength: 2 * maxWindow * MiB }
     })],
     connectionManager: { maxConnections: 1000, inboundConnectionThreshold: 10_000, maxIncomingPendingConnections: 256 },
     // The monitor pings every 10 s and aborts the connection when a ping times out, which a
@@ -101,7 +105,7 @@ await runBenchPeer(async (env) => {
       }
       return undefined
     },
-    note: () => `libp2p TCP + ${encrypter === 'tls' ? '@libp2p/tls' : '@libp2p/noise'} + yamux (windows 16/64 MiB)`,
+    note: () => `libp2p TCP + ${encrypter === 'tls' ? '@libp2p/tls' : '@libp2p/noise'} + yamux (windows ${initialWindow}/${maxWindow} MiB)`,
     async close () { await node.stop() }
   }
 })

@@ -49,7 +49,7 @@ class StepResult:
 @dataclass
 class State:
     origin: str
-    """initial (never written), trainer (a step that did not average) or averaged."""
+    """initial (never written), peers (downloaded from a live peer at register), trainer (a step that did not average) or averaged."""
     tensors: Dict[str, np.ndarray]
 
 

@@ -34,8 +34,8 @@ export interface StepResult {
 }
 
 export interface StateResult {
-  /** initial: never written; trainer: the values of a step that did not average; averaged: a round's mean. */
-  readonly origin: 'initial' | 'trainer' | 'averaged'
+  /** initial: never written; peers: downloaded from a live peer at register; trainer: the values of a step that did not average; averaged: a round's mean. */
+  readonly origin: 'initial' | 'peers' | 'trainer' | 'averaged'
   readonly tensors: Record<string, Float32Array>
 }
 

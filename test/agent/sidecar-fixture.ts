@@ -6,6 +6,7 @@ import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig } f
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import type { WorkloadContext } from '../../agent/workloads/context.js'
 import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
+import { StateSharing } from '../../agent/state/state-sharing.js'
 
 export interface SidecarAgent {
   readonly node: SwarmNode
@@ -25,7 +26,7 @@ export interface SidecarSwarm {
  * n agents as the agent process builds them: real libp2p nodes on loopback TCP bootstrapped off
  * the first, one shared Rendezvous per node, metrics, and a sidecar workload on a free port.
  */
-export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}): Promise<SidecarSwarm> {
+export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean } = {}): Promise<SidecarSwarm> {
   const nodes: SwarmNode[] = []
   const rendezvous: Rendezvous[] = []
   const runs: Array<Promise<void>> = []
@@ -78,7 +79,10 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
       }
       agent.ctx = ctx
       const listening = new Promise<string>((resolve, reject) => {
-        const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve }).run()
+        const stateSharing = options.stateSharing === true
+          ? new StateSharing(node, r, { prefix: averagerConfig.prefix, requestTimeoutMs: averagerConfig.requestTimeout * 1000, log: msg => { log.debug(msg) } })
+          : undefined
+        const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve, stateSharing }).run()
         // Before listening the error fails the start; after it, a failed shutdown shows in the output.
         runs.push(run.catch(err => { reject(err); console.error(`sidecar agent ${i} failed: ${String(err)}`) }))
       })

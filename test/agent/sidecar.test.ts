@@ -156,3 +156,21 @@ test('a taken port fails with one sentence; SIGTERM ends a waiting step, closes 
     await swarm.stop()
   }
 })
+
+test('with state sharing, a trainer that registers late starts from the swarm\'s averaged tensors', { timeout: 120_000 }, async () => {
+  const swarm = await startSidecarSwarm(3, { targetGroupSize: 2, minGroupSize: 2 }, { stateSharing: true })
+  try {
+    const clients = swarm.agents.map(a => new SidecarClient(a.url))
+    await Promise.all(clients.slice(0, 2).map(async c => await c.register(SPECS)))
+    assert.equal((await clients[0].state()).origin, 'initial', 'the first trainers find no donor')
+    const results = await Promise.all(clients.slice(0, 2).map(async (c, i) => await c.step(values(i), { timeout: 30 })))
+    assert.ok(results.every(r => r.averaged), results.map(r => r.error).join('; '))
+    await clients[2].register(SPECS)
+    const state = await clients[2].state()
+    assert.equal(state.origin, 'peers')
+    assert.deepEqual(state.tensors.w, results[0].tensors.w, 'the newcomer holds the swarm\'s averaged w')
+    assert.deepEqual(state.tensors.b, results[0].tensors.b)
+  } finally {
+    await swarm.stop()
+  }
+})

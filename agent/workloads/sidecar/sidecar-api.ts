@@ -4,12 +4,19 @@ import { elementCount, type TensorSchema } from '../../schema.js'
 import { describeError } from '../../errors.js'
 import { Mutex } from '../../util/mutex.js'
 import type { WorkloadContext } from '../context.js'
+import type { StateSharing } from '../../state/state-sharing.js'
 import { encodeFloat32 } from './tensor-codec.js'
 import { readJsonBody, sendJson } from './http-io.js'
 import { REGISTER_BODY_LIMIT, RequestError, describeSchema, parseRegister, parseStep, sameSchema, stepBodyLimit } from './request-parsing.js'
 
-/** Where the averager's tensors came from: never written, the trainer's last values (a step that failed), or a round's mean. */
-export type TensorOrigin = 'initial' | 'trainer' | 'averaged'
+/**
+ * Where the averager's tensors came from: never written, downloaded from a peer at register,
+ * the trainer's last values (a step that did not average), or a round's mean.
+ */
+export type TensorOrigin = 'initial' | 'peers' | 'trainer' | 'averaged'
+
+/** The part of StateSharing the sidecar uses: download once at register, then serve as a donor. */
+export type SidecarStateSharing = Pick<StateSharing, 'download' | 'start' | 'setPriority' | 'stop'>
 
 export interface StepSummary {
   readonly averaged: boolean
@@ -41,7 +48,7 @@ export class SidecarApi {
   private stepsFailed = 0
   private lastStep?: StepSummary & { at: string }
 
-  constructor (private readonly ctx: WorkloadContext) {}
+  constructor (private readonly ctx: WorkloadContext, private readonly sharing?: SidecarStateSharing) {}
 
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
     const done = this.route(req, res).catch(err => {
@@ -75,8 +82,7 @@ export class SidecarApi {
     const schema = parseRegister(await readJsonBody(req, REGISTER_BODY_LIMIT))
     if (this.schema === undefined) {
       this.schema = schema
-      const tensors: NamedTensor[] = schema.map(t => ({ ...t, data: new Float32Array(elementCount(t.shape)) }))
-      this.registering = this.ctx.createAverager(tensors, { log: msg => { this.ctx.log.debug(msg) } })
+      this.registering = this.startAverager(schema)
       try {
         this.averager = await this.registering
       } catch (err) {
@@ -93,6 +99,37 @@ export class SidecarApi {
     }
     await this.registering
     sendJson(res, 200, { created: false, tensors: this.schema })
+  }
+
+  /** Zeros, or a live peer's tensors when state sharing is on. */
+  private async startAverager (schema: readonly TensorSchema[]): Promise<DecentralizedAverager> {
+    const tensors: NamedTensor[] = schema.map(t => ({ ...t, data: new Float32Array(elementCount(t.shape)) }))
+    const averager = await this.ctx.createAverager(tensors, { log: msg => { this.ctx.log.debug(msg) } })
+    try {
+      if (this.sharing !== undefined) await this.loadAndShareState(averager, schema, this.sharing)
+    } catch (err) {
+      await averager.shutdown()
+      throw err
+    }
+    return averager
+  }
+
+  /** A newcomer starts from a live peer's tensors when one offers them, then offers its own. */
+  private async loadAndShareState (averager: DecentralizedAverager, schema: readonly TensorSchema[], sharing: SidecarStateSharing): Promise<void> {
+    const downloaded = await sharing.download(schema).catch((err: unknown) => {
+      this.ctx.log.warn({ err: describeError(err) }, 'state download failed; starting from zeros')
+      return null
+    })
+    if (downloaded !== null) {
+      const byName = new Map(downloaded.tensors.map(t => [t.name, t.data]))
+      await averager.withTensors(ts => { ts.forEach(t => { const d = byName.get(t.name); if (d !== undefined && d.length === t.data.length) t.data.set(d) }) })
+      this.origin = 'peers'
+      this.ctx.log.info({ donor: downloaded.donor }, 'sidecar loaded the swarm state from a peer')
+    }
+    await sharing.start(async () => await averager.withTensors(ts => ({
+      tensors: ts.map(t => ({ name: t.name, shape: t.shape, data: t.data.slice() })),
+      metadata: { steps: this.stepsOk, origin: this.origin }
+    })))
   }
 
   private registered (): { schema: readonly TensorSchema[], averager: DecentralizedAverager } {
@@ -112,6 +149,7 @@ export class SidecarApi {
         result = await averager.step({ weight: request.weight, gather: request.gather, timeout: request.timeout, signal: this.ctx.signal })
         this.origin = 'averaged'
         this.stepsOk++
+        this.sharing?.setPriority(this.stepsOk).catch(() => {})
       } catch (err) {
         error = describeError(err)
         this.stepsFailed++
@@ -162,6 +200,7 @@ export class SidecarApi {
     this.closing = true
     await Promise.allSettled([...this.inFlight])
     await this.registering?.catch(() => {})
+    await this.sharing?.stop()
     await this.averager?.shutdown()
   }
 }

@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { Workload, WorkloadContext } from '../context.js'
-import { SidecarApi } from './sidecar-api.js'
+import { SidecarApi, type SidecarStateSharing } from './sidecar-api.js'
 
 export interface SidecarOptions {
   /** Loopback by default: the trainer shares the pod's network namespace, nobody else should reach it. */
@@ -10,6 +10,11 @@ export interface SidecarOptions {
   readonly port: number
   /** Called with the API's base URL once it listens. */
   readonly onListening?: (baseUrl: string) => void
+  /**
+   * When given, register downloads the tensors from a live peer (GET /v1/state then says
+   * origin "peers") and the agent serves its own afterwards; the workload stops it on shutdown.
+   */
+  readonly stateSharing?: SidecarStateSharing
 }
 
 /**
@@ -19,7 +24,7 @@ export interface SidecarOptions {
 export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions): Workload {
   return {
     async run (): Promise<void> {
-      const api = new SidecarApi(ctx)
+      const api = new SidecarApi(ctx, options.stateSharing)
       const server = createServer(api.handle)
       await listen(server, options.host, options.port)
       const { port } = server.address() as AddressInfo

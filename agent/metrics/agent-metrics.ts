@@ -22,6 +22,7 @@ export class AgentMetrics {
   readonly stateUploads: Counter
   readonly trainingLoss: Gauge
   readonly trainingSteps: Counter
+  readonly heldOutLoss: Gauge
   readonly lastRoundTimestamp: Gauge
   readonly info: Gauge<'backend' | 'mode' | 'workload' | 'version'>
 
@@ -43,6 +44,7 @@ export class AgentMetrics {
     this.stateDownloads = new Counter({ name: 'averaging_state_downloads_total', help: 'State downloads from peers by outcome.', labelNames: ['outcome'], registers })
     this.stateUploads = new Counter({ name: 'averaging_state_uploads_total', help: 'State downloads served to newcomers.', registers })
     this.trainingLoss = new Gauge({ name: 'averaging_training_loss', help: 'Training loss of the builtin workload (last step).', registers })
+    this.heldOutLoss = new Gauge({ name: 'averaging_training_heldout_loss', help: 'Loss of the builtin workload on balanced held-out data, after the last round.', registers })
     this.trainingSteps = new Counter({ name: 'averaging_training_steps_total', help: 'Optimizer steps of the builtin workload.', registers })
     this.lastRoundTimestamp = new Gauge({ name: 'averaging_last_round_timestamp_seconds', help: 'Unix time of the last successful round.', registers })
     this.info = new Gauge({ name: 'averaging_agent_info', help: 'Constant 1, labelled with the tensor backend, peer mode, workload and version.', labelNames: ['backend', 'mode', 'workload', 'version'], registers })

@@ -34,6 +34,7 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
       const shard = makeShard(options.shardIndex)
       const heldOut = makeHeldOut(512)
       const averager: DecentralizedAverager = await ctx.createAverager(model.weights())
+      ctx.metrics.heldOutLoss.set(model.evaluate(heldOut))
       ctx.setReady(true)
       const slice = options.stepsPerSlice ?? 10
       try {
@@ -53,7 +54,9 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
             const after = await averager.withTensors(tensors => tensors.map(t => ({ ...t, data: t.data.slice() })))
             model.loadWeights(after)
             ctx.metrics.divergence.set(divergence(before, after))
-            ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss: model.evaluate(heldOut) }, 'averaged')
+            const heldOutLoss = model.evaluate(heldOut)
+            ctx.metrics.heldOutLoss.set(heldOutLoss)
+            ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss }, 'averaged')
           } catch (err) {
             ctx.log.warn({ err: describeError(err) }, `round failed: ${describeError(err)}`)
           }

@@ -1,0 +1,61 @@
+import type { KubeObj } from '../../operator/builders/desired.js'
+
+/** One agent of the local swarm: what the kubelet would run for one pod of a StatefulSet. */
+export interface LocalPod {
+  readonly name: string
+  readonly role: string
+  readonly ip: string
+  readonly hostname: string
+  readonly env: Record<string, string>
+}
+
+interface EnvVar { name: string, value?: string, valueFrom?: { fieldRef?: { fieldPath: string }, secretKeyRef?: { name: string, key: string, optional?: boolean }, configMapKeyRef?: { name: string, key: string, optional?: boolean } } }
+
+/**
+ * Expands the operator's desired StatefulSets into pods with loopback addresses, resolving
+ * their env the way a kubelet does (value, fieldRef, secretKeyRef, configMapKeyRef) against the
+ * desired Secrets and ConfigMaps. The agents are thus configured exactly as in a cluster.
+ */
+export function expandPods (objects: readonly KubeObj[], namespace: string, clusterDomain: string): LocalPod[] {
+  const secrets = new Map<string, Record<string, string>>()
+  const configMaps = new Map<string, Record<string, string>>()
+  for (const o of objects) {
+    if (o.kind === 'Secret') {
+      const data = (o.data ?? {}) as Record<string, string>
+      const stringData = (o.stringData ?? {}) as Record<string, string>
+      secrets.set(o.metadata.name, { ...Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v, 'base64').toString()])), ...stringData })
+    }
+    if (o.kind === 'ConfigMap') configMaps.set(o.metadata.name, (o.data ?? {}) as Record<string, string>)
+  }
+  const pods: LocalPod[] = []
+  let next = 2
+  for (const set of objects.filter(o => o.kind === 'StatefulSet')) {
+    const spec = set.spec as { replicas: number, serviceName: string, template: { metadata?: { labels?: Record<string, string> }, spec: { containers: Array<{ name: string, env?: EnvVar[] }> } } }
+    const container = spec.template.spec.containers.find(c => c.name === 'agent') ?? spec.template.spec.containers[0]
+    for (let ordinal = 0; ordinal < spec.replicas; ordinal++) {
+      const name = `${set.metadata.name}-${ordinal}`
+      const ip = `127.0.${Math.floor(next / 250)}.${(next % 250) + 2}`
+      next++
+      const hostname = `${name}.${spec.serviceName}.${namespace}.svc.${clusterDomain}`
+      const env: Record<string, string> = {}
+      for (const e of container.env ?? []) {
+        const value = resolve(e, { name, namespace, ip }, secrets, configMaps)
+        if (value !== undefined) env[e.name] = value
+      }
+      pods.push({ name, role: spec.template.metadata?.labels?.['averaging.swarm.io/role'] ?? 'agent', ip, hostname, env })
+    }
+  }
+  return pods
+}
+
+function resolve (e: EnvVar, pod: { name: string, namespace: string, ip: string }, secrets: Map<string, Record<string, string>>, configMaps: Map<string, Record<string, string>>): string | undefined {
+  if (e.value !== undefined) return e.value
+  const from = e.valueFrom
+  if (from?.fieldRef != null) {
+    const fields: Record<string, string> = { 'metadata.name': pod.name, 'metadata.namespace': pod.namespace, 'status.podIP': pod.ip }
+    return fields[from.fieldRef.fieldPath]
+  }
+  if (from?.secretKeyRef != null) return secrets.get(from.secretKeyRef.name)?.[from.secretKeyRef.key]
+  if (from?.configMapKeyRef != null) return configMaps.get(from.configMapKeyRef.name)?.[from.configMapKeyRef.key]
+  return undefined
+}

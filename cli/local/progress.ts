@@ -1,0 +1,47 @@
+import { parsePrometheusText, sumOf } from '../../operator/controller/prom-text.js'
+import type { LocalPod } from './pods.js'
+
+/** One sample of the whole swarm, read from every agent's /metrics. */
+export interface SwarmSample {
+  readonly t: number
+  readonly ready: number
+  readonly rounds: number
+  readonly failures: number
+  readonly meanGroupSize: number
+  readonly meanLoss: number
+  readonly meanHeldOutLoss: number
+  readonly meanDivergence: number
+  readonly meanSteps: number
+}
+
+export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: number, t: number): Promise<SwarmSample> {
+  const scraped = await Promise.all(pods.map(async (pod) => {
+    try {
+      const [metrics, ready] = await Promise.all([
+        fetch(`http://${pod.ip}:${metricsPort}/metrics`, { signal: AbortSignal.timeout(2000) }).then(async r => await r.text()),
+        fetch(`http://${pod.ip}:${metricsPort}/readyz`, { signal: AbortSignal.timeout(2000) }).then(r => r.ok)
+      ])
+      return { samples: parsePrometheusText(metrics), ready }
+    } catch {
+      return null
+    }
+  }))
+  const live = scraped.filter(s => s != null)
+  const mean = (name: string): number => {
+    const values = live.map(s => sumOf(s.samples, name)).filter((v): v is number => v !== undefined && Number.isFinite(v))
+    return values.length > 0 ? values.reduce((a, b) => a + b, 0) / values.length : NaN
+  }
+  const total = (name: string, match: Record<string, string> = {}): number => live.reduce((n, s) => n + (sumOf(s.samples, name, match) ?? 0), 0)
+  const groups = total('averaging_group_size_count')
+  return {
+    t,
+    ready: live.filter(s => s.ready).length,
+    rounds: total('averaging_rounds_total', { outcome: 'success' }) + total('averaging_rounds_total', { outcome: 'partial' }),
+    failures: total('averaging_rounds_total', { outcome: 'failure' }),
+    meanGroupSize: groups > 0 ? total('averaging_group_size_sum') / groups : NaN,
+    meanLoss: mean('averaging_training_loss'),
+    meanHeldOutLoss: mean('averaging_training_heldout_loss'),
+    meanDivergence: mean('averaging_parameter_divergence'),
+    meanSteps: mean('averaging_training_steps_total')
+  }
+}

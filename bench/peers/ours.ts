@@ -1,0 +1,43 @@
+/** This project's averager as a benchmark peer: one DecentralizedAverager per process, real libp2p over loopback. */
+import { multiaddr } from '@multiformats/multiaddr'
+import { runBenchPeer } from '../lib/peer-client.js'
+import { fillTensor, maxAbsErrorOf } from '../lib/protocol.js'
+import { createSwarmNode } from '../../agent/net/node.js'
+import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/averager.js'
+import { isCompressionName } from '../../agent/compression/index.js'
+
+await runBenchPeer(async (env) => {
+  const node = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] })
+  const data = new Float32Array(env.elements)
+  const compression = env.compression
+  if (!isCompressionName(compression)) throw new Error(`unknown compression ${compression}`)
+  let averager: DecentralizedAverager | null = null
+  let groupRanks: number[] = []
+  return {
+    address: node.getMultiaddrs()[0].toString(),
+    async connect (addrs) {
+      await Promise.all(addrs.map(async (a, r) => { if (r !== env.rank) await node.dial(multiaddr(a)) }))
+      averager = await DecentralizedAverager.create(node, [{ name: 'x', shape: [env.elements], data }], {
+        ...DEFAULT_AVERAGER_CONFIG,
+        prefix: 'bench',
+        targetGroupSize: env.groupSize,
+        minGroupSize: env.groupSize,
+        averagingExpiration: 5,
+        requestTimeout: 2,
+        allreduceTimeout: 240,
+        partSizeBytes: env.partBytes,
+        compression
+      })
+    },
+    prepare () { fillTensor(data, env.rank) },
+    async allReduce () {
+      const result = await averager!.step({ gather: env.rank, timeout: 300 })
+      groupRanks = [...result.gathered.values()] as number[]
+      if (result.allreduce.partsKeptLocal > 0) throw new Error(`${result.allreduce.partsKeptLocal} parts were not averaged`)
+      return { matchmakingMs: result.matchmakingMs }
+    },
+    check: () => maxAbsErrorOf(data, env.world, groupRanks),
+    note: () => `libp2p TCP + ${node.getConnections()[0]?.encryption ?? '?'} + yamux, part ${env.partBytes} B, compression ${env.compression}`,
+    async close () { await averager?.shutdown(); await node.stop() }
+  }
+})

@@ -26,7 +26,8 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
       return null
     }
   }))
-  const live = scraped.filter(s => s != null)
+  // Agents that are not ready yet report gauges still at zero: they would drag the means down.
+  const live = scraped.filter(s => s != null && s.ready)
   const mean = (name: string): number => {
     const values = live.map(s => sumOf(s.samples, name)).filter((v): v is number => v !== undefined && Number.isFinite(v))
     return values.length > 0 ? values.reduce((a, b) => a + b, 0) / values.length : NaN
@@ -35,7 +36,7 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
   const groups = total('averaging_group_size_count')
   return {
     t,
-    ready: live.filter(s => s.ready).length,
+    ready: live.length,
     rounds: total('averaging_rounds_total', { outcome: 'success' }) + total('averaging_rounds_total', { outcome: 'partial' }),
     failures: total('averaging_rounds_total', { outcome: 'failure' }),
     meanGroupSize: groups > 0 ? total('averaging_group_size_sum') / groups : NaN,

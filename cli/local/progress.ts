@@ -27,7 +27,7 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
     }
   }))
   // Agents that are not ready yet report gauges still at zero: they would drag the means down.
-  const live = scraped.filter(s => s != null && s.ready)
+  const live = scraped.filter((s): s is NonNullable<typeof s> => s != null && s.ready)
   const mean = (name: string): number => {
     const values = live.map(s => sumOf(s.samples, name)).filter((v): v is number => v !== undefined && Number.isFinite(v))
     return values.length > 0 ? values.reduce((a, b) => a + b, 0) / values.length : NaN

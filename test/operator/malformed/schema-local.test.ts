@@ -4,24 +4,8 @@ import { readFileSync, readdirSync } from 'node:fs'
 import { parseAllDocuments } from 'yaml'
 import { Ajv } from 'ajv'
 import { swarmSchema } from '../../../api/v1alpha1/schema.js'
-import type { Schema } from '../../../api/v1alpha1/schema-builders.js'
+import { toJsonSchema } from '../../../api/v1alpha1/validate.js'
 import { MALFORMED, malformedSwarm } from './cases.js'
-
-/** The CRD schema as plain JSON Schema: OpenAPI's boolean exclusiveMinimum becomes numeric. */
-function toJsonSchema (s: Schema): Record<string, unknown> {
-  const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(s)) {
-    if (k.startsWith('x-kubernetes-') || k === 'default' || k === 'description') continue
-    if (k === 'properties') out[k] = Object.fromEntries(Object.entries(v as Record<string, Schema>).map(([p, ps]) => [p, toJsonSchema(ps)]))
-    else if (k === 'items' || k === 'additionalProperties') out[k] = toJsonSchema(v as Schema)
-    else if (k === 'anyOf') out[k] = (v as Schema[]).map(toJsonSchema)
-    else if (k === 'exclusiveMinimum') { if (v === true) { out.exclusiveMinimum = s.minimum; delete out.minimum } }
-    else if (k === 'minimum' && s.exclusiveMinimum === true) continue
-    else out[k] = v
-  }
-  if (s.type === 'object' && s.properties !== undefined && s['x-kubernetes-preserve-unknown-fields'] !== true) out.additionalProperties = false
-  return out
-}
 
 const ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false })
 const validate = ajv.compile(toJsonSchema(swarmSchema))

@@ -11,25 +11,32 @@ import type { Progress } from './status.js'
 
 export const ROUNDS_METRIC = 'averaging_rounds_total'
 export const GROUP_SIZE_METRIC = 'averaging_group_size'
+export const LAST_ROUND_METRIC = 'averaging_last_round_timestamp_seconds'
 
 export interface ScrapeTarget { ip: string, port: number }
 export type Fetcher = (url: string, timeoutMs: number) => Promise<string>
 
-/** Combines scrapes of several agents: the most rounds any agent completed, the mean group size. */
-export function summarize (texts: string[]): Omit<Progress, 'lastRoundTime'> | undefined {
+export interface Summary { roundsCompleted: number, meanGroupSize?: number, /** Unix seconds of the latest successful round any agent reports. */ lastRoundUnix?: number }
+
+/** Combines scrapes of several agents: the most rounds any agent completed, the mean group size, the latest round. */
+export function summarize (texts: string[]): Summary | undefined {
   let rounds: number | undefined
   let sizeSum = 0
   let sizeCount = 0
+  let last = 0
   for (const t of texts) {
     const samples = parsePrometheusText(t)
     const r = sumOf(samples, ROUNDS_METRIC, { outcome: 'success' })
     if (r !== undefined) rounds = Math.max(rounds ?? 0, r)
     sizeSum += sumOf(samples, `${GROUP_SIZE_METRIC}_sum`) ?? 0
     sizeCount += sumOf(samples, `${GROUP_SIZE_METRIC}_count`) ?? 0
+    for (const x of samples) if (x.name === LAST_ROUND_METRIC && Number.isFinite(x.value)) last = Math.max(last, x.value)
   }
   if (rounds === undefined) return undefined
-  return { roundsCompleted: Math.round(rounds), ...(sizeCount > 0 ? { meanGroupSize: sizeSum / sizeCount } : {}) }
+  return { roundsCompleted: Math.round(rounds), ...(sizeCount > 0 ? { meanGroupSize: sizeSum / sizeCount } : {}), ...(last > 0 ? { lastRoundUnix: last } : {}) }
 }
+
+const rfc3339 = (d: Date) => d.toISOString().replace(/\.\d+Z$/, 'Z')
 
 export const httpFetcher: Fetcher = async (url, timeoutMs) => {
   const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) })
@@ -87,10 +94,13 @@ export class ProgressTracker {
     const next: Progress = {
       roundsCompleted: Math.max(now.roundsCompleted, before?.roundsCompleted ?? 0),
       ...(now.meanGroupSize === undefined ? {} : { meanGroupSize: Math.round(now.meanGroupSize * 100) / 100 }),
-      ...(grew ? { lastRoundTime: this.clock().toISOString().replace(/\.\d+Z$/, 'Z') } : before?.lastRoundTime === undefined ? {} : { lastRoundTime: before.lastRoundTime })
+      // The agents' own timestamp when they export it; else when the operator saw the count grow.
+      ...(now.lastRoundUnix !== undefined
+        ? { lastRoundTime: rfc3339(new Date(now.lastRoundUnix * 1000)) }
+        : grew ? { lastRoundTime: rfc3339(this.clock()) } : before?.lastRoundTime === undefined ? {} : { lastRoundTime: before.lastRoundTime })
     }
     this.progress.set(key, next)
-    if (before === undefined || before.roundsCompleted !== next.roundsCompleted || before.meanGroupSize !== next.meanGroupSize) this.onChange(key)
+    if (before === undefined || before.roundsCompleted !== next.roundsCompleted || before.meanGroupSize !== next.meanGroupSize || before.lastRoundTime !== next.lastRoundTime) this.onChange(key)
   }
 }
 

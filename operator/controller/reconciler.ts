@@ -109,7 +109,7 @@ export class Reconciler {
 
     const pods = this.d.cache.listForSwarm('Pod', namespace, name).filter(p => ownedByOurSets(p, name))
     const statefulSets = this.d.cache.listForSwarm('StatefulSet', namespace, name)
-    this.d.progress?.setTargets(key, pods.filter(isReady).flatMap(p => {
+    this.d.progress?.setTargets(key, pods.filter(p => isReady(p) && p.metadata.deletionTimestamp == null).flatMap(p => {
       const ip = (p as any).status?.podIP
       return ip === undefined || (p.metadata.labels?.[LABEL_ROLE] === 'auxiliary') ? [] : [{ ip, port: s.spec.metrics.port }]
     }))
@@ -122,6 +122,7 @@ export class Reconciler {
         deferMs = wait
       } else {
         this.lastStatusWrite.set(key, Date.now())
+        this.d.log.debug({ swarm: key, changed: changedKeys(s.status ?? {}, status) }, 'writing status')
         try {
           await this.d.api.applyStatus(s, status)
           writes++
@@ -165,6 +166,18 @@ export class Reconciler {
     if (fresh !== undefined && !ownedBy(fresh, s.metadata.uid)) return undefined
     return pskSecretData(s, fresh?.data as SecretData | undefined)
   }
+}
+
+/** Top-level status fields (and condition types) that differ, for the debug log. */
+function changedKeys (a: AveragingSwarmStatus, b: AveragingSwarmStatus): string[] {
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]) as Set<keyof AveragingSwarmStatus>
+  const out: string[] = []
+  for (const k of keys) {
+    if (k === 'conditions') {
+      for (const c of b.conditions ?? []) if (stableJson(c) !== stableJson(a.conditions?.find(x => x.type === c.type))) out.push(`conditions.${c.type}`)
+    } else if (stableJson(a[k]) !== stableJson(b[k])) out.push(k)
+  }
+  return out
 }
 
 function isReady (p: KubeObj): boolean {

@@ -64,7 +64,9 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     rest = new RestClient(cluster.kc)
     await cluster.createNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' })
     await kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
-    await kubectl('wait', '--for=condition=Established', 'crd/averagingswarms.averaging.swarm.io', '--timeout=60s')
+    // Poll rather than `kubectl wait`, which fails outright while the CRD has no conditions yet.
+    await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
+      .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
     kubeconfig = await operatorKubeconfig()
     op = await startOperator(kubeconfig, cluster.logDir, 'operator-a')
     await waitFor('the operator to become ready', async () => await op.ready(), 60_000)
@@ -121,11 +123,13 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.deepEqual(st.bootstrapPeers, [0, 1].map(i => `/dns4/demo-bootstrap-${i}-0.demo-agents.${NS}.svc.cluster.local/tcp/31337/p2p/${peerIdOf(secret.data, i)}`))
   })
 
-  test(AGENT_BUILT ? 'the agents become Ready, average, and the swarm says Ready with rounds > 0' : 'without the agent build, the swarm is honestly Degraded, naming failing agents', async () => {
+  test(AGENT_BUILT ? 'the agents become Ready, average, and the swarm says Ready with rounds > 0' : 'without the agent build, the swarm is honestly Degraded, naming failing agents', async (t) => {
     if (AGENT_BUILT) {
+      const started = Date.now()
       const st = await waitFor('phase Ready with rounds > 0', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Ready' && x.roundsCompleted > 0 ? x : undefined }, 240_000, 1000)
       assert.equal(st.readyReplicas, 8)
       assert.ok(st.lastRoundTime)
+      t.diagnostic(`Ready with rounds after ${((Date.now() - started) / 1000).toFixed(0)} s: readyReplicas ${st.readyReplicas}, roundsCompleted ${st.roundsCompleted}, meanGroupSize ${st.meanGroupSize}, lastRoundTime ${st.lastRoundTime}`)
     } else {
       const st = await waitFor('phase Degraded', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Degraded' ? x : undefined }, 90_000, 1000)
       const d = st.conditions.find((c: any) => c.type === 'Degraded')
@@ -166,7 +170,11 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
   test('suspend scales every agent to zero and back', async () => {
     await kubectl('patch', '-n', NS, 'avs/demo', '--type=merge', '-p', '{"spec":{"suspend":true}}')
     await waitFor('no agent pod', async () => (await list('Pod', 'demo')).length === 0, 120_000)
-    const st = await waitFor('phase Suspended and settled', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Suspended' && x.replicas === 0 ? x : undefined }, 60_000)
+    // Settled: no agent, and the StatefulSets have caught up (Progressing False), so nothing is left to report.
+    const st = await waitFor('phase Suspended and settled', async () => {
+      const x = (await swarm('demo')).status
+      return x?.phase === 'Suspended' && x.replicas === 0 && x.conditions.find((c: any) => c.type === 'Progressing')?.status === 'False' ? x : undefined
+    }, 90_000)
     assert.equal(st.conditions.find((c: any) => c.type === 'Suspended').status, 'True')
   })
 

@@ -28,7 +28,9 @@ async function main (): Promise<void> {
     await cluster.createNamespace(NS)
     const r = await cluster.kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
     if (r.code !== 0) throw new Error(r.stderr)
-    await cluster.kubectl('wait', '--for=condition=Established', 'crd/averagingswarms.averaging.swarm.io', '--timeout=60s')
+    // Poll rather than `kubectl wait`, which fails outright while the CRD has no conditions yet.
+    await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
+      .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
     await waitFor('operator ready', async () => await op.ready(), 60_000)
     await sleep(2000)
     const req0 = await op.metric('rest_client_requests_total') ?? 0

@@ -26,6 +26,8 @@ test('the Prometheus text parser reads labels with escapes, +Inf and exponents',
 test('progress is the most rounds one agent completed and the mean group size over all agents', () => {
   assert.deepEqual(summarize([agentMetrics(5, 1, [4, 4]), agentMetrics(7, 0, [2])]), { roundsCompleted: 7, meanGroupSize: 10 / 3 })
   assert.equal(summarize(['process_start_time_seconds 1']), undefined, 'no averaging metric, no progress')
+  const withTime = summarize([agentMetrics(1, 0, [2]) + 'averaging_last_round_timestamp_seconds{swarm="demo"} 1700000000\n', agentMetrics(2, 0, [2]) + 'averaging_last_round_timestamp_seconds{swarm="demo"} 1700000100.5\n'])
+  assert.equal(withTime?.lastRoundUnix, 1700000100.5, 'the latest round any agent reports')
 })
 
 test('the tracker scrapes real HTTP endpoints, notes when rounds grew and queues the swarm', async () => {

@@ -3,7 +3,7 @@ import type { SwarmNode } from '../net/node.js'
 import type { NamedTensor } from '../averager.js'
 import { openFramed } from '../net/rpc.js'
 import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
-import { ProtocolError, describeError } from '../errors.js'
+import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { CHUNK_BYTES, MAX_CHUNK_FRAME_BYTES, MAX_HEADER_FRAME_BYTES, validateHeader, type ExpectedTensor } from './state-protocol.js'
 
 export interface DownloadedState {
@@ -15,7 +15,11 @@ export interface DownloadFromOptions {
   readonly requestTimeoutMs: number
   readonly maxStateBytes: number
   readonly expected?: readonly ExpectedTensor[]
+  /** Slowest transfer accepted, so a donor trickling one chunk per timeout cannot hold us for hours (default 1 MiB/s). */
+  readonly minBytesPerSecond?: number
 }
+
+const DEFAULT_MIN_BYTES_PER_SECOND = 1024 * 1024
 
 /**
  * Downloads the state from one donor, or 'busy' when it serves its limit already. Everything
@@ -37,10 +41,16 @@ export async function downloadFrom (node: SwarmNode, donor: string, protocol: st
     if (header.busy) return 'busy'
     const layout = validateHeader(header, options.expected, options.maxStateBytes)
     const arrays = layout.tensors.map(t => new Float32Array(t.elements))
+    const deadline = Date.now() + 2 * options.requestTimeoutMs + 1000 * layout.totalBytes / (options.minBytesPerSecond ?? DEFAULT_MIN_BYTES_PER_SECOND)
+    const nextWait = (): number => {
+      const left = deadline - Date.now()
+      if (left <= 0) throw new TimeoutError(`donor ${donor} sent ${layout.totalBytes} bytes too slowly`)
+      return Math.min(options.requestTimeoutMs, left)
+    }
     for (const [index, tensor] of layout.tensors.entries()) {
       let offset = 0
       while (offset < tensor.elements) {
-        const frame = await framed.read(options.requestTimeoutMs)
+        const frame = await framed.read(nextWait())
         if (frame == null) throw new ProtocolError(`donor ${donor} ended the stream at element ${offset} of tensor ${tensor.name}`)
         if (frame.byteLength > MAX_CHUNK_FRAME_BYTES) throw new ProtocolError(`donor ${donor} sent a ${frame.byteLength}-byte chunk, above the ${MAX_CHUNK_FRAME_BYTES}-byte bound`)
         const chunk = decode(() => StateChunk.decode(frame), 'chunk')
@@ -60,7 +70,7 @@ export async function downloadFrom (node: SwarmNode, donor: string, protocol: st
         offset += count
       }
     }
-    const trailing = await framed.read(options.requestTimeoutMs)
+    const trailing = await framed.read(nextWait())
     if (trailing != null) throw new ProtocolError(`donor ${donor} sent more data than its header announced`)
     return {
       tensors: layout.tensors.map((t, i) => ({ name: t.name, shape: t.shape, data: arrays[i] })),

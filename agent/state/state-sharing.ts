@@ -22,6 +22,8 @@ export interface StateSharingOptions {
   readonly priorityMargin?: number
   /** Largest state a download allocates when no expected layout is given (default 2 GiB). */
   readonly maxStateBytes?: number
+  /** Slowest download accepted from one donor before trying the next (default 1 MiB/s). */
+  readonly minDownloadBytesPerSecond?: number
   /** Rounds over the donors that answered busy before giving up (default 3). */
   readonly busyRetries?: number
   readonly log?: (msg: string) => void
@@ -132,6 +134,7 @@ export class StateSharing {
           const state = await downloadFrom(this.node, donor, this.protocol, {
             requestTimeoutMs: this.options.requestTimeoutMs,
             maxStateBytes: this.options.maxStateBytes ?? DEFAULT_MAX_STATE_BYTES,
+            minBytesPerSecond: this.options.minDownloadBytesPerSecond,
             expected
           })
           if (state === 'busy') {

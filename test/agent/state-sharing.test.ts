@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { multiaddr } from '@multiformats/multiaddr'
-import type { Stream } from '@libp2p/interface'
+import type { PeerId, Stream } from '@libp2p/interface'
 import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
 import { Rendezvous } from '../../agent/rendezvous/rendezvous.js'
 import { ownAddrBytes } from '../../agent/net/rpc.js'
@@ -37,9 +37,17 @@ async function startPeers (n: number): Promise<Peers> {
     // Every node must know every other before the rendezvous picks replicas from its routing
     // table, or a donor and a newcomer could pick different replicas for the same key.
     const deadline = Date.now() + 60_000
-    const tableSize = (node: SwarmNode): number => (node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0
+    const tableSize = (node: SwarmNode): number => routingTable(node)?.size ?? 0
+    let reidentifyAt = Date.now() + 2000
     while (!nodes.every(node => tableSize(node) >= n - 1)) {
       if (Date.now() > deadline) throw new Error(`routing tables did not fill within 60 s: sizes ${nodes.map(tableSize).join(', ')}`)
+      if (Date.now() > reidentifyAt) {
+        // On a loaded machine kad-dht's ping that admits a new contact can time out, and the
+        // peer then never enters the table: offer the missing peers again.
+        reidentifyAt = Date.now() + 2000
+        await Promise.allSettled(nodes.filter(node => tableSize(node) < n - 1).flatMap(node =>
+          nodes.filter(other => other !== node).map(async other => await routingTable(node)?.add(other.peerId))))
+      }
       await sleep(50)
     }
     for (const node of nodes) {
@@ -52,6 +60,10 @@ async function startPeers (n: number): Promise<Peers> {
     await stop()
     throw err
   }
+}
+
+function routingTable (node: SwarmNode): { size: number, add: (peer: PeerId) => Promise<void> } | undefined {
+  return (node.services.dht as unknown as { routingTable?: { size: number, add: (peer: PeerId) => Promise<void> } }).routingTable
 }
 
 /** Under a loaded machine a TLS handshake can time out; a second try usually passes. */
@@ -177,8 +189,8 @@ function framedOf (stream: Stream): FramedStream {
   return new FramedStream(stream, { maxFrameBytes: 1024 })
 }
 
-test('hostile donors (garbage, absurd shapes, wrong chunks, silence) make the newcomer fall back to an honest donor', { timeout: 240_000 }, async () => {
-  const peers = await startPeers(8)
+test('hostile donors (garbage, absurd shapes, wrong chunks, a trickle, silence) make the newcomer fall back to an honest donor', { timeout: 240_000 }, async () => {
+  const peers = await startPeers(9)
   const sharings: StateSharing[] = []
   try {
     const state: NamedTensor[] = [{ name: 'w', shape: [40000], data: fill(40000, 3) }]
@@ -211,6 +223,14 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, silence) make the ne
         await f.write(StateChunk.encode({ tensorIndex: 0, offset: 0, data: new Uint8Array(6) }))
         await f.closeWrite()
       }],
+      ['trickle of one value per 300 ms', async (stream) => {
+        const f = framedOf(stream)
+        await f.write(goodHeader)
+        for (let offset = 0; offset < 40000 && stream.status === 'open'; offset++) {
+          await f.write(StateChunk.encode({ tensorIndex: 0, offset, data: new Uint8Array(4) }))
+          await sleep(300)
+        }
+      }],
       ['silence after the header', async (stream) => {
         const f = framedOf(stream)
         await f.write(goodHeader)
@@ -220,13 +240,13 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, silence) make the ne
     ]
     const hostileIds = new Map<string, string>()
     for (const [k, [name, behave]] of behaviours.entries()) {
-      // nodes 1..6 are hostile; node 7 is the newcomer
+      // nodes 1..7 are hostile; node 8 is the newcomer
       await hostileDonor(peers, k + 1, behave)
       hostileIds.set(peers.nodes[k + 1].peerId.toString(), name)
     }
     for (const expected of [[{ name: 'w', shape: [40000] }], undefined]) {
       const failures: string[] = []
-      const newcomer = new StateSharing(peers.nodes[7], peers.rendezvous[7], {
+      const newcomer = new StateSharing(peers.nodes[8], peers.rendezvous[8], {
         prefix: PREFIX,
         requestTimeoutMs: 1000,
         log: (msg) => { if (msg.includes('failed')) failures.push(msg) }
@@ -240,9 +260,10 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, silence) make the ne
       for (const [id, name] of hostileIds) {
         assert.ok(failures.some(msg => msg.includes(id)), `the ${name} donor was tried and rejected`)
       }
-      assert.ok(Date.now() - started < 10_000, 'the silent donor was given up after the per-chunk timeout')
+      // Silence costs one 1 s read timeout, the trickle its ~2.2 s transfer deadline.
+      assert.ok(Date.now() - started < 15_000, `the slow donors were given up on within ${Date.now() - started} ms`)
     }
-    assert.ok(peers.nodes[7].status === 'started', 'the newcomer is still running')
+    assert.ok(peers.nodes[8].status === 'started', 'the newcomer is still running')
   } finally {
     await Promise.allSettled(sharings.map(async s => { await s.stop() }))
     await peers.stop()

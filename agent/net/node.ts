@@ -24,8 +24,11 @@ export interface SwarmNodeOptions {
   readonly listen: readonly string[]
   readonly announce?: readonly string[]
   /**
-   * Connection encrypters in order of preference. TLS first: on this machine libp2p TLS moved
-   * ~330 MiB/s against Noise's ~125 MiB/s over one stream (shared/reference/performance-floors.md).
+   * Connection encrypters in order of preference. Noise first, though @libp2p/tls moves ~2.6x
+   * more bytes per second here: under bidirectional bulk traffic (exactly an all-reduce) the
+   * TLS upgrader pauses reading while its writes are blocked, and two such peers can stall each
+   * other for good (bench/README.md, "stalls"). A slower round beats a stuck one; bulk speed is
+   * the direct data channel's job (issue 9).
    */
   readonly encryption?: readonly Encryption[]
   /** A libp2p private-network key (swarm.key text): peers without it cannot connect. */
@@ -41,7 +44,7 @@ export type SwarmNode = Libp2p<{ dht: KadDHT, identify: Identify, ping: Ping }>
 export async function createSwarmNode (options: SwarmNodeOptions): Promise<SwarmNode> {
   const privateKey = options.privateKey ?? await generateKeyPair('Ed25519')
   const encrypters: Array<(components: any) => ConnectionEncrypter> = []
-  for (const name of options.encryption ?? ['tls', 'noise']) encrypters.push(name === 'tls' ? tls() : noise())
+  for (const name of options.encryption ?? ['noise', 'tls']) encrypters.push(name === 'tls' ? tls() : noise())
   const allow = options.allowPeers != null && options.allowPeers.length > 0 ? new Set(options.allowPeers) : null
   return await createLibp2p({
     privateKey,

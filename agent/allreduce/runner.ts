@@ -51,8 +51,6 @@ interface SenderLink {
   chain: Promise<void>
 }
 
-const MAX_PENDING_RESULT_WRITES = 4 * PART_WINDOW
-
 /**
  * One butterfly all-reduce inside an assembled group: we send each reducer our values on its
  * span and get the weighted mean back, while we reduce our own span for everyone. Every wait is
@@ -146,6 +144,9 @@ export class AllReduceRunner {
       const wire = COMPRESSION_WIRE[this.options.codec.name]
       for (let k = 0; k < this.spanParts.length; k++) {
         await reducer.waitUntilWithin(k, PART_WINDOW)
+        // Means owed to this sender back up when its link is slow: stop reading its parts until
+        // they drain, so flow control reaches it instead of our memory growing.
+        while (link.pendingWrites > PART_WINDOW && !reducer.isBanned(slot)) await link.chain
         if (reducer.isBanned(slot)) return
         const bytes = await framed.read(this.options.senderTimeoutMs)
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
@@ -190,7 +191,6 @@ export class AllReduceRunner {
     })
     for (const [slot, link] of this.links) {
       if (this.reducer!.isBanned(slot) && this.reducer!.nextPartOf(slot) <= result.partIndex) continue
-      if (link.pendingWrites >= MAX_PENDING_RESULT_WRITES) { this.banSender(slot, 'sender does not read its results'); continue }
       link.pendingWrites++
       link.chain = link.chain.then(async () => {
         await link.framed.write(frame)

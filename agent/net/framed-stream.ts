@@ -81,8 +81,16 @@ export class FramedStream {
     const header = new Uint8Array(HEADER_BYTES)
     new DataView(header.buffer).setUint32(0, payload.byteLength, true)
     this.stream.send(new Uint8ArrayList(header, payload))
-    while (this.stream.writeBufferLength > this.writeHighWaterMark && this.stream.status === 'open') {
-      await this.stream.onDrain()
+    // Not stream.onDrain(): in @libp2p/utils 7.4 its promise resolves at once after the first
+    // drain, and a loop on it spins without yielding to the socket (bench/README.md).
+    while (this.stream.writeBufferLength > this.writeHighWaterMark && this.stream.status === 'open' && this.failure == null) {
+      await new Promise<void>(resolve => {
+        const done = (): void => {
+          for (const event of ['drain', 'idle', 'close'] as const) this.stream.removeEventListener(event, done)
+          resolve()
+        }
+        for (const event of ['drain', 'idle', 'close'] as const) this.stream.addEventListener(event, done)
+      })
     }
   }
 

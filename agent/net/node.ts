@@ -72,6 +72,9 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
       inboundConnectionThreshold: 10_000,
       maxIncomingPendingConnections: 256
     },
+    // A ping stuck behind megabytes of tensor parts is no sign of a dead peer: do not abort
+    // busy connections on ping timeouts (seen mid-transfer at 4 x 25M floats).
+    connectionMonitor: { abortConnectionOnPingFailure: false },
     metrics: options.metrics,
     services: {
       identify: identify(),

@@ -27,7 +27,7 @@ await runBenchPeer(async (env) => {
         allreduceTimeout: 240,
         partSizeBytes: env.partBytes,
         compression
-      })
+      }, { log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } })
     },
     prepare () { fillTensor(data, env.rank) },
     async allReduce () {

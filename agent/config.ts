@@ -105,7 +105,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     identityKey = new Uint8Array(Buffer.from(identity, 'base64'))
     if (identityKey.byteLength < 32 || identityKey.byteLength > 256) problems.push(`${AGENT_ENV.identityKey.name} is not a base64 protobuf private key`)
   }
-  const ordinal = /-(\d+)$/.exec(podName)?.[1]
+  const ordinal = shardFromPodName(podName)
   const config: AgentConfig = {
     swarm: raw('swarm') ?? '',
     namespace: raw('namespace') ?? 'default',
@@ -122,9 +122,21 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     period: parse('period', parseDuration, 30),
     workload: parse('workload', oneOf('builtin', 'sidecar'), 'builtin'),
     sidecarPort: parse('sidecarPort', integer(0, 65535), 9401),
-    shardIndex: parse('shardIndex', integer(0, 1_000_000), ordinal !== undefined ? Number(ordinal) : 0),
+    shardIndex: parse('shardIndex', integer(0, 1_000_000), ordinal),
     logLevel: parse('logLevel', oneOf('trace', 'debug', 'info', 'warn', 'error'), 'info')
   }
   if (problems.length > 0) throw new AveragingError(problems.join('\n'))
   return config
+}
+
+/**
+ * The builtin workload's data shard from the pod name, when AVS_SHARD_INDEX is unset: bootstrap
+ * agent i (`<swarm>-bootstrap-<i>-0`) takes shard i, regular agent n (`<swarm>-agent-<n>`) takes
+ * shard 64 + n, so no two pods of a swarm share a shard.
+ */
+export function shardFromPodName (podName: string): number {
+  const bootstrap = /-bootstrap-(\d+)-\d+$/.exec(podName)
+  if (bootstrap != null) return Number(bootstrap[1])
+  const ordinal = /-(\d+)$/.exec(podName)
+  return ordinal != null ? 64 + Number(ordinal[1]) : 0
 }

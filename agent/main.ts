@@ -6,14 +6,15 @@ import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { prometheusMetrics } from '@libp2p/prometheus-metrics'
 import { loadAgentConfig } from './config.js'
 import { createSwarmNode } from './net/node.js'
-import { connectBootstrap } from './net/bootstrap.js'
+import { connectBootstrap, settleRoutingTable } from './net/bootstrap.js'
 import { Rendezvous } from './rendezvous/rendezvous.js'
 import { DecentralizedAverager } from './averager.js'
 import { AgentMetrics } from './metrics/agent-metrics.js'
 import { startMetricsServer } from './metrics/http-server.js'
 import { loadTensorBackend } from './tensors/backend.js'
 import { builtinWorkload } from './workloads/builtin/workload.js'
-import { sidecarWorkloadFor } from './workloads/sidecar-entry.js'
+import { sidecarWorkload } from './workloads/sidecar/workload.js'
+import { StateSharing } from './state/state-sharing.js'
 import type { WorkloadContext } from './workloads/context.js'
 import { describeError } from './errors.js'
 
@@ -66,6 +67,7 @@ async function main (): Promise<number> {
   const joined = await connectBootstrap(node, {
     peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal: shutdown.signal, log: (m) => { log.info(m) }
   })
+  if (joined && config.bootstrapPeers.length > 0) log.info(`routing table settled at ${await settleRoutingTable(node)} peers`)
   const ctx: WorkloadContext = {
     node,
     rendezvous,
@@ -84,14 +86,26 @@ async function main (): Promise<number> {
     }, rendezvous),
     setReady: (value) => { ready = value && joined }
   }
+  // Newcomers start from a live peer's tensors (hivemind's load_state_from_peers); every agent
+  // then offers its own. Auxiliary and client peers hold no state worth sharing.
+  const stateSharing = config.averager.mode === 'node'
+    ? new StateSharing(node, rendezvous, {
+      prefix: config.averager.prefix,
+      requestTimeoutMs: config.averager.requestTimeout * 1000,
+      log: (m) => { log.debug(m) },
+      onUpload: (outcome) => { if (outcome === 'served') metrics.stateUploads.inc() },
+      onDownload: (outcome) => { metrics.stateDownloads.labels(outcome).inc() }
+    })
+    : undefined
   const workload = config.workload === 'builtin'
-    ? builtinWorkload(ctx, { shardIndex: config.shardIndex })
-    : await sidecarWorkloadFor(ctx, { host: '127.0.0.1', port: config.sidecarPort })
+    ? builtinWorkload(ctx, { shardIndex: config.shardIndex, stateSharing })
+    : sidecarWorkload(ctx, { host: '127.0.0.1', port: config.sidecarPort, stateSharing })
   try {
     if (joined) await workload.run()
   } finally {
     ready = false
     clearInterval(gauges)
+    await stateSharing?.stop().catch(() => {})
     await rendezvous.stop()
     await node.stop()
     server.close()

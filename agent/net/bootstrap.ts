@@ -57,3 +57,23 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
   }
   return false
 }
+
+/**
+ * After the first bootstrap connection the routing table fills over a few self-queries. The
+ * rendezvous picks a key's replicas from it, so a newcomer that looks up too early asks the
+ * wrong peers: wait until the table stops growing (or maxMs passes).
+ */
+export async function settleRoutingTable (node: SwarmNode, maxMs = 8000, quietMs = 1500): Promise<number> {
+  const table = (node.services.dht as unknown as { routingTable?: { size: number } }).routingTable
+  const size = (): number => table?.size ?? 0
+  const deadline = Date.now() + maxMs
+  let last = size()
+  let stableSince = Date.now()
+  await node.services.dht.refreshRoutingTable().catch(() => {})
+  while (Date.now() < deadline) {
+    await new Promise(resolve => setTimeout(resolve, 200))
+    const now = size()
+    if (now !== last) { last = now; stableSince = Date.now() } else if (now > 0 && Date.now() - stableSince >= quietMs) break
+  }
+  return last
+}

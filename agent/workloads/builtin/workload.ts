@@ -4,11 +4,14 @@ import { loadTensorBackend } from '../../tensors/backend.js'
 import { describeError } from '../../errors.js'
 import { LocalModel } from './model.js'
 import { makeHeldOut, makeShard } from './synthetic-data.js'
+import type { StateSharing } from '../../state/state-sharing.js'
 
 export interface BuiltinOptions {
   readonly shardIndex: number
   /** Optimizer steps between yields to the event loop (keeps the agent responsive to peers). */
   readonly stepsPerSlice?: number
+  /** When given, start from a live peer's weights and then offer ours to newcomers. */
+  readonly stateSharing?: Pick<StateSharing, 'download' | 'start' | 'setPriority'>
 }
 
 /** Relative L2 distance between two sets of tensors: how far averaging moved this agent. */
@@ -33,7 +36,18 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
       const model = new LocalModel(tf, options.shardIndex)
       const shard = makeShard(options.shardIndex)
       const heldOut = makeHeldOut(512)
+      const sharing = options.stateSharing
+      const state = await sharing?.download(model.weights()).catch((err: unknown) => {
+        ctx.log.warn({ err: describeError(err) }, `state download failed, starting from the initial weights: ${describeError(err)}`)
+        return null
+      })
+      if (state != null) {
+        model.loadWeights(state.tensors)
+        ctx.log.info({ donor: state.donor }, 'loaded the swarm state from a peer')
+      }
       const averager: DecentralizedAverager = await ctx.createAverager(model.weights())
+      let steps = 0
+      await sharing?.start(async () => ({ tensors: model.weights(), metadata: { steps } }))
       ctx.metrics.heldOutLoss.set(model.evaluate(heldOut))
       ctx.setReady(true)
       const slice = options.stepsPerSlice ?? 10
@@ -44,6 +58,7 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
             const loss = model.train(shard, slice)
             ctx.metrics.trainingLoss.set(loss)
             ctx.metrics.trainingSteps.inc(slice)
+            steps += slice
             await new Promise(resolve => setImmediate(resolve))
           }
           if (ctx.signal.aborted) break
@@ -56,6 +71,7 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
             ctx.metrics.divergence.set(divergence(before, after))
             const heldOutLoss = model.evaluate(heldOut)
             ctx.metrics.heldOutLoss.set(heldOutLoss)
+            void sharing?.setPriority(steps)
             ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss }, 'averaged')
           } catch (err) {
             ctx.log.warn({ err: describeError(err) }, `round failed: ${describeError(err)}`)

@@ -61,8 +61,12 @@ export class SidecarClient {
 
   /** Hands in the current values; resolves with the group's mean once a round completed. */
   async step (tensors: Record<string, Float32Array>, options: StepOptions = {}): Promise<StepResult> {
-    const encoded = Object.fromEntries(Object.entries(tensors).map(([name, data]) => [name, encodeFloat32(data)]))
-    const body = await this.call('POST', '/v1/step', { ...options, tensors: encoded }) as Omit<StepResult, 'tensors'> & { tensors: Record<string, string> }
+    // Spliced rather than JSON.stringify'd: stringify scans every base64 character (~0.5 s per 16 MiB).
+    const head = JSON.stringify(options).slice(0, -1)
+    const parts = [head, head.length > 1 ? ',"tensors":{' : '"tensors":{']
+    Object.entries(tensors).forEach(([name, data], i) => { parts.push(`${i > 0 ? ',' : ''}${JSON.stringify(name)}:"`, encodeFloat32(data), '"') })
+    parts.push('}}')
+    const body = await this.call('POST', '/v1/step', new Blob(parts)) as Omit<StepResult, 'tensors'> & { tensors: Record<string, string> }
     return { ...body, tensors: decodeAll(body.tensors) }
   }
 
@@ -80,7 +84,7 @@ export class SidecarClient {
     const res = await fetch(this.baseUrl + path, {
       method,
       headers: body === undefined ? {} : { 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body)
+      body: body === undefined ? undefined : body instanceof Blob ? body : JSON.stringify(body)
     })
     const text = await res.text()
     let parsed: unknown

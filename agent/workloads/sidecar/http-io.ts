@@ -45,3 +45,13 @@ export function sendJson (res: ServerResponse, status: number, body: unknown, cl
   })
   res.end(payload)
 }
+
+/** Sends string chunks (see jsonWithTensors) without joining them into one more large string. */
+export function sendJsonChunks (res: ServerResponse, status: number, chunks: readonly string[]): void {
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': chunks.reduce((n, c) => n + Buffer.byteLength(c), 0)
+  })
+  for (const c of chunks) res.write(c)
+  res.end()
+}

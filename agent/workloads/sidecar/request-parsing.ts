@@ -1,5 +1,5 @@
 import { elementCount, type TensorSchema } from '../../schema.js'
-import { base64Length, decodeFloat32 } from './tensor-codec.js'
+import { base64Length, decodeFloat32, firstNonFinite } from './tensor-codec.js'
 
 /** A request the trainer got wrong: the HTTP status and one sentence it can act on. */
 export class RequestError extends Error {
@@ -85,7 +85,7 @@ export function parseStep (body: unknown, schema: readonly TensorSchema[]): Step
     if (data === undefined) throw new RequestError(400, `tensor "${t.name}" is not valid base64 of little-endian float32 values`)
     const expected = elementCount(t.shape)
     if (data.length !== expected) throw new RequestError(400, `tensor "${t.name}" has ${data.length} values but its shape [${t.shape.join(', ')}] needs ${expected}`)
-    const bad = data.findIndex(v => !Number.isFinite(v))
+    const bad = firstNonFinite(data)
     if (bad >= 0) throw new RequestError(400, `tensor "${t.name}" holds a non-finite value (${data[bad]}) at index ${bad}`)
     return data
   })

@@ -5,8 +5,8 @@ import { describeError } from '../../errors.js'
 import { Mutex } from '../../util/mutex.js'
 import type { WorkloadContext } from '../context.js'
 import type { StateSharing } from '../../state/state-sharing.js'
-import { encodeFloat32 } from './tensor-codec.js'
-import { readJsonBody, sendJson } from './http-io.js'
+import { jsonWithTensors } from './tensor-codec.js'
+import { readJsonBody, sendJson, sendJsonChunks } from './http-io.js'
 import { REGISTER_BODY_LIMIT, RequestError, describeSchema, parseRegister, parseStep, sameSchema, stepBodyLimit } from './request-parsing.js'
 
 /**
@@ -171,16 +171,16 @@ export class SidecarApi {
           divergence
         }
         this.lastStep = { ...summary, at: new Date().toISOString() }
-        return { ...summary, tensors: Object.fromEntries(ts.map(t => [t.name, encodeFloat32(t.data)])) }
+        return jsonWithTensors({ ...summary }, ts.map(t => [t.name, t.data] as const))
       })
     })
-    sendJson(res, 200, response)
+    sendJsonChunks(res, 200, response)
   }
 
   private async state (res: ServerResponse): Promise<void> {
     const { averager } = this.registered()
-    const body = await averager.withTensors(ts => ({ origin: this.origin, tensors: Object.fromEntries(ts.map(t => [t.name, encodeFloat32(t.data)])) }))
-    sendJson(res, 200, body)
+    const chunks = await averager.withTensors(ts => jsonWithTensors({ origin: this.origin }, ts.map(t => [t.name, t.data] as const)))
+    sendJsonChunks(res, 200, chunks)
   }
 
   private status (res: ServerResponse): void {

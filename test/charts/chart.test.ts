@@ -93,6 +93,7 @@ describe('helm chart', { skip }, () => {
     assert.deepEqual(svc.spec.selector, find(plain, 'Deployment')!.spec.selector.matchLabels)
     const mon = await renderChart(h, ['serviceMonitor.enabled=true', 'podMonitor.enabled=true'])
     assert.equal(find(mon, 'ServiceMonitor')!.spec.endpoints[0].port, 'metrics')
+    assert.equal(find(mon, 'ServiceMonitor')!.spec.endpoints[0].honorLabels, true, 'the per-swarm gauges keep their own namespace label')
     assert.deepEqual(find(mon, 'PodMonitor')!.spec.selector.matchLabels, { 'app.kubernetes.io/managed-by': 'averaging-swarm-operator' })
   })
 

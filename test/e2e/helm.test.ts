@@ -2,7 +2,7 @@
  * The chart installed by the real helm on the real test cluster: `helm install` into a namespace
  * that enforces Pod Security "restricted" starts the operator (the test kubelet runs the image
  * averaging-swarm/operator as this checkout's dist/operator/main.js) under the chart's own RBAC,
- * which then reconciles a swarm; `helm upgrade` to two replicas (one leader); `helm uninstall`
+ * which then reconciles a swarm; `helm upgrade` to two replicas (one leader) also upgrades the CRD; `helm uninstall`
  * removes the operator but keeps the CRD and the swarms (crds.keep).
  */
 import { after, before, describe, test } from 'node:test'
@@ -84,7 +84,8 @@ describe('the Helm chart on a real cluster', { skip, timeout: 600_000 }, () => {
   })
 
   test('helm install starts the operator under Pod Security restricted, with the CRD and the chart\'s RBAC', async () => {
-    const r = await h('install', RELEASE, CHART, '-n', OP_NS, '--set', 'progressIntervalSeconds=2', '--wait', '--timeout', '3m')
+    // crds.keep=false here and true in the upgrade: the CRD's annotation then shows that helm upgrade applies the CRD.
+    const r = await h('install', RELEASE, CHART, '-n', OP_NS, '--set', 'progressIntervalSeconds=2', '--set', 'crds.keep=false', '--wait', '--timeout', '3m')
     assert.match(r.stdout, /STATUS: deployed/)
     assert.match(r.stdout, /kubectl get avs/, 'NOTES.txt tells the next step')
     const d = await waitFor('the operator Deployment to be available', async () => { const x = await get('Deployment', OP_NS, DEPLOYMENT); return x.status?.readyReplicas === 1 ? x : undefined }, 120_000)
@@ -94,7 +95,8 @@ describe('the Helm chart on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.match(pod.spec.nodeName, /^cpu-node-/)
     assert.equal(pod.spec.serviceAccountName, DEPLOYMENT)
     const crd = await get('CustomResourceDefinition', undefined, CRD)
-    assert.equal(crd.metadata.annotations['helm.sh/resource-policy'], 'keep')
+    assert.equal(crd.metadata.annotations['meta.helm.sh/release-name'], RELEASE, 'the CRD is a release object, not an install-only crds/ file')
+    assert.equal(crd.metadata.annotations['helm.sh/resource-policy'], undefined)
     const lease = await waitFor('the operator to take the Lease', async () => { const l = await get('Lease', OP_NS, 'averaging-swarm-operator'); return l.spec?.holderIdentity !== undefined ? l : undefined }, 60_000)
     assert.equal(lease.spec.holderIdentity, pod.metadata.name)
     const cm = await get('ConfigMap', OP_NS, `${DEPLOYMENT}-dashboard`)
@@ -117,8 +119,8 @@ describe('the Helm chart on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.match(await kubectl('get', 'avs', '-n', NS), /small/)
   })
 
-  test('helm upgrade to two replicas: both run, one holds the Lease, the CRD stays a Helm-managed release object (so upgrades apply it)', async () => {
-    const r = await h('upgrade', RELEASE, CHART, '-n', OP_NS, '--reuse-values', '--set', 'replicas=2', '--wait', '--timeout', '3m')
+  test('helm upgrade to two replicas: both run, one holds the Lease, and the CRD is upgraded too', async () => {
+    const r = await h('upgrade', RELEASE, CHART, '-n', OP_NS, '--reuse-values', '--set', 'replicas=2', '--set', 'crds.keep=true', '--wait', '--timeout', '3m')
     assert.match(r.stdout, /REVISION: 2/)
     await waitFor('two Ready operator replicas', async () => (await get('Deployment', OP_NS, DEPLOYMENT)).status?.readyReplicas === 2, 120_000)
     const pods = await operatorPods()
@@ -127,7 +129,7 @@ describe('the Helm chart on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.ok(pods.some(p => p.metadata.name === holder), `the Lease holder ${holder} is one of the replicas`)
     const crd = await get('CustomResourceDefinition', undefined, CRD)
     assert.equal(crd.metadata.labels['app.kubernetes.io/managed-by'], 'Helm')
-    assert.equal(crd.metadata.annotations['meta.helm.sh/release-name'], RELEASE)
+    assert.equal(crd.metadata.annotations['helm.sh/resource-policy'], 'keep', 'helm upgrade updated the CRD')
     const history = await h('history', RELEASE, '-n', OP_NS)
     assert.match(history.stdout, /2\s+.*deployed/)
   })

@@ -5,7 +5,9 @@
  */
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { parse } from 'yaml'
 import { OPERATOR_CLUSTER_RULES, OPERATOR_LEASE_RULES } from '../../operator/rbac.js'
 import { CHART, find, helmBinary, renderChart, runHelm } from './helm.js'
@@ -95,6 +97,21 @@ describe('helm chart', { skip }, () => {
     assert.equal(find(mon, 'ServiceMonitor')!.spec.endpoints[0].port, 'metrics')
     assert.equal(find(mon, 'ServiceMonitor')!.spec.endpoints[0].honorLabels, true, 'the per-swarm gauges keep their own namespace label')
     assert.deepEqual(find(mon, 'PodMonitor')!.spec.selector.matchLabels, { 'app.kubernetes.io/managed-by': 'averaging-swarm-operator' })
+  })
+
+  test('helm package resolves the chart\'s links to crds/ and dashboards/: the packaged chart renders the same objects', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'avs-chart-'))
+    try {
+      const r = await runHelm(h, ['package', CHART, '-d', dir])
+      assert.equal(r.code, 0, r.stderr)
+      const tgz = join(dir, 'averaging-swarm-0.1.0.tgz')
+      assert.ok(existsSync(tgz))
+      const fromPackage = await renderChart(h, [], 'avs-system', tgz)
+      assert.deepEqual(fromPackage, await renderChart(h))
+      assert.ok(find(fromPackage, 'CustomResourceDefinition') !== undefined && find(fromPackage, 'ConfigMap', 'avs-averaging-swarm-dashboard') !== undefined)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   test('values.schema.json rejects unknown keys, bad enums, and two replicas without leader election', async () => {

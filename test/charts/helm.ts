@@ -33,8 +33,8 @@ export async function runHelm (helm: string, args: string[], env: Record<string,
 export interface K8sObject { apiVersion: string, kind: string, metadata: { name: string, namespace?: string, labels?: Record<string, string>, annotations?: Record<string, string> }, [k: string]: any }
 
 /** `helm template` of the chart with --set values, parsed into objects. */
-export async function renderChart (helm: string, set: string[] = [], namespace = 'avs-system'): Promise<K8sObject[]> {
-  const r = await runHelm(helm, ['template', 'avs', CHART, '-n', namespace, ...set.flatMap(s => ['--set', s])])
+export async function renderChart (helm: string, set: string[] = [], namespace = 'avs-system', chart = CHART): Promise<K8sObject[]> {
+  const r = await runHelm(helm, ['template', 'avs', chart, '-n', namespace, ...set.flatMap(s => ['--set', s])])
   if (r.code !== 0) throw new Error(`helm template failed: ${r.stderr.trim()}`)
   return parseAllDocuments(r.stdout).map(d => d.toJS()).filter((o): o is K8sObject => o != null)
 }

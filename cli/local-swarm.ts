@@ -72,7 +72,12 @@ async function main (): Promise<void> {
   const pods = expandPods(desired.objects, namespace, DEFAULT_BUILDER_CONFIG.clusterDomain)
   for (const pod of pods) dnsRecords.set(pod.hostname, pod.ip)
   const metricsPort = spec.metrics.port
-  for (const pod of pods) { await checkPortFree(pod.ip, spec.network.port); await checkPortFree(pod.ip, metricsPort) }
+  try {
+    for (const pod of pods) { await checkPortFree(pod.ip, spec.network.port); await checkPortFree(pod.ip, metricsPort) }
+  } catch (err) {
+    dns.close()
+    throw err
+  }
 
   const runDir = resolve(opts.out, `${swarm.metadata.name}-${new Date().toISOString().replace(/[:.]/g, '-')}`)
   mkdirSync(runDir, { recursive: true })

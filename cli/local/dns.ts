@@ -21,5 +21,6 @@ export async function startStaticDns (records: ReadonlyMap<string, string>): Pro
   })
   await new Promise<void>((resolve, reject) => { socket.once('error', reject); socket.bind(0, '127.0.0.1', resolve) })
   const { port } = socket.address()
-  return { address: `127.0.0.1:${port}`, close: () => { socket.close() } }
+  let open = true
+  return { address: `127.0.0.1:${port}`, close: () => { if (open) { open = false; socket.close() } } }
 }

@@ -115,7 +115,8 @@ export class FramedStream {
         return
       }
       if (this.buffer.byteLength < HEADER_BYTES + length) break
-      const frame = this.buffer.subarray(HEADER_BYTES, HEADER_BYTES + length)
+      // A copy, not a view: the transport may reuse the memory it handed us once the event returns.
+      const frame = this.buffer.slice(HEADER_BYTES, HEADER_BYTES + length)
       this.buffer.consume(HEADER_BYTES + length)
       this.deliver(frame)
     }

@@ -94,3 +94,24 @@ test('total weight zero is an error, never NaN', { timeout: 90_000 }, async (t) 
     for (let p = 0; p < N; p++) assert.equal(maxAbsDiff((await tensorsOf(swarm, p))[0], tensorsFor(p)[0].data), 0)
   } finally { await swarm.stop() }
 })
+
+for (const [compression, tolerance, ratio] of [['float16', 0.01, 0.55], ['uniform8bit', 0.12, 0.32], ['blockwise8bit', 0.12, 0.32]] as const) {
+  test(`compression ${compression}: every peer lands near the mean with fewer bytes on the wire`, { timeout: 90_000 }, async (t) => {
+    const swarm = await group(() => ({ compression }))(t)
+    try {
+      const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
+      const originals = swarm.averagers.map((_, p) => tensorsFor(p)[0].data)
+      const expected = weightedMean(originals, originals.map(() => 1))
+      for (let p = 0; p < N; p++) {
+        const got = (await tensorsOf(swarm, p))[0]
+        let sq = 0
+        for (let i = 0; i < got.length; i++) sq += (got[i] - expected[i]) ** 2
+        const rmse = Math.sqrt(sq / got.length)
+        assert.ok(rmse < tolerance, `peer ${p}: RMSE ${rmse} against the exact mean`)
+      }
+      // Uncompressed, a peer sends its parts to 3 reducers and the means of its span back: 2·S·(N-1)/N floats.
+      const uncompressed = 2 * 4 * (originals[0].length + 7) * (N - 1) / N
+      for (const r of results) assert.ok(r.allreduce.bytesSent < ratio * uncompressed, `${r.allreduce.bytesSent} bytes sent, ${(r.allreduce.bytesSent / uncompressed).toFixed(3)} of uncompressed`)
+    } finally { await swarm.stop() }
+  })
+}

@@ -116,7 +116,9 @@ export class DecentralizedAverager {
       log: hooks.log
     })
     const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
-    this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), config.requestTimeout * 1000)
+    // A new stream's first frame can queue behind megabytes of other streams' parts on the
+    // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
+    this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), senderTimeoutSeconds(config) * 1000)
   }
 
   /** Validates the config, registers the protocols and returns a running averager. */
@@ -207,7 +209,7 @@ export class DecentralizedAverager {
   private async allReduce (group: GroupInfo): Promise<AllReduceResult> {
     const { config } = this
     const allreduceMs = config.allreduceTimeout * 1000
-    const senderTimeoutMs = (config.senderTimeout ?? Math.max(config.requestTimeout, config.allreduceTimeout / 4)) * 1000
+    const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
     const runner = new AllReduceRunner({
       node: this.node,
       prefix: config.prefix,
@@ -239,6 +241,10 @@ export class DecentralizedAverager {
     await this.node.unhandle(aggregateProtocol(this.config.prefix)).catch(() => {})
     await this.rendezvous.stop()
   }
+}
+
+function senderTimeoutSeconds (config: AveragerConfig): number {
+  return config.senderTimeout ?? Math.max(config.requestTimeout, config.allreduceTimeout / 4)
 }
 
 function wireMode (mode: AveragerMode): PeerMode {

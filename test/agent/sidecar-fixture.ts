@@ -7,6 +7,7 @@ import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import type { WorkloadContext } from '../../agent/workloads/context.js'
 import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
 import { StateSharing } from '../../agent/state/state-sharing.js'
+import { waitForRoutingTables } from './swarm-fixture.js'
 
 export interface SidecarAgent {
   readonly node: SwarmNode
@@ -96,12 +97,3 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
   }
 }
 
-async function waitForRoutingTables (nodes: SwarmNode[]): Promise<void> {
-  const deadline = Date.now() + 15_000
-  while (Date.now() < deadline) {
-    const sizes = await Promise.all(nodes.map(async n => (await n.services.dht.getMode()) === 'server' ? n.getPeers().length : 0))
-    if (sizes.every(s => s > 0)) return
-    await new Promise(resolve => setTimeout(resolve, 100))
-  }
-  throw new Error('nodes did not connect to each other within 15 s')
-}

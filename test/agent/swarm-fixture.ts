@@ -47,7 +47,7 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
   }
 }
 
-async function waitForRoutingTables (nodes: SwarmNode[]): Promise<void> {
+export async function waitForRoutingTables (nodes: SwarmNode[]): Promise<void> {
   const deadline = Date.now() + 15_000
   while (Date.now() < deadline) {
     const sizes = await Promise.all(nodes.map(async n => (await n.services.dht.getMode()) === 'server' ? n.getPeers().length : 0))

@@ -1,17 +1,8 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { type PeerMode, apportion, spanFractions } from '../../../agent/allreduce/load-balancing.js'
+import { mulberry32 } from '../compression/random.js'
 
-function mulberry32 (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 const nodes = (n: number): PeerMode[] => new Array<PeerMode>(n).fill('node')
 const sum = (xs: readonly number[]): number => xs.reduce((s, x) => s + x, 0)

@@ -160,8 +160,8 @@ export class ContainerRunner {
     const tokenMount = (this.container.volumeMounts ?? []).find((m) => m.mountPath.replace(/\/+$/, '') === SERVICE_ACCOUNT_MOUNT && this.ctx.volumes.tokenVolumes.has(m.name))
     if (tokenMount !== undefined) fullEnv.KUBECONFIG = join(this.ctx.volumes.dirs.get(tokenMount.name) ?? '', 'kubeconfig')
     for (const [k, v] of env) fullEnv[k] = rewritePaths(v, mounts)
-    const args = command.args.map((a) => rewritePaths(a, mounts))
-    const file = rewritePaths(command.file, mounts)
+    const args = command.args.map((a, i) => i + 1 < command.fromImage ? a : rewritePaths(a, mounts))
+    const file = command.fromImage > 0 ? command.file : rewritePaths(command.file, mounts)
     const cwd = this.container.workingDir !== undefined ? rewritePaths(this.container.workingDir, mounts) : command.cwd
     if (this.stopping) return undefined
     const startedAt = rfc3339()

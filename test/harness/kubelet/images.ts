@@ -26,7 +26,17 @@ export const DEFAULT_IMAGES: ImageTable = [
   ['averaging-swarm/http-echo', { entrypoint: [node, join(repoRoot, 'dist', 'test', 'harness', 'images', 'http-echo.js')], cwd: repoRoot }]
 ]
 
-export interface LocalCommand { readonly file: string, readonly args: string[], readonly cwd: string }
+export interface LocalCommand {
+  readonly file: string
+  readonly args: string[]
+  readonly cwd: string
+  /**
+   * How many leading argv entries (file included) come from the image table: paths of this
+   * checkout, which volume mountPath rewriting must leave alone (a checkout under /tmp would
+   * otherwise be rewritten into a pod's /tmp emptyDir).
+   */
+  readonly fromImage: number
+}
 
 /**
  * The command to run, or an error sentence for the pod's waiting reason. A container that sets
@@ -37,10 +47,10 @@ export function resolveCommand (container: V1Container, table: ImageTable, fallb
   const entry = table.find(([pattern]) => image.includes(pattern))?.[1]
   const cwd = entry?.cwd ?? fallbackCwd
   if (container.command !== undefined && container.command.length > 0) {
-    return { file: container.command[0], args: [...container.command.slice(1), ...(container.args ?? [])], cwd }
+    return { file: container.command[0], args: [...container.command.slice(1), ...(container.args ?? [])], cwd, fromImage: 0 }
   }
   if (entry === undefined) {
     return `The test kubelet has no command for image "${image}"; set container.command or add the image to its image table.`
   }
-  return { file: entry.entrypoint[0], args: [...entry.entrypoint.slice(1), ...(container.args ?? entry.defaultArgs ?? [])], cwd }
+  return { file: entry.entrypoint[0], args: [...entry.entrypoint.slice(1), ...(container.args ?? entry.defaultArgs ?? [])], cwd, fromImage: entry.entrypoint.length }
 }

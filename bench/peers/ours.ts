@@ -3,6 +3,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { runBenchPeer } from '../lib/peer-client.js'
 import { fillTensor, maxAbsErrorOf } from '../lib/protocol.js'
 import { createSwarmNode } from '../../agent/net/node.js'
+import { settleRoutingTable } from '../../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/averager.js'
 import { isCompressionName } from '../../agent/compression/index.js'
 
@@ -16,7 +17,10 @@ await runBenchPeer(async (env) => {
   return {
     address: node.getMultiaddrs()[0].toString(),
     async connect (addrs) {
-      await Promise.all(addrs.map(async (a, r) => { if (r !== env.rank) await node.dial(multiaddr(a)) }))
+      // Like an agent: dial the first peer only and let the DHT introduce the rest (16 peers dialling
+      // all 15 others at once on 2 cores timed out in their handshakes).
+      if (env.rank !== 0) await node.dial(multiaddr(addrs[0]), { signal: AbortSignal.timeout(60_000) })
+      await settleRoutingTable(node, 20_000)
       averager = await DecentralizedAverager.create(node, [{ name: 'x', shape: [env.elements], data }], {
         ...DEFAULT_AVERAGER_CONFIG,
         prefix: 'bench',

@@ -1,13 +1,12 @@
-import { multiaddr } from '@multiformats/multiaddr'
 import { pino } from 'pino'
-import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
+import type { SwarmNode } from '../../agent/net/node.js'
 import { Rendezvous } from '../../agent/rendezvous/rendezvous.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig } from '../../agent/averager.js'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import type { WorkloadContext } from '../../agent/workloads/context.js'
 import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
 import { StateSharing } from '../../agent/state/state-sharing.js'
-import { waitForRoutingTables } from './swarm-fixture.js'
+import { startConnectedNodes } from './swarm-fixture.js'
 
 export interface SidecarAgent {
   readonly node: SwarmNode
@@ -40,10 +39,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
   }
   try {
-    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
-    const first = nodes[0].getMultiaddrs()[0]
-    await Promise.all(nodes.slice(1).map(async node => { await node.dial(multiaddr(first.toString())) }))
-    await waitForRoutingTables(nodes)
+    nodes.push(...await startConnectedNodes(n))
     const averagerConfig: AveragerConfig = {
       ...DEFAULT_AVERAGER_CONFIG,
       prefix: 'sidecar-test',

@@ -24,10 +24,7 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
   }
   try {
-    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
-    const first = nodes[0].getMultiaddrs()[0]
-    await Promise.all(nodes.slice(1).map(async node => { await node.dial(multiaddr(first.toString())) }))
-    await waitForRoutingTables(nodes)
+    nodes.push(...await startConnectedNodes(n))
     for (let i = 0; i < n; i++) {
       const config: AveragerConfig = {
         ...DEFAULT_AVERAGER_CONFIG,
@@ -43,6 +40,21 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
     return { nodes, averagers, stop }
   } catch (err) {
     await stop()
+    throw err
+  }
+}
+
+/** n libp2p nodes on loopback TCP, all bootstrapped off the first, with routing tables filled. */
+export async function startConnectedNodes (n: number): Promise<SwarmNode[]> {
+  const nodes: SwarmNode[] = []
+  try {
+    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
+    const first = nodes[0].getMultiaddrs()[0]
+    await Promise.all(nodes.slice(1).map(async node => { await node.dial(multiaddr(first.toString())) }))
+    await waitForRoutingTables(nodes)
+    return nodes
+  } catch (err) {
+    await Promise.allSettled(nodes.map(async node => { await node.stop() }))
     throw err
   }
 }

@@ -13,6 +13,7 @@ import { Command } from 'commander'
 import { Coordinator } from './lib/coordinator.js'
 import { envFor } from './lib/protocol.js'
 import { IMPLS, implNamed, missingPart, type ImplSpec } from './lib/impls.js'
+import { WireMeter } from './lib/wire-bytes.js'
 import { formatElements, notesOf, parseElements, ratioTable, resultsTable, statsOf, type RunOutcome } from './lib/report.js'
 
 /** The repository root: this file runs as dist/bench/allreduce.js. */
@@ -60,6 +61,13 @@ async function runOne (spec: ImplSpec, peers: number, groupSize: number, element
   const total = o.warmup + o.rounds
   const coordinator = new Coordinator(peers, (line) => progress(`${label}: ${line.replace(/^round-(\d+) open$/, (_m, k: string) => `round ${Number(k) + 1}/${total} ${Number(k) < o.warmup ? '(warm-up) ' : ''}started`)}`))
   const coord = await coordinator.start()
+  // Bytes on the wire: the peers' TCP counters from just before the first measured round to after the last.
+  const meter = new WireMeter()
+  let wireBytes: number | null = null
+  coordinator.beforeBarrierOpens = async (name) => {
+    if (name === `round-${o.warmup}`) await meter.start(new Set(children.map((c) => c.pid).filter((pid): pid is number => pid != null)))
+    if (name === 'done') wireBytes = await meter.stop()
+  }
   progress(`${label}: starting (${o.warmup} warm-up + ${o.rounds} measured rounds, timeout ${o.timeoutS} s)`)
   const children: ChildProcess[] = []
   const exits: Array<Promise<number | null>> = []
@@ -108,7 +116,7 @@ async function runOne (spec: ImplSpec, peers: number, groupSize: number, element
   if (failures.length > 0 || results.length !== peers) {
     return { ...base, status: 'failed', message: failures.length > 0 ? failures.join('; ') : `${results.length}/${peers} peers reported`, results }
   }
-  const outcome: RunOutcome = { ...base, status: 'ok', results }
+  const outcome: RunOutcome = { ...base, status: 'ok', results, ...(wireBytes != null ? { wireBytesPerRoundPerPeer: wireBytes / peers / o.rounds } : {}) }
   const s = statsOf(outcome)!
   progress(`${label}: all-reduce ${s.allReduceMs.toFixed(0)} ms median, busbw ${s.busbwMiBs.toFixed(0)} MiB/s, max error ${String(s.maxAbsError)}`)
   return outcome

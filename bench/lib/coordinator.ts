@@ -18,6 +18,9 @@ export class Coordinator {
   private readonly barriers = new Map<string, ServerResponse[]>()
   private server: Server | undefined
 
+  /** Awaited before a barrier opens, while every peer waits at it (the runner samples the wire counters there). */
+  beforeBarrierOpens: ((name: string) => Promise<void>) | undefined
+
   constructor (readonly world: number, private readonly onEvent: (line: string) => void = () => {}) {
     this.addrs = Array.from({ length: world }, () => undefined)
   }
@@ -63,6 +66,7 @@ export class Coordinator {
         this.barriers.set(name, waiting)
         if (waiting.length === this.world) {
           this.barriers.delete(name)
+          await this.beforeBarrierOpens?.(name)
           this.onEvent(`${name} open`)
           for (const waiter of waiting) reply(waiter, 200, {})
         }
@@ -92,7 +96,8 @@ function rankOf (body: Record<string, unknown>, world: number): number {
   return rank
 }
 
-async function readJson (req: IncomingMessage): Promise<Record<string, unknown>> {
+/** The JSON body of a request (at most 16 MiB); {} when empty. */
+export async function readJson (req: IncomingMessage): Promise<Record<string, unknown>> {
   const chunks: Buffer[] = []
   let size = 0
   for await (const chunk of req) {
@@ -104,7 +109,8 @@ async function readJson (req: IncomingMessage): Promise<Record<string, unknown>>
   return text === '' ? {} : JSON.parse(text) as Record<string, unknown>
 }
 
-function reply (res: ServerResponse, status: number, body: unknown): void {
+/** Answers a (long-polled) request with a JSON body, unless its connection is gone. */
+export function reply (res: ServerResponse, status: number, body: unknown): void {
   if (res.destroyed) return
   res.writeHead(status, { 'content-type': 'application/json' })
   res.end(JSON.stringify(body))

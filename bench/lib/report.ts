@@ -14,6 +14,8 @@ export interface RunOutcome {
   /** why a run is not ok, one sentence per failing peer */
   readonly message?: string
   readonly results: readonly PeerResult[]
+  /** TCP bytes a peer sent to the others per measured round, mean over peers, from the kernel's counters (bench/lib/wire-bytes.ts) */
+  readonly wireBytesPerRoundPerPeer?: number
 }
 
 export interface RunStats {
@@ -102,15 +104,15 @@ function formatError (value: number | null): string {
 
 export function resultsTable (runs: readonly RunOutcome[]): string {
   const lines = [
-    '| impl | peers | group | elements | round ms | matchmaking ms | all-reduce ms | algbw MiB/s | busbw MiB/s | CPU s/round/peer | peak RSS MiB/peer | max abs error | status |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
+    '| impl | peers | group | elements | round ms | matchmaking ms | all-reduce ms | algbw MiB/s | busbw MiB/s | wire MiB sent/round/peer | CPU s/round/peer | peak RSS MiB/peer | max abs error | status |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
   ]
   for (const run of runs) {
     const s = statsOf(run)
     const status = run.status === 'ok' ? 'ok' : `${run.status}: ${run.message ?? ''}`.replace(/\|/g, '/').replace(/\n/g, ' ')
     lines.push(s == null
-      ? `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | – | – | – | – | – | – | – | – | ${status} |`
-      : `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | ${fixed(s.roundMs, 0)} | ${fixed(s.matchmakingMs, 0)} | ${fixed(s.allReduceMs, 0)} | ${fixed(s.algbwMiBs, 0)} | ${fixed(s.busbwMiBs, 0)} | ${fixed(s.cpuSecondsPerRound, 3)} | ${fixed(s.peakRssMiB, 0)} | ${formatError(s.maxAbsError)} | ${status} |`)
+      ? `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | – | – | – | – | – | – | – | – | – | ${status} |`
+      : `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | ${fixed(s.roundMs, 0)} | ${fixed(s.matchmakingMs, 0)} | ${fixed(s.allReduceMs, 0)} | ${fixed(s.algbwMiBs, 0)} | ${fixed(s.busbwMiBs, 0)} | ${fixed(run.wireBytesPerRoundPerPeer != null ? run.wireBytesPerRoundPerPeer / MiB : null, (run.wireBytesPerRoundPerPeer ?? 0) < 10 * MiB ? 2 : 1)} | ${fixed(s.cpuSecondsPerRound, 3)} | ${fixed(s.peakRssMiB, 0)} | ${formatError(s.maxAbsError)} | ${status} |`)
   }
   return lines.join('\n')
 }

@@ -6,7 +6,7 @@ import { yamux } from '@libp2p/yamux'
 import { identify } from '@libp2p/identify'
 import { ping } from '@libp2p/ping'
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht'
-import { preSharedKey } from '@libp2p/pnet'
+import { privateNetwork, type ProtectedConnection } from './pnet/index.js'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { Identify } from '@libp2p/identify'
@@ -31,8 +31,14 @@ export interface SwarmNodeOptions {
    * the direct data channel's job (issue 9).
    */
   readonly encryption?: readonly Encryption[]
-  /** A libp2p private-network key (swarm.key text): peers without it cannot connect. */
+  /**
+   * A libp2p private-network key (swarm.key v1 file): peers without it cannot connect. Our own
+   * protector (./pnet), wire-compatible with @libp2p/pnet, whose 3.0.27 release breaks after
+   * tens of MiB on a connection (pnet/README.md).
+   */
   readonly psk?: Uint8Array
+  /** Called with every connection the private-network key protects (byte counts for tests and metrics). */
+  readonly onProtectedConnection?: (connection: ProtectedConnection) => void
   /** Only these peer ids may connect (checked after the encrypted handshake authenticated them). */
   readonly allowPeers?: readonly string[]
   readonly metrics?: (components: any) => Metrics
@@ -59,7 +65,7 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
         maxReadBufferLength: 64 * 1024 * 1024
       }
     })],
-    connectionProtector: options.psk != null ? preSharedKey({ psk: options.psk }) : undefined,
+    connectionProtector: options.psk != null ? privateNetwork({ psk: options.psk, onConnection: options.onProtectedConnection }) : undefined,
     connectionGater: allow == null
       ? undefined
       : {

@@ -1,5 +1,5 @@
 import { multiaddr } from '@multiformats/multiaddr'
-import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
+import { createSwarmNode, type SwarmNode, type SwarmNodeOptions } from '../../agent/net/node.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor } from '../../agent/averager.js'
 
 export interface SwarmFixture {
@@ -13,7 +13,11 @@ export interface SwarmFixtureOptions {
   readonly config?: (index: number) => Partial<AveragerConfig>
   readonly prefix?: string
   readonly hooks?: (index: number, nodes: SwarmNode[]) => AveragerHooks
+  /** Extra libp2p node options per peer (a private-network key, an allow list). */
+  readonly node?: NodeOptionsFor
 }
+
+export type NodeOptionsFor = (index: number) => Partial<Omit<SwarmNodeOptions, 'listen'>>
 
 /** n real libp2p nodes on loopback TCP, bootstrapped off the first, each with an averager. */
 export async function startSwarm (n: number, options: SwarmFixtureOptions): Promise<SwarmFixture> {
@@ -24,7 +28,7 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
   }
   try {
-    nodes.push(...await startConnectedNodes(n))
+    nodes.push(...await startConnectedNodes(n, options.node))
     for (let i = 0; i < n; i++) {
       const config: AveragerConfig = {
         ...DEFAULT_AVERAGER_CONFIG,
@@ -45,10 +49,10 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
 }
 
 /** n libp2p nodes on loopback TCP, all bootstrapped off the first, with routing tables filled. */
-export async function startConnectedNodes (n: number): Promise<SwarmNode[]> {
+export async function startConnectedNodes (n: number, nodeOptions?: NodeOptionsFor): Promise<SwarmNode[]> {
   const nodes: SwarmNode[] = []
   try {
-    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
+    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ ...nodeOptions?.(i), listen: ['/ip4/127.0.0.1/tcp/0'] }))
     const first = nodes[0].getMultiaddrs()[0]
     await Promise.all(nodes.slice(1).map(async node => { await node.dial(multiaddr(first.toString())) }))
     await waitForRoutingTables(nodes)

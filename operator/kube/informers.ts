@@ -44,7 +44,7 @@ export class Informers implements ObjectCache {
   private make (kind: CachedKind): ListWatch<KubernetesObject> {
     const selector = kind === 'AveragingSwarm' ? undefined : MANAGED_SELECTOR
     const path = resourcePath(kind as Kind, this.namespace)
-    const list = async () => await this.rest.request('GET', path, { query: { labelSelector: selector } })
+    const list = async () => withItemTypeMeta(await this.rest.request('GET', path, { query: { labelSelector: selector } }), kind)
     const lw = new ListWatch<KubernetesObject>(path, new Watch(this.kc), list, false, selector)
     for (const verb of ['add', 'update', 'delete'] as const) lw.on(verb, (o) => this.onChange(kind, o as KubeObj))
     lw.on('connect', () => { this.restartDelay.set(kind, 1000) })
@@ -87,6 +87,20 @@ export class Informers implements ObjectCache {
   listForSwarm (kind: CachedKind, namespace: string, swarm: string): KubeObj[] {
     return ((this.informers.get(kind)?.list(namespace) ?? []) as KubeObj[]).filter(o => o.metadata.labels?.[LABEL_SWARM] === swarm)
   }
+}
+
+/**
+ * A list response's items carry no apiVersion and kind (watch events do). The caches must hold
+ * whole objects: drift checks compare the desired object, apiVersion and kind included, with the
+ * cached one, so an item straight from a list looked drifted forever and an operator that
+ * started (or relisted) with existing objects re-applied each of them on every reconcile.
+ */
+export function withItemTypeMeta<T extends { apiVersion?: string, items?: unknown[] }> (list: T, kind: string): T {
+  for (const item of (list.items ?? []) as Array<{ apiVersion?: string, kind?: string }>) {
+    item.apiVersion ??= list.apiVersion
+    item.kind ??= kind
+  }
+  return list
 }
 
 /** The work-queue key of the swarm an object belongs to. */

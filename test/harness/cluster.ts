@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { execFile } from 'node:child_process'
 import { CoreV1Api, KubeConfig, type V1Node } from '@kubernetes/client-node'
-import { startControlPlane, type ControlPlane } from './control-plane.js'
+import { startControlPlane, type ControlPlane, type ApiserverRestart, type ApiserverRestartOptions } from './control-plane.js'
 import { startDnsServer, type DnsServer } from './dns/server.js'
 import { TestKubelet } from './kubelet/kubelet.js'
 import { claimAddressBlock, type AddressBlock } from './kubelet/address-block.js'
@@ -70,6 +70,8 @@ export interface Cluster {
   kubectl: (...args: string[]) => Promise<{ code: number, stdout: string, stderr: string }>
   /** Creates a namespace and waits until its "default" ServiceAccount exists (pods need it). */
   createNamespace: (name: string, labels?: Record<string, string>) => Promise<void>
+  /** Restarts kube-apiserver on the same port (fault injection); resolves once /readyz is 200. */
+  restartApiserver: (options?: ApiserverRestartOptions) => Promise<ApiserverRestart>
   stop: () => Promise<void>
 }
 
@@ -191,6 +193,7 @@ export async function startCluster (options: ClusterOptions = {}): Promise<Clust
         await core.createNamespace({ body: { metadata: { name, labels } } })
         await waitForServiceAccount(core, name, 30_000)
       },
+      restartApiserver: async (o) => await (controlPlane as ControlPlane).restartApiserver(o),
       stop: async () => { await stop(); unregister() }
     }
   } catch (error) {

@@ -29,7 +29,25 @@ export interface ControlPlane {
   readonly kubeconfigPath: string
   readonly logDir: string
   readonly processes: ReadonlyMap<string, GroupProcess>
+  /**
+   * Stops kube-apiserver (SIGTERM, or SIGKILL for a crash), waits downMs, starts it again with
+   * the same flags on the same port and waits for /readyz. Clients keep their kubeconfigs.
+   */
+  restartApiserver: (options?: ApiserverRestartOptions) => Promise<ApiserverRestart>
   stop: () => Promise<void>
+}
+
+export interface ApiserverRestartOptions {
+  readonly signal?: 'SIGTERM' | 'SIGKILL'
+  /** Extra time the API server stays down after it exited. Default 0. */
+  readonly downMs?: number
+}
+
+export interface ApiserverRestart {
+  /** From the stop signal to the old process's exit. */
+  readonly stopMs: number
+  /** From the stop signal to /readyz answering 200 again: how long clients saw no API. */
+  readonly unavailableMs: number
 }
 
 export async function startControlPlane (options: ControlPlaneOptions): Promise<ControlPlane> {
@@ -54,6 +72,7 @@ export async function startControlPlane (options: ControlPlaneOptions): Promise<
       await processes.get(name)?.stop(5000)
     }
   }
+  let apiserverArgs: string[] = []
   try {
     const etcdUrl = `http://127.0.0.1:${etcdPort}`
     const peerUrl = `http://127.0.0.1:${peerPort}`
@@ -63,7 +82,7 @@ export async function startControlPlane (options: ControlPlaneOptions): Promise<
       `--initial-cluster=avs=${peerUrl}`, '--unsafe-no-fsync', '--log-level=warn'])
     await waitForHttpOk('etcd', `${etcdUrl}/health`, etcd, timeout)
 
-    const apiserver = start('kube-apiserver', [`--etcd-servers=${etcdUrl}`,
+    apiserverArgs = [`--etcd-servers=${etcdUrl}`,
       '--bind-address=127.0.0.1', '--advertise-address=127.0.0.1', `--secure-port=${apiPort}`,
       `--cert-dir=${pki.dir}`, `--tls-cert-file=${pki.servingCert}`, `--tls-private-key-file=${pki.servingKey}`,
       `--client-ca-file=${pki.caCert}`,
@@ -74,7 +93,8 @@ export async function startControlPlane (options: ControlPlaneOptions): Promise<
       // The "kubernetes" Service endpoint would be 127.0.0.1, which Endpoints validation rejects.
       '--endpoint-reconciler-type=none',
       // Nodes' Hostname addresses do not resolve; `kubectl logs` reaches the test kubelet by IP.
-      '--kubelet-preferred-address-types=InternalIP', v, ...(options.apiserverArgs ?? [])])
+      '--kubelet-preferred-address-types=InternalIP', v, ...(options.apiserverArgs ?? [])]
+    const apiserver = start('kube-apiserver', apiserverArgs)
     await waitForHttpOk('kube-apiserver', `${server}/readyz`, apiserver, timeout, { ca: pki.caCert })
 
     const allow = '--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics'
@@ -93,5 +113,18 @@ export async function startControlPlane (options: ControlPlaneOptions): Promise<
     await stop()
     throw error
   }
-  return { server, apiserverPort: apiPort, pki, kubeconfigPath, logDir, processes, stop }
+  const restartApiserver = async (o: ApiserverRestartOptions = {}): Promise<ApiserverRestart> => {
+    const old = processes.get('kube-apiserver')
+    const t0 = Date.now()
+    if (old !== undefined) {
+      old.signal(o.signal ?? 'SIGTERM')
+      await (o.signal === 'SIGKILL' ? old.exited : old.stop(30_000))
+    }
+    const stopMs = Date.now() - t0
+    if ((o.downMs ?? 0) > 0) await new Promise((resolve) => setTimeout(resolve, o.downMs))
+    const fresh = start('kube-apiserver', apiserverArgs)
+    await waitForHttpOk('kube-apiserver', `${server}/readyz`, fresh, timeout, { ca: pki.caCert })
+    return { stopMs, unavailableMs: Date.now() - t0 }
+  }
+  return { server, apiserverPort: apiPort, pki, kubeconfigPath, logDir, processes, restartApiserver, stop }
 }

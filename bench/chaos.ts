@@ -1,0 +1,73 @@
+#!/usr/bin/env node
+// Issue 8's chaos run: `npm run chaos -- --agents 8 --rounds 30 --seed 1`. Real agent processes
+// average while random agents are SIGKILLed (and restarted) or SIGSTOPped (and resumed) mid-round.
+import { join, resolve } from 'node:path'
+import { cpus, loadavg } from 'node:os'
+import { Command } from 'commander'
+import { runChaos, type ChaosResult, type FaultKind } from './lib/chaos-run.js'
+import { formatTable, ms, sci } from './lib/table.js'
+
+function report (r: ChaosResult, command: string, load: string): string {
+  const agents = formatTable(
+    ['agent', 'role', 'processes', 'attempted', 'averaged', 'failed', 'mean group', 'max step', 'parts kept', 'NaN', 'state loads'],
+    r.agents.map(a => [a.name, a.role, String(a.incarnations), String(a.attempted), String(a.averaged), String(a.failed),
+      Number.isFinite(a.meanGroupSize) ? a.meanGroupSize.toFixed(1) : '-', ms(a.maxStepMs), String(a.partsKeptLocal), String(a.nonFinite), String(a.stateLoadLogLines)]))
+  const faults = formatTable(
+    ['fault', 'agent', 'at step', 'down', 'recovered in', 'state origin', 'bytes lost'],
+    r.faults.map(f => [f.kind === 'kill' ? 'SIGKILL+restart' : 'SIGSTOP/SIGCONT', r.agents[f.agent].name, String(f.duringAttempt), ms(f.downMs), ms(f.recoverMs),
+      f.origin ?? '-', f.bytesLost === undefined ? '-' : String(f.bytesLost)]))
+  const first = r.spreadSeries[0]?.spread ?? NaN
+  const last = r.spreadSeries.at(-1)?.spread ?? NaN
+  const total = r.agents.reduce((n, a) => n + a.attempted, 0)
+  const ok = r.agents.reduce((n, a) => n + a.averaged, 0)
+  return [
+    agents, '', faults, '',
+    `rounds attempted/averaged (all agents): ${total}/${ok}`,
+    `slowest step outside its own freeze:    ${ms(r.maxStepMs)} (bound: step timeout + all-reduce timeout = ${ms(r.stepBoundMs)})`,
+    `spread between agents (max range):      ${sci(first)} -> ${sci(last)}, rose ${r.spreadRises} times in ${r.spreadSeries.length} samples`,
+    `state per agent:                        ${r.stateBytes} bytes`,
+    `run time:                               ${ms(r.wallMs)}`,
+    `violations:                             ${r.violations.length === 0 ? 'none' : ''}`,
+    ...r.violations.map(v => `  - ${v}`),
+    `machine load (1-min average, start/end): ${load}`,
+    `command: ${command}`
+  ].join('\n')
+}
+
+async function main (): Promise<void> {
+  const program = new Command()
+    .name('chaos')
+    .description('Kill and freeze random agents of a real local swarm mid-round; report rounds, recovery and divergence.')
+    .option('--agents <n>', 'agent processes', '8')
+    .option('--bootstrap <n>', 'of which bootstrap agents', '2')
+    .option('--rounds <n>', 'steps each agent attempts', '30')
+    .option('--seed <s>', 'seed of the faults and the initial values', '1')
+    .option('--faults <list|n>', 'kill,stop,... in order, or a count of random ones', '6')
+    .option('--elements <n>', 'float32 values per agent', '65536')
+    .option('--period <ms>', 'trainer time between steps', '1500')
+    .option('--fault-gap <ms>', 'mean pause between faults', '6000')
+    .option('--freeze <ms>', 'SIGSTOP length', '5000')
+    .option('--restart-delay <ms>', 'time a killed agent stays down', '1000')
+    .option('--allreduce-timeout <s>', 'the swarm\'s allreduceTimeout', '10')
+    .option('--slack <ms>', 'allowance over each step\'s bound for HTTP and JSON on a loaded machine', '2000')
+    .option('--out <dir>', 'agent logs', 'runs')
+    .parse()
+  const o = program.opts<Record<string, string>>()
+  const faults: FaultKind[] | number = /^\d+$/.test(o.faults) ? Number(o.faults) : o.faults.split(',').map(f => {
+    if (f !== 'kill' && f !== 'stop') throw new Error(`--faults takes kill and stop, not "${f}"`)
+    return f
+  })
+  const outDir = resolve(o.out, `chaos-${new Date().toISOString().replace(/[:.]/g, '-')}`)
+  const loadAtStart = loadavg()[0]
+  const result = await runChaos({
+    agents: Number(o.agents), bootstrap: Number(o.bootstrap), rounds: Number(o.rounds), seed: o.seed, elements: Number(o.elements),
+    periodMs: Number(o.period), faults, faultGapMs: Number(o.faultGap), freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
+    timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: Number(o.allreduceTimeout) },
+    subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, log: (l) => { console.log(l) }
+  })
+  console.log('\n' + report(result, `npm run chaos -- ${process.argv.slice(2).join(' ')}`.trim(), `${loadAtStart.toFixed(1)} / ${loadavg()[0].toFixed(1)} on ${cpus().length} cores`))
+  console.log(`\nagent logs: ${join(outDir)}`)
+  if (result.violations.length > 0) process.exitCode = 1
+}
+
+main().catch((err: unknown) => { process.stderr.write(`chaos: ${(err as Error).message}\n`); process.exitCode = 1 })

@@ -3,7 +3,10 @@ import { Rendezvous } from './rendezvous/rendezvous.js'
 import { Matchmaker } from './matchmaking/matchmaker.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
-import { aggregateProtocol, maxPartFrameBytes } from './allreduce/aggregate-protocol.js'
+import { AggregateDialer, type DataPathName } from './allreduce/aggregate-dialer.js'
+import { DirectServer } from './net/direct/direct-server.js'
+import { createDataChannelIdentity, nodePrivateKey } from './net/direct/identity.js'
+import { aggregateProtocol, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
 import { elementsPerPart } from './allreduce/partition.js'
 import { codecFor, type Codec, type CompressionName } from './compression/index.js'
 import { groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
@@ -12,6 +15,8 @@ import { PeerMode, type PeerInfo } from './proto/averaging.js'
 import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
 import { AveragingError, MatchmakingError, describeError } from './errors.js'
 import { Mutex } from './util/mutex.js'
+import { ownAddrBytes, rememberAddrs } from './net/rpc.js'
+import { peerIdFromString } from '@libp2p/peer-id'
 
 export type AveragerMode = 'node' | 'client' | 'auxiliary'
 
@@ -32,6 +37,15 @@ export interface AveragerConfig {
   readonly bandwidth?: number
   /** Gap after which a silent sender is left out (default: allreduceTimeout / 4, at least requestTimeout). */
   readonly senderTimeout?: number
+  /**
+   * How tensor parts travel: 'direct' (default) over TLS sockets authenticated by libp2p peer ids,
+   * falling back to libp2p streams where a reducer cannot be reached; 'libp2p' always on streams.
+   */
+  readonly dataChannel?: DataPathName
+  /** Address the direct data channel listens on (default 0.0.0.0). */
+  readonly dataHost?: string
+  /** Port of the direct data channel (default 0: any free port, advertised to the group). */
+  readonly dataPort?: number
 }
 
 export const DEFAULT_AVERAGER_CONFIG: Omit<AveragerConfig, 'prefix'> = {
@@ -94,6 +108,8 @@ export class DecentralizedAverager {
   private readonly rendezvous: Rendezvous
   private readonly matchmaker: Matchmaker
   private readonly router: AggregateRouter
+  private dialer: AggregateDialer
+  private directServer: DirectServer | null = null
   private readonly tensorLock = new Mutex()
   private readonly stepLock = new Mutex()
   private bits: string
@@ -119,6 +135,12 @@ export class DecentralizedAverager {
     // A new stream's first frame can queue behind megabytes of other streams' parts on the
     // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
     this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), senderTimeoutSeconds(config) * 1000)
+    this.dialer = new AggregateDialer(node, config.prefix, null, hooks.log)
+  }
+
+  /** The path our parts take to reducers, and the port we advertise for theirs. */
+  get dataPath (): { readonly kind: DataPathName, readonly port: number, readonly opened: Readonly<Record<DataPathName, number>> } {
+    return { kind: this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p', port: this.directServer?.port ?? 0, opened: this.dialer.opened }
   }
 
   /** Validates the config, registers the protocols and returns a running averager. */
@@ -135,10 +157,47 @@ export class DecentralizedAverager {
   private async start (ownRendezvous: boolean): Promise<void> {
     if (ownRendezvous) await this.rendezvous.start()
     await this.matchmaker.start()
+    if ((this.config.dataChannel ?? 'direct') === 'direct') await this.startDirectChannel()
     if (this.config.mode !== 'client') {
       await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 1024 })
     }
     this.running = true
+  }
+
+  private async startDirectChannel (): Promise<void> {
+    const key = nodePrivateKey(this.node)
+    if (key == null) {
+      this.hooks.log?.('direct data channel off: the libp2p node exposes no identity key; parts go over libp2p streams')
+      return
+    }
+    const identity = await createDataChannelIdentity(key)
+    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.hooks.log)
+    // The data channel lives and dies with the node, as if they were one transport.
+    this.node.addEventListener('stop', this.onNodeStop, { once: true })
+    // Client-mode peers reduce nothing, so nobody dials them: they only dial out.
+    if (this.config.mode === 'client') return
+    const maxPart = elementsPerPart(this.config.partSizeBytes, this.codec.bytesPerElement)
+    this.directServer = await DirectServer.listen({
+      identity,
+      host: this.config.dataHost ?? '0.0.0.0',
+      port: this.config.dataPort ?? 0,
+      protocol: aggregateProtocol(this.config.prefix),
+      maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
+      maxQueuedFrames: PART_WINDOW,
+      handshakeTimeoutMs: this.config.requestTimeout * 1000,
+      // Membership is what admits a sender: only peers the leader let into our group (through
+      // libp2p, its private network and gater) pass the router's checks.
+      accept: (channel) => {
+        if (this.node.status === 'started') this.router.accept(channel, channel.remotePeer)
+        else channel.abort(new AveragingError('the libp2p node is stopping'))
+      },
+      log: this.hooks.log
+    })
+  }
+
+  private readonly onNodeStop = (): void => {
+    this.dialer.closeAll(new AveragingError('the libp2p node stopped'))
+    void this.directServer?.close()
   }
 
   get groupBits (): string { return this.bits }
@@ -167,7 +226,11 @@ export class DecentralizedAverager {
     if (!(weight >= 0) || !Number.isFinite(weight)) throw new AveragingError(`weight must be a finite number >= 0, got ${weight}`)
     const userData = options.gather === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(options.gather))
     if (userData.byteLength > 16 * 1024) throw new AveragingError('gathered data must serialise to at most 16 KiB of JSON')
-    const info: PeerInfo = { mode: wireMode(config.mode), bandwidth: config.bandwidth, weight, userData: userData as Uint8Array<ArrayBuffer> }
+    const info: PeerInfo = {
+      mode: wireMode(config.mode), bandwidth: config.bandwidth, weight, userData: userData as Uint8Array<ArrayBuffer>,
+      dataPort: this.directServer?.port ?? 0,
+      addrs: ownAddrBytes(this.node).slice(0, 16) as Array<Uint8Array<ArrayBuffer>>
+    }
     const timeout = options.timeout ?? 2 * config.averagingExpiration + config.allreduceTimeout
     const deadline = Date.now() / 1000 + timeout
     const signal = options.signal != null ? AbortSignal.any([options.signal, this.shutdownController.signal]) : this.shutdownController.signal
@@ -211,8 +274,7 @@ export class DecentralizedAverager {
     const allreduceMs = config.allreduceTimeout * 1000
     const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
     const runner = new AllReduceRunner({
-      node: this.node,
-      prefix: config.prefix,
+      dialer: this.dialer,
       group,
       tensors: this.tensors.map(t => t.data),
       codec: this.codec,
@@ -223,6 +285,10 @@ export class DecentralizedAverager {
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
       log: this.hooks.log
     })
+    // Members usually know only the leader: learn everyone's addresses so no span waits on a DHT lookup.
+    await Promise.all(group.peerIds.map(async (peer, i) => {
+      if (i !== group.myIndex) await rememberAddrs(this.node, peerIdFromString(peer), group.infos[i].addrs).catch(() => {})
+    }))
     this.router.register(group.groupId, runner)
     try {
       return await runner.run()
@@ -239,6 +305,9 @@ export class DecentralizedAverager {
     await this.stepLock.run(async () => {})
     await this.matchmaker.stop()
     await this.node.unhandle(aggregateProtocol(this.config.prefix)).catch(() => {})
+    this.node.removeEventListener('stop', this.onNodeStop)
+    this.dialer.closeAll(new AveragingError('the averager shut down'))
+    await this.directServer?.close()
     await this.rendezvous.stop()
   }
 }
@@ -270,4 +339,6 @@ export function validateConfig (c: AveragerConfig): void {
   if (!(c.averagingAlpha > 0 && c.averagingAlpha <= 1)) fail(`averagingAlpha must be in (0, 1], got ${c.averagingAlpha}`)
   if (c.bandwidth !== undefined && !(c.bandwidth >= 0 && Number.isFinite(c.bandwidth))) fail(`bandwidth must be a finite number >= 0, got ${c.bandwidth}`)
   if (!['node', 'client', 'auxiliary'].includes(c.mode)) fail(`mode must be node, client or auxiliary, got "${c.mode}"`)
+  if (c.dataChannel !== undefined && !['direct', 'libp2p'].includes(c.dataChannel)) fail(`dataChannel must be direct or libp2p, got "${c.dataChannel}"`)
+  if (c.dataPort !== undefined && !(Number.isInteger(c.dataPort) && c.dataPort >= 0 && c.dataPort <= 65535)) fail(`dataPort must be an integer from 0 to 65535, got ${c.dataPort}`)
 }

@@ -89,7 +89,10 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     averagingAlpha: parse('averagingAlpha', number, 1),
     compression,
     mode: parse('mode', oneOf<AveragerMode>('node', 'client', 'auxiliary'), 'node'),
-    bandwidth: bandwidthText !== undefined ? parse('bandwidth', number, undefined as unknown as number) : undefined
+    bandwidth: bandwidthText !== undefined ? parse('bandwidth', number, undefined as unknown as number) : undefined,
+    dataChannel: parse('dataChannel', oneOf('direct', 'libp2p'), 'direct'),
+    dataHost: raw('podIP') ?? '0.0.0.0',
+    dataPort: parse('dataPort', integer(0, 65535), 0)
   }
   if (problems.length === 0) {
     try { validateConfig(averager) } catch (err) { problems.push(describeError(err)) }

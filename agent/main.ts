@@ -76,14 +76,21 @@ async function main (): Promise<number> {
     metrics,
     log,
     signal: shutdown.signal,
-    createAverager: async (tensors, hooks) => await DecentralizedAverager.create(node, tensors, config.averager, {
-      log: (m) => { log.debug(m) },
-      ...hooks,
-      onStep: (outcome, detail) => {
-        metrics.recordRound(outcome, detail)
-        hooks?.onStep?.(outcome, detail)
-      }
-    }, rendezvous),
+    createAverager: async (tensors, hooks) => {
+      const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
+        log: (m) => { log.debug(m) },
+        ...hooks,
+        onStep: (outcome, detail) => {
+          metrics.recordRound(outcome, detail)
+          hooks?.onStep?.(outcome, detail)
+        }
+      }, rendezvous)
+      const path = averager.dataPath
+      log.info(path.kind === 'direct'
+        ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}, falling back to libp2p streams`
+        : 'tensor parts travel over libp2p streams')
+      return averager
+    },
     setReady: (value) => { ready = value && joined }
   }
   // Newcomers start from a live peer's tensors (hivemind's load_state_from_peers); every agent

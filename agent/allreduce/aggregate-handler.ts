@@ -1,9 +1,11 @@
 import type { Connection, Stream } from '@libp2p/interface'
 import { FramedStream } from '../net/framed-stream.js'
+import type { FrameChannel } from '../net/frame-channel.js'
 import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.js'
 import { groupIdHex } from '../matchmaking/group-info.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { AllReduceRunner } from './runner.js'
+import { PART_WINDOW } from './aggregate-protocol.js'
 
 
 /**
@@ -31,8 +33,13 @@ export class AggregateRouter {
     this.runners.delete(groupIdHex(groupId))
   }
 
+  /** The libp2p stream handler of the aggregate protocol. */
   readonly handler = (stream: Stream, connection: Connection): void => {
-    const framed = new FramedStream(stream, { maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: 16 })
+    this.accept(new FramedStream(stream, { maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: PART_WINDOW }), connection.remotePeer.toString())
+  }
+
+  /** Routes an inbound channel from an authenticated peer, whichever path carried it. */
+  accept (framed: FrameChannel, remotePeer: string): void {
     void (async () => {
       try {
         const first = await framed.read(this.headerTimeoutMs)
@@ -45,7 +52,7 @@ export class AggregateRouter {
           await framed.closeWrite()
           return
         }
-        await runner.acceptSender(framed, connection.remotePeer.toString())
+        await runner.acceptSender(framed, remotePeer)
       } catch (err) {
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
       }

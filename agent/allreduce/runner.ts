@@ -1,19 +1,17 @@
-import { peerIdFromString } from '@libp2p/peer-id'
-import type { SwarmNode } from '../net/node.js'
-import { FramedStream } from '../net/framed-stream.js'
-import { openFramed } from '../net/rpc.js'
+import type { FrameChannel } from '../net/frame-channel.js'
 import { AggregateHeader, AggregateReply, MatchCode, TensorPart } from '../proto/averaging.js'
 import type { Codec } from '../compression/index.js'
 import type { GroupInfo } from '../matchmaking/group-info.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
-import { aggregateProtocol, COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
+import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
+import type { AggregateDialer } from './aggregate-dialer.js'
 import type { Part } from './partition.js'
 
 export interface AllReduceOptions {
-  readonly node: SwarmNode
-  readonly prefix: string
+  /** Opens our channel to each reducer (direct TLS or libp2p). */
+  readonly dialer: AggregateDialer
   readonly group: GroupInfo
   readonly tensors: readonly Float32Array[]
   readonly codec: Codec
@@ -43,10 +41,12 @@ export interface AllReduceResult {
   readonly partsReduced: number
   /** Parts of our tensors left unaveraged this round. */
   readonly partsKeptLocal: number
+  /** Channels we opened to reducers this round, by the path that carried them. */
+  readonly channels: Readonly<Record<'direct' | 'libp2p', number>>
 }
 
 interface SenderLink {
-  framed: FramedStream
+  framed: FrameChannel
   pendingWrites: number
   chain: Promise<void>
 }
@@ -70,6 +70,7 @@ export class AllReduceRunner {
   private bytesSent = 0
   private bytesReceived = 0
   private partsKeptLocal = 0
+  private readonly channels = { direct: 0, libp2p: 0 }
   private reducerDone!: () => void
   private readonly reducerFinished: Promise<void>
 
@@ -119,14 +120,15 @@ export class AllReduceRunner {
       bannedSenders: [...this.bannedSenders],
       partsTotal: this.mySlot >= 0 ? this.plan.parts.length : 0,
       partsReduced: this.spanParts.length,
-      partsKeptLocal: this.partsKeptLocal
+      partsKeptLocal: this.partsKeptLocal,
+      channels: { ...this.channels }
     }
   }
 
   // ---------------------------------------------------------------- reducer side
 
   /** An inbound aggregate stream from a group member (the router checked the group id). */
-  async acceptSender (framed: FramedStream, from: string): Promise<void> {
+  async acceptSender (framed: FrameChannel, from: string): Promise<void> {
     const peerIndex = this.options.group.peerIds.indexOf(from)
     const slot = this.plan.senders.indexOf(peerIndex)
     const reducer = this.reducer
@@ -223,11 +225,12 @@ export class AllReduceRunner {
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
     let received = 0
-    let framed: FramedStream | null = null
+    let framed: FrameChannel | null = null
     try {
-      framed = await openFramed(this.options.node, peerIdFromString(peer), aggregateProtocol(this.options.prefix), {
+      framed = await this.options.dialer.open(peer, this.options.group.infos[r], {
         timeoutMs: this.options.reducerTimeoutMs, maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: PART_WINDOW
       })
+      this.channels[framed.path]++
       const stream = framed
       this.abort.signal.addEventListener('abort', () => { stream.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
       await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer> }))
@@ -262,7 +265,7 @@ export class AllReduceRunner {
     }
   }
 
-  private async writeParts (framed: FramedStream, start: number, end: number): Promise<void> {
+  private async writeParts (framed: FrameChannel, start: number, end: number): Promise<void> {
     const wire = COMPRESSION_WIRE[this.options.codec.name]
     for (let index = start; index < end; index++) {
       const part = this.plan.parts[index]

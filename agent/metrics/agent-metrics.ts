@@ -15,6 +15,7 @@ export class AgentMetrics {
   readonly bytesSent: Counter
   readonly bytesReceived: Counter
   readonly partsKeptLocal: Counter
+  readonly dataChannels: Counter<'path'>
   readonly peersConnected: Gauge
   readonly routingTableSize: Gauge
   readonly divergence: Gauge
@@ -38,6 +39,8 @@ export class AgentMetrics {
     this.bytesSent = new Counter({ name: 'averaging_sent_bytes_total', help: 'Tensor bytes sent in all-reduce rounds.', registers })
     this.bytesReceived = new Counter({ name: 'averaging_received_bytes_total', help: 'Tensor bytes received in all-reduce rounds.', registers })
     this.partsKeptLocal = new Counter({ name: 'averaging_parts_kept_local_total', help: 'Parts left unaveraged because a peer failed mid-round.', registers })
+    this.dataChannels = new Counter({ name: 'averaging_data_channels_total', help: 'Channels opened to reducers, by path: direct (TLS sockets) or libp2p (streams, the fallback).', labelNames: ['path'], registers })
+    for (const path of ['direct', 'libp2p']) this.dataChannels.labels(path).inc(0)
     this.peersConnected = new Gauge({ name: 'averaging_peers_connected', help: 'libp2p peers with an open connection.', registers })
     this.routingTableSize = new Gauge({ name: 'averaging_dht_routing_table_size', help: 'Peers in the Kademlia routing table.', registers })
     this.divergence = new Gauge({ name: 'averaging_parameter_divergence', help: 'L2 distance between the local tensors before and after the last round, relative to their norm.', registers })
@@ -60,6 +63,7 @@ export class AgentMetrics {
       this.bytesSent.inc(r.bytesSent)
       this.bytesReceived.inc(r.bytesReceived)
       this.partsKeptLocal.inc(r.partsKeptLocal)
+      for (const [path, n] of Object.entries(r.channels)) this.dataChannels.labels(path).inc(n)
       this.lastRoundTimestamp.set(Date.now() / 1000)
     }
   }

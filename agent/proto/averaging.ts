@@ -28,6 +28,8 @@ export interface PeerInfo {
   bandwidth?: number
   weight: number
   userData: Uint8Array
+  dataPort: number
+  addrs: Uint8Array[]
 }
 
 export namespace PeerInfo {
@@ -60,6 +62,18 @@ export namespace PeerInfo {
           w.bytes(obj.userData)
         }
 
+        if ((obj.dataPort != null && obj.dataPort !== 0)) {
+          w.uint32(40)
+          w.uint32(obj.dataPort)
+        }
+
+        if (obj.addrs != null && obj.addrs.length > 0) {
+          for (const value of obj.addrs) {
+            w.uint32(50)
+            w.bytes(value)
+          }
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -67,7 +81,9 @@ export namespace PeerInfo {
         const obj: any = {
           mode: PeerMode.NODE,
           weight: 0,
-          userData: uint8ArrayAlloc(0)
+          userData: uint8ArrayAlloc(0),
+          dataPort: 0,
+          addrs: []
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -92,6 +108,18 @@ export namespace PeerInfo {
               obj.userData = reader.bytes()
               break
             }
+            case 5: {
+              obj.dataPort = reader.uint32()
+              break
+            }
+            case 6: {
+              if (opts.limits?.addrs != null && obj.addrs.length === opts.limits.addrs) {
+                throw new MaxLengthError('Decode error - repeated field "addrs" had too many elements')
+              }
+
+              obj.addrs.push(reader.bytes())
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -101,6 +129,10 @@ export namespace PeerInfo {
 
         return obj
       }, function * (reader, length, prefix, opts = {}) {
+        const obj = {
+          addrs: 0
+        }
+
         const end = length == null ? reader.len : reader.pos + length
 
         while (reader.pos < end) {
@@ -135,6 +167,28 @@ export namespace PeerInfo {
               }
               break
             }
+            case 5: {
+              yield {
+                field: `${prefix}.dataPort`,
+                value: reader.uint32()
+              }
+              break
+            }
+            case 6: {
+              if (opts.limits?.addrs != null && obj.addrs === opts.limits.addrs) {
+                throw new MaxLengthError('Streaming decode error - repeated field "addrs" had too many elements')
+              }
+
+              yield {
+                field: `${prefix}.addrs[]`,
+                index: obj.addrs,
+                value: reader.bytes()
+              }
+
+              obj.addrs++
+
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -167,6 +221,17 @@ export namespace PeerInfo {
     value: Uint8Array
   }
 
+  export interface PeerInfoDataPortFieldEvent {
+    field: '$.dataPort'
+    value: number
+  }
+
+  export interface PeerInfoAddrsFieldEvent {
+    field: '$.addrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<PeerInfo>): Uint8Array {
     return encodeMessage(obj, PeerInfo.codec())
   }
@@ -175,7 +240,7 @@ export namespace PeerInfo {
     return decodeMessage(buf, PeerInfo.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent> {
     return streamMessage(buf, PeerInfo.codec(), opts)
   }
 }
@@ -877,6 +942,17 @@ export namespace JoinRequest {
     value: Uint8Array
   }
 
+  export interface JoinRequestInfoDataPortFieldEvent {
+    field: '$.info.dataPort'
+    value: number
+  }
+
+  export interface JoinRequestInfoAddrsFieldEvent {
+    field: '$.info.addrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<JoinRequest>): Uint8Array {
     return encodeMessage(obj, JoinRequest.codec())
   }
@@ -885,7 +961,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1129,6 +1205,18 @@ export namespace MessageFromLeader {
     index: number
   }
 
+  export interface MessageFromLeaderGatheredDataPortFieldEvent {
+    field: '$.gathered[].dataPort'
+    value: number
+    index: number
+  }
+
+  export interface MessageFromLeaderGatheredAddrsFieldEvent {
+    field: '$.gathered[].addrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export interface MessageFromLeaderSuggestedLeaderFieldEvent {
     field: '$.suggestedLeader'
     value: Uint8Array
@@ -1147,7 +1235,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

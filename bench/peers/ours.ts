@@ -1,4 +1,7 @@
-/** This project's averager as a benchmark peer: one DecentralizedAverager per process, real libp2p over loopback. */
+/**
+ * This project's averager as a benchmark peer: one DecentralizedAverager per process, real libp2p
+ * over loopback. BENCH_DATA_CHANNEL=libp2p keeps the parts on libp2p streams (default: direct).
+ */
 import { multiaddr } from '@multiformats/multiaddr'
 import { runBenchPeer } from '../lib/peer-client.js'
 import { fillTensor, maxAbsErrorOf } from '../lib/protocol.js'
@@ -12,6 +15,7 @@ await runBenchPeer(async (env) => {
   const data = new Float32Array(env.elements)
   const compression = env.compression
   if (!isCompressionName(compression)) throw new Error(`unknown compression ${compression}`)
+  const dataChannel = process.env.BENCH_DATA_CHANNEL === 'libp2p' ? 'libp2p' : 'direct'
   let averager: DecentralizedAverager | null = null
   let groupRanks: number[] = []
   return {
@@ -30,7 +34,9 @@ await runBenchPeer(async (env) => {
         requestTimeout: 2,
         allreduceTimeout: 240,
         partSizeBytes: env.partBytes,
-        compression
+        compression,
+        dataChannel,
+        dataHost: '127.0.0.1'
       }, { log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } })
     },
     prepare () { fillTensor(data, env.rank) },
@@ -41,7 +47,13 @@ await runBenchPeer(async (env) => {
       return { matchmakingMs: result.matchmakingMs }
     },
     check: () => maxAbsErrorOf(data, env.world, groupRanks),
-    note: () => `libp2p TCP + ${node.getConnections()[0]?.encryption ?? '?'} + yamux, part ${env.partBytes} B, compression ${env.compression}`,
+    note: () => {
+      const path = averager?.dataPath
+      const parts = path?.kind === 'direct' && path.opened.libp2p === 0
+        ? 'parts over direct TLS 1.3 sockets (node:tls, peer ids bound in certificates)'
+        : `parts over libp2p TCP + ${node.getConnections()[0]?.encryption ?? '?'} + yamux (${path?.opened.direct ?? 0} direct, ${path?.opened.libp2p ?? 0} libp2p channels)`
+      return `${parts}, part ${env.partBytes} B, compression ${env.compression}`
+    },
     async close () { await averager?.shutdown(); await node.stop() }
   }
 })

@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm, fill, weightedMean, maxAbsDiff } from './swarm-fixture.js'
+import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_PATHS } from './swarm-fixture.js'
 import type { NamedTensor } from '../../agent/averager.js'
 
 const SHAPES: Array<[string, number[]]> = [['w1', [1000, 1003]], ['b1', [1003]], ['scalar', [1]], ['w2', [517, 13]]]
@@ -9,31 +9,37 @@ function tensorsFor (peer: number): NamedTensor[] {
   return SHAPES.map(([name, shape], t) => ({ name, shape, data: fill(shape.reduce((a, b) => a * b, 1), peer * 10 + t) }))
 }
 
-test('8 peers: one step leaves every peer with the exact mean of all tensors', { timeout: 120_000 }, async () => {
-  const n = 8
-  const swarm = await startSwarm(n, { tensors: tensorsFor, config: () => ({ targetGroupSize: 8, minGroupSize: 8 }) })
-  try {
-    const originals = swarm.averagers.map((_, p) => tensorsFor(p))
-    const total = originals[0].reduce((sum, t) => sum + t.data.length, 0)
-    assert.ok(total >= 1_000_000, 'at least 1M elements in all')
-    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
-    const groupIds = new Set(results.map(r => r.groupId))
-    assert.equal(groupIds.size, 1, 'all peers formed one group')
-    for (const r of results) {
-      assert.equal(r.peers.length, n)
-      assert.deepEqual(r.allreduce.failedReducers, [], 'no reducer failed')
-      assert.deepEqual(r.allreduce.bannedSenders, [], 'no sender was left out')
-      assert.equal(r.allreduce.partsKeptLocal, 0)
-    }
-    for (let t = 0; t < SHAPES.length; t++) {
-      const expected = weightedMean(originals.map(o => o[t].data), originals.map(() => 1))
-      for (let p = 0; p < n; p++) {
-        const got = await swarm.averagers[p].withTensors(ts => ts[t].data)
-        const err = maxAbsDiff(got, expected)
-        assert.ok(err < 1e-4, `peer ${p} tensor ${SHAPES[t][0]}: max error ${err}`)
+for (const path of DATA_PATHS) {
+  test(`8 peers, parts over ${path}: one step leaves every peer with the exact mean of all tensors`, { timeout: 120_000 }, async () => {
+    const n = 8
+    const swarm = await startSwarm(n, { tensors: tensorsFor, config: () => ({ targetGroupSize: 8, minGroupSize: 8, dataChannel: path }) })
+    try {
+      const originals = swarm.averagers.map((_, p) => tensorsFor(p))
+      const total = originals[0].reduce((sum, t) => sum + t.data.length, 0)
+      assert.ok(total >= 1_000_000, 'at least 1M elements in all')
+      const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+      const groupIds = new Set(results.map(r => r.groupId))
+      assert.equal(groupIds.size, 1, 'all peers formed one group')
+      for (const r of results) {
+        assert.equal(r.peers.length, n)
+        assert.deepEqual(r.allreduce.failedReducers, [], 'no reducer failed')
+        assert.deepEqual(r.allreduce.bannedSenders, [], 'no sender was left out')
+        assert.equal(r.allreduce.partsKeptLocal, 0)
       }
+      for (const a of swarm.averagers) {
+        assert.equal(a.dataPath.opened[path], n - 1, `every part went over ${path}`)
+        assert.equal(a.dataPath.opened[path === 'direct' ? 'libp2p' : 'direct'], 0, 'no channel took the other path')
+      }
+      for (let t = 0; t < SHAPES.length; t++) {
+        const expected = weightedMean(originals.map(o => o[t].data), originals.map(() => 1))
+        for (let p = 0; p < n; p++) {
+          const got = await swarm.averagers[p].withTensors(ts => ts[t].data)
+          const err = maxAbsDiff(got, expected)
+          assert.ok(err < 1e-4, `peer ${p} tensor ${SHAPES[t][0]}: max error ${err}`)
+        }
+      }
+    } finally {
+      await swarm.stop()
     }
-  } finally {
-    await swarm.stop()
-  }
-})
+  })
+}

@@ -101,3 +101,8 @@ export function maxAbsDiff (a: ArrayLike<number>, b: ArrayLike<number>): number 
   for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]))
   return m
 }
+
+export type { DataPathName } from '../../agent/allreduce/aggregate-dialer.js'
+
+/** Both ways parts can travel: every correctness test of the averager runs over each. */
+export const DATA_PATHS = ['direct', 'libp2p'] as const

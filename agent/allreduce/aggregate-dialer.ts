@@ -1,0 +1,81 @@
+import { peerIdFromString } from '@libp2p/peer-id'
+import type { PeerId } from '@libp2p/interface'
+import type { SwarmNode } from '../net/node.js'
+import type { FrameChannel } from '../net/frame-channel.js'
+import type { SocketFrameChannel } from '../net/direct/socket-channel.js'
+import { openFramed } from '../net/rpc.js'
+import { dialDirect } from '../net/direct/direct-dial.js'
+import { directHostsOf } from '../net/direct/endpoints.js'
+import type { DataChannelIdentity } from '../net/direct/identity.js'
+import { describeError } from '../errors.js'
+import type { PeerInfo } from '../proto/averaging.js'
+import { aggregateProtocol } from './aggregate-protocol.js'
+
+export interface ChannelOptions {
+  readonly timeoutMs: number
+  readonly maxFrameBytes: number
+  readonly maxQueuedFrames: number
+}
+
+export type DataPathName = 'direct' | 'libp2p'
+
+/**
+ * Opens the channel that carries our parts to a reducer: the direct TLS data channel when the
+ * reducer advertised one and we have an identity for it, else (or when it cannot be reached) a
+ * libp2p stream. Either way the reducer is authenticated as the group member we expect.
+ */
+export class AggregateDialer {
+  /** Channels opened per path since start, for logs and metrics. */
+  readonly opened: Record<DataPathName, number> = { direct: 0, libp2p: 0 }
+  private readonly live = new Set<SocketFrameChannel>()
+
+  constructor (
+    private readonly node: SwarmNode,
+    private readonly prefix: string,
+    private readonly identity: DataChannelIdentity | null,
+    private readonly log?: (msg: string) => void
+  ) {}
+
+  get hasIdentity (): boolean { return this.identity != null }
+
+  async open (peer: string, info: PeerInfo, options: ChannelOptions): Promise<FrameChannel> {
+    const peerId = peerIdFromString(peer)
+    const port = info.dataPort ?? 0
+    // The data channel lives and dies with the node: a stopping node dials nothing directly.
+    if (this.identity != null && port > 0 && this.node.status === 'started') {
+      for (const host of await directHostsOf(this.node, peerId)) {
+        try {
+          const channel = await dialDirect({
+            identity: this.identity,
+            host,
+            port,
+            protocol: aggregateProtocol(this.prefix),
+            expectedPeer: peerId,
+            timeoutMs: Math.min(options.timeoutMs, 5000),
+            maxFrameBytes: options.maxFrameBytes,
+            maxQueuedFrames: options.maxQueuedFrames
+          })
+          this.opened.direct++
+          this.live.add(channel)
+          void channel.closed.then(() => this.live.delete(channel))
+          return channel
+        } catch (err) {
+          this.log?.(`all-reduce: no direct channel to ${peer} at ${host}:${port} (${describeError(err)}); trying the next way`)
+        }
+      }
+    }
+    return await this.openLibp2p(peerId, options)
+  }
+
+  /** Drops every direct channel we opened (the node stopped). */
+  closeAll (reason: Error): void {
+    for (const channel of this.live) channel.abort(reason)
+    this.live.clear()
+  }
+
+  private async openLibp2p (peerId: PeerId, options: ChannelOptions): Promise<FrameChannel> {
+    const channel = await openFramed(this.node, peerId, aggregateProtocol(this.prefix), options)
+    this.opened.libp2p++
+    return channel
+  }
+}

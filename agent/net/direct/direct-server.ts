@@ -1,0 +1,89 @@
+import tls from 'node:tls'
+import type { AddressInfo, Socket } from 'node:net'
+import { describeError } from '../../errors.js'
+import type { DataChannelIdentity } from './identity.js'
+import { authenticatedPeer } from './identity.js'
+import { SocketFrameChannel } from './socket-channel.js'
+
+export interface DirectServerOptions {
+  readonly identity: DataChannelIdentity
+  readonly host: string
+  /** 0: any free port (advertised to the group through matchmaking). */
+  readonly port: number
+  /** ALPN protocol id: one server per protocol and prefix, so nothing else reaches the handler. */
+  readonly protocol: string
+  readonly maxFrameBytes: number
+  readonly maxQueuedFrames: number
+  /** Bound on the TLS handshake plus the certificate check. */
+  readonly handshakeTimeoutMs: number
+  /** Peers allowed to connect at all; undefined: any authenticated peer. */
+  readonly allowPeer?: (peer: string) => boolean
+  readonly accept: (channel: SocketFrameChannel) => void
+  readonly log?: (msg: string) => void
+}
+
+/**
+ * The listening side of the direct data channel: TLS 1.3 with a client certificate required and
+ * checked against the libp2p identity it claims. Anything else is dropped without reaching
+ * protocol code; a failed connection never affects the others.
+ */
+export class DirectServer {
+  private constructor (private readonly server: tls.Server, private readonly sockets: Set<Socket>) {}
+
+  static async listen (options: DirectServerOptions): Promise<DirectServer> {
+    const server = tls.createServer({
+      key: options.identity.key,
+      cert: options.identity.cert,
+      requestCert: true,
+      // The chain is not what proves a peer: its libp2p signature is, checked below.
+      rejectUnauthorized: false,
+      minVersion: 'TLSv1.3',
+      ALPNProtocols: [options.protocol],
+      handshakeTimeout: options.handshakeTimeoutMs,
+      allowHalfOpen: true
+    })
+    server.maxConnections = 1024
+    // Raw connections too: one whose handshake never finished still holds the server open.
+    const sockets = new Set<Socket>()
+    server.on('connection', (raw: Socket) => {
+      sockets.add(raw)
+      raw.on('close', () => { sockets.delete(raw) })
+    })
+    server.on('tlsClientError', (err) => { options.log?.(`direct channel: a handshake failed: ${err.message}`) })
+    server.on('secureConnection', (socket) => {
+      socket.on('error', () => {})
+      sockets.add(socket)
+      socket.on('close', () => { sockets.delete(socket) })
+      void (async () => {
+        const timer = setTimeout(() => socket.destroy(), options.handshakeTimeoutMs)
+        try {
+          if (socket.alpnProtocol !== options.protocol) throw new Error(`unexpected protocol ${String(socket.alpnProtocol)}`)
+          const peer = (await authenticatedPeer(socket)).toString()
+          if (options.allowPeer != null && !options.allowPeer(peer)) throw new Error(`peer ${peer} is not allowed`)
+          clearTimeout(timer)
+          options.accept(new SocketFrameChannel(socket, peer, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames }))
+        } catch (err) {
+          clearTimeout(timer)
+          options.log?.(`direct channel: refused a connection from ${socket.remoteAddress ?? '?'}: ${describeError(err)}`)
+          socket.destroy()
+        }
+      })()
+    })
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(options.port, options.host, () => { server.off('error', reject); resolve() })
+    })
+    return new DirectServer(server, sockets)
+  }
+
+  get port (): number {
+    return (this.server.address() as AddressInfo).port
+  }
+
+  /** Stops listening and drops every open connection (the agent is leaving the swarm). */
+  async close (): Promise<void> {
+    const closed = new Promise<void>(resolve => { this.server.close(() => { resolve() }) })
+    for (const socket of this.sockets) socket.destroy()
+    await closed
+  }
+}

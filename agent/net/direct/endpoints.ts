@@ -1,0 +1,31 @@
+import type { PeerId } from '@libp2p/interface'
+import type { Multiaddr } from '@multiformats/multiaddr'
+import type { SwarmNode } from '../node.js'
+
+/**
+ * Hosts at which we can reach a peer's direct data channel: the address of our open libp2p
+ * connection to it first (proven reachable), then the TCP addresses the peer store knows.
+ */
+export async function directHostsOf (node: SwarmNode, peer: PeerId): Promise<string[]> {
+  const hosts: string[] = []
+  const add = (ma: Multiaddr): void => {
+    const host = ipOf(ma)
+    if (host != null && !hosts.includes(host)) hosts.push(host)
+  }
+  for (const connection of node.getConnections(peer)) add(connection.remoteAddr)
+  if (hosts.length === 0) {
+    try {
+      for (const { multiaddr } of (await node.peerStore.get(peer)).addresses) add(multiaddr)
+    } catch { /* an unknown peer has no stored addresses */ }
+  }
+  return hosts
+}
+
+function ipOf (ma: Multiaddr): string | null {
+  for (const component of ma.getComponents()) {
+    if ((component.name === 'ip4' || component.name === 'ip6') && component.value != null) {
+      return component.value === '0.0.0.0' || component.value === '::' ? null : component.value
+    }
+  }
+  return null
+}

@@ -1,0 +1,59 @@
+import type { TLSSocket } from 'node:tls'
+import { createHash } from 'node:crypto'
+import { peerIdFromString } from '@libp2p/peer-id'
+import { generateCertificate, verifyPeerCertificate } from '@libp2p/tls/utils'
+import type { PeerId, PrivateKey } from '@libp2p/interface'
+import { ProtocolError, describeError } from '../../errors.js'
+
+/** The certificate a peer presents on the direct data channel: an ephemeral key whose SPKI is signed by the libp2p identity key. */
+export interface DataChannelIdentity {
+  readonly cert: string
+  readonly key: string
+}
+
+/**
+ * Binds a fresh TLS key to our libp2p identity exactly as the libp2p TLS spec does (the signed
+ * public-key extension), so the data channel authenticates the same peer ids as libp2p itself.
+ */
+export async function createDataChannelIdentity (privateKey: PrivateKey): Promise<DataChannelIdentity> {
+  return await generateCertificate(privateKey)
+}
+
+/** Certificates already proven to carry a peer id, by SHA-256 of their DER bytes (oldest dropped first). */
+const verified = new Map<string, Promise<string>>()
+const MAX_VERIFIED = 4096
+
+/**
+ * The libp2p peer id the remote side of a finished TLS handshake proved it holds. TLS itself
+ * checked the remote owns the certificate's key; this checks the key is signed by the peer id.
+ */
+export async function authenticatedPeer (socket: TLSSocket, expected?: PeerId): Promise<PeerId> {
+  const raw = socket.getPeerCertificate(true)?.raw
+  if (raw == null || raw.byteLength === 0) throw new ProtocolError('the remote side presented no certificate')
+  // A peer keeps one certificate for its life: parsing and checking it (~15 ms of CPU) once is
+  // enough, since TLS proves possession of the certificate's key on every handshake.
+  const digest = createHash('sha256').update(raw).digest('hex')
+  let peer = verified.get(digest)
+  if (peer == null) {
+    if (verified.size >= MAX_VERIFIED) verified.delete(verified.keys().next().value as string)
+    peer = verifyPeerCertificate(new Uint8Array(raw)).then(id => id.toString())
+    verified.set(digest, peer)
+    peer.catch(() => { verified.delete(digest) })
+  }
+  try {
+    const id = await peer
+    if (expected != null && id !== expected.toString()) throw new ProtocolError(`the remote side is not peer ${expected.toString()}`)
+    return peerIdFromString(id)
+  } catch (err) {
+    if (err instanceof ProtocolError) throw err
+    throw new ProtocolError(`the remote certificate does not prove a libp2p identity: ${describeError(err)}`)
+  }
+}
+
+/**
+ * The identity key of a running libp2p node. js-libp2p keeps it in its components and offers no
+ * accessor; reading it here (one place) spares every caller from threading the key through.
+ */
+export function nodePrivateKey (node: object): PrivateKey | undefined {
+  return (node as { components?: { privateKey?: PrivateKey } }).components?.privateKey
+}

@@ -1,0 +1,74 @@
+import type { Socket } from 'node:net'
+import { ProtocolError } from '../../errors.js'
+import { FrameQueue, frameHeader, type FrameChannel } from '../frame-channel.js'
+
+export interface SocketChannelOptions {
+  readonly maxFrameBytes: number
+  readonly maxQueuedFrames?: number
+  /** Bytes allowed in the socket's send buffer before write() waits for 'drain'. */
+  readonly writeHighWaterMark?: number
+}
+
+/**
+ * Length-prefixed frames over a node socket (a mutually authenticated TLS socket of the direct
+ * data channel). The socket's own buffers and pause/resume carry back-pressure both ways.
+ */
+export class SocketFrameChannel implements FrameChannel {
+  private readonly queue: FrameQueue
+  private readonly writeHighWaterMark: number
+  readonly path = 'direct' as const
+  /** Resolves once the socket is fully closed. */
+  readonly closed: Promise<void>
+
+  constructor (private readonly socket: Socket, readonly remotePeer: string, options: SocketChannelOptions) {
+    this.writeHighWaterMark = options.writeHighWaterMark ?? 4 * 1024 * 1024
+    this.queue = new FrameQueue({
+      pause: () => { socket.pause() },
+      resume: () => { socket.resume() },
+      violate: (err) => { this.abort(err) },
+      describePeer: () => remotePeer
+    }, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames ?? 8 })
+    socket.setNoDelay(true)
+    socket.on('data', (chunk: Buffer) => { this.queue.push(chunk) })
+    socket.on('end', () => { this.queue.end() })
+    socket.on('error', (err) => { this.queue.fail(new ProtocolError(`connection to ${remotePeer} failed: ${err.message}`)) })
+    // Protocol code counts the frames it is owed, so an early clean close is still caught there.
+    this.closed = new Promise(resolve => socket.once('close', () => { resolve() }))
+    socket.on('close', () => { this.queue.end() })
+  }
+
+  async read (timeoutMs?: number): Promise<Uint8Array | null> {
+    return await this.queue.read(timeoutMs)
+  }
+
+  async write (payload: Uint8Array): Promise<void> {
+    const failure = this.queue.error
+    if (failure != null) throw failure
+    if (this.socket.destroyed || !this.socket.writable) throw new ProtocolError(`connection to ${this.remotePeer} is closed for writing`)
+    this.socket.cork()
+    this.socket.write(frameHeader(payload.byteLength))
+    this.socket.write(payload)
+    this.socket.uncork()
+    while (this.socket.writableLength > this.writeHighWaterMark && !this.socket.destroyed) {
+      await new Promise<void>(resolve => {
+        const done = (): void => {
+          this.socket.off('drain', done)
+          this.socket.off('close', done)
+          resolve()
+        }
+        this.socket.on('drain', done)
+        this.socket.on('close', done)
+      })
+    }
+  }
+
+  async closeWrite (): Promise<void> {
+    if (this.socket.destroyed || this.socket.writableEnded) return
+    await new Promise<void>(resolve => { this.socket.end(resolve) })
+  }
+
+  abort (reason: Error): void {
+    this.queue.fail(reason)
+    this.socket.destroy()
+  }
+}

@@ -1,0 +1,146 @@
+import { Uint8ArrayList } from 'uint8arraylist'
+import { ProtocolError, TimeoutError } from '../errors.js'
+
+/** Bytes of the little-endian uint32 length header in front of every frame. */
+export const FRAME_HEADER_BYTES = 4
+
+/**
+ * A bidirectional channel of length-prefixed frames to one authenticated peer. Implemented over
+ * libp2p streams (FramedStream) and over direct TLS sockets (SocketFrameChannel), so protocol
+ * code never knows which path carries it.
+ */
+export interface FrameChannel {
+  /** Which transport carries it. */
+  readonly path: 'direct' | 'libp2p'
+  /** The authenticated remote peer id. */
+  readonly remotePeer: string
+  /** Next frame, or null once the remote closed its side cleanly. Rejects on timeout, reset or a protocol violation. */
+  read: (timeoutMs?: number) => Promise<Uint8Array | null>
+  /** Sends one frame; waits while the send buffer is above its high-water mark. */
+  write: (payload: Uint8Array) => Promise<void>
+  /** Half-close: no more frames from us. */
+  closeWrite: () => Promise<void>
+  /** Tears the channel down, failing pending reads with this reason. */
+  abort: (reason: Error) => void
+}
+
+export interface FrameQueueOptions {
+  /** Largest frame accepted from the wire; a larger announced length fails before any allocation. */
+  readonly maxFrameBytes: number
+  /** Decoded frames held before the source is paused. */
+  readonly maxQueuedFrames: number
+}
+
+/** What the queue needs from the transport under it. */
+export interface FrameSource {
+  pause: () => void
+  resume: () => void
+  /** Called once, with the reason, when the bytes from the wire break the framing. */
+  violate: (err: Error) => void
+  describePeer: () => string
+}
+
+type Waiter = { resolve: (frame: Uint8Array | null) => void, reject: (err: Error) => void }
+
+/**
+ * Splits incoming bytes into frames, bounds them before allocation and hands them to one reader,
+ * pausing the source while the reader lags: the transport's flow control then reaches the sender.
+ */
+export class FrameQueue {
+  private readonly buffer = new Uint8ArrayList()
+  private readonly frames: Uint8Array[] = []
+  private waiter: Waiter | null = null
+  private ended = false
+  private failure: Error | null = null
+  private paused = false
+
+  constructor (private readonly source: FrameSource, private readonly options: FrameQueueOptions) {}
+
+  get error (): Error | null { return this.failure }
+
+  async read (timeoutMs?: number): Promise<Uint8Array | null> {
+    const frame = this.frames.shift()
+    if (frame !== undefined) {
+      this.maybeResume()
+      return frame
+    }
+    if (this.failure != null) throw this.failure
+    if (this.ended) return null
+    return await new Promise<Uint8Array | null>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined
+      const clear = (): void => { if (timer !== undefined) clearTimeout(timer); this.waiter = null }
+      this.waiter = {
+        resolve: (f) => { clear(); resolve(f) },
+        reject: (e) => { clear(); reject(e) }
+      }
+      if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
+        timer = setTimeout(() => {
+          this.waiter = null
+          reject(new TimeoutError(`no message from ${this.source.describePeer()} within ${Math.round(timeoutMs)} ms`))
+        }, Math.max(0, timeoutMs))
+      }
+    })
+  }
+
+  push (data: Uint8Array | Uint8ArrayList): void {
+    if (this.failure != null) return
+    this.buffer.append(data)
+    const { maxFrameBytes } = this.options
+    while (this.buffer.byteLength >= FRAME_HEADER_BYTES) {
+      const length = this.buffer.getUint32(0, true)
+      if (length > maxFrameBytes) {
+        this.source.violate(new ProtocolError(`peer ${this.source.describePeer()} announced a ${length}-byte message, above the ${maxFrameBytes}-byte bound`))
+        return
+      }
+      if (this.buffer.byteLength < FRAME_HEADER_BYTES + length) break
+      const end = FRAME_HEADER_BYTES + length
+      // A copy, not a view: transports reuse the memory they handed us once the event returns
+      // (seen with libp2p streams and with node's TLS sockets: queued float16 parts decoded to garbage).
+      const frame = this.buffer.slice(FRAME_HEADER_BYTES, end)
+      this.buffer.consume(end)
+      this.deliver(frame)
+    }
+    if (this.frames.length >= this.options.maxQueuedFrames && !this.paused) {
+      this.paused = true
+      this.source.pause()
+    }
+  }
+
+  /** The remote closed its side: a clean end only between frames. */
+  end (): void {
+    if (this.ended || this.failure != null) return
+    if (this.buffer.byteLength > 0) {
+      this.fail(new ProtocolError(`peer ${this.source.describePeer()} closed the stream in the middle of a message`))
+      return
+    }
+    this.ended = true
+    if (this.frames.length === 0) this.waiter?.resolve(null)
+  }
+
+  fail (err: Error): void {
+    if (this.failure != null) return
+    this.failure = err
+    this.frames.length = 0
+    this.waiter?.reject(err)
+  }
+
+  private deliver (frame: Uint8Array): void {
+    const waiter = this.waiter
+    if (waiter != null) waiter.resolve(frame)
+    else this.frames.push(frame)
+  }
+
+  private maybeResume (): void {
+    if (this.paused && this.frames.length < this.options.maxQueuedFrames / 2) {
+      this.paused = false
+      this.source.resume()
+    }
+  }
+}
+
+/** The 4-byte little-endian length header of a frame. */
+export function frameHeader (payloadBytes: number): Uint8Array {
+  const header = new Uint8Array(FRAME_HEADER_BYTES)
+  new DataView(header.buffer).setUint32(0, payloadBytes, true)
+  return header
+}

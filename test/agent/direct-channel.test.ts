@@ -1,0 +1,193 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import tls from 'node:tls'
+import { randomBytes } from 'node:crypto'
+import { generateKeyPair } from '@libp2p/crypto/keys'
+import { peerIdFromPrivateKey, peerIdFromString } from '@libp2p/peer-id'
+import { startSwarm, fill, weightedMean, maxAbsDiff } from './swarm-fixture.js'
+import { createDataChannelIdentity } from '../../agent/net/direct/identity.js'
+import { DirectServer } from '../../agent/net/direct/direct-server.js'
+import { dialDirect } from '../../agent/net/direct/direct-dial.js'
+import type { SocketFrameChannel } from '../../agent/net/direct/socket-channel.js'
+import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
+import { AggregateHeader, AggregateReply, MatchCode } from '../../agent/proto/averaging.js'
+import type { NamedTensor } from '../../agent/averager.js'
+import type { GroupInfo } from '../../agent/matchmaking/group-info.js'
+
+const PROTOCOL = '/avs/test/aggregate/1.0.0'
+const small = (peer: number): NamedTensor[] => [{ name: 'w', shape: [50_000], data: fill(50_000, peer) }]
+
+async function identities (n: number): Promise<Array<{ peer: string, identity: Awaited<ReturnType<typeof createDataChannelIdentity>> }>> {
+  return await Promise.all(Array.from({ length: n }, async () => {
+    const key = await generateKeyPair('Ed25519')
+    return { peer: peerIdFromPrivateKey(key).toString(), identity: await createDataChannelIdentity(key) }
+  }))
+}
+
+async function listen (identity: Awaited<ReturnType<typeof createDataChannelIdentity>>, accepted: SocketFrameChannel[]): Promise<DirectServer> {
+  return await DirectServer.listen({
+    identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000,
+    accept: (channel) => { accepted.push(channel) }
+  })
+}
+
+/** True once the remote side closed the channel (a clean end or a reset), false if it sent a frame. */
+async function closedByPeer (channel: SocketFrameChannel): Promise<boolean> {
+  try {
+    return (await channel.read(5000)) === null
+  } catch (err) {
+    return !/within \d+ ms/.test((err as Error).message)
+  }
+}
+
+const dialOptions = { protocol: PROTOCOL, host: '127.0.0.1', timeoutMs: 3000, maxFrameBytes: 1024, maxQueuedFrames: 4 }
+
+test('direct channel: both sides learn each other\'s libp2p peer id, and frames cross intact', async () => {
+  const [server, client] = await identities(2)
+  const accepted: SocketFrameChannel[] = []
+  const listening = await listen(server.identity, accepted)
+  try {
+    const channel = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+    assert.equal(channel.remotePeer, server.peer)
+    await channel.write(new Uint8Array([1, 2, 3]))
+    while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
+    assert.equal(accepted[0].remotePeer, client.peer, 'the server authenticated the client as its libp2p peer id')
+    assert.deepEqual(await accepted[0].read(2000), new Uint8Array([1, 2, 3]))
+    await accepted[0].write(new Uint8Array([9]))
+    assert.deepEqual(await channel.read(2000), new Uint8Array([9]))
+    await channel.closeWrite()
+    assert.equal(await accepted[0].read(2000), null, 'a half-close reads as a clean end')
+  } finally {
+    await listening.close()
+  }
+})
+
+test('direct channel: a peer holding another key cannot complete the handshake', async () => {
+  const [server, client, impostor] = await identities(3)
+  const accepted: SocketFrameChannel[] = []
+  const listening = await listen(server.identity, accepted)
+  try {
+    // The server is not who the dialer expects: the dialer refuses it.
+    await assert.rejects(dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(impostor.peer) }), /is not peer/)
+    // Someone replaying the server's (public) certificate without its key cannot serve as it.
+    const fake = await DirectServer.listen({
+      identity: { cert: server.identity.cert, key: impostor.identity.key }, host: '127.0.0.1', port: 0, protocol: PROTOCOL,
+      maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000, accept: () => {}
+    }).catch((err: Error) => err)
+    if (fake instanceof DirectServer) {
+      try {
+        await assert.rejects(dialDirect({ ...dialOptions, identity: client.identity, port: fake.port, expectedPeer: peerIdFromString(server.peer) }))
+      } finally { await fake.close() }
+    } else {
+      assert.match(fake.message, /key|mismatch/i, 'node refuses a certificate with another party\'s key')
+    }
+    // A peer claiming another's id in its certificate, signed with its own key: refused by the server.
+    const victimKey = await generateKeyPair('Ed25519')
+    const forgerKey = await generateKeyPair('Ed25519')
+    const forged = await createDataChannelIdentity({
+      type: victimKey.type, publicKey: victimKey.publicKey, sign: async (data: Uint8Array) => await forgerKey.sign(data)
+    } as unknown as typeof victimKey)
+    const forgedDial = await dialDirect({ ...dialOptions, identity: forged, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+      .then(async (channel) => { await channel.write(new Uint8Array([1])); return await closedByPeer(channel) }, () => true)
+    assert.equal(forgedDial, true, 'a forged certificate gets nothing back')
+    // A client replaying another peer's certificate without its key cannot even present it.
+    await assert.rejects(dialDirect({ ...dialOptions, identity: { cert: client.identity.cert, key: impostor.identity.key }, port: listening.port, expectedPeer: peerIdFromString(server.peer) }))
+    // No certificate at all, or a foreign protocol: dropped before any protocol code runs.
+    for (const options of [{ ALPNProtocols: [PROTOCOL] }, { ALPNProtocols: ['h2'], key: client.identity.key, cert: client.identity.cert }]) {
+      const outcome = await new Promise<string>(resolve => {
+        const socket = tls.connect({ host: '127.0.0.1', port: listening.port, rejectUnauthorized: false, ...options })
+        socket.on('error', (err) => { resolve(`error ${err.message}`) })
+        socket.on('close', () => { resolve('closed') })
+        socket.on('secureConnect', () => { socket.write('hello') })
+      })
+      assert.ok(outcome.length > 0)
+    }
+    await new Promise(resolve => setTimeout(resolve, 200))
+    assert.equal(accepted.length, 0, 'no forged or unauthenticated connection reached the protocol handler')
+  } finally {
+    await listening.close()
+  }
+})
+
+test('direct channel: an announced frame above the bound closes that connection only', async () => {
+  const [server, client] = await identities(2)
+  const accepted: SocketFrameChannel[] = []
+  const listening = await listen(server.identity, accepted)
+  try {
+    const hostile = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+    const header = new Uint8Array(4)
+    new DataView(header.buffer).setUint32(0, 0xfffffff0, true)
+    ;(hostile as unknown as { socket: tls.TLSSocket }).socket.write(header)
+    while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
+    await assert.rejects(accepted[0].read(2000), /above the 1024-byte bound/)
+    // The server still serves an honest peer.
+    const honest = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+    await honest.write(new Uint8Array([7]))
+    while (accepted.length < 2) await new Promise(resolve => setTimeout(resolve, 10))
+    assert.deepEqual(await accepted[1].read(2000), new Uint8Array([7]))
+    honest.abort(new Error('done'))
+  } finally {
+    await listening.close()
+  }
+})
+
+test('direct channel: an authenticated outsider and garbage senders are refused, and the group still reaches the exact mean', { timeout: 90_000 }, async () => {
+  let group: GroupInfo | null = null
+  const swarm = await startSwarm(4, {
+    tensors: small,
+    config: () => ({ targetGroupSize: 4, minGroupSize: 4, dataChannel: 'direct' }),
+    hooks: (i) => i === 0 ? { onGroup: (g) => { group = g } } : {}
+  })
+  const [outsider] = await identities(1)
+  try {
+    const target = swarm.nodes[1].peerId
+    const port = swarm.averagers[1].dataPath.port
+    assert.ok(port > 0, 'the averager listens for direct channels')
+    const stepping = Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
+    while (group == null) await new Promise(resolve => setTimeout(resolve, 5))
+    const groupId = (group as GroupInfo).groupId
+    // An outsider with a valid libp2p identity who knows the group id is still not a member.
+    const intruder = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+    await intruder.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
+    const reply = await intruder.read(10_000)
+    assert.ok(reply != null)
+    assert.notEqual(AggregateReply.decode(reply).code, MatchCode.ACCEPTED, 'the outsider was refused')
+    // Garbage in place of a header.
+    const garbage = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+    await garbage.write(randomBytes(300))
+    assert.equal(await closedByPeer(garbage), true, 'garbage closes that connection')
+    const results = await stepping
+    const expected = weightedMean([0, 1, 2, 3].map(p => small(p)[0].data), [1, 1, 1, 1])
+    for (let p = 0; p < 4; p++) {
+      assert.deepEqual(results[p].allreduce.bannedSenders, [])
+      assert.equal(results[p].allreduce.partsKeptLocal, 0)
+      const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
+      assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean`)
+    }
+  } finally {
+    await swarm.stop()
+  }
+})
+
+test('direct channel: unreachable data ports and libp2p-only peers fall back to libp2p streams, at the exact mean', { timeout: 90_000 }, async () => {
+  // Peer 0 listens where nobody can reach it (127.0.0.2 while its libp2p address is 127.0.0.1);
+  // peer 1 does not offer a direct channel at all; peers 2 and 3 talk directly.
+  const swarm = await startSwarm(4, {
+    tensors: small,
+    config: (i) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, dataChannel: i === 1 ? 'libp2p' : 'direct', ...(i === 0 ? { dataHost: '127.0.0.2' } : {}) })
+  })
+  try {
+    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
+    const expected = weightedMean([0, 1, 2, 3].map(p => small(p)[0].data), [1, 1, 1, 1])
+    for (let p = 0; p < 4; p++) {
+      assert.equal(results[p].allreduce.partsKeptLocal, 0)
+      const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
+      assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean`)
+    }
+    assert.equal(swarm.averagers[1].dataPath.opened.direct, 0, 'a libp2p-only peer never dials directly')
+    assert.equal(swarm.averagers[2].dataPath.opened.direct, 1, 'peer 2 reached only peer 3 directly')
+    assert.equal(swarm.averagers[2].dataPath.opened.libp2p, 2, 'peer 2 fell back to libp2p for peers 0 and 1')
+  } finally {
+    await swarm.stop()
+  }
+})

@@ -2,8 +2,8 @@ import type { Connection, Stream } from '@libp2p/interface'
 import { JoinRequest, MatchCode, MessageFromLeader, PeerMode } from '../proto/averaging.js'
 import { FramedStream } from '../net/framed-stream.js'
 import { ProtocolError, describeError } from '../errors.js'
-import { MAX_JOIN_REQUEST_BYTES } from './join-protocol.js'
-import { peerIdToBytes } from '../net/rpc.js'
+import { MAX_JOIN_REQUEST_BYTES, MAX_JOIN_STREAMS_PER_PEER } from './join-protocol.js'
+import { PerPeerStreamLimit, peerIdToBytes, refuseStream } from '../net/rpc.js'
 import type { Search } from './search.js'
 import type { Mutex } from '../util/mutex.js'
 
@@ -26,9 +26,12 @@ export interface JoinHandlerContext {
  * wins), accepts, then holds the stream open until the group assembles or disbands.
  */
 export function createJoinHandler (ctx: JoinHandlerContext) {
+  const perPeer = new PerPeerStreamLimit(MAX_JOIN_STREAMS_PER_PEER)
   return (stream: Stream, connection: Connection): void => {
-    const framed = new FramedStream(stream, { maxFrameBytes: MAX_JOIN_REQUEST_BYTES, maxQueuedFrames: 2 })
     const from = connection.remotePeer.toString()
+    const release = perPeer.tryAcquire(from)
+    if (release == null) { refuseStream(stream, 'join'); return }
+    const framed = new FramedStream(stream, { maxFrameBytes: MAX_JOIN_REQUEST_BYTES, maxQueuedFrames: 2 })
     void (async () => {
       try {
         const bytes = await framed.read(ctx.requestTimeoutMs)
@@ -59,6 +62,8 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
         await framed.closeWrite()
       } catch (err) {
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
+      } finally {
+        release()
       }
     })()
   }

@@ -6,3 +6,13 @@ export function joinProtocol (prefix: string): string {
 export const MAX_JOIN_REQUEST_BYTES = 64 * 1024
 /** A BEGIN_ALLREDUCE carries every member's id and gathered data. */
 export const MAX_LEADER_MESSAGE_BYTES = 8 * 1024 * 1024
+/**
+ * A follower asks one leader at a time; a redirect or a retry may overlap the stream it is
+ * leaving. More than this from one peer at once is hostile and is reset unread.
+ */
+export const MAX_JOIN_STREAMS_PER_PEER = 4
+/**
+ * Per connection (libp2p's bound). libp2p counts streams until both sides closed them, so a
+ * follower asking again right after a rejection still has its last stream counted: keep room.
+ */
+export const MAX_JOIN_STREAMS_PER_CONNECTION = 32

@@ -10,7 +10,7 @@ import type { Rendezvous } from '../rendezvous/rendezvous.js'
 import type { StoredEntry } from '../rendezvous/store.js'
 import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
-import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
+import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
 
 export interface MatchmakerConfig {
@@ -69,7 +69,7 @@ export class Matchmaker {
         this.wakeup.notify()
       },
       now: this.now
-    }), { maxInboundStreams: 1024 })
+    }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
   }
 
   async stop (): Promise<void> {
@@ -255,6 +255,8 @@ export class Matchmaker {
     if (new Set(peerIds).size !== n) return null
     const myIndex = peerIds.indexOf(this.selfId)
     if (myIndex < 0 || !peerIds.includes(leader)) return null
+    // A hostile leader's NaN or negative weight or bandwidth would poison every member's plan.
+    if (!reply.gathered.every(validInfo)) return null
     return { groupId: reply.groupId, peerIds, infos: reply.gathered, myIndex, leader }
   }
 }
@@ -262,4 +264,11 @@ export class Matchmaker {
 /** hivemind's leader order: earlier expiration first, peer id breaks ties. */
 export function outranks (expA: number, idA: string, expB: number, idB: string): boolean {
   return expA < expB || (expA === expB && idA < idB)
+}
+
+/** What every member's plan relies on: a finite weight and bandwidth, at most 16 KiB of gathered data. */
+export function validInfo (info: PeerInfo): boolean {
+  return Number.isFinite(info.weight) && info.weight >= 0 &&
+    (info.bandwidth == null || (Number.isFinite(info.bandwidth) && info.bandwidth >= 0)) &&
+    info.userData.byteLength <= 16 * 1024
 }

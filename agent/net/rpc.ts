@@ -3,7 +3,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import type { PeerId, Stream, Connection } from '@libp2p/interface'
 import type { SwarmNode } from './node.js'
 import { FramedStream } from './framed-stream.js'
-import { ProtocolError, describeError } from '../errors.js'
+import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
@@ -48,15 +48,51 @@ export async function openFramed (node: SwarmNode, peer: PeerId, protocol: strin
   return new FramedStream(stream, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
 }
 
+/**
+ * Bounds one peer's open inbound streams on one protocol across all its connections (libp2p's
+ * maxInboundStreams counts per connection, and a peer may open several connections).
+ */
+export class PerPeerStreamLimit {
+  private readonly open = new Map<string, number>()
+
+  constructor (readonly max: number) {}
+
+  /** A release function when the peer is under its bound, null when the stream must be refused. */
+  tryAcquire (peer: string): (() => void) | null {
+    const count = this.open.get(peer) ?? 0
+    if (count >= this.max) return null
+    this.open.set(peer, count + 1)
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      const left = (this.open.get(peer) ?? 1) - 1
+      if (left <= 0) this.open.delete(peer); else this.open.set(peer, left)
+    }
+  }
+
+  /** Peers holding at least one stream (tests and metrics). */
+  get peers (): number { return this.open.size }
+}
+
+/** Resets a stream a peer opened beyond its bound: the cheapest answer, nothing is read or buffered. */
+export function refuseStream (stream: Stream, protocol: string): void {
+  stream.abort(new ProtocolError(`too many concurrent ${protocol} streams from this peer`))
+}
+
 export interface UnaryHandlerOptions {
   readonly maxRequestBytes: number
+  /** Bounds the whole exchange: the request's arrival, the answer and its sending. */
   readonly timeoutMs: number
+  /** Per connection (libp2p's own bound). */
   readonly maxInboundStreams?: number
+  /** Per remote peer, across its connections. */
+  readonly maxStreamsPerPeer?: number
 }
 
 /**
- * Registers a one-request-one-response protocol. A malformed request or a handler error closes
- * that stream only; the node goes on serving.
+ * Registers a one-request-one-response protocol. A malformed request, a handler error or an
+ * exchange running past the timeout closes that stream only; the node goes on serving.
  */
 export async function handleUnary (
   node: SwarmNode,
@@ -64,8 +100,13 @@ export async function handleUnary (
   respond: (request: Uint8Array, from: PeerId) => Promise<Uint8Array> | Uint8Array,
   options: UnaryHandlerOptions
 ): Promise<void> {
+  const perPeer = new PerPeerStreamLimit(options.maxStreamsPerPeer ?? 16)
   await node.handle(protocol, (stream: Stream, connection: Connection) => {
+    const release = perPeer.tryAcquire(connection.remotePeer.toString())
+    if (release == null) { refuseStream(stream, protocol); return }
     const framed = new FramedStream(stream, { maxFrameBytes: options.maxRequestBytes, maxQueuedFrames: 1 })
+    // A peer that sends its request and then never reads the answer must not hold the stream.
+    const deadline = setTimeout(() => { framed.abort(new TimeoutError(`${protocol} exchange took longer than ${options.timeoutMs} ms`)) }, options.timeoutMs)
     void (async () => {
       try {
         const request = await framed.read(options.timeoutMs)
@@ -75,9 +116,12 @@ export async function handleUnary (
         await framed.closeWrite()
       } catch (err) {
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
+      } finally {
+        clearTimeout(deadline)
+        release()
       }
     })()
-  }, { maxInboundStreams: options.maxInboundStreams ?? 64, runOnLimitedConnection: false })
+  }, { maxInboundStreams: options.maxInboundStreams ?? 32, maxOutboundStreams: 64, runOnLimitedConnection: false })
 }
 
 /** Calls a unary protocol: one request frame out, one response frame back. */

@@ -15,6 +15,9 @@ const CLOSEST_CACHE_MS = 60_000
 const SUSPECT_MS = 30_000
 /** Below this many known peers the routing table knows every peer, so a network lookup adds nothing. */
 const SMALL_SWARM = 20
+/** Addresses kept per entry, and the longest one accepted. */
+const MAX_ADDRS = 16
+const MAX_ADDR_BYTES = 256
 
 export interface RendezvousOptions {
   readonly requestTimeoutMs: number
@@ -44,7 +47,10 @@ export class Rendezvous {
     await handleUnary(this.node, RENDEZVOUS_PROTOCOL, async (bytes, from) => await this.serve(bytes, from), {
       maxRequestBytes: MAX_REQUEST_BYTES,
       timeoutMs: this.options.requestTimeoutMs,
-      maxInboundStreams: 256
+      // A peer has a few keys in flight per round (declare, find, donor announcements); libp2p's
+      // per-connection count also holds streams until both sides closed them, hence the room.
+      maxInboundStreams: 64,
+      maxStreamsPerPeer: 32
     })
     this.pruneTimer = setInterval(() => { this.store.prune(this.now()) }, 10_000)
     this.pruneTimer.unref()
@@ -169,7 +175,7 @@ function toWire (entry: StoredEntry): RendezvousEntry {
     expiration: entry.expiration,
     looking: entry.looking,
     priority: entry.priority,
-    addrs: entry.addrs.slice(0, 16) as Array<Uint8Array<ArrayBuffer>>
+    addrs: entry.addrs.slice(0, MAX_ADDRS) as Array<Uint8Array<ArrayBuffer>>
   }
 }
 
@@ -177,7 +183,9 @@ function fromWire (wire: RendezvousEntry): StoredEntry | null {
   if (!Number.isFinite(wire.expiration) || !Number.isFinite(wire.priority)) return null
   try {
     const peer = peerIdFromBytes(wire.peerId)
-    return { peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs: wire.addrs.slice(0, 16) }
+    // A multiaddr of a real transport is tens of bytes: longer ones only inflate what replicas hold.
+    const addrs = wire.addrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_ADDRS)
+    return { peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs }
   } catch {
     return null
   }

@@ -5,7 +5,8 @@ import { FramedStream } from '../net/framed-stream.js'
 import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
 import { elementCount } from '../schema.js'
 import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
-import { CHUNK_BYTES, MAX_REQUEST_FRAME_BYTES } from './state-protocol.js'
+import { CHUNK_BYTES, MAX_REQUEST_FRAME_BYTES, MAX_STATE_STREAMS_PER_CONNECTION, MAX_STATE_STREAMS_PER_PEER } from './state-protocol.js'
+import { PerPeerStreamLimit, refuseStream } from '../net/rpc.js'
 
 export interface StateSnapshot {
   readonly tensors: readonly NamedTensor[]
@@ -35,6 +36,8 @@ const CHUNK_ELEMENTS = CHUNK_BYTES / 4
  */
 export class StateHandler {
   private active = 0
+  /** A newcomer downloads from one donor at a time: more streams from one peer are hostile. */
+  private readonly perPeer = new PerPeerStreamLimit(MAX_STATE_STREAMS_PER_PEER)
 
   constructor (private readonly source: StateSource, private readonly options: StateHandlerOptions) {}
 
@@ -44,8 +47,11 @@ export class StateHandler {
 
   async register (node: SwarmNode, protocol: string): Promise<void> {
     await node.handle(protocol, (stream: Stream, connection: Connection) => {
-      void this.serve(stream, connection.remotePeer.toString())
-    }, { maxInboundStreams: 64, runOnLimitedConnection: false })
+      const peer = connection.remotePeer.toString()
+      const release = this.perPeer.tryAcquire(peer)
+      if (release == null) { refuseStream(stream, protocol); return }
+      void this.serve(stream, peer).finally(release)
+    }, { maxInboundStreams: MAX_STATE_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
   }
 
   private async serve (stream: Stream, peer: string): Promise<void> {

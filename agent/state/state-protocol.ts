@@ -19,6 +19,13 @@ export const MAX_CHUNK_FRAME_BYTES = CHUNK_BYTES + 64
 /** The header frame: metadata JSON plus names and shapes. */
 export const MAX_HEADER_FRAME_BYTES = 1024 * 1024
 export const MAX_REQUEST_FRAME_BYTES = 64
+/** Concurrent state requests one peer may have served by a donor, over all its connections. */
+export const MAX_STATE_STREAMS_PER_PEER = 2
+/**
+ * libp2p's per-connection bound, which counts streams until both sides closed them: a newcomer
+ * retrying a busy donor at once still has its last stream counted, so this is looser.
+ */
+export const MAX_STATE_STREAMS_PER_CONNECTION = 8
 export const MAX_TENSORS = 4096
 export const MAX_DIMS = 16
 export const MAX_NAME_LENGTH = 512

@@ -1,8 +1,9 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { startSwarm, fill, maxAbsDiff, weightedMean } from './swarm-fixture.js'
-import { RENDEZVOUS_PROTOCOL } from '../../agent/rendezvous/rendezvous.js'
+import { startSwarm, startConnectedNodes, fill, maxAbsDiff, weightedMean } from './swarm-fixture.js'
+import { RENDEZVOUS_PROTOCOL, Rendezvous } from '../../agent/rendezvous/rendezvous.js'
+import { DictionaryStore, DEFAULT_STORE_LIMITS, type StoredEntry } from '../../agent/rendezvous/store.js'
 import { joinProtocol } from '../../agent/matchmaking/join-protocol.js'
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
 import * as pb from '../../agent/proto/averaging.js'
@@ -68,4 +69,39 @@ test('protobuf decoders survive random and mutated input', () => {
     try { codec.decode(input); decoded++ } catch (err) { assert.ok(err instanceof Error); rejected++ }
   }
   assert.ok(decoded > 0 && rejected > 0, `both paths exercised (decoded ${decoded}, rejected ${rejected})`)
+})
+
+test('the rendezvous store bounds what one writer and all writers together can hold', () => {
+  const store = new DictionaryStore({ ...DEFAULT_STORE_LIMITS, maxKeysPerPeer: 4, maxEntries: 10 })
+  const entry = (peerId: string, expiration: number): StoredEntry => ({ peerId, expiration, looking: true, priority: 0, addrs: [] })
+  const outcomes = Array.from({ length: 8 }, (_, k) => store.put(`key-${k}`, entry('hostile', 100), 0))
+  assert.deepEqual(outcomes, ['stored', 'stored', 'stored', 'stored', 'peer-full', 'peer-full', 'peer-full', 'peer-full'])
+  assert.equal(store.keyCount, 4, 'a refused write leaves no empty key behind')
+  // Renewing a key it holds is always allowed; a new key only once an old entry expired.
+  assert.equal(store.put('key-0', entry('hostile', 200), 0), 'stored')
+  assert.equal(store.put('key-9', entry('hostile', 300), 150), 'stored', 'the entries that expired at 100 freed room')
+  for (let p = 0; p < 20; p++) store.put('shared', entry(`peer-${p}`, 1000), 150)
+  assert.ok(store.size <= 10, `at most maxEntries entries in all (${store.size})`)
+  store.prune(2000)
+  assert.equal(store.size, 0)
+  assert.equal(store.keyCount, 0)
+})
+
+test('one peer cannot hold more concurrent streams than a handler allows; idle ones time out', { timeout: 60_000 }, async () => {
+  const [server, client] = await startConnectedNodes(2)
+  const rendezvous = new Rendezvous(server, { requestTimeoutMs: 1500 })
+  try {
+    await rendezvous.start()
+    // 48 idle rendezvous streams at once: the bound is 32 per peer, the rest are reset unread.
+    const streams = await Promise.all(Array.from({ length: 48 }, async () =>
+      await client.dialProtocol(server.peerId, RENDEZVOUS_PROTOCOL, { maxOutboundStreams: 1000 })))
+    const closedEarly = await Promise.all(streams.map(async s => await closedWithin(s, 500).then(() => true, () => false)))
+    const refused = closedEarly.filter(Boolean).length
+    assert.ok(refused >= 48 - 32, `at least 16 of 48 streams refused at once (${refused})`)
+    // The ones let in sent nothing: the request timeout closes them.
+    await Promise.all(streams.map(async s => { await closedWithin(s, 10_000) }))
+  } finally {
+    await rendezvous.stop()
+    await Promise.allSettled([server.stop(), client.stop()])
+  }
 })

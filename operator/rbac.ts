@@ -27,3 +27,11 @@ export const OPERATOR_CLUSTER_RULES: PolicyRule[] = [
 export const OPERATOR_LEASE_RULES: PolicyRule[] = [
   { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] }
 ]
+
+/**
+ * With --watch-namespace the operator touches only that namespace (informers, applies, status,
+ * events), so the chart grants the namespaced rules there as a Role and keeps cluster-wide only
+ * the one CRD lookup: it can then read no Secret outside the namespace of its swarms.
+ */
+export const OPERATOR_CLUSTER_SCOPED_RULES: PolicyRule[] = OPERATOR_CLUSTER_RULES.filter(r => r.apiGroups.includes('apiextensions.k8s.io'))
+export const OPERATOR_WATCH_NAMESPACE_RULES: PolicyRule[] = OPERATOR_CLUSTER_RULES.filter(r => !r.apiGroups.includes('apiextensions.k8s.io'))

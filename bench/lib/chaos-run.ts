@@ -149,7 +149,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
           if (f.agent === i && f.recoverMs === undefined && f.ended !== undefined && r.averaged && r.startedAt + r.wallMs > f.ended) f.recoverMs = r.startedAt + r.wallMs - f.at
         }
       }
-    }).catch((err: unknown) => { if (!controller.signal.aborted) violations.push(`agent ${i}'s trainer stopped: ${(err as Error).message}`) })
+    }).catch((err: unknown) => { if (!controller.signal.aborted) violations.push(`${agents[i].name}'s trainer stopped: ${(err as Error).message}`) })
     trainers.set(i, run)
   }
 
@@ -158,7 +158,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     procs.forEach((_, i) => { startTrainer(i) })
     o.log(`started ${o.agents} agents (${o.bootstrap} bootstrap) on ${ips[0]}..${ips.at(-1)}; logs in ${o.outDir}`)
     const kinds: FaultKind[] = typeof o.faults === 'number'
-      ? Array.from({ length: o.faults }, () => random() < 0.5 ? 'kill' : 'stop')
+      ? alternating(o.faults, random() < 0.5 ? 'kill' : 'stop')
       : [...o.faults]
     const done = allDone
     // Faults begin once every agent has averaged, and hit only agents with rounds left to recover in.
@@ -218,13 +218,13 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const frozenDuring = (s: StepRecord): boolean => freezes.some(f => f.agent === s.agent && s.startedAt < f.to && s.startedAt + s.wallMs > f.from)
   let maxStepMs = 0
   for (const s of steps) {
-    if (s.nonFinite) violations.push(`agent ${s.agent} step ${s.attempt} returned a non-finite value`)
+    if (s.nonFinite) violations.push(`${agents[s.agent].name} step ${s.attempt} returned a non-finite value`)
     if (frozenDuring(s)) continue
     maxStepMs = Math.max(maxStepMs, s.wallMs)
     // A step's own bound: matchmaking (at most the step timeout) plus the all-reduce timeout once a group formed.
     const bound = s.matchmakingMs !== undefined ? s.matchmakingMs + t.allreduceTimeout * 1000 : stepTimeoutMs
-    if (s.wallMs > bound + o.slackMs) violations.push(`agent ${s.agent} step ${s.attempt} took ${s.wallMs} ms, above its bound of ${bound} ms (matchmaking ${s.matchmakingMs ?? '-'} ms + all-reduce timeout) by more than ${o.slackMs} ms`)
-    if (s.transportError !== undefined) violations.push(`agent ${s.agent} step ${s.attempt} failed in transport: ${s.transportError}`)
+    if (s.wallMs > bound + o.slackMs) violations.push(`${agents[s.agent].name} step ${s.attempt} took ${s.wallMs} ms, above its bound of ${bound} ms (matchmaking ${s.matchmakingMs ?? '-'} ms + all-reduce timeout) by more than ${o.slackMs} ms`)
+    if (s.transportError !== undefined) violations.push(`${agents[s.agent].name} step ${s.attempt} failed in transport: ${s.transportError}`)
   }
   for (const f of faults) {
     if (f.kind === 'kill') {
@@ -258,6 +258,12 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     }
   })
   return { agents: summaries, faults, spreadSeries, spreadRises: up.length, stepBoundMs, maxStepMs, violations, wallMs: Date.now() - started, stateBytes: o.elements * 4 }
+}
+
+/** n faults, kills and freezes taking turns (a random count of each could leave one kind out). */
+function alternating (n: number, first: FaultKind): FaultKind[] {
+  const other: FaultKind = first === 'kill' ? 'stop' : 'kill'
+  return Array.from({ length: n }, (_, k) => k % 2 === 0 ? first : other)
 }
 
 function elapsed (since: number): string { return `${((Date.now() - since) / 1000).toFixed(1).padStart(6)}s` }

@@ -1,3 +1,4 @@
+import { request } from 'node:http'
 import { decodeFloat32, encodeFloat32, firstNonFinite } from '../../agent/workloads/sidecar/tensor-codec.js'
 import { seededRandom } from '../../agent/util/random.js'
 
@@ -121,38 +122,52 @@ export async function runTrainer (o: TrainerOptions): Promise<void> {
 
 /** Registers the tensor, retrying while the agent process starts (connection refused, 503). */
 async function register (o: TrainerOptions): Promise<void> {
-  const deadline = Date.now() + 120_000
+  // Agents join the DHT before their API listens; on a loaded machine that takes minutes.
+  const deadline = Date.now() + 300_000
   for (;;) {
     if (o.signal.aborted) throw new Error('the trainer was stopped before the agent came up')
-    try {
-      const res = await fetch(`${o.baseUrl}/v1/register`, {
-        method: 'POST', body: JSON.stringify({ tensors: [{ name: 'w', shape: [o.elements] }] }), headers: { 'content-type': 'application/json' },
-        signal: AbortSignal.any([o.signal, AbortSignal.timeout(60_000)])
-      })
-      if (res.status === 200 || res.status === 201) { await res.arrayBuffer(); return }
-      const text = await res.text()
-      if (res.status < 500) throw new Error(`register answered ${res.status}: ${text}`)
-    } catch (err) {
-      if ((err as Error).message.startsWith('register answered')) throw err
-    }
-    if (Date.now() > deadline) throw new Error(`agent ${o.agent}'s sidecar API did not accept a register within 120 s`)
+    const res = await httpJson('POST', `${o.baseUrl}/v1/register`, { tensors: [{ name: 'w', shape: [o.elements] }] }, o.signal, 60_000).catch(() => undefined)
+    if (res !== undefined && (res.status === 200 || res.status === 201)) return
+    if (res !== undefined && res.status < 500) throw new Error(`register answered ${res.status}: ${JSON.stringify(res.body)}`)
+    if (Date.now() > deadline) throw new Error(`agent ${o.agent}'s sidecar API did not accept a register within 300 s`)
     await sleep(200, o.signal)
   }
 }
 
 async function getJson (url: string, signal: AbortSignal, limitMs: number): Promise<unknown> {
-  const res = await fetch(url, { signal: AbortSignal.any([signal, AbortSignal.timeout(limitMs)]) })
-  if (!res.ok) throw new Error(`${url} answered ${res.status}: ${await res.text()}`)
-  return await res.json()
+  const res = await httpJson('GET', url, undefined, signal, limitMs)
+  if (res.status !== 200) throw new Error(`${url} answered ${res.status}: ${JSON.stringify(res.body)}`)
+  return res.body
 }
 
 async function postJson (url: string, body: unknown, signal: AbortSignal, limitMs: number): Promise<unknown> {
-  const res = await fetch(url, {
-    method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' },
-    signal: AbortSignal.any([signal, AbortSignal.timeout(limitMs)])
+  const res = await httpJson('POST', url, body, signal, limitMs)
+  if (res.status !== 200) throw new Error(`${url} answered ${res.status}: ${JSON.stringify(res.body)}`)
+  return res.body
+}
+
+/**
+ * One request on its own connection (no keep-alive pool): an idle pooled connection that the
+ * server closes just as a slow trainer reuses it would show up as a failed step that never was.
+ */
+async function httpJson (method: string, url: string, body: unknown, signal: AbortSignal, limitMs: number): Promise<{ status: number, body: unknown }> {
+  return await new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
+    const req = request(url, {
+      method, agent: false, signal: AbortSignal.any([signal, AbortSignal.timeout(limitMs)]),
+      headers: payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': payload.byteLength }
+    }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString()
+        try { resolve({ status: res.statusCode ?? 0, body: text.length > 0 ? JSON.parse(text) : null }) } catch { resolve({ status: res.statusCode ?? 0, body: text }) }
+      })
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end(payload)
   })
-  if (!res.ok) throw new Error(`${url} answered ${res.status}: ${await res.text()}`)
-  return await res.json()
 }
 
 async function sleep (ms: number, signal: AbortSignal): Promise<void> {

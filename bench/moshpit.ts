@@ -103,6 +103,7 @@ async function runOne (impl: Impl, failures: number, o: Settings): Promise<RunOu
   const exits: Array<Promise<void>> = []
   const unexpected: string[] = []
   let timedOut = false
+  let stopped = false
   const timer = setTimeout(() => { timedOut = true; for (const c of children) killTree(c) }, o.timeoutS * 1000)
   for (let host = 0; host < hosts; host++) {
     // Ranks interleaved over hosts (rank r on host r mod H), so groups span processes.
@@ -138,7 +139,7 @@ async function runOne (impl: Impl, failures: number, o: Settings): Promise<RunOu
       child.once('error', (err) => { unexpected.push(`host ${host} could not start: ${err.message}`); resolve() })
       child.once('close', (code, signal) => {
         log.end()
-        if (code !== 0 && !timedOut) {
+        if (code !== 0 && !timedOut && !stopped) {
           const allVictims = ranks.every((r) => victims.includes(r))
           const why = /crashing on purpose: (.*)/.exec(tail)?.[1]
           if (allVictims && why != null) coordinator.hostGone(host, `crashed on purpose: ${why}`)
@@ -154,8 +155,9 @@ async function runOne (impl: Impl, failures: number, o: Settings): Promise<RunOu
     await new Promise((resolve) => setTimeout(resolve, impl.name === 'ours' ? 300 : 500))
   }
   await Promise.race([coordinator.done, Promise.all(exits)])
-  // Hosts exit on their own after the stop; give them a minute to shut their averagers down.
-  const grace = setTimeout(() => { for (const c of children) killTree(c) }, 60_000)
+  stopped = true // from here on a host is only leaving: a slow shutdown ended by the grace timer is no failure
+  // Hosts exit on their own after the stop; give them 20 s to shut their averagers down.
+  const grace = setTimeout(() => { for (const c of children) killTree(c) }, 20_000)
   await Promise.all(exits)
   clearTimeout(grace)
   clearTimeout(timer)

@@ -69,6 +69,8 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     connectionGater: allow == null
       ? undefined
       : {
+          // Outbound we know the peer before dialling; inbound only once the handshake proved who it is.
+          denyDialPeer: (peer) => !allow.has(peer.toString()),
           denyInboundEncryptedConnection: (peer) => !allow.has(peer.toString()),
           denyOutboundEncryptedConnection: (peer) => !allow.has(peer.toString())
         },

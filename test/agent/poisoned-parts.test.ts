@@ -1,0 +1,169 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Uint8ArrayList } from 'uint8arraylist'
+import type { Stream } from '@libp2p/interface'
+import { startSwarm, fill, weightedMean, type SwarmFixture } from './swarm-fixture.js'
+import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
+import { TensorPart } from '../../agent/proto/averaging.js'
+import type { SwarmNode } from '../../agent/net/node.js'
+
+// A dishonest group member (issue 8): it joins groups like anyone, then sends parts holding NaN,
+// +-Inf or the wrong number of bytes. The honest peers must end with the exact mean of the honest
+// contributions (or, for a part the hostile delivered intact before it was banned, the mean with
+// it), never a NaN, and must ban it with a log line and in the step's result.
+
+const PREFIX = 'poison'
+const ELEMENTS = 3 * 4096
+/** 1024 float32 values per part: each honest reducer's span holds several parts. */
+const PART_BYTES = 4096
+const HOSTILE = 3
+
+type Poison = (values: Uint8Array, partOfStream: number) => Uint8Array
+
+/** Rewrites the data of the hostile peer's outgoing TensorParts; the stream's first frame (the header) passes. */
+function poisonAggregateStreams (node: SwarmNode, poison: () => Poison | null, counter: { poisoned: number }): void {
+  const dial = node.dialProtocol.bind(node)
+  node.dialProtocol = (async (peer: Parameters<SwarmNode['dialProtocol']>[0], protocols: string | string[], options?: Parameters<SwarmNode['dialProtocol']>[2]) => {
+    const stream = await dial(peer, protocols, options)
+    const protocol = Array.isArray(protocols) ? protocols[0] : protocols
+    if (protocol === aggregateProtocol(PREFIX)) rewriteFrames(stream, poison, counter)
+    return stream
+  }) as SwarmNode['dialProtocol']
+}
+
+function rewriteFrames (stream: Stream, poison: () => Poison | null, counter: { poisoned: number }): void {
+  const send = stream.send.bind(stream)
+  const pending = new Uint8ArrayList()
+  let frames = 0
+  stream.send = (data: Uint8Array | Uint8ArrayList): boolean => {
+    pending.append(data)
+    const out = new Uint8ArrayList()
+    while (pending.byteLength >= 4) {
+      const length = pending.getUint32(0, true)
+      if (pending.byteLength < 4 + length) break
+      let payload = pending.subarray(4, 4 + length)
+      pending.consume(4 + length)
+      const index = frames++
+      const mutate = poison()
+      if (index > 0 && mutate != null) {
+        const part = TensorPart.decode(payload)
+        if (part.data.byteLength > 0) {
+          const data = mutate(part.data, index - 1)
+          if (data !== part.data) counter.poisoned++
+          payload = TensorPart.encode({ ...part, data: data as Uint8Array<ArrayBuffer> })
+        }
+      }
+      const header = new Uint8Array(4)
+      new DataView(header.buffer).setUint32(0, payload.byteLength, true)
+      out.append(header, payload)
+    }
+    return out.byteLength > 0 ? send(out) : true
+  }
+}
+
+function floats (fillWith: number, bytes: number): Uint8Array {
+  return new Uint8Array(new Float32Array(bytes / 4).fill(fillWith).buffer)
+}
+
+const CASES: Array<{ name: string, poison: Poison, fromFirstPart: boolean }> = [
+  { name: 'NaN parts', poison: (d) => floats(NaN, d.byteLength), fromFirstPart: true },
+  { name: '+Inf parts', poison: (d) => floats(Infinity, d.byteLength), fromFirstPart: true },
+  { name: '-Inf parts', poison: (d) => floats(-Infinity, d.byteLength), fromFirstPart: true },
+  { name: 'parts 4 bytes short', poison: (d) => d.slice(0, d.byteLength - 4), fromFirstPart: true },
+  { name: 'parts 4 bytes long', poison: (d) => { const out = new Uint8Array(d.byteLength + 4); out.set(d); return out }, fromFirstPart: true },
+  { name: 'parts of a third of the length', poison: (d) => d.slice(0, Math.floor(d.byteLength / 12) * 4), fromFirstPart: true },
+  {
+    // Honest first part, then one NaN in the second: the first part's mean keeps the hostile's values.
+    name: 'one NaN in the second part of each span',
+    poison: (d, k) => { if (k !== 1) return d; const out = d.slice(); new DataView(out.buffer).setFloat32(0, NaN, true); return out },
+    fromFirstPart: false
+  }
+]
+
+test('NaN, Inf and wrong-length parts from a group member never reach the means; the sender is banned and logged', { timeout: 300_000 }, async () => {
+  const initial = (p: number): Float32Array => fill(ELEMENTS, p)
+  const logs: string[][] = [[], [], [], []]
+  let current: Poison | null = null
+  const counter = { poisoned: 0 }
+  const swarm: SwarmFixture = await startSwarm(4, {
+    prefix: PREFIX,
+    tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: initial(p) }],
+    // The hostile peer is a client: it sends to every reducer and reduces nothing, so every span
+    // is reduced by an honest peer and the expected result is exact.
+    config: (p) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: PART_BYTES, mode: p === HOSTILE ? 'client' : 'node' }),
+    hooks: (p) => ({ log: (msg: string) => { logs[p].push(msg) } })
+  })
+  try {
+    poisonAggregateStreams(swarm.nodes[HOSTILE], () => current, counter)
+    const hostileId = swarm.nodes[HOSTILE].peerId.toString()
+    const honest = [0, 1, 2]
+    const honestMean = weightedMean(honest.map(initial), [1, 1, 1])
+    const allMean = weightedMean([0, 1, 2, 3].map(initial), [1, 1, 1, 1])
+    const initialValues = [0, 1, 2, 3].map(initial)
+    /** Means over every non-empty subset of the honest peers (plus the hostile's intact parts when allowed). */
+    const subsetMeans = (peers: readonly number[], i: number, honestOnly: boolean): number[] => {
+      const members = honestOnly ? peers : [...peers, HOSTILE]
+      const out: number[] = []
+      for (let mask = 1; mask < 1 << members.length; mask++) {
+        const chosen = members.filter((_, k) => (mask & (1 << k)) !== 0)
+        out.push(chosen.reduce((sum, q) => sum + initialValues[q][i], 0) / chosen.length)
+      }
+      return out
+    }
+    for (const c of CASES) {
+      // Every round starts from the same values, so the expected means are the same.
+      for (let p = 0; p < 4; p++) await swarm.averagers[p].withTensors(t => { t[0].data.set(initial(p)) })
+      for (const l of logs) l.length = 0
+      current = c.poison
+      const poisonedBefore = counter.poisoned
+      const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+      current = null
+      assert.ok(counter.poisoned > poisonedBefore, `${c.name}: the hostile peer's parts were rewritten`)
+      assert.ok(results.every(r => r.groupId === results[0].groupId && r.peers.length === 4), `${c.name}: one group of four`)
+      // On a loaded machine an honest sender can miss a reducer's timeout too and be left out of
+      // that span: then the exact expectation is the mean over the honest peers that made it.
+      const clean = honest.every(p => results[p].allreduce.bannedSenders.every(b => b === hostileId) && results[p].allreduce.failedReducers.length === 0)
+      for (const p of honest) {
+        const values = await swarm.averagers[p].withTensors(t => t[0].data.slice())
+        let withHostile = 0
+        for (let i = 0; i < ELEMENTS; i++) {
+          assert.ok(Number.isFinite(values[i]), `${c.name}: peer ${p} element ${i} is ${values[i]}`)
+          if (Math.abs(values[i] - honestMean[i]) < 1e-4) continue
+          if (!c.fromFirstPart && Math.abs(values[i] - allMean[i]) < 1e-4) { withHostile++; continue }
+          const explained = !clean && subsetMeans(honest, i, c.fromFirstPart).some(m => Math.abs(values[i] - m) < 1e-4)
+          assert.ok(explained, `${c.name}: peer ${p} element ${i} is ${values[i]}, not the honest mean ${honestMean[i]}` +
+            `${c.fromFirstPart ? '' : ` nor the mean with intact parts ${allMean[i]}`}; logs: ${logs[p].join(' | ')}`)
+        }
+        if (!c.fromFirstPart && clean) {
+          assert.ok(withHostile > 0 && withHostile < ELEMENTS, `${c.name}: peer ${p} kept the hostile's intact first parts (${withHostile} values) and dropped the rest`)
+        }
+        assert.ok(results[p].allreduce.bannedSenders.includes(hostileId), `${c.name}: peer ${p} reports the hostile peer as banned`)
+        assert.ok(logs[p].some(l => l.includes(hostileId) && /leaving sender .* out/.test(l)), `${c.name}: peer ${p} logged the ban: ${logs[p].join(' | ')}`)
+      }
+    }
+  } finally {
+    await swarm.stop()
+  }
+})
+
+// Finite values can still overflow the reducer's float32 sums: a member declaring weight 1e10 and
+// sending 1e30 makes weight * value = 1e40 > float32's 3.4e38. Receivers reject the Inf mean, but
+// at the time of writing each reducer applies it to its own span (agent/allreduce/runner.ts
+// onPartDone -> applyMean): marked todo until the lead's runner checks the mean (or sums in float64).
+test('finite but huge weighted parts never leave a non-finite value in any honest peer', { timeout: 180_000, todo: 'agent/allreduce: the reducer must not apply or send a non-finite mean' }, async () => {
+  const swarm = await startSwarm(4, {
+    prefix: PREFIX,
+    tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: p === HOSTILE ? new Float32Array(ELEMENTS).fill(1e30) : fill(ELEMENTS, p) }],
+    config: (p) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: PART_BYTES, mode: p === HOSTILE ? 'client' : 'node' })
+  })
+  try {
+    await Promise.all(swarm.averagers.map(async (a, p) => await a.step({ timeout: 60, weight: p === HOSTILE ? 1e10 : 1 })))
+    for (const p of [0, 1, 2]) {
+      const values = await swarm.averagers[p].withTensors(t => t[0].data.slice())
+      const bad = values.findIndex(v => !Number.isFinite(v))
+      assert.equal(bad, -1, `peer ${p} holds ${values[bad]} at element ${bad}`)
+    }
+  } finally {
+    await swarm.stop()
+  }
+})

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict'
 import { parseClusterName, inClusterZone } from './dns/names.js'
 import { rewritePaths, mountTable } from './kubelet/volumes.js'
 import { expandVars } from './kubelet/env.js'
-import { podPhase, podStatusPatch, type ContainerRecord, type PodRuntime } from './kubelet/pod-status.js'
+import { ownedConditionsDiffering, podPhase, podStatusPatch, type ContainerRecord, type PodRuntime } from './kubelet/pod-status.js'
 import { resolveCommand, DEFAULT_IMAGES } from './kubelet/images.js'
 import { selectLog } from './kubelet/log-server.js'
 
@@ -60,6 +60,12 @@ describe('pod status', () => {
     assert.equal(byType.get('PodScheduled')?.status, 'True')
     assert.equal(byType.get('Ready')?.lastTransitionTime, 'old')
     assert.equal(byType.get('ContainersReady')?.lastTransitionTime, 'now')
+  })
+  it('notices when another writer flipped a condition it owns (node controller marking pods NotReady), not others', () => {
+    const ready = runtime([record({ everStarted: true, ready: true })])
+    const conds = (readyStatus: string) => ({ status: { conditions: ['PodReadyToStartContainers', 'Initialized', 'ContainersReady'].map((type) => ({ type, status: 'True' })).concat([{ type: 'Ready', status: readyStatus }, { type: 'PodScheduled', status: 'False' }]) } })
+    assert.deepEqual(ownedConditionsDiffering(conds('False'), ready), ['Ready'])
+    assert.deepEqual(ownedConditionsDiffering(conds('True'), ready), [])
   })
 })
 

@@ -91,3 +91,15 @@ export function podStatusPatch (pod: V1Pod, runtime: PodRuntime, now: string): R
     }
   }
 }
+
+/**
+ * Types of the conditions this kubelet owns whose status on the API server differs from what it
+ * would write now. The node lifecycle controller sets Ready=False on every pod of a node whose
+ * heartbeats lapsed (e.g. while kube-apiserver was down); the real kubelet's status manager
+ * notices the difference and writes its own status again, and so must this one.
+ */
+export function ownedConditionsDiffering (pod: V1Pod, runtime: PodRuntime): string[] {
+  const want = (podStatusPatch(pod, runtime, '') as { status: { conditions: V1PodCondition[] } }).status.conditions
+  const have = new Map((pod.status?.conditions ?? []).map((c) => [c.type, c.status]))
+  return want.filter((c) => OWNED.has(c.type) && have.get(c.type) !== c.status).map((c) => c.type)
+}

@@ -13,7 +13,7 @@ import { ContainerConfigError } from './env.js'
 import type { ImageTable } from './images.js'
 import type { PodSources } from './pod-sources.js'
 import { materialiseVolumes, type ApiServerAccess, type MaterialisedVolumes } from './volumes.js'
-import { podStatusPatch, type PodRuntime } from './pod-status.js'
+import { ownedConditionsDiffering, podStatusPatch, type PodRuntime } from './pod-status.js'
 import { podEventRecorder } from './events.js'
 
 export interface PodWorkerContext {
@@ -72,7 +72,11 @@ export class PodWorker {
     this.pod = pod
     if (pod.metadata?.deletionTimestamp !== undefined && pod.metadata.deletionTimestamp !== null) {
       void this.terminate(pod.metadata.deletionGracePeriodSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30)
+      return
     }
+    // Someone else changed a condition this kubelet owns (the node lifecycle controller marks pods
+    // NotReady after missed heartbeats): write ours again, as the real kubelet's status manager does.
+    if (this.runners.length > 0 && !this.terminating && ownedConditionsDiffering(pod, this.runtime()).length > 0) this.requestStatus()
   }
 
   async start (): Promise<void> {

@@ -61,7 +61,7 @@ async function main (): Promise<void> {
   const loadAtStart = loadavg()[0]
   const result = await runChaos({
     agents: Number(o.agents), bootstrap: Number(o.bootstrap), rounds: Number(o.rounds), seed: o.seed, elements: Number(o.elements),
-    periodMs: Number(o.period), faults, faultGapMs: Number(o.faultGap), freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
+    periodMs: Number(o.period), faults, warmupLimitMs: 120_000, faultGapMs: Number(o.faultGap), freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: Number(o.allreduceTimeout) },
     subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, log: (l) => { console.log(l) }
   })

@@ -22,6 +22,8 @@ export interface ChaosOptions {
   readonly timing: SwarmTiming
   /** Faults to inject, in order; random kinds when only a count is given. */
   readonly faults: readonly FaultKind[] | number
+  /** Longest wait for every agent's first averaged step before the faults begin (ms). */
+  readonly warmupLimitMs: number
   /** Pause between one fault's end and the next one's start (ms, randomised ±50%). */
   readonly faultGapMs: number
   /** How long SIGSTOP lasts before SIGCONT (ms, randomised ±30%). */
@@ -162,7 +164,11 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
       : [...o.faults]
     const done = allDone
     // Faults begin once every agent has averaged, and hit only agents with rounds left to recover in.
-    while (!done() && agents.some((_, i) => !steps.some(s => s.agent === i && s.averaged))) await sleep(250)
+    // (at most warmupLimitMs: an agent that never averages must not stall the run, it shows in the table).
+    const warmUntil = Date.now() + o.warmupLimitMs
+    while (!done() && Date.now() < warmUntil && agents.some((_, i) => !steps.some(s => s.agent === i && s.averaged))) await sleep(250)
+    const never = agents.filter((_, i) => !steps.some(s => s.agent === i && s.averaged))
+    if (never.length > 0) o.log(`${elapsed(started)} not averaged yet, faults start anyway: ${never.map(a => a.name).join(', ')}`)
     for (const kind of kinds) {
       await sleep(o.faultGapMs * (0.5 + random()))
       let victim: number | undefined
@@ -239,6 +245,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     if (f.kind === 'kill' && f.origin !== 'peers') violations.push(`${agents[f.agent].name} restarted without the swarm's state (origin "${f.origin ?? '?'}")`)
     if (f.recoverMs === undefined) violations.push(`${agents[f.agent].name} never averaged again after its ${f.kind}`)
   }
+  for (const [i, a] of agents.entries()) if (!steps.some(s => s.agent === i && s.averaged)) violations.push(`${a.name} never averaged in the whole run`)
   const series = spreadSeries.map(p => p.spread)
   const up = rises(series)
   if (series.some(v => !Number.isFinite(v))) violations.push('the spread between agents became non-finite')

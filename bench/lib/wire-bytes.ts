@@ -1,14 +1,15 @@
 /**
  * Bytes on the wire, from the kernel's TCP counters (`ss -tin`: bytes_acked, bytes_received).
  *
- * Every connection between two peers has exactly one end on a peer's listening port (the accepting
- * side), so summing sent + received over those accepting-side sockets counts every byte any peer
+ * Every connection between two peers has at least one end on a peer's listening port (the accepting
+ * side; go-libp2p, i.e. hivemind's p2pd, also dials from its listening port, so there both ends are),
+ * so summing sent + received once per connection seen from such a socket counts every byte any peer
  * sent to another exactly once; divided by the peer count it is the mean bytes sent per peer. The
  * listening ports are those of sockets owned by the peers' process groups (a peer runs in its own
  * group with its helpers: hivemind's averager process and p2pd), read once when measuring starts.
  * Unix sockets (hivemind's Python <-> p2pd) are not TCP and not counted; the coordinator's HTTP
  * sockets are not on a peer's listening port. Connections may open and close per round (a direct
- * data channel does), so the meter samples every `intervalMs` and keeps each socket's largest
+ * data channel does), so the meter samples every `intervalMs` and keeps each connection's largest
  * counters: the bytes a connection moves after its last sample before it closes are missed (an
  * undercount of at most one interval of its traffic).
  */
@@ -56,8 +57,11 @@ export function parseSs (text: string): SocketBytes[] {
  * counters seen less those of the first sample (0 for a socket born after it).
  */
 export function bytesMoved (first: readonly SocketBytes[], samples: ReadonlyArray<readonly SocketBytes[]>, listenPorts: ReadonlySet<number>): number {
-  const key = (s: SocketBytes): string => `${s.local} ${s.remote}`
-  const baseline = new Map(first.filter((s) => listenPorts.has(portOf(s.local))).map((s) => [key(s), s.sent + s.received]))
+  // One key per connection, not per socket: go-libp2p (hivemind's p2pd) dials from its listening port
+  // (SO_REUSEPORT), so both ends of its connections sit on listening ports and both sockets are sampled.
+  const key = (s: SocketBytes): string => [s.local, s.remote].sort().join(' ')
+  const baseline = new Map<string, number>()
+  for (const s of first) if (listenPorts.has(portOf(s.local))) baseline.set(key(s), Math.max(baseline.get(key(s)) ?? 0, s.sent + s.received))
   const largest = new Map<string, number>()
   for (const sample of samples) {
     for (const s of sample) {

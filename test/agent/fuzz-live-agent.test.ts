@@ -1,0 +1,28 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { formatReport, runFuzz, violations } from '../../bench/fuzz-agent.js'
+
+// The live-agent fuzz of bench/fuzz-agent.ts with 5,000 messages (the bench sends 10^5): four
+// honest agent processes (sidecar workload, a round about every second) average while an
+// in-process libp2p peer sends random and mutated messages over every protocol the first serves.
+// 10^4 messages took 126 to 136 s here at load averages of 20 to 30 (57 to 89 s of fuzzing),
+// hence 5,000; the timeout leaves room for heavier load.
+const MESSAGES = 5_000
+
+test('a live agent survives 5,000 random and mutated messages with bounded memory while honest rounds go on', { timeout: 900_000 }, async () => {
+  const report = await runFuzz({ messages: MESSAGES, agents: 4, concurrency: 64, seed: 8, afterSeconds: 15 })
+  const table = formatReport(report)
+  console.log(table)
+  assert.ok(report.messages >= MESSAGES, `sent ${report.messages} messages`)
+  assert.equal(report.crashes, 0, `no agent process exited\n${table}`)
+  assert.ok(report.targetAlive, 'the target still answers /healthz')
+  assert.ok(report.rssMaxMiB <= report.rssBoundMiB, `target RSS max ${report.rssMaxMiB.toFixed(0)} MiB within ${report.rssBoundMiB.toFixed(0)} MiB`)
+  assert.ok(report.rounds.during.ok > 0, `honest rounds succeeded while fuzzing\n${table}`)
+  assert.ok(report.rounds.after.ok > 0, `honest rounds succeeded after fuzzing\n${table}`)
+  for (const [protocol, s] of Object.entries(report.protocols)) {
+    assert.ok(s.messages > 0 || s.refused > 0, `${protocol} was fuzzed`)
+    assert.equal(s.leftOpen, 0, `${protocol}: every stream closed by the agent within the idle bound`)
+    assert.equal(s.idleClosed, s.idle, `${protocol}: idle streams timed out`)
+  }
+  assert.deepEqual(violations(report, MESSAGES), [])
+})

@@ -159,7 +159,7 @@ export class DecentralizedAverager {
     await this.matchmaker.start()
     if ((this.config.dataChannel ?? 'direct') === 'direct') await this.startDirectChannel()
     if (this.config.mode !== 'client') {
-      await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 1024 })
+      await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 16, runOnLimitedConnection: false })
     }
     this.running = true
   }
@@ -185,8 +185,9 @@ export class DecentralizedAverager {
       maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
       maxQueuedFrames: PART_WINDOW,
       handshakeTimeoutMs: this.config.requestTimeout * 1000,
-      // Membership is what admits a sender: only peers the leader let into our group (through
-      // libp2p, its private network and gater) pass the router's checks.
+      // Only peers holding a libp2p connection to us may open a data channel: they passed the
+      // private-network key and the allow list there. Group membership is checked after that.
+      allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),
       accept: (channel) => {
         if (this.node.status === 'started') this.router.accept(channel, channel.remotePeer)
         else channel.abort(new AveragingError('the libp2p node is stopping'))
@@ -310,6 +311,17 @@ export class DecentralizedAverager {
     await this.directServer?.close()
     await this.rendezvous.stop()
   }
+}
+
+/** Whether a peer has (or, within the wait, gets) a libp2p connection to us: the responder finishes its upgrade a moment after the dialer. */
+async function hasConnection (node: SwarmNode, peer: string, waitMs: number): Promise<boolean> {
+  const id = peerIdFromString(peer)
+  const deadline = Date.now() + waitMs
+  while (node.getConnections(id).length === 0) {
+    if (Date.now() >= deadline || node.status !== 'started') return false
+    await new Promise(resolve => setTimeout(resolve, 20))
+  }
+  return true
 }
 
 function senderTimeoutSeconds (config: AveragerConfig): number {

@@ -1,3 +1,5 @@
+import { peerIdFromString } from '@libp2p/peer-id'
+import { decodeSwarmKey } from './net/pnet/swarm-key.js'
 import { readFileSync } from 'node:fs'
 import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
 import { isCompressionName, type CompressionName } from './compression/index.js'
@@ -16,6 +18,8 @@ export interface AgentConfig {
   readonly bootstrapPeers: readonly string[]
   readonly dnsServers: readonly string[]
   readonly psk?: Uint8Array
+  /** Peer ids allowed to connect; empty: anyone (holding the private-network key, if one is set). */
+  readonly allowPeers: readonly string[]
   readonly metricsPort: number
   readonly averager: AveragerConfig
   readonly period: number
@@ -101,6 +105,9 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
   let psk: Uint8Array | undefined
   if (pskFile !== undefined) {
     try { psk = readFileSync(pskFile) } catch (err) { problems.push(`${AGENT_ENV.pskFile.name}: cannot read ${pskFile}: ${describeError(err)}`) }
+    if (psk !== undefined) {
+      try { decodeSwarmKey(psk) } catch (err) { problems.push(`${AGENT_ENV.pskFile.name}: ${describeError(err)}`) }
+    }
   }
   const identity = raw('identityKey')
   let identityKey: Uint8Array | undefined
@@ -120,6 +127,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     bootstrapPeers: parse('bootstrapPeers', list, []),
     dnsServers: parse('dnsServers', list, []),
     psk,
+    allowPeers: parse('allowPeers', (s) => list(s).map(id => { try { return peerIdFromString(id).toString() } catch { throw new Error(`"${id}" is not a libp2p peer id`) } }), []),
     metricsPort: parse('metricsPort', integer(0, 65535), 9400),
     averager,
     period: parse('period', parseDuration, 30),

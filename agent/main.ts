@@ -40,6 +40,7 @@ async function main (): Promise<number> {
     listen: [`/ip4/${listenHost}/tcp/${config.p2pPort}`],
     announce: config.announceAddrs.length > 0 ? config.announceAddrs : undefined,
     psk: config.psk,
+    allowPeers: config.allowPeers,
     metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false })
   })
   started = true
@@ -82,6 +83,8 @@ async function main (): Promise<number> {
         ...hooks,
         onStep: (outcome, detail) => {
           metrics.recordRound(outcome, detail)
+          const banned = detail.result?.bannedSenders ?? []
+          if (banned.length > 0) log.warn(`left ${banned.length} group member(s) out of the span we reduced (failed, too slow or sent invalid parts): ${banned.join(', ')}`)
           hooks?.onStep?.(outcome, detail)
         }
       }, rendezvous)

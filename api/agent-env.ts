@@ -23,6 +23,7 @@ export const AGENT_ENV = {
   bootstrapPeers: { name: 'AVS_BOOTSTRAP_PEERS', description: 'Comma-separated multiaddrs (with /p2p/<peer id>) dialled first; /dns4 names allowed.' },
   dnsServers: { name: 'AVS_DNS_SERVERS', description: 'Comma-separated host:port DNS servers used to resolve /dns4 multiaddrs instead of the system resolver.' },
   pskFile: { name: 'AVS_PSK_FILE', description: 'Path to a libp2p private-network key (swarm.key format); outsiders without it cannot connect.' },
+  allowPeers: { name: 'AVS_ALLOW_PEERS', description: 'Comma-separated libp2p peer ids allowed to connect (libp2p and the data channel); unset allows every peer (holding the private-network key, if one is set).' },
   dataChannel: { name: 'AVS_DATA_CHANNEL', description: 'How tensor parts travel: direct (TLS sockets authenticated by libp2p peer ids, falling back to libp2p streams where a peer cannot be reached) or libp2p (always libp2p streams).', default: 'direct' },
   dataPort: { name: 'AVS_DATA_PORT', description: 'TCP port of the direct data channel; 0 picks a free port, which is advertised to each group.', default: '0' },
   metricsPort: { name: 'AVS_METRICS_PORT', description: 'HTTP port serving /metrics, /healthz and /readyz.', default: '9400' },

@@ -43,6 +43,9 @@ export class AggregateDialer {
     const port = info.dataPort ?? 0
     // The data channel lives and dies with the node: a stopping node dials nothing directly.
     if (this.identity != null && port > 0 && this.node.status === 'started') {
+      // The reducer admits data channels only from peers with a libp2p connection (the private
+      // network and allow list live there): make sure we hold one.
+      await this.node.dial(peerId, { signal: AbortSignal.timeout(options.timeoutMs) })
       for (const host of await directHostsOf(this.node, peerId)) {
         try {
           const channel = await dialDirect({

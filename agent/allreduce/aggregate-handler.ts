@@ -6,6 +6,12 @@ import { groupIdHex } from '../matchmaking/group-info.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { AllReduceRunner } from './runner.js'
 import { PART_WINDOW } from './aggregate-protocol.js'
+import { PerPeerStreamLimit } from '../net/rpc.js'
+
+/** Concurrent aggregate channels one peer may hold (one per round, a few rounds overlapping). */
+const MAX_CHANNELS_PER_PEER = 8
+/** Channels waiting for their group to be registered, all peers together. */
+const MAX_WAITING_CHANNELS = 256
 
 
 /**
@@ -15,6 +21,8 @@ import { PART_WINDOW } from './aggregate-protocol.js'
 export class AggregateRouter {
   private readonly runners = new Map<string, AllReduceRunner>()
   private readonly waiting = new Map<string, Array<(runner: AllReduceRunner) => void>>()
+  private readonly perPeer = new PerPeerStreamLimit(MAX_CHANNELS_PER_PEER)
+  private waiters = 0
 
   /**
    * headerTimeoutMs bounds both the wait for a stream's first frame and the wait for its group
@@ -40,6 +48,12 @@ export class AggregateRouter {
 
   /** Routes an inbound channel from an authenticated peer, whichever path carried it. */
   accept (framed: FrameChannel, remotePeer: string): void {
+    // A sender needs one channel per round; a few rounds may overlap while old ones drain.
+    const release = this.perPeer.tryAcquire(remotePeer)
+    if (release == null) {
+      framed.abort(new ProtocolError(`too many concurrent aggregate channels from ${remotePeer}`))
+      return
+    }
     void (async () => {
       try {
         const first = await framed.read(this.headerTimeoutMs)
@@ -55,6 +69,8 @@ export class AggregateRouter {
         await runner.acceptSender(framed, remotePeer)
       } catch (err) {
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
+      } finally {
+        release()
       }
     })()
   }
@@ -62,20 +78,26 @@ export class AggregateRouter {
   private async runnerFor (key: string): Promise<AllReduceRunner | null> {
     const known = this.runners.get(key)
     if (known != null) return known
-    if ((this.waiting.get(key)?.length ?? 0) > 64 || this.waiting.size > 256) return null
-    return await new Promise(resolve => {
-      const list = this.waiting.get(key) ?? []
-      const timer = setTimeout(() => {
-        const current = this.waiting.get(key)
-        if (current != null) {
-          const rest = current.filter(w => w !== wake)
-          if (rest.length > 0) this.waiting.set(key, rest); else this.waiting.delete(key)
-        }
-        resolve(null)
-      }, this.headerTimeoutMs)
-      const wake = (runner: AllReduceRunner): void => { clearTimeout(timer); resolve(runner) }
-      list.push(wake)
-      this.waiting.set(key, list)
-    })
+    // Headers may race their group's registration by a moment; strangers' guesses must not pile up.
+    if (this.waiters >= MAX_WAITING_CHANNELS) return null
+    this.waiters++
+    try {
+      return await new Promise<AllReduceRunner | null>(resolve => {
+        const list = this.waiting.get(key) ?? []
+        const timer = setTimeout(() => {
+          const current = this.waiting.get(key)
+          if (current != null) {
+            const rest = current.filter(w => w !== wake)
+            if (rest.length > 0) this.waiting.set(key, rest); else this.waiting.delete(key)
+          }
+          resolve(null)
+        }, this.headerTimeoutMs)
+        const wake = (runner: AllReduceRunner): void => { clearTimeout(timer); resolve(runner) }
+        list.push(wake)
+        this.waiting.set(key, list)
+      })
+    } finally {
+      this.waiters--
+    }
   }
 }

@@ -1,6 +1,6 @@
 import type { FrameChannel } from '../net/frame-channel.js'
 import { AggregateHeader, AggregateReply, MatchCode, TensorPart } from '../proto/averaging.js'
-import type { Codec } from '../compression/index.js'
+import { decodeInto, type Codec } from '../compression/index.js'
 import type { GroupInfo } from '../matchmaking/group-info.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
@@ -71,6 +71,8 @@ export class AllReduceRunner {
   private bytesReceived = 0
   private partsKeptLocal = 0
   private readonly channels = { direct: 0, libp2p: 0 }
+  /** Decoded part values, reused by every read: each is checked and consumed before the next await. */
+  private readonly scratch: Float32Array
   private reducerDone!: () => void
   private readonly reducerFinished: Promise<void>
 
@@ -81,6 +83,7 @@ export class AllReduceRunner {
     this.mySlot = this.plan.senders.indexOf(this.me)
     this.spanParts = this.plan.parts.slice(this.plan.spanStart[this.me], this.plan.spanEnd[this.me])
     this.reducerFinished = new Promise(resolve => { this.reducerDone = resolve })
+    this.scratch = new Float32Array(this.plan.maxPartElements)
     if (this.spanParts.length > 0) {
       this.reducer = new SpanReducer(this.spanParts, this.plan.senders.map(i => this.plan.weights[i]), (r) => { this.onPartDone(r) })
     } else {
@@ -157,7 +160,8 @@ export class AllReduceRunner {
         const expected = this.spanParts[k]
         if (part.partIndex !== base + k) throw new ProtocolError(`sender ${from} sent part ${part.partIndex} where ${base + k} was due`)
         if (part.compression !== wire) throw new ProtocolError(`sender ${from} used ${part.compression} compression`)
-        const values = this.options.codec.decode(part.data, expected.length)
+        // Decoded into one reused buffer: contribute() adds it into the sums before anything else runs.
+        const values = decodeInto(this.options.codec, part.data, expected.length, this.scratch)
         if (!allFinite(values)) throw new ProtocolError(`sender ${from} sent NaN or infinite values`)
         reducer.contribute(slot, k, values)
       }
@@ -179,7 +183,11 @@ export class AllReduceRunner {
     }
   }
 
-  private onPartDone (result: PartResult): void {
+  private onPartDone (done: PartResult): void {
+    // A mean can still leave float32's range (huge finite values and weights): never apply or send it.
+    const finite = done.mean == null || allFinite(done.mean)
+    if (!finite) this.options.log?.(`all-reduce: the mean of part ${this.plan.spanStart[this.me] + done.partIndex} is not finite; every member keeps its own values there`)
+    const result: PartResult = finite ? done : { partIndex: done.partIndex, mean: null }
     const part = this.spanParts[result.partIndex]
     const partIndex = this.plan.spanStart[this.me] + result.partIndex
     if (this.mySlot >= 0) {
@@ -251,7 +259,7 @@ export class AllReduceRunner {
         if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }
         if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
         const part = this.plan.parts[index]
-        const mean = this.options.codec.decode(result.data, part.length)
+        const mean = decodeInto(this.options.codec, result.data, part.length, this.scratch)
         if (!allFinite(mean)) throw new ProtocolError(`reducer ${peer} sent NaN or infinite values`)
         this.applyMean(part, mean)
       }
@@ -289,7 +297,15 @@ export class AllReduceRunner {
   private expire (): void {
     this.options.log?.(`all-reduce: ${this.options.timeoutMs} ms passed, finishing with what arrived`)
     this.abort.abort()
-    this.reducer?.banAll()
+    const reducer = this.reducer
+    if (reducer != null) {
+      // Senders still owing parts are left out of the rest of the span, and reported as such:
+      // a mean of whoever arrived in time is a partial round, not a success.
+      for (let slot = 0; slot < this.plan.senders.length; slot++) {
+        if (slot !== this.mySlot && reducer.nextPartOf(slot) < this.spanParts.length) this.banSender(slot, 'the all-reduce timed out before it sent every part')
+      }
+      reducer.banAll()
+    }
     for (const link of this.links.values()) link.framed.abort(new TimeoutError('all-reduce timed out'))
     this.reducerDone()
   }

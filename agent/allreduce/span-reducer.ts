@@ -8,7 +8,8 @@ export type PartResult = { readonly partIndex: number, readonly mean: Float32Arr
  * left out of the rest, so one dead or hostile sender costs only its own contribution.
  */
 export class SpanReducer {
-  private readonly sums = new Map<number, Float32Array>()
+  /** Float64 sums: finite float32 contributions times finite weights cannot overflow them. */
+  private readonly sums = new Map<number, Float64Array>()
   private readonly weightSums: Float64Array
   /** Parts contributed so far, per sender slot (senders contribute in order). */
   private readonly delivered: Int32Array
@@ -38,7 +39,7 @@ export class SpanReducer {
     const weight = this.senderWeights[slot]
     if (weight > 0) {
       let sum = this.sums.get(k)
-      if (sum == null) { sum = new Float32Array(this.parts[k].length); this.sums.set(k, sum) }
+      if (sum == null) { sum = new Float64Array(this.parts[k].length); this.sums.set(k, sum) }
       if (weight === 1) for (let i = 0; i < sum.length; i++) sum[i] += values[i]
       else for (let i = 0; i < sum.length; i++) sum[i] += weight * values[i]
       this.weightSums[k] += weight
@@ -76,8 +77,9 @@ export class SpanReducer {
       this.sums.delete(k)
       let mean: Float32Array | null = null
       if (weight > 0 && sum != null) {
-        for (let i = 0; i < sum.length; i++) sum[i] /= weight
-        mean = sum
+        const out = new Float32Array(sum.length)
+        for (let i = 0; i < sum.length; i++) out[i] = sum[i] / weight
+        mean = out
       }
       this.completed++
       progressed = true

@@ -4,7 +4,7 @@ import { float16Codec } from './float16.js'
 import { uniform8bitCodec } from './uniform8bit.js'
 import { blockwise8bitCodec } from './blockwise8bit.js'
 
-export { type Codec, type CompressionName, COMPRESSION_NAMES, CodecError, isCompressionName } from './types.js'
+export { type Codec, type CompressionName, COMPRESSION_NAMES, CodecError, isCompressionName, decodeInto } from './types.js'
 
 const CODECS: Readonly<Record<CompressionName, Codec>> = Object.freeze({
   none: noneCodec,

@@ -1,1 +1,1 @@
-export { type Codec, type CompressionName, COMPRESSION_NAMES, CodecError, codecFor, isCompressionName } from './codec.js'
+export { type Codec, type CompressionName, COMPRESSION_NAMES, CodecError, codecFor, isCompressionName, decodeInto } from './codec.js'

@@ -3,7 +3,7 @@ import { type Codec, checkCount, checkLength, readFloat32s } from './types.js'
 /**
  * 'none': raw little-endian float32 bytes, 4 bytes per value.
  * encode() is zero-copy: it returns a Uint8Array view on the input's own memory, so a caller that mutates the
- * input afterwards also changes the encoded bytes. decode() always copies (wire bytes may be unaligned).
+ * input afterwards also changes the encoded bytes. decode() always copies (wire bytes may be unaligned); decodeInto() copies into the caller's buffer.
  */
 export const noneCodec: Codec = Object.freeze({
   name: 'none',
@@ -19,5 +19,12 @@ export const noneCodec: Codec = Object.freeze({
     checkCount('none', n)
     checkLength('none', bytes, n, 4 * n)
     return readFloat32s(bytes, 0, n)
+  },
+  decodeInto (bytes: Uint8Array, n: number, out: Float32Array): Float32Array {
+    checkCount('none', n)
+    checkLength('none', bytes, n, 4 * n)
+    const view = out.subarray(0, n)
+    new Uint8Array(view.buffer, view.byteOffset, 4 * n).set(bytes)
+    return view
   }
 })

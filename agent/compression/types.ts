@@ -28,6 +28,20 @@ export interface Codec {
    * (e.g. NaN/Inf scale). The result is a fresh, 4-byte-aligned Float32Array (input bytes may have any byteOffset).
    */
   decode (bytes: Uint8Array, n: number): Float32Array
+  /**
+   * Optional: decode exactly n values into out[0..n) without allocating (the bulk path of the
+   * all-reduce: ~1500 parts a round per 25M floats, each an allocation the GC would chase).
+   */
+  decodeInto?: (bytes: Uint8Array, n: number, out: Float32Array) => Float32Array
+}
+
+/** Decodes into `out` (a reused buffer of at least n values) and returns the n-value view of it. */
+export function decodeInto (codec: Codec, bytes: Uint8Array, n: number, out: Float32Array): Float32Array {
+  if (out.length < n) throw new CodecError(`${codec.name} codec: output buffer holds ${out.length} values, ${n} needed.`)
+  if (codec.decodeInto != null) return codec.decodeInto(bytes, n, out)
+  const view = out.subarray(0, n)
+  view.set(codec.decode(bytes, n))
+  return view
 }
 
 export function isCompressionName (s: string): s is CompressionName {

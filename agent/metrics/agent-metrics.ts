@@ -16,6 +16,7 @@ export class AgentMetrics {
   readonly bytesReceived: Counter
   readonly partsKeptLocal: Counter
   readonly dataChannels: Counter<'path'>
+  readonly bannedSenders: Counter
   readonly peersConnected: Gauge
   readonly routingTableSize: Gauge
   readonly divergence: Gauge
@@ -41,6 +42,7 @@ export class AgentMetrics {
     this.partsKeptLocal = new Counter({ name: 'averaging_parts_kept_local_total', help: 'Parts left unaveraged because a peer failed mid-round.', registers })
     this.dataChannels = new Counter({ name: 'averaging_data_channels_total', help: 'Channels opened to reducers, by path: direct (TLS sockets) or libp2p (streams, the fallback).', labelNames: ['path'], registers })
     for (const path of ['direct', 'libp2p']) this.dataChannels.labels(path).inc(0)
+    this.bannedSenders = new Counter({ name: 'averaging_banned_senders_total', help: 'Group members left out of a span this agent reduced (failed, too slow, or sent invalid parts: NaN, wrong length).', registers })
     this.peersConnected = new Gauge({ name: 'averaging_peers_connected', help: 'libp2p peers with an open connection.', registers })
     this.routingTableSize = new Gauge({ name: 'averaging_dht_routing_table_size', help: 'Peers in the Kademlia routing table.', registers })
     this.divergence = new Gauge({ name: 'averaging_parameter_divergence', help: 'L2 distance between the local tensors before and after the last round, relative to their norm.', registers })
@@ -63,6 +65,7 @@ export class AgentMetrics {
       this.bytesSent.inc(r.bytesSent)
       this.bytesReceived.inc(r.bytesReceived)
       this.partsKeptLocal.inc(r.partsKeptLocal)
+      this.bannedSenders.inc(r.bannedSenders.length)
       for (const [path, n] of Object.entries(r.channels)) this.dataChannels.labels(path).inc(n)
       this.lastRoundTimestamp.set(Date.now() / 1000)
     }

@@ -5,7 +5,8 @@ import { randomBytes } from 'node:crypto'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey, peerIdFromString } from '@libp2p/peer-id'
 import { startSwarm, fill, weightedMean, maxAbsDiff } from './swarm-fixture.js'
-import { createDataChannelIdentity } from '../../agent/net/direct/identity.js'
+import { createSwarmNode } from '../../agent/net/node.js'
+import { createDataChannelIdentity, nodePrivateKey } from '../../agent/net/direct/identity.js'
 import { DirectServer } from '../../agent/net/direct/direct-server.js'
 import { dialDirect } from '../../agent/net/direct/direct-dial.js'
 import type { SocketFrameChannel } from '../../agent/net/direct/socket-channel.js'
@@ -146,16 +147,28 @@ test('direct channel: an authenticated outsider and garbage senders are refused,
     const stepping = Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
     while (group == null) await new Promise(resolve => setTimeout(resolve, 5))
     const groupId = (group as GroupInfo).groupId
-    // An outsider with a valid libp2p identity who knows the group id is still not a member.
-    const intruder = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
-    await intruder.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
-    const reply = await intruder.read(10_000)
-    assert.ok(reply != null)
-    assert.notEqual(AggregateReply.decode(reply).code, MatchCode.ACCEPTED, 'the outsider was refused')
-    // Garbage in place of a header.
-    const garbage = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
-    await garbage.write(randomBytes(300))
-    assert.equal(await closedByPeer(garbage), true, 'garbage closes that connection')
+    // A peer without a libp2p connection (so without the private-network key or past the allow
+    // list) is dropped before any protocol code, even with a valid identity and the group id.
+    const stranger = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+    await stranger.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
+    assert.equal(await closedByPeer(stranger), true, 'a peer without a libp2p connection gets nothing')
+    // A connected outsider who knows the group id is still not a member.
+    const outsiderNode = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] })
+    try {
+      await outsiderNode.dial(swarm.nodes[1].getMultiaddrs()[0])
+      const identity = await createDataChannelIdentity(nodePrivateKey(outsiderNode)!)
+      const intruder = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+      await intruder.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
+      const reply = await intruder.read(10_000)
+      assert.ok(reply != null)
+      assert.notEqual(AggregateReply.decode(reply).code, MatchCode.ACCEPTED, 'the outsider was refused')
+      // Garbage in place of a header.
+      const garbage = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+      await garbage.write(randomBytes(300))
+      assert.equal(await closedByPeer(garbage), true, 'garbage closes that connection')
+    } finally {
+      await outsiderNode.stop()
+    }
     const results = await stepping
     const expected = weightedMean([0, 1, 2, 3].map(p => small(p)[0].data), [1, 1, 1, 1])
     for (let p = 0; p < 4; p++) {
@@ -181,8 +194,9 @@ test('direct channel: unreachable data ports and libp2p-only peers fall back to 
     const expected = weightedMean([0, 1, 2, 3].map(p => small(p)[0].data), [1, 1, 1, 1])
     for (let p = 0; p < 4; p++) {
       assert.equal(results[p].allreduce.partsKeptLocal, 0)
+      assert.deepEqual(results[p].allreduce.bannedSenders, [], `peer ${p} left no sender out`)
       const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
-      assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean`)
+      assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean (max error ${maxAbsDiff(got, expected)})`)
     }
     assert.equal(swarm.averagers[1].dataPath.opened.direct, 0, 'a libp2p-only peer never dials directly')
     assert.equal(swarm.averagers[2].dataPath.opened.direct, 1, 'peer 2 reached only peer 3 directly')

@@ -25,10 +25,13 @@ import { XSalsa20Keystream } from '../../agent/net/pnet/keystream.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../../agent/averager.js'
 import { loadAgentConfig } from '../../agent/config.js'
 import { startSwarm, fill, weightedMean, maxAbsDiff } from './swarm-fixture.js'
+import { dialDirect } from '../../agent/net/direct/direct-dial.js'
+import { createDataChannelIdentity, nodePrivateKey } from '../../agent/net/direct/identity.js'
+import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
 
 const MIB = 1024 * 1024
 const BULK_PROTOCOL = '/avs-test/bulk/1.0.0'
-/** Tensor parts over libp2p streams, so they pass through the connection protector (the direct data channel does not). */
+/** Tensor parts over libp2p streams, so the bulk bytes pass through the connection protector (the direct data channel has its own TLS). */
 const PARTS_OVER_LIBP2P = { dataChannel: 'libp2p' as const }
 /** Matchmaking windows that survive a busy shared machine (the fixture's 3 s / 1.5 s are tight under load). */
 const PATIENT = { averagingExpiration: 8, requestTimeout: 5 }
@@ -317,10 +320,21 @@ describe('private swarms average exactly and keep outsiders out', () => {
       prefix: 'private',
       tensors: tensorsFor,
       node: () => ({ psk }),
-      config: () => ({ ...PARTS_OVER_LIBP2P, targetGroupSize: 5, minGroupSize: 4, allreduceTimeout: 240, ...PATIENT })
+      // Parts over the direct data channel here: it admits only peers holding a libp2p connection.
+      config: () => ({ dataChannel: 'direct' as const, targetGroupSize: 5, minGroupSize: 4, allreduceTimeout: 240, ...PATIENT })
     })
     const outsider = await startOutsider({ psk: keyText() }, swarm.nodes[0])
     try {
+      // The outsider's valid libp2p identity gets it no data channel either.
+      const dataPort = swarm.averagers[0].dataPath.port
+      assert.ok(dataPort > 0)
+      const channel = await dialDirect({
+        identity: await createDataChannelIdentity(nodePrivateKey(outsider.node)!), host: '127.0.0.1', port: dataPort, protocol: aggregateProtocol('private'),
+        expectedPeer: swarm.nodes[0].peerId, timeoutMs: 10_000, maxFrameBytes: 1024, maxQueuedFrames: 4
+      })
+      await channel.write(new Uint8Array([1, 2, 3]))
+      const answer = await channel.read(10_000).then(frame => frame, () => null)
+      assert.equal(answer, null, 'the data channel closes on a peer without the key')
       assert.ok(outsider.dialError != null, 'the outsider cannot dial the swarm')
       for (const node of swarm.nodes) await assert.rejects(outsider.node.dial(multiaddr(node.getMultiaddrs()[0].toString())), 'no insider accepts it')
       await assertKeptOut(outsider.node, swarm.nodes)

@@ -5,6 +5,9 @@ import type { DataChannelIdentity } from './identity.js'
 import { authenticatedPeer } from './identity.js'
 import { SocketFrameChannel } from './socket-channel.js'
 
+/** Open connections (handshaking or not) from one IP address; a group member needs one per round. */
+const MAX_CONNECTIONS_PER_ADDRESS = 64
+
 export interface DirectServerOptions {
   readonly identity: DataChannelIdentity
   readonly host: string
@@ -17,7 +20,7 @@ export interface DirectServerOptions {
   /** Bound on the TLS handshake plus the certificate check. */
   readonly handshakeTimeoutMs: number
   /** Peers allowed to connect at all; undefined: any authenticated peer. */
-  readonly allowPeer?: (peer: string) => boolean
+  readonly allowPeer?: (peer: string) => boolean | Promise<boolean>
   readonly accept: (channel: SocketFrameChannel) => void
   readonly log?: (msg: string) => void
 }
@@ -45,7 +48,14 @@ export class DirectServer {
     server.maxConnections = 1024
     // Raw connections too: one whose handshake never finished still holds the server open.
     const sockets = new Set<Socket>()
+    // Handshakes are unauthenticated work: one address may not hold many of them open at once.
+    const perAddress = new Map<string, number>()
     server.on('connection', (raw: Socket) => {
+      const address = raw.remoteAddress ?? '?'
+      const count = (perAddress.get(address) ?? 0) + 1
+      if (count > MAX_CONNECTIONS_PER_ADDRESS) { raw.destroy(); return }
+      perAddress.set(address, count)
+      raw.once('close', () => { const left = (perAddress.get(address) ?? 1) - 1; if (left <= 0) perAddress.delete(address); else perAddress.set(address, left) })
       sockets.add(raw)
       raw.on('close', () => { sockets.delete(raw) })
     })
@@ -59,7 +69,7 @@ export class DirectServer {
         try {
           if (socket.alpnProtocol !== options.protocol) throw new Error(`unexpected protocol ${String(socket.alpnProtocol)}`)
           const peer = (await authenticatedPeer(socket)).toString()
-          if (options.allowPeer != null && !options.allowPeer(peer)) throw new Error(`peer ${peer} is not allowed`)
+          if (options.allowPeer != null && !(await options.allowPeer(peer))) throw new Error(`peer ${peer} is not allowed`)
           clearTimeout(timer)
           options.accept(new SocketFrameChannel(socket, peer, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames }))
         } catch (err) {

@@ -6,7 +6,7 @@ import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { prometheusMetrics } from '@libp2p/prometheus-metrics'
 import { loadAgentConfig } from './config.js'
 import { createSwarmNode } from './net/node.js'
-import { connectBootstrap, settleRoutingTable } from './net/bootstrap.js'
+import { connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
 import { Rendezvous } from './rendezvous/rendezvous.js'
 import { DecentralizedAverager } from './averager.js'
 import { AgentMetrics } from './metrics/agent-metrics.js'
@@ -51,7 +51,7 @@ async function main (): Promise<number> {
   metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
   const gauges = setInterval(() => {
     metrics.peersConnected.set(node.getPeers().length)
-    metrics.routingTableSize.set((node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0)
+    metrics.routingTableSize.set(routingTableSize(node))
   }, 2000)
   gauges.unref()
 
@@ -68,7 +68,19 @@ async function main (): Promise<number> {
   const joined = await connectBootstrap(node, {
     peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal: shutdown.signal, log: (m) => { log.info(m) }
   })
-  if (joined && config.bootstrapPeers.length > 0) log.info(`routing table settled at ${await settleRoutingTable(node)} peers`)
+  const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal: shutdown.signal, log: (m: string) => { log.info(m) } }
+  if (joined && config.bootstrapPeers.length > 0) {
+    const size = await settleRoutingTable(node)
+    log.info(`routing table settled at ${size === 0 ? await rejoinWhileIsolated(node, bootstrapOptions) : size} peers`)
+  }
+  // An agent left with an empty routing table (peers gone, Identify lost under load) joins again.
+  let rejoining = false
+  const watchdog = setInterval(() => {
+    if (rejoining || config.bootstrapPeers.length === 0 || routingTableSize(node) > 0 || shutdown.signal.aborted) return
+    rejoining = true
+    void rejoinWhileIsolated(node, bootstrapOptions, 1).finally(() => { rejoining = false })
+  }, 30_000)
+  watchdog.unref()
   const ctx: WorkloadContext = {
     node,
     rendezvous,
@@ -115,6 +127,7 @@ async function main (): Promise<number> {
   } finally {
     ready = false
     clearInterval(gauges)
+    clearInterval(watchdog)
     await stateSharing?.stop().catch(() => {})
     await rendezvous.stop()
     await node.stop()

@@ -77,3 +77,25 @@ export async function settleRoutingTable (node: SwarmNode, maxMs = 8000, quietMs
   }
   return last
 }
+
+/** Peers in the node's Kademlia routing table. */
+export function routingTableSize (node: SwarmNode): number {
+  return (node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0
+}
+
+/**
+ * Joins again while the routing table is empty. Under load Identify can time out on the first
+ * bootstrap connection: kad-dht never learns the peer speaks our protocol, the table stays empty,
+ * and nothing in libp2p retries, so the agent would never find a group (seen in chaos runs).
+ * Hanging up makes the next connection run Identify afresh. Returns the table size reached.
+ */
+export async function rejoinWhileIsolated (node: SwarmNode, options: BootstrapOptions, attempts = 5): Promise<number> {
+  let size = routingTableSize(node)
+  for (let attempt = 1; size === 0 && attempt <= attempts && options.signal?.aborted !== true; attempt++) {
+    options.log?.(`the routing table is empty (attempt ${attempt} of ${attempts}); reconnecting to the bootstrap peers`)
+    for (const peer of node.getPeers()) await node.hangUp(peer).catch(() => {})
+    await connectBootstrap(node, options)
+    size = await settleRoutingTable(node)
+  }
+  return size
+}

@@ -52,6 +52,12 @@ export function parseSs (text: string): SocketBytes[] {
   return sockets
 }
 
+/** Whether either end of the socket is a peer's listening port: both ends of a connection are sampled, so
+ * its counters survive in whichever socket lingers longer after a close. */
+export function onListenPort (s: SocketBytes, listenPorts: ReadonlySet<number>): boolean {
+  return listenPorts.has(portOf(s.local)) || listenPorts.has(portOf(s.remote))
+}
+
 /**
  * Total bytes moved between the given samples' accepting-side sockets: for each socket, its largest
  * counters seen less those of the first sample (0 for a socket born after it).
@@ -61,11 +67,11 @@ export function bytesMoved (first: readonly SocketBytes[], samples: ReadonlyArra
   // (SO_REUSEPORT), so both ends of its connections sit on listening ports and both sockets are sampled.
   const key = (s: SocketBytes): string => [s.local, s.remote].sort().join(' ')
   const baseline = new Map<string, number>()
-  for (const s of first) if (listenPorts.has(portOf(s.local))) baseline.set(key(s), Math.max(baseline.get(key(s)) ?? 0, s.sent + s.received))
+  for (const s of first) if (onListenPort(s, listenPorts)) baseline.set(key(s), Math.max(baseline.get(key(s)) ?? 0, s.sent + s.received))
   const largest = new Map<string, number>()
   for (const sample of samples) {
     for (const s of sample) {
-      if (!listenPorts.has(portOf(s.local))) continue
+      if (!onListenPort(s, listenPorts)) continue
       largest.set(key(s), Math.max(largest.get(key(s)) ?? 0, s.sent + s.received))
     }
   }
@@ -114,8 +120,8 @@ export class WireMeter {
   private async sample (): Promise<SocketBytes[]> {
     if (this.listenPorts.size === 0) return []
     // Let the kernel filter by local port: one sample stays cheap on a machine with many sockets.
-    const filter = `( ${[...this.listenPorts].map((p) => `sport = :${p}`).join(' or ')} )`
-    return parseSs(await ss(['-tinH', filter])).filter((s) => this.listenPorts.has(portOf(s.local)))
+    const filter = `( ${[...this.listenPorts].map((p) => `sport = :${p} or dport = :${p}`).join(' or ')} )`
+    return parseSs(await ss(['-tinH', filter])).filter((s) => onListenPort(s, this.listenPorts))
   }
 
   async start (pgids: ReadonlySet<number>): Promise<void> {
@@ -129,9 +135,13 @@ export class WireMeter {
     }, this.intervalMs)
   }
 
-  /** Stops sampling; the total bytes all peers sent to each other meanwhile. */
-  async stop (): Promise<number> {
+  /**
+   * Stops sampling; the total bytes all peers sent to each other meanwhile, or null when the peers had no
+   * listening port to watch (gloo's pairs close their listeners once connected: not measurable this way).
+   */
+  async stop (): Promise<number | null> {
     clearInterval(this.timer)
+    if (this.listenPorts.size === 0) return null
     this.samples.push(await this.sample())
     return bytesMoved(this.first, this.samples, this.listenPorts)
   }

@@ -221,7 +221,9 @@ describe('operator faults on a real cluster', { skip, timeout: 1_500_000 }, () =
     await waitFor('the swarm to converge to targetGroupSize 3', async () => await converged(4, oldHash), 300_000, 500)
     const done = Date.now()
     t.diagnostic(`converged ${seconds(done - killed2)} s after kill 2 (${seconds(done - killed)} s after kill 1; each replacement waits out the 15 s Lease)`)
-    assert.equal(await op.metric('leader_election_master_status'), 1)
+    // The StatefulSet controller may finish the roll before op-b has waited out the dead leader's
+    // Lease (seen on an idle machine): leadership is asserted once it can have been taken.
+    await waitFor('op-b to lead', async () => (await op!.metric('leader_election_master_status')) === 1, 60_000, 200)
     assert.equal(await target(), '3')
     assert.deepEqual(await inventoryProblems(4, 2), [])
     await identityUnchanged()
@@ -230,6 +232,7 @@ describe('operator faults on a real cluster', { skip, timeout: 1_500_000 }, () =
 
   test('(b1) kube-apiserver down longer than the renew deadline: the leader exits 1 at the deadline, as client-go leaders do', async (t) => {
     await waitFor('op-b to settle', async () => await converged(4), 60_000, 500)
+    await waitFor('op-b to lead', async () => (await op!.metric('leader_election_master_status')) === 1, 60_000, 200)
     const leader = op!
     const exit = new Promise<number | null>(resolve => leader.child.once('exit', code => resolve(code)))
     // SIGKILL: a crash, no graceful drain (a SIGTERM'd kube-apiserver drains its watches for 30+ s here).

@@ -161,6 +161,7 @@ export class DecentralizedAverager {
     if (this.config.mode !== 'client') {
       await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 16, runOnLimitedConnection: false })
     }
+    this.rendezvous.prefetch(this.currentGroupKey)
     this.running = true
   }
 
@@ -206,6 +207,7 @@ export class DecentralizedAverager {
   setGroupBits (bits: string): void {
     if (!isGroupBits(bits)) throw new AveragingError(`group bits must be a string of 0 and 1, got "${bits}"`)
     this.bits = bits
+    this.rendezvous.prefetch(this.currentGroupKey)
   }
 
   get currentGroupKey (): string { return groupKey(this.config.prefix, this.bits) }
@@ -253,6 +255,7 @@ export class DecentralizedAverager {
       try {
         const result = await this.tensorLock.run(async () => await this.allReduce(group))
         this.bits = nextGroupBits(this.bits, group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
+        this.rendezvous.prefetch(this.currentGroupKey)
         const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
         this.hooks.onStep?.(outcome, { matchmakingMs, result })
         return {

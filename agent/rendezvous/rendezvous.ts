@@ -13,8 +13,6 @@ const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 const REPLICAS = 3
 const CLOSEST_CACHE_MS = 60_000
 const SUSPECT_MS = 30_000
-/** Below this many known peers the routing table knows every peer, so a network lookup adds nothing. */
-const SMALL_SWARM = 20
 /** Addresses kept per entry, and the longest one accepted. */
 const MAX_ADDRS = 16
 const MAX_ADDR_BYTES = 256
@@ -33,7 +31,7 @@ export interface RendezvousOptions {
  */
 export class Rendezvous {
   readonly store = new DictionaryStore()
-  private readonly closestCache = new Map<string, { peers: PeerId[], at: number }>()
+  private readonly closestCache = new Map<string, { peers: PeerId[], at: number, pending?: Promise<void> }>()
   /** Replicas that just failed (a dead peer lingers in routing tables): skipped for a while. */
   private readonly suspects = new Map<string, number>()
   private readonly now: () => number
@@ -47,9 +45,11 @@ export class Rendezvous {
     await handleUnary(this.node, RENDEZVOUS_PROTOCOL, async (bytes, from) => await this.serve(bytes, from), {
       maxRequestBytes: MAX_REQUEST_BYTES,
       timeoutMs: this.options.requestTimeoutMs,
-      // A peer has a few keys in flight per round (declare, find, donor announcements); libp2p's
-      // per-connection count also holds streams until both sides closed them, hence the room.
-      maxInboundStreams: 64,
+      // A peer has a few keys in flight per round (declare, find, donor announcements), but libp2p's
+      // per-connection count holds streams until both sides closed them: at 64 a 16-peer Moshpit
+      // grid in one process saw replicas refuse streams in negotiation and matchmaking fail. The
+      // per-peer bound below is what limits one peer.
+      maxInboundStreams: 256,
       maxStreamsPerPeer: 32
     })
     this.pruneTimer = setInterval(() => { this.store.prune(this.now()) }, 10_000)
@@ -129,12 +129,12 @@ export class Rendezvous {
   private async replicasFor (key: string): Promise<PeerId[]> {
     const keyBytes = new TextEncoder().encode(key)
     const target = (await sha256.digest(keyBytes)).digest
+    // The local table answers at once; a network lookup (in the background) finds the true
+    // closest peers, which then win the sort below. Without it, peers whose tables hold different
+    // subsets of a small swarm wrote and read one key on different replicas and never met (seen:
+    // 16 peers on a 4x4 Moshpit grid forming groups of 2 and 3).
+    this.refreshClosest(key, keyBytes)
     const cached = this.closestCache.get(key)
-    const tableSize = (this.node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0
-    if (tableSize >= SMALL_SWARM && (cached == null || Date.now() - cached.at > CLOSEST_CACHE_MS)) {
-      this.closestCache.set(key, { peers: cached?.peers ?? [], at: Date.now() })
-      void this.lookupClosest(key, keyBytes)
-    }
     const table = (this.node.services.dht as unknown as { routingTable?: { closestPeers: (id: Uint8Array, o: { count: number }) => PeerId[] } }).routingTable
     const candidates: PeerId[] = [this.node.peerId, ...(table?.closestPeers(target, { count: REPLICAS * 2 }) ?? []), ...(cached?.peers ?? [])]
     const scored = await Promise.all(candidates.map(async (peer) => ({ peer, id: (await sha256.digest(peer.toMultihash().bytes)).digest })))
@@ -147,6 +147,20 @@ export class Rendezvous {
       if (unique.length === REPLICAS) break
     }
     return unique
+  }
+
+  /** Starts finding a key's closest peers ahead of its first use (e.g. the next round's group key). */
+  prefetch (key: string): void {
+    this.refreshClosest(key, new TextEncoder().encode(key))
+  }
+
+  private refreshClosest (key: string, keyBytes: Uint8Array): void {
+    const cached = this.closestCache.get(key)
+    if (cached != null && Date.now() - cached.at <= CLOSEST_CACHE_MS) return
+    if (cached == null && this.closestCache.size >= 1024) this.closestCache.delete(this.closestCache.keys().next().value as string)
+    const entry: { peers: PeerId[], at: number, pending?: Promise<void> } = { peers: cached?.peers ?? [], at: Date.now() }
+    this.closestCache.set(key, entry)
+    entry.pending = this.lookupClosest(key, keyBytes)
   }
 
   private async lookupClosest (key: string, keyBytes: Uint8Array): Promise<void> {

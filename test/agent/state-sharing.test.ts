@@ -168,7 +168,8 @@ test('six concurrent newcomers spread over three donors, busy donors redirect, a
     assert.ok(donors.size > 1, `downloads spread over ${donors.size} donor(s)`)
     for (let i = 0; i < 3; i++) assert.ok(maxActive[i] <= 2, `donor ${i} served ${maxActive[i]} downloads at once, above its limit of 2`)
     const served = [...uploads.values()].flat().filter(o => o === 'served').length
-    assert.equal(served, 6, 'six uploads were served in all')
+    // A newcomer whose download timed out retries at another donor, so a busy run serves more than six.
+    assert.ok(served >= 6, `at least six uploads were served in all (${served})`)
   } finally {
     await Promise.allSettled(sharings.map(async s => { await s.stop() }))
     await peers.stop()

@@ -64,8 +64,7 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
  * wrong peers: wait until the table stops growing (or maxMs passes).
  */
 export async function settleRoutingTable (node: SwarmNode, maxMs = 8000, quietMs = 1500): Promise<number> {
-  const table = (node.services.dht as unknown as { routingTable?: { size: number } }).routingTable
-  const size = (): number => table?.size ?? 0
+  const size = (): number => routingTableSize(node)
   const deadline = Date.now() + maxMs
   let last = size()
   let stableSince = Date.now()

@@ -41,7 +41,7 @@ export interface PhaseSummary {
   readonly attempted: number
   readonly averaged: number
   readonly meanGroupSize: number
-  /** Averaged steps whose group had members of both halves. */
+  /** Averaged steps that took data from members of both halves. */
   readonly crossHalf: number
   readonly maxStepMs: number
 }
@@ -65,7 +65,7 @@ export interface PartitionResult {
   readonly wallMs: number
 }
 
-interface Line { type: string, agent: number, attempt?: number, startedAt?: number, wallMs?: number, averaged?: boolean, peers?: string[], groupSize?: number, peerId?: string, values?: string, nonFinite?: boolean, message?: string, transportError?: string }
+interface Line { type: string, agent: number, attempt?: number, startedAt?: number, wallMs?: number, averaged?: boolean, peers?: string[], unreachedPeers?: string[], groupSize?: number, peerId?: string, values?: string, nonFinite?: boolean, message?: string, transportError?: string }
 
 /**
  * Issue 8's partition: the swarm's agents live in two network namespaces joined by a bridge;
@@ -155,7 +155,9 @@ export async function runPartition (o: PartitionOptions): Promise<PartitionResul
     await Promise.all(trainers.map(async c => await new Promise(resolve => { if (c.exitCode !== null) resolve(null); else c.once('exit', resolve) })))
     o.log(`${elapsed(started)} done (phase ${phase})`)
 
-    const cross = (s: Line): boolean => s.averaged === true && new Set((s.peers ?? []).map(p => peerHalf.get(p))).size > 1
+    // A group may span the cut when a member joined its leader just before it: the round then
+    // averages without the unreachable members, so only the members whose data arrived count.
+    const cross = (s: Line): boolean => s.averaged === true && new Set((s.peers ?? []).filter(p => !(s.unreachedPeers ?? []).includes(p)).map(p => peerHalf.get(p))).size > 1
     const phases: PhaseSummary[] = []
     for (const p of ['before', 'partitioned', 'healed'] as Phase[]) {
       for (let h = 0; h < 2; h++) {

@@ -17,6 +17,8 @@ export interface StepRecord {
   readonly matchmakingMs?: number
   readonly allreduceMs?: number
   readonly partsKeptLocal: number
+  /** Members whose data never reached this agent in the round (it averaged without them). */
+  readonly unreachedPeers: readonly string[]
   /** The reply held a NaN or infinity (the values are then not adopted). */
   readonly nonFinite: boolean
   /** The HTTP request itself failed (agent gone or frozen past the client's limit). */
@@ -100,7 +102,7 @@ export async function runTrainer (o: TrainerOptions): Promise<void> {
     if (o.beforeStep !== undefined) values = o.beforeStep(values)
     try {
       const reply = await postJson(`${o.baseUrl}/v1/step`, { tensors: { w: encodeFloat32(values) }, weight: 1 }, o.signal, o.stepLimitMs) as {
-        averaged: boolean, error?: string, groupSize: number, peers: string[], matchmakingMs?: number, allreduceMs?: number, partsKeptLocal: number, tensors: { w: string }
+        averaged: boolean, error?: string, groupSize: number, peers: string[], matchmakingMs?: number, allreduceMs?: number, partsKeptLocal: number, unreachedPeers?: string[], tensors: { w: string }
       }
       const got = decodeFloat32(reply.tensors.w)
       const nonFinite = got === undefined || got.length !== o.elements || firstNonFinite(got) >= 0
@@ -108,13 +110,13 @@ export async function runTrainer (o: TrainerOptions): Promise<void> {
       o.onStep({
         agent: o.agent, incarnation: o.incarnation, attempt, startedAt: t0, wallMs: Date.now() - t0,
         averaged: reply.averaged, error: reply.error, groupSize: reply.groupSize, peers: reply.peers,
-        matchmakingMs: reply.matchmakingMs, allreduceMs: reply.allreduceMs, partsKeptLocal: reply.partsKeptLocal, nonFinite, values
+        matchmakingMs: reply.matchmakingMs, allreduceMs: reply.allreduceMs, partsKeptLocal: reply.partsKeptLocal, unreachedPeers: reply.unreachedPeers ?? [], nonFinite, values
       })
     } catch (err) {
       if (o.signal.aborted) { o.budget.attempts--; return }
       o.onStep({
         agent: o.agent, incarnation: o.incarnation, attempt, startedAt: t0, wallMs: Date.now() - t0, averaged: false,
-        groupSize: 0, peers: [], partsKeptLocal: 0, nonFinite: false, transportError: (err as Error).message, values
+        groupSize: 0, peers: [], partsKeptLocal: 0, unreachedPeers: [], nonFinite: false, transportError: (err as Error).message, values
       })
     }
   }

@@ -26,6 +26,8 @@ export interface StepSummary {
   readonly peers: readonly string[]
   readonly gathered: Record<string, unknown>
   readonly partsKeptLocal: number
+  /** Members whose data never reached us this round (failed as reducers or banned as senders): the round averaged without them. */
+  readonly unreachedPeers: readonly string[]
   readonly matchmakingMs?: number
   readonly allreduceMs?: number
   readonly divergence: number
@@ -166,6 +168,7 @@ export class SidecarApi {
           peers: result?.peers ?? [],
           gathered: result !== undefined ? Object.fromEntries(result.gathered) : {},
           partsKeptLocal: result?.allreduce.partsKeptLocal ?? 0,
+          unreachedPeers: result !== undefined ? [...new Set([...result.allreduce.failedReducers, ...result.allreduce.bannedSenders])] : [],
           matchmakingMs: result?.matchmakingMs,
           allreduceMs: result?.allreduce.durationMs,
           divergence

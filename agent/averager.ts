@@ -17,6 +17,7 @@ import { AveragingError, MatchmakingError, describeError } from './errors.js'
 import { Mutex } from './util/mutex.js'
 import { ownAddrBytes, rememberAddrs } from './net/rpc.js'
 import { peerIdFromString } from '@libp2p/peer-id'
+import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
 
 export type AveragerMode = 'node' | 'client' | 'auxiliary'
 
@@ -46,6 +47,8 @@ export interface AveragerConfig {
   readonly dataHost?: string
   /** Port of the direct data channel (default 0: any free port, advertised to the group). */
   readonly dataPort?: number
+  /** Kernels that check and sum parts: 'wasm-simd' (default where the runtime has it) or 'js' (same results, more CPU). */
+  readonly kernels?: KernelBackend
 }
 
 export const DEFAULT_AVERAGER_CONFIG: Omit<AveragerConfig, 'prefix'> = {
@@ -139,6 +142,11 @@ export class DecentralizedAverager {
   }
 
   /** The path our parts take to reducers, and the port we advertise for theirs. */
+  /** The kernels this averager's rounds check and sum parts with. */
+  get kernelBackend (): KernelBackend {
+    return this.config.kernels ?? defaultKernelBackend()
+  }
+
   get dataPath (): { readonly kind: DataPathName, readonly port: number, readonly opened: Readonly<Record<DataPathName, number>> } {
     return { kind: this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p', port: this.directServer?.port ?? 0, opened: this.dialer.opened }
   }
@@ -287,6 +295,7 @@ export class DecentralizedAverager {
       timeoutMs: allreduceMs,
       senderTimeoutMs,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
+      kernels: config.kernels,
       log: this.hooks.log
     })
     // Members usually know only the leader: learn everyone's addresses so no span waits on a DHT lookup.
@@ -355,5 +364,6 @@ export function validateConfig (c: AveragerConfig): void {
   if (c.bandwidth !== undefined && !(c.bandwidth >= 0 && Number.isFinite(c.bandwidth))) fail(`bandwidth must be a finite number >= 0, got ${c.bandwidth}`)
   if (!['node', 'client', 'auxiliary'].includes(c.mode)) fail(`mode must be node, client or auxiliary, got "${c.mode}"`)
   if (c.dataChannel !== undefined && !['direct', 'libp2p'].includes(c.dataChannel)) fail(`dataChannel must be direct or libp2p, got "${c.dataChannel}"`)
+  if (c.kernels !== undefined && !['wasm-simd', 'js'].includes(c.kernels)) fail(`kernels must be wasm-simd or js, got "${c.kernels}"`)
   if (c.dataPort !== undefined && !(Number.isInteger(c.dataPort) && c.dataPort >= 0 && c.dataPort <= 65535)) fail(`dataPort must be an integer from 0 to 65535, got ${c.dataPort}`)
 }

@@ -5,6 +5,7 @@ import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
 import { isCompressionName, type CompressionName } from './compression/index.js'
 import { validateConfig, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerMode } from './averager.js'
 import { AveragingError, describeError } from './errors.js'
+import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
 
 export interface AgentConfig {
   readonly swarm: string
@@ -96,7 +97,8 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     bandwidth: bandwidthText !== undefined ? parse('bandwidth', number, undefined as unknown as number) : undefined,
     dataChannel: parse('dataChannel', oneOf('direct', 'libp2p'), 'direct'),
     dataHost: raw('podIP') ?? '0.0.0.0',
-    dataPort: parse('dataPort', integer(0, 65535), 0)
+    dataPort: parse('dataPort', integer(0, 65535), 0),
+    kernels: parse('kernels', oneOf<KernelBackend>('wasm-simd', 'js'), defaultKernelBackend())
   }
   if (problems.length === 0) {
     try { validateConfig(averager) } catch (err) { problems.push(describeError(err)) }

@@ -104,6 +104,7 @@ async function main (): Promise<number> {
       log.info(path.kind === 'direct'
         ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}, falling back to libp2p streams`
         : 'tensor parts travel over libp2p streams')
+      log.info(`parts are checked and summed by the ${averager.kernelBackend} kernels`)
       return averager
     },
     setReady: (value) => { ready = value && joined }

@@ -5,6 +5,8 @@ import type { GroupInfo } from '../matchmaking/group-info.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
+import { createReduceKernels, type KernelBackend, type ReduceKernels } from '../kernels/reduce-kernels.js'
+import { encodeTensorPartPieces } from './tensor-part-pieces.js'
 import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
 import type { AggregateDialer } from './aggregate-dialer.js'
 import type { Part } from './partition.js'
@@ -24,6 +26,8 @@ export interface AllReduceOptions {
   readonly senderTimeoutMs: number
   /** Longest gap a sender waits for a reducer's next mean. */
   readonly reducerTimeoutMs: number
+  /** Which kernels check and sum parts (default: WebAssembly SIMD where the runtime has it). */
+  readonly kernels?: KernelBackend
   readonly log?: (msg: string) => void
 }
 
@@ -71,8 +75,8 @@ export class AllReduceRunner {
   private bytesReceived = 0
   private partsKeptLocal = 0
   private readonly channels = { direct: 0, libp2p: 0 }
-  /** Decoded part values, reused by every read: each is checked and consumed before the next await. */
-  private readonly scratch: Float32Array
+  /** Checks and sums; every part is decoded into its staging buffer, then checked and consumed before the next await. */
+  private readonly kernels: ReduceKernels
   private reducerDone!: () => void
   private readonly reducerFinished: Promise<void>
 
@@ -83,9 +87,9 @@ export class AllReduceRunner {
     this.mySlot = this.plan.senders.indexOf(this.me)
     this.spanParts = this.plan.parts.slice(this.plan.spanStart[this.me], this.plan.spanEnd[this.me])
     this.reducerFinished = new Promise(resolve => { this.reducerDone = resolve })
-    this.scratch = new Float32Array(this.plan.maxPartElements)
+    this.kernels = createReduceKernels(this.spanParts.length > 0 ? PART_WINDOW : 0, Math.max(1, this.plan.maxPartElements), options.kernels)
     if (this.spanParts.length > 0) {
-      this.reducer = new SpanReducer(this.spanParts, this.plan.senders.map(i => this.plan.weights[i]), (r) => { this.onPartDone(r) })
+      this.reducer = new SpanReducer(this.spanParts, this.plan.senders.map(i => this.plan.weights[i]), this.kernels, PART_WINDOW, (r) => { this.onPartDone(r) })
     } else {
       this.reducer = null
       this.reducerDone()
@@ -160,10 +164,9 @@ export class AllReduceRunner {
         const expected = this.spanParts[k]
         if (part.partIndex !== base + k) throw new ProtocolError(`sender ${from} sent part ${part.partIndex} where ${base + k} was due`)
         if (part.compression !== wire) throw new ProtocolError(`sender ${from} used ${part.compression} compression`)
-        // Decoded into one reused buffer: contribute() adds it into the sums before anything else runs.
-        const values = decodeInto(this.options.codec, part.data, expected.length, this.scratch)
-        if (!allFinite(values)) throw new ProtocolError(`sender ${from} sent NaN or infinite values`)
-        reducer.contribute(slot, k, values)
+        // Decoded into the kernels' staging buffer: contribute() checks and adds it before anything else runs.
+        decodeInto(this.options.codec, part.data, expected.length, this.kernels.staging)
+        if (!reducer.contribute(slot, k, true)) throw new ProtocolError(`sender ${from} sent NaN or infinite values`)
       }
       await this.reducerFinished
       await link.chain
@@ -179,32 +182,37 @@ export class AllReduceRunner {
     for (let k = 0; k < this.spanParts.length; k++) {
       await reducer.waitUntilWithin(k, PART_WINDOW)
       if (reducer.isBanned(this.mySlot)) return
-      reducer.contribute(this.mySlot, k, partView(this.options.tensors, this.plan, this.spanParts[k]))
+      const values = partView(this.options.tensors, this.plan, this.spanParts[k])
+      this.kernels.staging.set(values)
+      // Our own values are not checked here: a NaN of ours makes the part's mean NaN, which
+      // onPartDone keeps out of everyone's tensors.
+      reducer.contribute(this.mySlot, k, false)
     }
   }
 
-  private onPartDone (done: PartResult): void {
-    // A mean can still leave float32's range (huge finite values and weights): never apply or send it.
-    const finite = done.mean == null || allFinite(done.mean)
-    if (!finite) this.options.log?.(`all-reduce: the mean of part ${this.plan.spanStart[this.me] + done.partIndex} is not finite; every member keeps its own values there`)
-    const result: PartResult = finite ? done : { partIndex: done.partIndex, mean: null }
+  private onPartDone (result: PartResult): void {
+    // A mean can still leave float32's range (huge finite values and weights): it is never applied or sent.
+    if (result.overflowed) this.options.log?.(`all-reduce: the mean of part ${this.plan.spanStart[this.me] + result.partIndex} is not finite; every member keeps its own values there`)
     const part = this.spanParts[result.partIndex]
     const partIndex = this.plan.spanStart[this.me] + result.partIndex
     if (this.mySlot >= 0) {
       if (result.mean != null) this.applyMean(part, result.mean)
       else this.partsKeptLocal++
     }
-    const frame = TensorPart.encode({
+    // The mean is this part's own array and the codec's output is new or a view of it: the pieces
+    // stay unchanged while the writes below are queued.
+    const frame = encodeTensorPartPieces({
       partIndex,
       compression: COMPRESSION_WIRE[this.options.codec.name],
-      data: (result.mean != null ? this.options.codec.encode(result.mean) : new Uint8Array(0)) as Uint8Array<ArrayBuffer>
+      data: result.mean != null ? this.options.codec.encode(result.mean) : new Uint8Array(0)
     })
+    const frameBytes = frame.reduce((n, piece) => n + piece.byteLength, 0)
     for (const [slot, link] of this.links) {
       if (this.reducer!.isBanned(slot) && this.reducer!.nextPartOf(slot) <= result.partIndex) continue
       link.pendingWrites++
       link.chain = link.chain.then(async () => {
         await link.framed.write(frame)
-        this.bytesSent += frame.byteLength
+        this.bytesSent += frameBytes
       }).catch((err) => { this.banSender(slot, describeError(err)) }).finally(() => { link.pendingWrites-- })
     }
     if (this.reducer!.done) this.reducerDone()
@@ -259,8 +267,8 @@ export class AllReduceRunner {
         if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }
         if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
         const part = this.plan.parts[index]
-        const mean = decodeInto(this.options.codec, result.data, part.length, this.scratch)
-        if (!allFinite(mean)) throw new ProtocolError(`reducer ${peer} sent NaN or infinite values`)
+        const mean = decodeInto(this.options.codec, result.data, part.length, this.kernels.staging)
+        if (!this.kernels.allFinite(part.length)) throw new ProtocolError(`reducer ${peer} sent NaN or infinite values`)
         this.applyMean(part, mean)
       }
       await writing
@@ -277,13 +285,15 @@ export class AllReduceRunner {
     const wire = COMPRESSION_WIRE[this.options.codec.name]
     for (let index = start; index < end; index++) {
       const part = this.plan.parts[index]
-      const frame = TensorPart.encode({
+      // A view of our tensors for the 'none' codec: they change only when this part's mean comes
+      // back, which the reducer sends after it has read the whole part.
+      const frame = encodeTensorPartPieces({
         partIndex: index,
         compression: wire,
-        data: this.options.codec.encode(partView(this.options.tensors, this.plan, part)) as Uint8Array<ArrayBuffer>
+        data: this.options.codec.encode(partView(this.options.tensors, this.plan, part))
       })
       await framed.write(frame)
-      this.bytesSent += frame.byteLength
+      this.bytesSent += frame[0].byteLength + (frame[1]?.byteLength ?? 0)
     }
   }
 
@@ -311,7 +321,3 @@ export class AllReduceRunner {
   }
 }
 
-function allFinite (values: Float32Array): boolean {
-  for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) return false
-  return true
-}

@@ -1,15 +1,17 @@
+import type { ReduceKernels } from '../kernels/reduce-kernels.js'
 import type { Part } from './partition.js'
 
-export type PartResult = { readonly partIndex: number, readonly mean: Float32Array | null }
+/** A finished part: its mean, or null when nobody contributed weight or the mean left float32's range. */
+export type PartResult = { readonly partIndex: number, readonly mean: Float32Array | null, readonly overflowed: boolean }
 
 /**
  * The reducer's side of one span: weighted sums per part, finished in order once every sender
  * still alive has contributed. A banned sender counts for the parts it already delivered and is
- * left out of the rest, so one dead or hostile sender costs only its own contribution.
+ * left out of the rest, so one dead or hostile sender costs only its own contribution. Sums live
+ * in the kernels' slots, part k in slot k mod window: callers never run more than `window` parts
+ * ahead of the oldest unfinished one (waitUntilWithin), so a slot is free again when reused.
  */
 export class SpanReducer {
-  /** Float64 sums: finite float32 contributions times finite weights cannot overflow them. */
-  private readonly sums = new Map<number, Float64Array>()
   private readonly weightSums: Float64Array
   /** Parts contributed so far, per sender slot (senders contribute in order). */
   private readonly delivered: Int32Array
@@ -20,12 +22,13 @@ export class SpanReducer {
   constructor (
     readonly parts: readonly Part[],
     private readonly senderWeights: readonly number[],
+    private readonly kernels: ReduceKernels,
+    private readonly window: number,
     private readonly onPartDone: (result: PartResult) => void
   ) {
     this.weightSums = new Float64Array(parts.length)
     this.delivered = new Int32Array(senderWeights.length)
     this.banned = new Uint8Array(senderWeights.length)
-    if (parts.length === 0) this.completed = 0
   }
 
   get done (): boolean { return this.completed >= this.parts.length }
@@ -33,19 +36,25 @@ export class SpanReducer {
   nextPartOf (slot: number): number { return this.delivered[slot] }
   isBanned (slot: number): boolean { return this.banned[slot] === 1 }
 
-  /** Adds sender `slot`'s values for its next part (relative index k). */
-  contribute (slot: number, k: number, values: Float32Array): void {
-    if (this.banned[slot] === 1 || k !== this.delivered[slot] || k >= this.parts.length) return
+  /**
+   * Adds sender `slot`'s values for its next part (relative index k), read from the kernels'
+   * staging buffer. With `check`, values holding a NaN or an infinity are refused (false) and
+   * nothing is added; the caller bans the sender. Late or out-of-order parts are ignored.
+   */
+  contribute (slot: number, k: number, check: boolean): boolean {
+    if (this.banned[slot] === 1 || k !== this.delivered[slot] || k >= this.parts.length) return true
+    if (k - this.completed >= this.window) throw new RangeError(`part ${k} is more than ${this.window} parts ahead of part ${this.completed}`)
     const weight = this.senderWeights[slot]
+    const n = this.parts[k].length
     if (weight > 0) {
-      let sum = this.sums.get(k)
-      if (sum == null) { sum = new Float64Array(this.parts[k].length); this.sums.set(k, sum) }
-      if (weight === 1) for (let i = 0; i < sum.length; i++) sum[i] += values[i]
-      else for (let i = 0; i < sum.length; i++) sum[i] += weight * values[i]
+      if (!this.kernels.accumulate(k % this.window, n, weight, check)) return false
       this.weightSums[k] += weight
+    } else if (check && !this.kernels.allFinite(n)) {
+      return false
     }
     this.delivered[slot] = k + 1
     this.advance()
+    return true
   }
 
   /** Leaves a sender out of every part it has not delivered yet. */
@@ -72,18 +81,17 @@ export class SpanReducer {
     let progressed = false
     while (this.completed < this.parts.length && this.isComplete(this.completed)) {
       const k = this.completed
-      const sum = this.sums.get(k)
       const weight = this.weightSums[k]
-      this.sums.delete(k)
+      const n = this.parts[k].length
       let mean: Float32Array | null = null
-      if (weight > 0 && sum != null) {
-        const out = new Float32Array(sum.length)
-        for (let i = 0; i < sum.length; i++) out[i] = sum[i] / weight
-        mean = out
+      let overflowed = false
+      if (weight > 0) {
+        mean = this.kernels.takeMean(k % this.window, n, weight)
+        overflowed = mean == null
       }
       this.completed++
       progressed = true
-      this.onPartDone({ partIndex: k, mean })
+      this.onPartDone({ partIndex: k, mean, overflowed })
     }
     if (progressed) {
       const waiters = this.progressWaiters

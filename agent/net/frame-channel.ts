@@ -16,8 +16,12 @@ export interface FrameChannel {
   readonly remotePeer: string
   /** Next frame, or null once the remote closed its side cleanly. Rejects on timeout, reset or a protocol violation. */
   read: (timeoutMs?: number) => Promise<Uint8Array | null>
-  /** Sends one frame; waits while the send buffer is above its high-water mark. */
-  write: (payload: Uint8Array) => Promise<void>
+  /**
+   * Sends one frame (a payload, or its pieces in order: they are written as they are, not joined);
+   * waits while the send buffer is above its high-water mark. Pieces are read until the frame has
+   * left for the transport's own buffers, so they must not change before the returned promise settles.
+   */
+  write: (payload: Uint8Array | readonly Uint8Array[]) => Promise<void>
   /** Half-close: no more frames from us. */
   closeWrite: () => Promise<void>
   /** Tears the channel down, failing pending reads with this reason. */
@@ -136,6 +140,18 @@ export class FrameQueue {
       this.source.resume()
     }
   }
+}
+
+/** A frame's payload pieces, whichever form write() was given. */
+export function payloadPieces (payload: Uint8Array | readonly Uint8Array[]): readonly Uint8Array[] {
+  return payload instanceof Uint8Array ? [payload] : payload
+}
+
+/** Bytes in a frame's payload pieces. */
+export function payloadBytes (pieces: readonly Uint8Array[]): number {
+  let n = 0
+  for (const p of pieces) n += p.byteLength
+  return n
 }
 
 /** The 4-byte little-endian length header of a frame. */

@@ -1,7 +1,7 @@
 import { Uint8ArrayList } from 'uint8arraylist'
 import type { Stream } from '@libp2p/interface'
 import { ProtocolError } from '../errors.js'
-import { FrameQueue, frameHeader, type FrameChannel } from './frame-channel.js'
+import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type FrameChannel } from './frame-channel.js'
 
 export interface FramedStreamOptions {
   /** Largest frame accepted from the wire; a larger announced length aborts the stream before any allocation. */
@@ -48,9 +48,10 @@ export class FramedStream implements FrameChannel {
     return await this.queue.read(timeoutMs)
   }
 
-  async write (payload: Uint8Array): Promise<void> {
+  async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
     if (this.queue.error != null) throw this.queue.error
-    this.stream.send(new Uint8ArrayList(frameHeader(payload.byteLength), payload))
+    const pieces = payloadPieces(payload)
+    this.stream.send(new Uint8ArrayList(frameHeader(payloadBytes(pieces)), ...pieces))
     // Not stream.onDrain(): in @libp2p/utils 7.4 its promise resolves at once after the first
     // drain, and a loop on it spins without yielding to the socket (bench/README.md).
     while (this.stream.writeBufferLength > this.writeHighWaterMark && this.stream.status === 'open' && this.queue.error == null) {

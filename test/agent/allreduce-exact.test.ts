@@ -2,6 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_PATHS } from './swarm-fixture.js'
 import type { NamedTensor } from '../../agent/averager.js'
+import type { KernelBackend } from '../../agent/kernels/reduce-kernels.js'
 
 const SHAPES: Array<[string, number[]]> = [['w1', [1000, 1003]], ['b1', [1003]], ['scalar', [1]], ['w2', [517, 13]]]
 
@@ -9,10 +10,16 @@ function tensorsFor (peer: number): NamedTensor[] {
   return SHAPES.map(([name, shape], t) => ({ name, shape, data: fill(shape.reduce((a, b) => a * b, 1), peer * 10 + t) }))
 }
 
-for (const path of DATA_PATHS) {
-  test(`8 peers, parts over ${path}: one step leaves every peer with the exact mean of all tensors`, { timeout: 120_000 }, async () => {
+// Every path with the default (WebAssembly SIMD) kernels, and the direct path with the JavaScript ones.
+const CASES: Array<{ path: typeof DATA_PATHS[number], kernels: KernelBackend }> = [
+  ...DATA_PATHS.map(path => ({ path, kernels: 'wasm-simd' as const })),
+  { path: 'direct', kernels: 'js' }
+]
+
+for (const { path, kernels } of CASES) {
+  test(`8 peers, parts over ${path}, ${kernels} kernels: one step leaves every peer with the exact mean of all tensors`, { timeout: 120_000 }, async () => {
     const n = 8
-    const swarm = await startSwarm(n, { tensors: tensorsFor, config: () => ({ targetGroupSize: 8, minGroupSize: 8, dataChannel: path }) })
+    const swarm = await startSwarm(n, { tensors: tensorsFor, config: () => ({ targetGroupSize: 8, minGroupSize: 8, dataChannel: path, kernels }) })
     try {
       const originals = swarm.averagers.map((_, p) => tensorsFor(p))
       const total = originals[0].reduce((sum, t) => sum + t.data.length, 0)
@@ -27,6 +34,7 @@ for (const path of DATA_PATHS) {
         assert.equal(r.allreduce.partsKeptLocal, 0)
       }
       for (const a of swarm.averagers) {
+        assert.equal(a.kernelBackend, kernels)
         assert.equal(a.dataPath.opened[path], n - 1, `every part went over ${path}`)
         assert.equal(a.dataPath.opened[path === 'direct' ? 'libp2p' : 'direct'], 0, 'no channel took the other path')
       }

@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net'
 import { ProtocolError } from '../../errors.js'
-import { FrameQueue, frameHeader, type FrameChannel } from '../frame-channel.js'
+import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type FrameChannel } from '../frame-channel.js'
 
 export interface SocketChannelOptions {
   readonly maxFrameBytes: number
@@ -41,13 +41,15 @@ export class SocketFrameChannel implements FrameChannel {
     return await this.queue.read(timeoutMs)
   }
 
-  async write (payload: Uint8Array): Promise<void> {
+  async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
     const failure = this.queue.error
     if (failure != null) throw failure
     if (this.socket.destroyed || !this.socket.writable) throw new ProtocolError(`connection to ${this.remotePeer} is closed for writing`)
+    const pieces = payloadPieces(payload)
+    // Corked: the header and pieces leave in one writev, and TLS encrypts them as they are written.
     this.socket.cork()
-    this.socket.write(frameHeader(payload.byteLength))
-    this.socket.write(payload)
+    this.socket.write(frameHeader(payloadBytes(pieces)))
+    for (const piece of pieces) this.socket.write(piece)
     this.socket.uncork()
     while (this.socket.writableLength > this.writeHighWaterMark && !this.socket.destroyed) {
       await new Promise<void>(resolve => {

@@ -1,0 +1,106 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { createReduceKernels, defaultKernelBackend, type KernelBackend } from '../../../agent/kernels/reduce-kernels.js'
+import { REDUCE_WASM_BASE64 } from '../../../agent/kernels/reduce-wasm.js'
+
+const ROOT = fileURLToPath(new URL('../../../../', import.meta.url))
+const BACKENDS: KernelBackend[] = ['wasm-simd', 'js']
+
+/** Deterministic values with varied magnitudes and signs (a float32 array). */
+function values (n: number, seed: number): Float32Array {
+  const out = new Float32Array(n)
+  let x = seed * 7919 + 1
+  for (let i = 0; i < n; i++) {
+    x = (x * 1103515245 + 12345) % 2147483648
+    out[i] = ((x / 2147483648) - 0.5) * 10 ** ((i % 7) - 3)
+  }
+  return out
+}
+
+test('the committed kernel bytes are the compiler\'s output of reduce.wat (run npm run generate:kernels after editing it)', async () => {
+  const { compileReduceWat } = await import(new URL('scripts/compile-kernels.mjs', `file://${ROOT}`).href) as { compileReduceWat: (text: string) => Promise<Uint8Array> }
+  const bytes = await compileReduceWat(readFileSync(`${ROOT}agent/kernels/reduce.wat`, 'utf8'))
+  assert.equal(Buffer.from(bytes).toString('base64'), REDUCE_WASM_BASE64)
+})
+
+test('Node 22 runs the WebAssembly SIMD kernels by default', () => {
+  assert.equal(defaultKernelBackend(), 'wasm-simd')
+})
+
+for (const backend of BACKENDS) {
+  test(`${backend}: weighted sums and means are exactly float64 sum of w·x, divided and rounded to float32`, () => {
+    for (const n of [1, 3, 4, 5, 1003, 16384]) {
+      const k = createReduceKernels(3, 16384, backend)
+      assert.equal(k.backend, backend)
+      const inputs = [values(n, 1), values(n, 2), values(n, 3)]
+      const weights = [1, 0.37, 2.5]
+      const expectedSum = new Float64Array(n)
+      for (let s = 0; s < 3; s++) {
+        k.staging.set(inputs[s])
+        assert.equal(k.accumulate(1, n, weights[s], true), true)
+        for (let i = 0; i < n; i++) expectedSum[i] += weights[s] * inputs[s][i]
+      }
+      const weightSum = weights.reduce((a, b) => a + b)
+      const mean = k.takeMean(1, n, weightSum)
+      assert.ok(mean != null)
+      const expected = new Float32Array(n)
+      for (let i = 0; i < n; i++) expected[i] = expectedSum[i] / weightSum
+      assert.deepEqual(mean, expected, `n=${n}`)
+      // The slot was cleared: one contribution of weight 1 now gives that contribution back.
+      k.staging.set(inputs[0])
+      k.accumulate(1, n, 1, false)
+      assert.deepEqual(k.takeMean(1, n, 1), inputs[0])
+    }
+  })
+
+  test(`${backend}: NaN and infinities are found anywhere and a checked accumulate adds nothing`, () => {
+    const n = 1003
+    const k = createReduceKernels(2, n, backend)
+    const base = values(n, 5)
+    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+      for (const at of [0, 1, 500, 999, 1000, 1002]) {
+        k.staging.set(base)
+        assert.equal(k.allFinite(n), true)
+        k.staging[at] = bad
+        assert.equal(k.allFinite(n), false, `${bad} at ${at}`)
+        assert.equal(k.allFinite(at), true, `only the first ${at} elements are read`)
+        assert.equal(k.accumulate(0, n, 1, true), false)
+      }
+    }
+    // Nothing was added by the refused contributions: the slot still means nothing but what follows.
+    k.staging.set(base)
+    assert.equal(k.accumulate(0, n, 2, true), true)
+    assert.deepEqual(k.takeMean(0, n, 2), base)
+  })
+
+  test(`${backend}: a mean that leaves float32's range is null and the slot is cleared`, () => {
+    const k = createReduceKernels(1, 8, backend)
+    k.staging.set([3e38, 3e38, 1, 1, 1, 1, 1, 1])
+    k.accumulate(0, 8, 1, true)
+    k.accumulate(0, 8, 1, true)
+    assert.equal(k.takeMean(0, 8, 0.5), null) // 1.2e39 is finite in float64, not in float32
+    k.staging.fill(2)
+    k.accumulate(0, 8, 1, true)
+    assert.deepEqual(k.takeMean(0, 8, 1), new Float32Array(8).fill(2))
+  })
+
+  test(`${backend}: slots are independent, clear zeroes one, and bad slots or counts throw`, () => {
+    const k = createReduceKernels(3, 64, backend)
+    k.staging.fill(1); k.accumulate(0, 64, 1, false)
+    k.staging.fill(5); k.accumulate(2, 64, 1, false)
+    k.clear(0, 64)
+    k.staging.fill(3); k.accumulate(0, 64, 1, false)
+    assert.deepEqual(k.takeMean(0, 64, 1), new Float32Array(64).fill(3))
+    assert.deepEqual(k.takeMean(2, 64, 1), new Float32Array(64).fill(5))
+    assert.throws(() => k.accumulate(3, 1, 1, false), RangeError)
+    assert.throws(() => k.accumulate(-1, 1, 1, false), RangeError)
+    assert.throws(() => k.allFinite(65), RangeError)
+    assert.throws(() => k.takeMean(0, 65, 1), RangeError)
+    const checksOnly = createReduceKernels(0, 16, backend)
+    checksOnly.staging.fill(1)
+    assert.equal(checksOnly.allFinite(16), true)
+    assert.throws(() => checksOnly.accumulate(0, 16, 1, false), RangeError)
+  })
+}

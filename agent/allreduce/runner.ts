@@ -6,7 +6,7 @@ import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
 import { createReduceKernels, type KernelBackend, type ReduceKernels } from '../kernels/reduce-kernels.js'
-import { encodeTensorPartPieces } from './tensor-part-pieces.js'
+import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
 import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
 import type { AggregateDialer } from './aggregate-dialer.js'
 import type { Part } from './partition.js'
@@ -157,10 +157,10 @@ export class AllReduceRunner {
         // they drain, so flow control reaches it instead of our memory growing.
         while (link.pendingWrites > PART_WINDOW && !reducer.isBanned(slot)) await link.chain
         if (reducer.isBanned(slot)) return
-        const bytes = await framed.read(this.options.senderTimeoutMs)
+        const bytes = await framed.readPieces(this.options.senderTimeoutMs)
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
         this.bytesReceived += bytes.byteLength
-        const part = TensorPart.decode(bytes)
+        const part = decodeTensorPartPieces(bytes)
         const expected = this.spanParts[k]
         if (part.partIndex !== base + k) throw new ProtocolError(`sender ${from} sent part ${part.partIndex} where ${base + k} was due`)
         if (part.compression !== wire) throw new ProtocolError(`sender ${from} used ${part.compression} compression`)
@@ -258,10 +258,10 @@ export class AllReduceRunner {
       if (reply.code !== MatchCode.ACCEPTED) throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
       const wire = COMPRESSION_WIRE[this.options.codec.name]
       for (let index = start; index < end; index++) {
-        const bytes = await framed.read(this.options.reducerTimeoutMs)
+        const bytes = await framed.readPieces(this.options.reducerTimeoutMs)
         if (bytes == null) throw new ProtocolError(`reducer ${peer} stopped after ${index - start} of ${end - start} parts`)
         this.bytesReceived += bytes.byteLength
-        const result = TensorPart.decode(bytes)
+        const result = decodeTensorPartPieces(bytes)
         if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
         received++
         if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }

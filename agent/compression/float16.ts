@@ -78,10 +78,12 @@ export const float16Codec: Codec = Object.freeze({
     checkCount('float16', n)
     checkLength('float16', bytes, n, 2 * n)
     const table = decodeTable ??= buildDecodeTable()
-    // Uint16Array needs 2-byte alignment; copy only when the wire buffer is misaligned.
+    // Uint16Array needs 2-byte alignment; copy only when the wire buffer is misaligned. The copy is
+    // made by the Uint8Array constructor: a node Buffer's slice() is a view of the same memory, and
+    // its .buffer the whole (pooled or chunk) ArrayBuffer, so bytes.slice() would read other bytes.
     const halves = bytes.byteOffset % 2 === 0
       ? new Uint16Array(bytes.buffer, bytes.byteOffset, n)
-      : new Uint16Array(bytes.slice().buffer, 0, n)
+      : new Uint16Array(new Uint8Array(bytes).buffer, 0, n)
     const out = new Float32Array(n)
     for (let i = 0; i < n; i++) out[i] = table[halves[i]]
     return out

@@ -1,3 +1,4 @@
+import type { Uint8ArrayList } from 'uint8arraylist'
 /**
  * The codec contract shared by every compression scheme used on the all-reduce wire.
  * Implementations live one per file next to this one; `codec.ts` maps names to them.
@@ -33,11 +34,17 @@ export interface Codec {
    * all-reduce: ~1500 parts a round per 25M floats, each an allocation the GC would chase).
    */
   decodeInto?: (bytes: Uint8Array, n: number, out: Float32Array) => Float32Array
+  /** decodeInto from the transport's chunks, without joining them first (optional). */
+  decodePiecesInto?: (pieces: Uint8ArrayList, n: number, out: Float32Array) => Float32Array
 }
 
 /** Decodes into `out` (a reused buffer of at least n values) and returns the n-value view of it. */
-export function decodeInto (codec: Codec, bytes: Uint8Array, n: number, out: Float32Array): Float32Array {
+export function decodeInto (codec: Codec, bytes: Uint8Array | Uint8ArrayList, n: number, out: Float32Array): Float32Array {
   if (out.length < n) throw new CodecError(`${codec.name} codec: output buffer holds ${out.length} values, ${n} needed.`)
+  if (!(bytes instanceof Uint8Array)) {
+    if (codec.decodePiecesInto != null) return codec.decodePiecesInto(bytes, n, out)
+    bytes = bytes.subarray()
+  }
   if (codec.decodeInto != null) return codec.decodeInto(bytes, n, out)
   const view = out.subarray(0, n)
   view.set(codec.decode(bytes, n))

@@ -17,6 +17,11 @@ export interface FrameChannel {
   /** Next frame, or null once the remote closed its side cleanly. Rejects on timeout, reset or a protocol violation. */
   read: (timeoutMs?: number) => Promise<Uint8Array | null>
   /**
+   * Like read(), but the frame as the transport's chunks, not joined into one array: a reader that
+   * copies the bytes somewhere anyway (tensor parts into the kernels' buffer) saves a copy.
+   */
+  readPieces: (timeoutMs?: number) => Promise<Uint8ArrayList | null>
+  /**
    * Sends one frame (a payload, or its pieces in order: they are written as they are, not joined);
    * waits while the send buffer is above its high-water mark. Pieces are read until the frame has
    * left for the transport's own buffers, so they must not change before the returned promise settles.
@@ -44,7 +49,7 @@ export interface FrameSource {
   describePeer: () => string
 }
 
-type Waiter = { resolve: (frame: Uint8Array | null) => void, reject: (err: Error) => void }
+type Waiter = { resolve: (frame: Uint8ArrayList | null) => void, reject: (err: Error) => void }
 
 /**
  * Splits incoming bytes into frames, bounds them before allocation and hands them to one reader,
@@ -52,7 +57,7 @@ type Waiter = { resolve: (frame: Uint8Array | null) => void, reject: (err: Error
  */
 export class FrameQueue {
   private readonly buffer = new Uint8ArrayList()
-  private readonly frames: Uint8Array[] = []
+  private readonly frames: Uint8ArrayList[] = []
   private waiter: Waiter | null = null
   private ended = false
   private failure: Error | null = null
@@ -63,6 +68,15 @@ export class FrameQueue {
   get error (): Error | null { return this.failure }
 
   async read (timeoutMs?: number): Promise<Uint8Array | null> {
+    const frame = await this.readPieces(timeoutMs)
+    if (frame == null) return null
+    // One chunk: a view of it, no copy; several: joined.
+    // A plain Uint8Array either way, not the transport's Buffer subclass.
+    const bytes = frame.subarray()
+    return Buffer.isBuffer(bytes) ? new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) : bytes
+  }
+
+  async readPieces (timeoutMs?: number): Promise<Uint8ArrayList | null> {
     const frame = this.frames.shift()
     if (frame !== undefined) {
       this.maybeResume()
@@ -70,7 +84,7 @@ export class FrameQueue {
     }
     if (this.failure != null) throw this.failure
     if (this.ended) return null
-    return await new Promise<Uint8Array | null>((resolve, reject) => {
+    return await new Promise<Uint8ArrayList | null>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined
       const clear = (): void => { if (timer !== undefined) clearTimeout(timer); this.waiter = null }
       this.waiter = {
@@ -98,9 +112,9 @@ export class FrameQueue {
       }
       if (this.buffer.byteLength < FRAME_HEADER_BYTES + length) break
       const end = FRAME_HEADER_BYTES + length
-      // A copy, not a view: transports reuse the memory they handed us once the event returns
-      // (seen with libp2p streams and with node's TLS sockets: queued float16 parts decoded to garbage).
-      const frame = this.buffer.slice(FRAME_HEADER_BYTES, end)
+      // A view of the transport's chunks: libp2p streams and node's TLS sockets hand every chunk in
+      // memory of its own and never write to it again (test/agent/transport-chunks.test.ts).
+      const frame = this.buffer.sublist(FRAME_HEADER_BYTES, end)
       this.buffer.consume(end)
       this.deliver(frame)
     }
@@ -128,7 +142,7 @@ export class FrameQueue {
     this.waiter?.reject(err)
   }
 
-  private deliver (frame: Uint8Array): void {
+  private deliver (frame: Uint8ArrayList): void {
     const waiter = this.waiter
     if (waiter != null) waiter.resolve(frame)
     else this.frames.push(frame)

@@ -48,6 +48,10 @@ export class FramedStream implements FrameChannel {
     return await this.queue.read(timeoutMs)
   }
 
+  async readPieces (timeoutMs?: number): Promise<Uint8ArrayList | null> {
+    return await this.queue.readPieces(timeoutMs)
+  }
+
   async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
     if (this.queue.error != null) throw this.queue.error
     const pieces = payloadPieces(payload)

@@ -63,6 +63,31 @@ test('direct channel: both sides learn each other\'s libp2p peer id, and frames 
   }
 })
 
+test('direct channel: frames kept as views of the TLS chunks stay intact while queued', async () => {
+  const [server, client] = await identities(2)
+  // Over the channel: 40 frames of 200 KiB (many TLS records each) queue up unread, then read back exact.
+  const accepted: SocketFrameChannel[] = []
+  const listening = await DirectServer.listen({
+    identity: server.identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1 << 20, maxQueuedFrames: 64, handshakeTimeoutMs: 3000,
+    accept: (channel) => { accepted.push(channel) }
+  })
+  try {
+    const channel = await dialDirect({ ...dialOptions, maxFrameBytes: 1 << 20, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+    const frames = Array.from({ length: 40 }, () => randomBytes(200 * 1024))
+    for (const f of frames) await channel.write([f.subarray(0, 7), f.subarray(7)])
+    while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
+    await new Promise(resolve => setTimeout(resolve, 500))
+    for (let i = 0; i < frames.length; i++) {
+      const got = i % 2 === 0 ? await accepted[0].readPieces(2000) : await accepted[0].read(2000)
+      assert.ok(got != null)
+      assert.ok(Buffer.from(got.subarray()).equals(frames[i]), `frame ${i} intact`)
+    }
+    await channel.closeWrite()
+  } finally {
+    await listening.close()
+  }
+})
+
 test('direct channel: a peer holding another key cannot complete the handshake', async () => {
   const [server, client, impostor] = await identities(3)
   const accepted: SocketFrameChannel[] = []

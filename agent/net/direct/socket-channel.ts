@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net'
+import type { Uint8ArrayList } from 'uint8arraylist'
 import { ProtocolError } from '../../errors.js'
 import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type FrameChannel } from '../frame-channel.js'
 
@@ -39,6 +40,10 @@ export class SocketFrameChannel implements FrameChannel {
 
   async read (timeoutMs?: number): Promise<Uint8Array | null> {
     return await this.queue.read(timeoutMs)
+  }
+
+  async readPieces (timeoutMs?: number): Promise<Uint8ArrayList | null> {
+    return await this.queue.readPieces(timeoutMs)
   }
 
   async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {

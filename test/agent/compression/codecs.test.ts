@@ -1,6 +1,7 @@
+import { Uint8ArrayList } from 'uint8arraylist'
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { COMPRESSION_NAMES, CodecError, codecFor, isCompressionName } from '../../../agent/compression/index.js'
+import { COMPRESSION_NAMES, CodecError, codecFor, decodeInto, isCompressionName } from '../../../agent/compression/index.js'
 import { atOffset, normalArray, relativeRmse } from './random.js'
 
 /**
@@ -90,6 +91,13 @@ test('every codec handles edge sizes, and decodes bytes at any byteOffset into a
         assert.equal(decoded.byteOffset % 4, 0)
         assert.notEqual(decoded.buffer, shifted.buffer, `${name} must decode into a fresh buffer`)
         assert.deepEqual(decoded, reference, `${name} n=${n} offset=${offset}`)
+        // A node Buffer (what sockets hand over) inside a larger chunk with other bytes around it:
+        // Buffer's slice() is a view, so a codec copying with slice() would read the wrong bytes.
+        const chunk = Buffer.alloc(encoded.length + 2 * offset + 8, 0xa5)
+        chunk.set(encoded, offset + 4)
+        const inBuffer = chunk.subarray(offset + 4, offset + 4 + encoded.length)
+        assert.deepEqual(codec.decode(inBuffer, n), reference, `${name} n=${n} from a Buffer at offset ${offset + 4}`)
+        assert.deepEqual(decodeInto(codec, new Uint8ArrayList(inBuffer.subarray(0, 3), inBuffer.subarray(3)), n, new Float32Array(n + 3)), reference, `${name} n=${n} from chunks`)
       }
       if (n > 0) assert.ok(relativeRmse(values, reference) <= Math.max(MAX_RELATIVE_RMSE[name] * 3, 1e-12) || n < 16)
     }

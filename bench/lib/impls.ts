@@ -21,6 +21,7 @@ const needsVenv = { path: PYTHON, hint: 'npm run bench:setup' }
 export const IMPLS: readonly ImplSpec[] = [
   { name: 'ours', groups: true, description: "this project's averager (bench/peers/ours.ts)", command: [NODE, 'dist/bench/peers/ours.js'], requires: [needsBuild('dist/bench/peers/ours.js')] },
   { name: 'ours-libp2p', groups: true, description: "this project's averager with parts on libp2p streams (no direct channel)", command: [NODE, 'dist/bench/peers/ours.js'], env: { BENCH_DATA_CHANNEL: 'libp2p' }, requires: [needsBuild('dist/bench/peers/ours.js')] },
+  { name: 'ours-js', groups: true, description: "this project's averager with the JavaScript kernels instead of WebAssembly SIMD", command: [NODE, 'dist/bench/peers/ours.js'], env: { BENCH_KERNELS: 'js' }, requires: [needsBuild('dist/bench/peers/ours.js')] },
   { name: 'hivemind', groups: true, description: "hivemind 1.1.12 DecentralizedAverager over p2pd", command: [PYTHON, 'bench/peers/hivemind_peer.py'], requires: [needsVenv] },
   { name: 'gloo', groups: false, description: 'torch.distributed all_reduce, gloo backend (unencrypted)', command: [PYTHON, 'bench/peers/gloo_peer.py'], requires: [needsVenv] },
   { name: 'tcp', groups: false, description: 'ceiling: all-reduce traffic over raw TCP sockets', command: [NODE, 'dist/bench/peers/tcp_ceiling.js'], requires: [needsBuild('dist/bench/peers/tcp_ceiling.js')] },

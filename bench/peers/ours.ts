@@ -1,6 +1,7 @@
 /**
  * This project's averager as a benchmark peer: one DecentralizedAverager per process, real libp2p
- * over loopback. BENCH_DATA_CHANNEL=libp2p keeps the parts on libp2p streams (default: direct).
+ * over loopback. BENCH_DATA_CHANNEL=libp2p keeps the parts on libp2p streams (default: direct);
+ * BENCH_KERNELS=js checks and sums with the JavaScript kernels (default: WebAssembly SIMD).
  */
 import { multiaddr } from '@multiformats/multiaddr'
 import { runBenchPeer } from '../lib/peer-client.js'
@@ -16,6 +17,7 @@ await runBenchPeer(async (env) => {
   const compression = env.compression
   if (!isCompressionName(compression)) throw new Error(`unknown compression ${compression}`)
   const dataChannel = process.env.BENCH_DATA_CHANNEL === 'libp2p' ? 'libp2p' : 'direct'
+  const kernels = process.env.BENCH_KERNELS === 'js' ? 'js' : undefined
   let averager: DecentralizedAverager | null = null
   let groupRanks: number[] = []
   return {
@@ -36,6 +38,7 @@ await runBenchPeer(async (env) => {
         partSizeBytes: env.partBytes,
         compression,
         dataChannel,
+        kernels,
         dataHost: '127.0.0.1'
       }, { log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } })
     },
@@ -52,7 +55,7 @@ await runBenchPeer(async (env) => {
       const parts = path?.kind === 'direct' && path.opened.libp2p === 0
         ? 'parts over direct TLS 1.3 sockets (node:tls, peer ids bound in certificates)'
         : `parts over libp2p TCP + ${node.getConnections()[0]?.encryption ?? '?'} + yamux (${path?.opened.direct ?? 0} direct, ${path?.opened.libp2p ?? 0} libp2p channels)`
-      return `${parts}, part ${env.partBytes} B, compression ${env.compression}`
+      return `${parts}, ${averager?.kernelBackend ?? '?'} kernels, part ${env.partBytes} B, compression ${env.compression}`
     },
     async close () { await averager?.shutdown(); await node.stop() }
   }

@@ -29,8 +29,6 @@ export interface MatchmakerConfig {
 const POLL_MIN_MS = 20
 const POLL_MAX_MS = 500
 const MAX_REDIRECTS = 8
-/** How long a fresh node's first search waits for its first closest-peer lookup (Rendezvous.settle). */
-const FIRST_LOOKUP_WAIT_MS = 3000
 
 /**
  * hivemind's matchmaking: declare under the group key until an expiration, ask better-ranked
@@ -102,7 +100,6 @@ export class Matchmaker {
     } finally {
       signal?.removeEventListener('abort', onAbort)
       this.search = null
-      clearTimeout(search.expiryTimer)
       search.disband(null, 'search ended')
       this.wakeup.notify()
       if (search.declaredExpiration != null) void this.withdraw(search)
@@ -113,7 +110,6 @@ export class Matchmaker {
     const isClient = this.config.mode === PeerMode.CLIENT
     let pollMs = POLL_MIN_MS
     let known: StoredEntry[] = []
-    await this.rendezvous.settle(search.groupKey, Math.min(FIRST_LOOKUP_WAIT_MS, (search.deadline - this.now()) * 1000 / 2))
     while (!search.assembled && signal?.aborted !== true) {
       const now = this.now()
       if (now >= search.deadline) return null
@@ -123,7 +119,6 @@ export class Matchmaker {
           search.disband(null, 'too few peers before the leader expired')
         }
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
-        this.assembleAtExpiry(search, search.declaredExpiration)
         known = await this.declare(search, search.declaredExpiration)
         this.config.log?.(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
         pollMs = POLL_MIN_MS
@@ -134,7 +129,6 @@ export class Matchmaker {
         })
       }
       if (search.assembled) break
-      for (const e of known) if (e.addrs.length > 0) search.addrs.set(e.peerId, e.addrs)
       const candidate = this.bestCandidate(search, known)
       if (candidate != null) {
         search.tried.add(`${candidate.peerId}@${candidate.expiration}`)
@@ -150,25 +144,6 @@ export class Matchmaker {
       pollMs = Math.min(POLL_MAX_MS, pollMs * 2)
     }
     return search.group
-  }
-
-  /**
-   * A leader assembles at its declared expiration on a timer, as hivemind's join handler does, not
-   * when the search loop next comes round: the loop may be waiting on a slow rendezvous replica or on
-   * a leader's first reply, and followers give up on a leader request timeout after its expiration.
-   */
-  private assembleAtExpiry (search: Search, expiration: number): void {
-    clearTimeout(search.expiryTimer)
-    search.expiryTimer = setTimeout(() => {
-      void this.lock.run(async () => {
-        if (search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return
-        if (search.followers.size > 0 && search.followers.size + 1 >= this.config.minGroupSize) {
-          this.config.log?.(`assembling ${search.followers.size + 1} at our expiration`)
-          search.assemble()
-        }
-      }).finally(() => { this.wakeup.notify() })
-    }, Math.max(0, (expiration - this.now()) * 1000))
-    search.expiryTimer.unref()
   }
 
   private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
@@ -208,9 +183,7 @@ export class Matchmaker {
     if (depth > MAX_REDIRECTS || search.assembled) return null
     let leader: PeerId
     try { leader = peerIdFromString(leaderId) } catch { return null }
-    // A redirect names a peer only: its declared addresses, if we saw them, spare a DHT lookup.
-    const known = addrs.length > 0 ? addrs : (search.addrs.get(leaderId) ?? [])
-    if (known.length > 0 && this.node.getConnections(leader).length === 0) await rememberAddrs(this.node, leader, known).catch(() => {})
+    if (addrs.length > 0 && this.node.getConnections(leader).length === 0) await rememberAddrs(this.node, leader, addrs).catch(() => {})
     const requestMs = this.config.requestTimeout * 1000
     const ask = await this.lock.run(async () => {
       if (search.assembled || search.currentLeader != null) return null
@@ -231,7 +204,6 @@ export class Matchmaker {
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
-          this.config.log?.(`${leaderId.slice(-6)} answered ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
           // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
           if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
@@ -257,14 +229,8 @@ export class Matchmaker {
       const second = await ask.read(waitMs)
       if (second == null) { search.rejections.push('leader closed the stream'); return null }
       const reply = MessageFromLeader.decode(second)
-      if (reply.code === MatchCode.BEGIN_ALLREDUCE) {
-        // Adopt before the finally below clears currentLeader: in between (closing the stream) a join
-        // request would otherwise be accepted and then sent away with "search ended".
-        const group = this.parseGroup(reply, leaderId)
-        return group != null ? search.adopt(group) : null
-      }
+      if (reply.code === MatchCode.BEGIN_ALLREDUCE) return this.parseGroup(reply, leaderId)
       search.rejections.push(`${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}`)
-      this.config.log?.(`${leaderId.slice(-6)} sent ${search.rejections[search.rejections.length - 1]}${reply.suggestedLeader.byteLength > 0 ? ', redirected' : ''}`)
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
         const next = peerIdFromBytes(reply.suggestedLeader).toString()
         if (next !== this.selfId) {

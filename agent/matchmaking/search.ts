@@ -21,11 +21,7 @@ export class Search {
   currentLeader: string | null = null
   readonly followers = new Map<string, Follower>()
   readonly tried = new Set<string>()
-  /** Addresses peers declared under our key (latest lookup), for dialling a leader we are redirected to. */
-  readonly addrs = new Map<string, readonly Uint8Array[]>()
   readonly rejections: string[] = []
-  /** Assembles at our declared expiration (Matchmaker.assembleAtExpiry). */
-  expiryTimer: NodeJS.Timeout | undefined
   private outcome: GroupInfo | null = null
   private finish!: (group: GroupInfo) => void
   readonly done: Promise<GroupInfo>

@@ -51,6 +51,9 @@ export interface AveragerConfig {
   readonly kernels?: KernelBackend
 }
 
+/** Least time the direct data channel gives a peer to finish its TLS handshake. */
+const DIRECT_HANDSHAKE_TIMEOUT_MS = 10_000
+
 export const DEFAULT_AVERAGER_CONFIG: Omit<AveragerConfig, 'prefix'> = {
   targetGroupSize: 4,
   minGroupSize: 2,
@@ -193,7 +196,9 @@ export class DecentralizedAverager {
       protocol: aggregateProtocol(this.config.prefix),
       maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
       maxQueuedFrames: PART_WINDOW,
-      handshakeTimeoutMs: this.config.requestTimeout * 1000,
+      // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris
+      // costs one of the 64 connections allowed per address for this long.
+      handshakeTimeoutMs: Math.max(this.config.requestTimeout * 1000, DIRECT_HANDSHAKE_TIMEOUT_MS),
       // Only peers holding a libp2p connection to us may open a data channel: they passed the
       // private-network key and the allow list there. Group membership is checked after that.
       allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),

@@ -70,6 +70,11 @@ export class AggregateDialer {
     return await this.openLibp2p(peerId, options)
   }
 
+  /** A libp2p stream to the reducer, for when its direct channel broke before it accepted us. */
+  async openOverLibp2p (peer: string, options: ChannelOptions): Promise<FrameChannel> {
+    return await this.openLibp2p(peerIdFromString(peer), options)
+  }
+
   /** Drops every direct channel we opened (the node stopped). */
   closeAll (reason: Error): void {
     for (const channel of this.live) channel.abort(reason)

@@ -240,45 +240,63 @@ export class AllReduceRunner {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
-    let received = 0
+    const progress = { accepted: false, received: 0 }
+    const channelOptions = { timeoutMs: this.options.reducerTimeoutMs, maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: PART_WINDOW }
     let framed: FrameChannel | null = null
     try {
-      framed = await this.options.dialer.open(peer, this.options.group.infos[r], {
-        timeoutMs: this.options.reducerTimeoutMs, maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: PART_WINDOW
-      })
-      this.channels[framed.path]++
-      const stream = framed
-      this.abort.signal.addEventListener('abort', () => { stream.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
-      await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer> }))
-      const writing = this.writeParts(framed, start, end)
-      writing.catch(() => {})
-      const first = await framed.read(this.options.reducerTimeoutMs)
-      if (first == null) throw new ProtocolError(`reducer ${peer} closed the stream before answering`)
-      const reply = AggregateReply.decode(first)
-      if (reply.code !== MatchCode.ACCEPTED) throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
-      const wire = COMPRESSION_WIRE[this.options.codec.name]
-      for (let index = start; index < end; index++) {
-        const bytes = await framed.readPieces(this.options.reducerTimeoutMs)
-        if (bytes == null) throw new ProtocolError(`reducer ${peer} stopped after ${index - start} of ${end - start} parts`)
-        this.bytesReceived += bytes.byteLength
-        const result = decodeTensorPartPieces(bytes)
-        if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
-        received++
-        if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }
-        if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
-        const part = this.plan.parts[index]
-        const mean = decodeInto(this.options.codec, result.data, part.length, this.kernels.staging)
-        if (!this.kernels.allFinite(part.length)) throw new ProtocolError(`reducer ${peer} sent NaN or infinite values`)
-        this.applyMean(part, mean)
+      framed = await this.options.dialer.open(peer, this.options.group.infos[r], channelOptions)
+      try {
+        await this.exchangeWith(r, framed, progress)
+      } catch (err) {
+        // A direct channel that broke before the reducer accepted it carried nothing (say the
+        // reducer gave up on a TLS handshake slowed by load after our side had finished it): the
+        // parts go over libp2p instead, once.
+        if (framed.path !== 'direct' || progress.accepted || this.abort.signal.aborted) throw err
+        this.options.log?.(`all-reduce: the direct channel to ${peer} closed before the reducer accepted it (${describeError(err)}); sending over libp2p`)
+        framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
+        framed = await this.options.dialer.openOverLibp2p(peer, channelOptions)
+        await this.exchangeWith(r, framed, progress)
       }
-      await writing
-      await framed.closeWrite()
     } catch (err) {
       this.failedReducers.add(peer)
-      this.partsKeptLocal += (end - start) - received
-      this.options.log?.(`all-reduce: keeping ${end - start - received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
+      this.partsKeptLocal += (end - start) - progress.received
+      this.options.log?.(`all-reduce: keeping ${end - start - progress.received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
       framed?.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
     }
+  }
+
+  /** Our parts of reducer r's span out, its means back in; progress says how far it got. */
+  private async exchangeWith (r: number, framed: FrameChannel, progress: { accepted: boolean, received: number }): Promise<void> {
+    const peer = this.options.group.peerIds[r]
+    const start = this.plan.spanStart[r]
+    const end = this.plan.spanEnd[r]
+    this.channels[framed.path]++
+    this.abort.signal.addEventListener('abort', () => { framed.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
+    await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer> }))
+    const writing = this.writeParts(framed, start, end)
+    writing.catch(() => {})
+    const first = await framed.read(this.options.reducerTimeoutMs)
+    if (first == null) throw new ProtocolError(`reducer ${peer} closed the stream before answering`)
+    const reply = AggregateReply.decode(first)
+    if (reply.code !== MatchCode.ACCEPTED) throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
+    progress.accepted = true
+    const wire = COMPRESSION_WIRE[this.options.codec.name]
+    for (let index = start; index < end; index++) {
+      const bytes = await framed.readPieces(this.options.reducerTimeoutMs)
+      if (bytes == null) throw new ProtocolError(`reducer ${peer} stopped after ${index - start} of ${end - start} parts`)
+      this.bytesReceived += bytes.byteLength
+      const result = decodeTensorPartPieces(bytes)
+      if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
+      progress.received++
+      if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }
+      if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
+      const part = this.plan.parts[index]
+      const mean = decodeInto(this.options.codec, result.data, part.length, this.kernels.staging)
+      if (!this.kernels.allFinite(part.length)) throw new ProtocolError(`reducer ${peer} sent NaN or infinite values`)
+      this.applyMean(part, mean)
+    }
+    await writing
+    await framed.closeWrite()
   }
 
   private async writeParts (framed: FrameChannel, start: number, end: number): Promise<void> {

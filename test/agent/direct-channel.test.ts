@@ -230,3 +230,42 @@ test('direct channel: unreachable data ports and libp2p-only peers fall back to 
     await swarm.stop()
   }
 })
+
+test('direct channel: a reducer that drops the connection after the TLS handshake gets our parts over libp2p, at the exact mean', { timeout: 90_000 }, async () => {
+  // Peer 0's data port on 127.0.0.1 (where senders dial it) is a server holding peer 0's own
+  // identity that closes every channel once the handshake is done, before any reply: the case of a
+  // reducer giving up on a handshake slowed by load after the sender finished its side. Peer 0's
+  // averager itself listens on the same port of 127.0.0.2, where nobody dials.
+  const key = await generateKeyPair('Ed25519')
+  const dropped: string[] = []
+  const dropping = await DirectServer.listen({
+    identity: await createDataChannelIdentity(key), host: '127.0.0.1', port: 0, protocol: aggregateProtocol('test'),
+    maxFrameBytes: 1 << 20, maxQueuedFrames: 4, handshakeTimeoutMs: 3000,
+    accept: (channel) => { dropped.push(channel.remotePeer); channel.abort(new Error('dropped by the test')) }
+  })
+  const logs: string[] = []
+  const swarm = await startSwarm(4, {
+    tensors: small,
+    node: (i) => i === 0 ? { privateKey: key } : {},
+    hooks: () => ({ log: (msg) => { logs.push(msg) } }),
+    config: (i) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, ...(i === 0 ? { dataHost: '127.0.0.2', dataPort: dropping.port } : {}) })
+  })
+  try {
+    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
+    const expected = weightedMean([0, 1, 2, 3].map(p => small(p)[0].data), [1, 1, 1, 1])
+    for (let p = 0; p < 4; p++) {
+      assert.equal(results[p].allreduce.partsKeptLocal, 0, `peer ${p} kept no part local`)
+      assert.deepEqual(results[p].allreduce.failedReducers, [], `peer ${p} saw no reducer fail`)
+      const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
+      assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean (max error ${maxAbsDiff(got, expected)})`)
+    }
+    assert.deepEqual(new Set(dropped), new Set(swarm.nodes.slice(1).map(n => n.peerId.toString())), 'every other peer finished a handshake with the dropping server')
+    for (let p = 1; p < 4; p++) {
+      assert.equal(swarm.averagers[p].dataPath.opened.libp2p, 1, `peer ${p} sent peer 0's span over libp2p`)
+    }
+    assert.ok(logs.some(l => /closed before the reducer accepted it/.test(l)), 'a sender whose direct channel was dropped after its handshake fell back to libp2p')
+  } finally {
+    await swarm.stop()
+    await dropping.close()
+  }
+})

@@ -13,6 +13,8 @@ export interface StepRecord {
   readonly averaged: boolean
   readonly error?: string
   readonly groupSize: number
+  /** The group's id (hex), when the step averaged. */
+  readonly groupId?: string
   readonly peers: readonly string[]
   readonly matchmakingMs?: number
   readonly allreduceMs?: number
@@ -102,14 +104,14 @@ export async function runTrainer (o: TrainerOptions): Promise<void> {
     if (o.beforeStep !== undefined) values = o.beforeStep(values)
     try {
       const reply = await postJson(`${o.baseUrl}/v1/step`, { tensors: { w: encodeFloat32(values) }, weight: 1 }, o.signal, o.stepLimitMs) as {
-        averaged: boolean, error?: string, groupSize: number, peers: string[], matchmakingMs?: number, allreduceMs?: number, partsKeptLocal: number, unreachedPeers?: string[], tensors: { w: string }
+        averaged: boolean, error?: string, groupId?: string, groupSize: number, peers: string[], matchmakingMs?: number, allreduceMs?: number, partsKeptLocal: number, unreachedPeers?: string[], tensors: { w: string }
       }
       const got = decodeFloat32(reply.tensors.w)
       const nonFinite = got === undefined || got.length !== o.elements || firstNonFinite(got) >= 0
       if (!nonFinite) values = got
       o.onStep({
         agent: o.agent, incarnation: o.incarnation, attempt, startedAt: t0, wallMs: Date.now() - t0,
-        averaged: reply.averaged, error: reply.error, groupSize: reply.groupSize, peers: reply.peers,
+        averaged: reply.averaged, error: reply.error, groupId: reply.groupId, groupSize: reply.groupSize, peers: reply.peers,
         matchmakingMs: reply.matchmakingMs, allreduceMs: reply.allreduceMs, partsKeptLocal: reply.partsKeptLocal, unreachedPeers: reply.unreachedPeers ?? [], nonFinite, values
       })
     } catch (err) {

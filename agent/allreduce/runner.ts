@@ -1,5 +1,5 @@
 import type { FrameChannel } from '../net/frame-channel.js'
-import { AggregateHeader, AggregateReply, MatchCode, TensorPart } from '../proto/averaging.js'
+import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.js'
 import { decodeInto, type Codec } from '../compression/index.js'
 import type { GroupInfo } from '../matchmaking/group-info.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'

@@ -1,4 +1,4 @@
-import type { FrameChannel } from '../net/frame-channel.js'
+import { payloadBytes, type FrameChannel } from '../net/frame-channel.js'
 import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.js'
 import { decodeInto, type Codec } from '../compression/index.js'
 import type { GroupInfo } from '../matchmaking/group-info.js'
@@ -206,7 +206,7 @@ export class AllReduceRunner {
       compression: COMPRESSION_WIRE[this.options.codec.name],
       data: result.mean != null ? this.options.codec.encode(result.mean) : new Uint8Array(0)
     })
-    const frameBytes = frame.reduce((n, piece) => n + piece.byteLength, 0)
+    const frameBytes = payloadBytes(frame)
     for (const [slot, link] of this.links) {
       if (this.reducer!.isBanned(slot) && this.reducer!.nextPartOf(slot) <= result.partIndex) continue
       link.pendingWrites++
@@ -311,7 +311,7 @@ export class AllReduceRunner {
         data: this.options.codec.encode(partView(this.options.tensors, this.plan, part))
       })
       await framed.write(frame)
-      this.bytesSent += frame[0].byteLength + (frame[1]?.byteLength ?? 0)
+      this.bytesSent += payloadBytes(frame)
     }
   }
 

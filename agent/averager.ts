@@ -4,7 +4,8 @@ import { Matchmaker } from './matchmaking/matchmaker.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
 import { AggregateDialer, type DataPathName } from './allreduce/aggregate-dialer.js'
-import { DirectServer } from './net/direct/direct-server.js'
+import { mainThreadTransport, type DirectListener, type DirectTransport } from './net/direct/direct-transport.js'
+import { DataThreads } from './net/direct/threads/data-threads.js'
 import { createDataChannelIdentity, nodePrivateKey } from './net/direct/identity.js'
 import { aggregateProtocol, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
 import { elementsPerPart } from './allreduce/partition.js'
@@ -49,6 +50,11 @@ export interface AveragerConfig {
   readonly dataPort?: number
   /** Kernels that check and sum parts: 'wasm-simd' (default where the runtime has it) or 'js' (same results, more CPU). */
   readonly kernels?: KernelBackend
+  /**
+   * Worker threads that carry the direct data channel's sockets (TLS, certificate checks,
+   * framing); 0 (default): the main thread does, which is best where peers already fill the cores.
+   */
+  readonly dataThreads?: number
 }
 
 /** Least time the direct data channel gives a peer to finish its TLS handshake. */
@@ -115,7 +121,8 @@ export class DecentralizedAverager {
   private readonly matchmaker: Matchmaker
   private readonly router: AggregateRouter
   private dialer: AggregateDialer
-  private directServer: DirectServer | null = null
+  private directServer: DirectListener | null = null
+  private transport: DirectTransport = mainThreadTransport
   private readonly tensorLock = new Mutex()
   private readonly stepLock = new Mutex()
   private bits: string
@@ -141,7 +148,7 @@ export class DecentralizedAverager {
     // A new stream's first frame can queue behind megabytes of other streams' parts on the
     // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
     this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), senderTimeoutSeconds(config) * 1000)
-    this.dialer = new AggregateDialer(node, config.prefix, null, hooks.log)
+    this.dialer = new AggregateDialer(node, config.prefix, null, null, hooks.log)
   }
 
   /** The path our parts take to reducers, and the port we advertise for theirs. */
@@ -150,8 +157,9 @@ export class DecentralizedAverager {
     return this.config.kernels ?? defaultKernelBackend()
   }
 
-  get dataPath (): { readonly kind: DataPathName, readonly port: number, readonly opened: Readonly<Record<DataPathName, number>> } {
-    return { kind: this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p', port: this.directServer?.port ?? 0, opened: this.dialer.opened }
+  get dataPath (): { readonly kind: DataPathName, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataPathName, number>> } {
+    const kind = this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p'
+    return { kind, port: this.directServer?.port ?? 0, threads: kind === 'direct' ? this.transport.threads : 0, opened: this.dialer.opened }
   }
 
   /** Validates the config, registers the protocols and returns a running averager. */
@@ -183,13 +191,15 @@ export class DecentralizedAverager {
       return
     }
     const identity = await createDataChannelIdentity(key)
-    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.hooks.log)
+    const threads = this.config.dataThreads ?? 0
+    if (threads > 0) this.transport = DataThreads.start(threads, this.hooks.log)
+    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.hooks.log)
     // The data channel lives and dies with the node, as if they were one transport.
     this.node.addEventListener('stop', this.onNodeStop, { once: true })
     // Client-mode peers reduce nothing, so nobody dials them: they only dial out.
     if (this.config.mode === 'client') return
     const maxPart = elementsPerPart(this.config.partSizeBytes, this.codec.bytesPerElement)
-    this.directServer = await DirectServer.listen({
+    this.directServer = await this.transport.listen({
       identity,
       host: this.config.dataHost ?? '0.0.0.0',
       port: this.config.dataPort ?? 0,
@@ -212,7 +222,7 @@ export class DecentralizedAverager {
 
   private readonly onNodeStop = (): void => {
     this.dialer.closeAll(new AveragingError('the libp2p node stopped'))
-    void this.directServer?.close()
+    void this.directServer?.close().then(async () => { await this.transport.close() })
   }
 
   get groupBits (): string { return this.bits }
@@ -326,6 +336,7 @@ export class DecentralizedAverager {
     this.node.removeEventListener('stop', this.onNodeStop)
     this.dialer.closeAll(new AveragingError('the averager shut down'))
     await this.directServer?.close()
+    await this.transport.close()
     await this.rendezvous.stop()
   }
 }
@@ -371,4 +382,5 @@ export function validateConfig (c: AveragerConfig): void {
   if (c.dataChannel !== undefined && !['direct', 'libp2p'].includes(c.dataChannel)) fail(`dataChannel must be direct or libp2p, got "${c.dataChannel}"`)
   if (c.kernels !== undefined && !['wasm-simd', 'js'].includes(c.kernels)) fail(`kernels must be wasm-simd or js, got "${c.kernels}"`)
   if (c.dataPort !== undefined && !(Number.isInteger(c.dataPort) && c.dataPort >= 0 && c.dataPort <= 65535)) fail(`dataPort must be an integer from 0 to 65535, got ${c.dataPort}`)
+  if (c.dataThreads !== undefined && !(Number.isInteger(c.dataThreads) && c.dataThreads >= 0 && c.dataThreads <= 64)) fail(`dataThreads must be an integer from 0 to 64, got ${c.dataThreads}`)
 }

@@ -98,6 +98,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     dataChannel: parse('dataChannel', oneOf('direct', 'libp2p'), 'direct'),
     dataHost: raw('podIP') ?? '0.0.0.0',
     dataPort: parse('dataPort', integer(0, 65535), 0),
+    dataThreads: parse('dataThreads', integer(0, 64), 0),
     kernels: parse('kernels', oneOf<KernelBackend>('wasm-simd', 'js'), defaultKernelBackend())
   }
   if (problems.length === 0) {

@@ -102,7 +102,7 @@ async function main (): Promise<number> {
       }, rendezvous)
       const path = averager.dataPath
       log.info(path.kind === 'direct'
-        ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}, falling back to libp2p streams`
+        ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}${path.threads > 0 ? ` carried by ${path.threads} data thread(s)` : ' on the main thread'}, falling back to libp2p streams`
         : 'tensor parts travel over libp2p streams')
       log.info(`parts are checked and summed by the ${averager.kernelBackend} kernels`)
       return averager

@@ -26,6 +26,7 @@ export const AGENT_ENV = {
   allowPeers: { name: 'AVS_ALLOW_PEERS', description: 'Comma-separated libp2p peer ids allowed to connect (libp2p and the data channel); unset allows every peer (holding the private-network key, if one is set).' },
   dataChannel: { name: 'AVS_DATA_CHANNEL', description: 'How tensor parts travel: direct (TLS sockets authenticated by libp2p peer ids, falling back to libp2p streams where a peer cannot be reached) or libp2p (always libp2p streams).', default: 'direct' },
   dataPort: { name: 'AVS_DATA_PORT', description: 'TCP port of the direct data channel; 0 picks a free port, which is advertised to each group.', default: '0' },
+  dataThreads: { name: 'AVS_DATA_THREADS', description: 'Worker threads that carry the direct data channel (TLS, framing) so one agent uses more than one core; 0 keeps it on the main thread, best where the agents already fill the cores.', default: '0' },
   kernels: { name: 'AVS_KERNELS', description: 'Kernels that check and sum tensor parts: wasm-simd (WebAssembly SIMD, the default where the runtime has it) or js (the same results with more CPU).' },
   metricsPort: { name: 'AVS_METRICS_PORT', description: 'HTTP port serving /metrics, /healthz and /readyz.', default: '9400' },
   prefix: { name: 'AVS_PREFIX', description: 'DHT key prefix shared by the swarm (hivemind prefix).', required: true },

@@ -1,10 +1,9 @@
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { PeerId } from '@libp2p/interface'
 import type { SwarmNode } from '../net/node.js'
-import type { FrameChannel } from '../net/frame-channel.js'
-import type { SocketFrameChannel } from '../net/direct/socket-channel.js'
+import type { DirectFrameChannel, FrameChannel } from '../net/frame-channel.js'
 import { openFramed } from '../net/rpc.js'
-import { dialDirect } from '../net/direct/direct-dial.js'
+import type { DirectTransport } from '../net/direct/direct-transport.js'
 import { directHostsOf } from '../net/direct/endpoints.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { describeError } from '../errors.js'
@@ -27,12 +26,13 @@ export type DataPathName = 'direct' | 'libp2p'
 export class AggregateDialer {
   /** Channels opened per path since start, for logs and metrics. */
   readonly opened: Record<DataPathName, number> = { direct: 0, libp2p: 0 }
-  private readonly live = new Set<SocketFrameChannel>()
+  private readonly live = new Set<DirectFrameChannel>()
 
   constructor (
     private readonly node: SwarmNode,
     private readonly prefix: string,
     private readonly identity: DataChannelIdentity | null,
+    private readonly transport: DirectTransport | null,
     private readonly log?: (msg: string) => void
   ) {}
 
@@ -42,13 +42,13 @@ export class AggregateDialer {
     const peerId = peerIdFromString(peer)
     const port = info.dataPort ?? 0
     // The data channel lives and dies with the node: a stopping node dials nothing directly.
-    if (this.identity != null && port > 0 && this.node.status === 'started') {
+    if (this.identity != null && this.transport != null && port > 0 && this.node.status === 'started') {
       // The reducer admits data channels only from peers with a libp2p connection (the private
       // network and allow list live there): make sure we hold one.
       await this.node.dial(peerId, { signal: AbortSignal.timeout(options.timeoutMs) })
       for (const host of await directHostsOf(this.node, peerId)) {
         try {
-          const channel = await dialDirect({
+          const channel = await this.transport.dial({
             identity: this.identity,
             host,
             port,

@@ -33,6 +33,12 @@ export interface FrameChannel {
   abort: (reason: Error) => void
 }
 
+/** A channel of the direct data path: a TLS socket, on this thread or on a data thread. */
+export interface DirectFrameChannel extends FrameChannel {
+  /** Resolves once the connection is fully closed. */
+  readonly closed: Promise<void>
+}
+
 export interface FrameQueueOptions {
   /** Largest frame accepted from the wire; a larger announced length fails before any allocation. */
   readonly maxFrameBytes: number

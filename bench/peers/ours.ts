@@ -1,7 +1,8 @@
 /**
  * This project's averager as a benchmark peer: one DecentralizedAverager per process, real libp2p
  * over loopback. BENCH_DATA_CHANNEL=libp2p keeps the parts on libp2p streams (default: direct);
- * BENCH_KERNELS=js checks and sums with the JavaScript kernels (default: WebAssembly SIMD).
+ * BENCH_KERNELS=js checks and sums with the JavaScript kernels (default: WebAssembly SIMD);
+ * BENCH_DATA_THREADS=n carries the direct channel's sockets on n data threads (default 0: main thread).
  */
 import { multiaddr } from '@multiformats/multiaddr'
 import { runBenchPeer } from '../lib/peer-client.js'
@@ -18,6 +19,7 @@ await runBenchPeer(async (env) => {
   if (!isCompressionName(compression)) throw new Error(`unknown compression ${compression}`)
   const dataChannel = process.env.BENCH_DATA_CHANNEL === 'libp2p' ? 'libp2p' : 'direct'
   const kernels = process.env.BENCH_KERNELS === 'js' ? 'js' : undefined
+  const dataThreads = Number(process.env.BENCH_DATA_THREADS ?? '0')
   let averager: DecentralizedAverager | null = null
   let groupRanks: number[] = []
   return {
@@ -39,6 +41,7 @@ await runBenchPeer(async (env) => {
         compression,
         dataChannel,
         kernels,
+        dataThreads,
         dataHost: '127.0.0.1'
       }, { log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } })
     },
@@ -53,7 +56,7 @@ await runBenchPeer(async (env) => {
     note: () => {
       const path = averager?.dataPath
       const parts = path?.kind === 'direct' && path.opened.libp2p === 0
-        ? 'parts over direct TLS 1.3 sockets (node:tls, peer ids bound in certificates)'
+        ? `parts over direct TLS 1.3 sockets (node:tls, peer ids bound in certificates) on ${path.threads > 0 ? `${path.threads} data thread(s)` : 'the main thread'}`
         : `parts over libp2p TCP + ${node.getConnections()[0]?.encryption ?? '?'} + yamux (${path?.opened.direct ?? 0} direct, ${path?.opened.libp2p ?? 0} libp2p channels)`
       return `${parts}, ${averager?.kernelBackend ?? '?'} kernels, part ${env.partBytes} B, compression ${env.compression}`
     },

@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_PATHS } from './swarm-fixture.js'
+import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_PATHS, type DataPathCase } from './swarm-fixture.js'
 import type { NamedTensor } from '../../agent/averager.js'
 import type { KernelBackend } from '../../agent/kernels/reduce-kernels.js'
 
@@ -11,15 +11,15 @@ function tensorsFor (peer: number): NamedTensor[] {
 }
 
 // Every path with the default (WebAssembly SIMD) kernels, and the direct path with the JavaScript ones.
-const CASES: Array<{ path: typeof DATA_PATHS[number], kernels: KernelBackend }> = [
+const CASES: Array<{ path: DataPathCase, kernels: KernelBackend }> = [
   ...DATA_PATHS.map(path => ({ path, kernels: 'wasm-simd' as const })),
-  { path: 'direct', kernels: 'js' }
+  { path: DATA_PATHS[0], kernels: 'js' }
 ]
 
 for (const { path, kernels } of CASES) {
-  test(`8 peers, parts over ${path}, ${kernels} kernels: one step leaves every peer with the exact mean of all tensors`, { timeout: 120_000 }, async () => {
+  test(`8 peers, parts over ${path.name}, ${kernels} kernels: one step leaves every peer with the exact mean of all tensors`, { timeout: 120_000 }, async () => {
     const n = 8
-    const swarm = await startSwarm(n, { tensors: tensorsFor, config: () => ({ targetGroupSize: 8, minGroupSize: 8, dataChannel: path, kernels }) })
+    const swarm = await startSwarm(n, { tensors: tensorsFor, config: () => ({ targetGroupSize: 8, minGroupSize: 8, ...path.config, kernels }) })
     try {
       const originals = swarm.averagers.map((_, p) => tensorsFor(p))
       const total = originals[0].reduce((sum, t) => sum + t.data.length, 0)
@@ -35,8 +35,9 @@ for (const { path, kernels } of CASES) {
       }
       for (const a of swarm.averagers) {
         assert.equal(a.kernelBackend, kernels)
-        assert.equal(a.dataPath.opened[path], n - 1, `every part went over ${path}`)
-        assert.equal(a.dataPath.opened[path === 'direct' ? 'libp2p' : 'direct'], 0, 'no channel took the other path')
+        assert.equal(a.dataPath.threads, path.config.dataThreads ?? 0, 'the data channel ran on the threads asked for')
+        assert.equal(a.dataPath.opened[path.channel], n - 1, `every part went over ${path.name}`)
+        assert.equal(a.dataPath.opened[path.channel === 'direct' ? 'libp2p' : 'direct'], 0, 'no channel took the other path')
       }
       for (let t = 0; t < SHAPES.length; t++) {
         const expected = weightedMean(originals.map(o => o[t].data), originals.map(() => 1))

@@ -1,4 +1,4 @@
-import { test } from 'node:test'
+import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
 import tls from 'node:tls'
 import { randomBytes } from 'node:crypto'
@@ -9,7 +9,9 @@ import { createSwarmNode } from '../../agent/net/node.js'
 import { createDataChannelIdentity, nodePrivateKey } from '../../agent/net/direct/identity.js'
 import { DirectServer } from '../../agent/net/direct/direct-server.js'
 import { dialDirect } from '../../agent/net/direct/direct-dial.js'
-import type { SocketFrameChannel } from '../../agent/net/direct/socket-channel.js'
+import { mainThreadTransport, type DirectListener, type DirectTransport } from '../../agent/net/direct/direct-transport.js'
+import { DataThreads } from '../../agent/net/direct/threads/data-threads.js'
+import type { DirectFrameChannel, FrameChannel } from '../../agent/net/frame-channel.js'
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
 import { AggregateHeader, AggregateReply, MatchCode } from '../../agent/proto/averaging.js'
 import type { NamedTensor } from '../../agent/averager.js'
@@ -25,15 +27,15 @@ async function identities (n: number): Promise<Array<{ peer: string, identity: A
   }))
 }
 
-async function listen (identity: Awaited<ReturnType<typeof createDataChannelIdentity>>, accepted: SocketFrameChannel[]): Promise<DirectServer> {
-  return await DirectServer.listen({
+async function listen (transport: DirectTransport, identity: Awaited<ReturnType<typeof createDataChannelIdentity>>, accepted: DirectFrameChannel[]): Promise<DirectListener> {
+  return await transport.listen({
     identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000,
     accept: (channel) => { accepted.push(channel) }
   })
 }
 
 /** True once the remote side closed the channel (a clean end or a reset), false if it sent a frame. */
-async function closedByPeer (channel: SocketFrameChannel): Promise<boolean> {
+async function closedByPeer (channel: FrameChannel): Promise<boolean> {
   try {
     return (await channel.read(5000)) === null
   } catch (err) {
@@ -41,171 +43,183 @@ async function closedByPeer (channel: SocketFrameChannel): Promise<boolean> {
   }
 }
 
+// Every test of the channel itself runs with the sockets on the calling thread and on data threads.
+const dataThreads = DataThreads.start(2)
+after(async () => { await dataThreads.close() })
+const TRANSPORTS: Array<{ name: string, transport: DirectTransport }> = [
+  { name: 'main thread', transport: mainThreadTransport },
+  { name: '2 data threads', transport: dataThreads }
+]
+
 const dialOptions = { protocol: PROTOCOL, host: '127.0.0.1', timeoutMs: 3000, maxFrameBytes: 1024, maxQueuedFrames: 4 }
 
-test('direct channel: both sides learn each other\'s libp2p peer id, and frames cross intact', async () => {
-  const [server, client] = await identities(2)
-  const accepted: SocketFrameChannel[] = []
-  const listening = await listen(server.identity, accepted)
-  try {
-    const channel = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
-    assert.equal(channel.remotePeer, server.peer)
-    await channel.write(new Uint8Array([1, 2, 3]))
-    while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
-    assert.equal(accepted[0].remotePeer, client.peer, 'the server authenticated the client as its libp2p peer id')
-    assert.deepEqual(await accepted[0].read(2000), new Uint8Array([1, 2, 3]))
-    await accepted[0].write(new Uint8Array([9]))
-    assert.deepEqual(await channel.read(2000), new Uint8Array([9]))
-    await channel.closeWrite()
-    assert.equal(await accepted[0].read(2000), null, 'a half-close reads as a clean end')
-  } finally {
-    await listening.close()
-  }
-})
-
-test('direct channel: frames kept as views of the TLS chunks stay intact while queued', async () => {
-  const [server, client] = await identities(2)
-  // Over the channel: 40 frames of 200 KiB (many TLS records each) queue up unread, then read back exact.
-  const accepted: SocketFrameChannel[] = []
-  const listening = await DirectServer.listen({
-    identity: server.identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1 << 20, maxQueuedFrames: 64, handshakeTimeoutMs: 3000,
-    accept: (channel) => { accepted.push(channel) }
-  })
-  try {
-    const channel = await dialDirect({ ...dialOptions, maxFrameBytes: 1 << 20, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
-    const frames = Array.from({ length: 40 }, () => randomBytes(200 * 1024))
-    for (const f of frames) await channel.write([f.subarray(0, 7), f.subarray(7)])
-    while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
-    await new Promise(resolve => setTimeout(resolve, 500))
-    for (let i = 0; i < frames.length; i++) {
-      const got = i % 2 === 0 ? await accepted[0].readPieces(2000) : await accepted[0].read(2000)
-      assert.ok(got != null)
-      assert.ok(Buffer.from(got.subarray()).equals(frames[i]), `frame ${i} intact`)
-    }
-    await channel.closeWrite()
-  } finally {
-    await listening.close()
-  }
-})
-
-test('direct channel: a peer holding another key cannot complete the handshake', async () => {
-  const [server, client, impostor] = await identities(3)
-  const accepted: SocketFrameChannel[] = []
-  const listening = await listen(server.identity, accepted)
-  try {
-    // The server is not who the dialer expects: the dialer refuses it.
-    await assert.rejects(dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(impostor.peer) }), /is not peer/)
-    // Someone replaying the server's (public) certificate without its key cannot serve as it.
-    const fake = await DirectServer.listen({
-      identity: { cert: server.identity.cert, key: impostor.identity.key }, host: '127.0.0.1', port: 0, protocol: PROTOCOL,
-      maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000, accept: () => {}
-    }).catch((err: Error) => err)
-    if (fake instanceof DirectServer) {
-      try {
-        await assert.rejects(dialDirect({ ...dialOptions, identity: client.identity, port: fake.port, expectedPeer: peerIdFromString(server.peer) }))
-      } finally { await fake.close() }
-    } else {
-      assert.match(fake.message, /key|mismatch/i, 'node refuses a certificate with another party\'s key')
-    }
-    // A peer claiming another's id in its certificate, signed with its own key: refused by the server.
-    const victimKey = await generateKeyPair('Ed25519')
-    const forgerKey = await generateKeyPair('Ed25519')
-    const forged = await createDataChannelIdentity({
-      type: victimKey.type, publicKey: victimKey.publicKey, sign: async (data: Uint8Array) => await forgerKey.sign(data)
-    } as unknown as typeof victimKey)
-    const forgedDial = await dialDirect({ ...dialOptions, identity: forged, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
-      .then(async (channel) => { await channel.write(new Uint8Array([1])); return await closedByPeer(channel) }, () => true)
-    assert.equal(forgedDial, true, 'a forged certificate gets nothing back')
-    // A client replaying another peer's certificate without its key cannot even present it.
-    await assert.rejects(dialDirect({ ...dialOptions, identity: { cert: client.identity.cert, key: impostor.identity.key }, port: listening.port, expectedPeer: peerIdFromString(server.peer) }))
-    // No certificate at all, or a foreign protocol: dropped before any protocol code runs.
-    for (const options of [{ ALPNProtocols: [PROTOCOL] }, { ALPNProtocols: ['h2'], key: client.identity.key, cert: client.identity.cert }]) {
-      const outcome = await new Promise<string>(resolve => {
-        const socket = tls.connect({ host: '127.0.0.1', port: listening.port, rejectUnauthorized: false, ...options })
-        socket.on('error', (err) => { resolve(`error ${err.message}`) })
-        socket.on('close', () => { resolve('closed') })
-        socket.on('secureConnect', () => { socket.write('hello') })
-      })
-      assert.ok(outcome.length > 0)
-    }
-    await new Promise(resolve => setTimeout(resolve, 200))
-    assert.equal(accepted.length, 0, 'no forged or unauthenticated connection reached the protocol handler')
-  } finally {
-    await listening.close()
-  }
-})
-
-test('direct channel: an announced frame above the bound closes that connection only', async () => {
-  const [server, client] = await identities(2)
-  const accepted: SocketFrameChannel[] = []
-  const listening = await listen(server.identity, accepted)
-  try {
-    const hostile = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
-    const header = new Uint8Array(4)
-    new DataView(header.buffer).setUint32(0, 0xfffffff0, true)
-    ;(hostile as unknown as { socket: tls.TLSSocket }).socket.write(header)
-    while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
-    await assert.rejects(accepted[0].read(2000), /above the 1024-byte bound/)
-    // The server still serves an honest peer.
-    const honest = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
-    await honest.write(new Uint8Array([7]))
-    while (accepted.length < 2) await new Promise(resolve => setTimeout(resolve, 10))
-    assert.deepEqual(await accepted[1].read(2000), new Uint8Array([7]))
-    honest.abort(new Error('done'))
-  } finally {
-    await listening.close()
-  }
-})
-
-test('direct channel: an authenticated outsider and garbage senders are refused, and the group still reaches the exact mean', { timeout: 90_000 }, async () => {
-  let group: GroupInfo | null = null
-  const swarm = await startSwarm(4, {
-    tensors: small,
-    config: () => ({ targetGroupSize: 4, minGroupSize: 4, dataChannel: 'direct' }),
-    hooks: (i) => i === 0 ? { onGroup: (g) => { group = g } } : {}
-  })
-  const [outsider] = await identities(1)
-  try {
-    const target = swarm.nodes[1].peerId
-    const port = swarm.averagers[1].dataPath.port
-    assert.ok(port > 0, 'the averager listens for direct channels')
-    const stepping = Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
-    while (group == null) await new Promise(resolve => setTimeout(resolve, 5))
-    const groupId = (group as GroupInfo).groupId
-    // A peer without a libp2p connection (so without the private-network key or past the allow
-    // list) is dropped before any protocol code, even with a valid identity and the group id.
-    const stranger = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
-    await stranger.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
-    assert.equal(await closedByPeer(stranger), true, 'a peer without a libp2p connection gets nothing')
-    // A connected outsider who knows the group id is still not a member.
-    const outsiderNode = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] })
+for (const { name, transport } of TRANSPORTS) {
+  test(`direct channel (${name}): both sides learn each other's libp2p peer id, and frames cross intact`, async () => {
+    const [server, client] = await identities(2)
+    const accepted: DirectFrameChannel[] = []
+    const listening = await listen(transport, server.identity, accepted)
     try {
-      await outsiderNode.dial(swarm.nodes[1].getMultiaddrs()[0])
-      const identity = await createDataChannelIdentity(nodePrivateKey(outsiderNode)!)
-      const intruder = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
-      await intruder.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
-      const reply = await intruder.read(10_000)
-      assert.ok(reply != null)
-      assert.notEqual(AggregateReply.decode(reply).code, MatchCode.ACCEPTED, 'the outsider was refused')
-      // Garbage in place of a header.
-      const garbage = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
-      await garbage.write(randomBytes(300))
-      assert.equal(await closedByPeer(garbage), true, 'garbage closes that connection')
+      const channel = await transport.dial({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+      assert.equal(channel.remotePeer, server.peer)
+      await channel.write(new Uint8Array([1, 2, 3]))
+      while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
+      assert.equal(accepted[0].remotePeer, client.peer, 'the server authenticated the client as its libp2p peer id')
+      assert.deepEqual(await accepted[0].read(2000), new Uint8Array([1, 2, 3]))
+      await accepted[0].write(new Uint8Array([9]))
+      assert.deepEqual(await channel.read(2000), new Uint8Array([9]))
+      await channel.closeWrite()
+      assert.equal(await accepted[0].read(2000), null, 'a half-close reads as a clean end')
     } finally {
-      await outsiderNode.stop()
+      await listening.close()
     }
-    const results = await stepping
-    const expected = weightedMean([0, 1, 2, 3].map(p => small(p)[0].data), [1, 1, 1, 1])
-    for (let p = 0; p < 4; p++) {
-      assert.deepEqual(results[p].allreduce.bannedSenders, [])
-      assert.equal(results[p].allreduce.partsKeptLocal, 0)
-      const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
-      assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean`)
+  })
+
+  test(`direct channel (${name}): frames kept as views of the TLS chunks stay intact while queued`, async () => {
+    const [server, client] = await identities(2)
+    // Over the channel: 40 frames of 200 KiB (many TLS records each) queue up unread, then read back exact.
+    const accepted: DirectFrameChannel[] = []
+    const listening = await transport.listen({
+      identity: server.identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1 << 20, maxQueuedFrames: 64, handshakeTimeoutMs: 3000,
+      accept: (channel) => { accepted.push(channel) }
+    })
+    try {
+      const channel = await transport.dial({ ...dialOptions, maxFrameBytes: 1 << 20, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+      const frames = Array.from({ length: 40 }, () => randomBytes(200 * 1024))
+      for (const f of frames) await channel.write([f.subarray(0, 7), f.subarray(7)])
+      while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
+      await new Promise(resolve => setTimeout(resolve, 500))
+      for (let i = 0; i < frames.length; i++) {
+        const got = i % 2 === 0 ? await accepted[0].readPieces(2000) : await accepted[0].read(2000)
+        assert.ok(got != null)
+        assert.ok(Buffer.from(got.subarray()).equals(frames[i]), `frame ${i} intact`)
+      }
+      await channel.closeWrite()
+    } finally {
+      await listening.close()
     }
-  } finally {
-    await swarm.stop()
-  }
-})
+  })
+
+  test(`direct channel (${name}): a peer holding another key cannot complete the handshake`, async () => {
+    const [server, client, impostor] = await identities(3)
+    const accepted: DirectFrameChannel[] = []
+    const listening = await listen(transport, server.identity, accepted)
+    try {
+      // The server is not who the dialer expects: the dialer refuses it.
+      await assert.rejects(transport.dial({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(impostor.peer) }), /is not peer/)
+      // Someone replaying the server's (public) certificate without its key cannot serve as it.
+      const fake = await transport.listen({
+        identity: { cert: server.identity.cert, key: impostor.identity.key }, host: '127.0.0.1', port: 0, protocol: PROTOCOL,
+        maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000, accept: () => {}
+      }).catch((err: Error) => err)
+      if (!(fake instanceof Error)) {
+        try {
+          await assert.rejects(transport.dial({ ...dialOptions, identity: client.identity, port: fake.port, expectedPeer: peerIdFromString(server.peer) }))
+        } finally { await fake.close() }
+      } else {
+        assert.match(fake.message, /key|mismatch/i, 'node refuses a certificate with another party\'s key')
+      }
+      // A peer claiming another's id in its certificate, signed with its own key: refused by the server.
+      const victimKey = await generateKeyPair('Ed25519')
+      const forgerKey = await generateKeyPair('Ed25519')
+      const forged = await createDataChannelIdentity({
+        type: victimKey.type, publicKey: victimKey.publicKey, sign: async (data: Uint8Array) => await forgerKey.sign(data)
+      } as unknown as typeof victimKey)
+      const forgedDial = await transport.dial({ ...dialOptions, identity: forged, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+        .then(async (channel) => { await channel.write(new Uint8Array([1])); return await closedByPeer(channel) }, () => true)
+      assert.equal(forgedDial, true, 'a forged certificate gets nothing back')
+      // A client replaying another peer's certificate without its key cannot even present it.
+      await assert.rejects(transport.dial({ ...dialOptions, identity: { cert: client.identity.cert, key: impostor.identity.key }, port: listening.port, expectedPeer: peerIdFromString(server.peer) }))
+      // No certificate at all, or a foreign protocol: dropped before any protocol code runs.
+      for (const options of [{ ALPNProtocols: [PROTOCOL] }, { ALPNProtocols: ['h2'], key: client.identity.key, cert: client.identity.cert }]) {
+        const outcome = await new Promise<string>(resolve => {
+          const socket = tls.connect({ host: '127.0.0.1', port: listening.port, rejectUnauthorized: false, ...options })
+          socket.on('error', (err) => { resolve(`error ${err.message}`) })
+          socket.on('close', () => { resolve('closed') })
+          socket.on('secureConnect', () => { socket.write('hello') })
+        })
+        assert.ok(outcome.length > 0)
+      }
+      await new Promise(resolve => setTimeout(resolve, 200))
+      assert.equal(accepted.length, 0, 'no forged or unauthenticated connection reached the protocol handler')
+    } finally {
+      await listening.close()
+    }
+  })
+
+  test(`direct channel (${name}): an announced frame above the bound closes that connection only`, async () => {
+    const [server, client] = await identities(2)
+    const accepted: DirectFrameChannel[] = []
+    const listening = await listen(transport, server.identity, accepted)
+    try {
+      const hostile = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+      const header = new Uint8Array(4)
+      new DataView(header.buffer).setUint32(0, 0xfffffff0, true)
+      ;(hostile as unknown as { socket: tls.TLSSocket }).socket.write(header)
+      while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
+      await assert.rejects(accepted[0].read(2000), /above the 1024-byte bound/)
+      // The server still serves an honest peer.
+      const honest = await transport.dial({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+      await honest.write(new Uint8Array([7]))
+      while (accepted.length < 2) await new Promise(resolve => setTimeout(resolve, 10))
+      assert.deepEqual(await accepted[1].read(2000), new Uint8Array([7]))
+      honest.abort(new Error('done'))
+    } finally {
+      await listening.close()
+    }
+  })
+}
+
+for (const dataThreads of [0, 2]) {
+  test(`direct channel (${dataThreads > 0 ? `${dataThreads} data threads` : 'main thread'}): an authenticated outsider and garbage senders are refused, and the group still reaches the exact mean`, { timeout: 90_000 }, async () => {
+    let group: GroupInfo | null = null
+    const swarm = await startSwarm(4, {
+      tensors: small,
+      config: () => ({ targetGroupSize: 4, minGroupSize: 4, dataChannel: 'direct', dataThreads }),
+      hooks: (i) => i === 0 ? { onGroup: (g) => { group = g } } : {}
+    })
+    const [outsider] = await identities(1)
+    try {
+      const target = swarm.nodes[1].peerId
+      const port = swarm.averagers[1].dataPath.port
+      assert.ok(port > 0, 'the averager listens for direct channels')
+      const stepping = Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
+      while (group == null) await new Promise(resolve => setTimeout(resolve, 5))
+      const groupId = (group as GroupInfo).groupId
+      // A peer without a libp2p connection (so without the private-network key or past the allow
+      // list) is dropped before any protocol code, even with a valid identity and the group id.
+      const stranger = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+      await stranger.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
+      assert.equal(await closedByPeer(stranger), true, 'a peer without a libp2p connection gets nothing')
+      // A connected outsider who knows the group id is still not a member.
+      const outsiderNode = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] })
+      try {
+        await outsiderNode.dial(swarm.nodes[1].getMultiaddrs()[0])
+        const identity = await createDataChannelIdentity(nodePrivateKey(outsiderNode)!)
+        const intruder = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+        await intruder.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
+        const reply = await intruder.read(10_000)
+        assert.ok(reply != null)
+        assert.notEqual(AggregateReply.decode(reply).code, MatchCode.ACCEPTED, 'the outsider was refused')
+        // Garbage in place of a header.
+        const garbage = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+        await garbage.write(randomBytes(300))
+        assert.equal(await closedByPeer(garbage), true, 'garbage closes that connection')
+      } finally {
+        await outsiderNode.stop()
+      }
+      const results = await stepping
+      const expected = weightedMean([0, 1, 2, 3].map(p => small(p)[0].data), [1, 1, 1, 1])
+      for (let p = 0; p < 4; p++) {
+        assert.deepEqual(results[p].allreduce.bannedSenders, [])
+        assert.equal(results[p].allreduce.partsKeptLocal, 0)
+        const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
+        assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean`)
+      }
+    } finally {
+      await swarm.stop()
+    }
+  })
+}
 
 test('direct channel: unreachable data ports and libp2p-only peers fall back to libp2p streams, at the exact mean', { timeout: 90_000 }, async () => {
   // Peer 0 listens where nobody can reach it (127.0.0.2 while its libp2p address is 127.0.0.1);

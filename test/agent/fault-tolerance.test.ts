@@ -11,12 +11,12 @@ const tensorsFor = (seed: number): NamedTensor[] => SHAPES.map(([name, shape], t
 const CONFIG: Partial<AveragerConfig> = { targetGroupSize: 5, minGroupSize: 2, allreduceTimeout: 8, requestTimeout: 2, averagingExpiration: 6, partSizeBytes: 16384 }
 
 for (const path of DATA_PATHS) {
-  test(`parts over ${path}: a peer killed mid-round costs only its span: others finish in time, keep local values there, and the next round succeeds`, { timeout: 150_000 }, async () => {
+  test(`parts over ${path.name}: a peer killed mid-round costs only its span: others finish in time, keep local values there, and the next round succeeds`, { timeout: 150_000 }, async () => {
     // Five peers; the fifth drops off the network (all its connections torn down at once, as a
     // crashed process's kernel would) the moment it learns its group, before it sends or reduces.
     const swarm = await startSwarm(5, {
       tensors: tensorsFor,
-      config: () => ({ ...CONFIG, dataChannel: path }),
+      config: () => ({ ...CONFIG, ...path.config }),
       hooks: (i, nodes) => i === 4 ? { onGroup: () => { void nodes[4].stop() } } : {}
     })
     const victim = swarm.averagers[4]

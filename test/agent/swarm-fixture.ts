@@ -104,5 +104,17 @@ export function maxAbsDiff (a: ArrayLike<number>, b: ArrayLike<number>): number 
 
 export type { DataPathName } from '../../agent/allreduce/aggregate-dialer.js'
 
-/** Both ways parts can travel: every correctness test of the averager runs over each. */
-export const DATA_PATHS = ['direct', 'libp2p'] as const
+export interface DataPathCase {
+  /** How the test names it. */
+  readonly name: string
+  /** The path its channels take, as the averager counts them. */
+  readonly channel: 'direct' | 'libp2p'
+  readonly config: Partial<AveragerConfig>
+}
+
+/** Every way parts can travel: every correctness test of the averager runs over each. */
+export const DATA_PATHS: readonly DataPathCase[] = [
+  { name: 'direct', channel: 'direct', config: { dataChannel: 'direct' } },
+  { name: 'direct on 2 data threads', channel: 'direct', config: { dataChannel: 'direct', dataThreads: 2 } },
+  { name: 'libp2p', channel: 'libp2p', config: { dataChannel: 'libp2p' } }
+]

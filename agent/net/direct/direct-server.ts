@@ -21,6 +21,11 @@ export interface DirectServerOptions {
   readonly handshakeTimeoutMs: number
   /** Peers allowed to connect at all; undefined: any authenticated peer. */
   readonly allowPeer?: (peer: string) => boolean | Promise<boolean>
+  /**
+   * Listen with SO_REUSEPORT, so that several data threads can hold servers on one port and the
+   * kernel spreads the connections over them.
+   */
+  readonly reusePort?: boolean
   readonly accept: (channel: SocketFrameChannel) => void
   readonly log?: (msg: string) => void
 }
@@ -81,7 +86,7 @@ export class DirectServer {
     })
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject)
-      server.listen(options.port, options.host, () => { server.off('error', reject); resolve() })
+      server.listen({ port: options.port, host: options.host, reusePort: options.reusePort === true }, () => { server.off('error', reject); resolve() })
     })
     return new DirectServer(server, sockets)
   }

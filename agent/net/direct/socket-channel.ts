@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net'
 import type { Uint8ArrayList } from 'uint8arraylist'
 import { ProtocolError } from '../../errors.js'
-import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type FrameChannel } from '../frame-channel.js'
+import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type DirectFrameChannel } from '../frame-channel.js'
 
 export interface SocketChannelOptions {
   readonly maxFrameBytes: number
@@ -14,7 +14,7 @@ export interface SocketChannelOptions {
  * Length-prefixed frames over a node socket (a mutually authenticated TLS socket of the direct
  * data channel). The socket's own buffers and pause/resume carry back-pressure both ways.
  */
-export class SocketFrameChannel implements FrameChannel {
+export class SocketFrameChannel implements DirectFrameChannel {
   private readonly queue: FrameQueue
   private readonly writeHighWaterMark: number
   readonly path = 'direct' as const
@@ -46,15 +46,19 @@ export class SocketFrameChannel implements FrameChannel {
     return await this.queue.readPieces(timeoutMs)
   }
 
-  async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
+  /**
+   * flushed, when given, is called once the socket holds no reference to the pieces any more
+   * (with an error if the connection broke first).
+   */
+  async write (payload: Uint8Array | readonly Uint8Array[], flushed?: (err?: Error | null) => void): Promise<void> {
     const failure = this.queue.error
     if (failure != null) throw failure
     if (this.socket.destroyed || !this.socket.writable) throw new ProtocolError(`connection to ${this.remotePeer} is closed for writing`)
     const pieces = payloadPieces(payload)
     // Corked: the header and pieces leave in one writev, and TLS encrypts them as they are written.
     this.socket.cork()
-    this.socket.write(frameHeader(payloadBytes(pieces)))
-    for (const piece of pieces) this.socket.write(piece)
+    this.socket.write(frameHeader(payloadBytes(pieces)), pieces.length === 0 ? flushed : undefined)
+    pieces.forEach((piece, i) => this.socket.write(piece, i === pieces.length - 1 ? flushed : undefined))
     this.socket.uncork()
     while (this.socket.writableLength > this.writeHighWaterMark && !this.socket.destroyed) {
       await new Promise<void>(resolve => {

@@ -1,0 +1,34 @@
+import type { DirectFrameChannel } from '../frame-channel.js'
+import { dialDirect, type DirectDialOptions } from './direct-dial.js'
+import { DirectServer, type DirectServerOptions } from './direct-server.js'
+
+/** What the direct data path needs to listen: the server's options, with any kind of direct channel. */
+export type DirectListenOptions = Omit<DirectServerOptions, 'accept' | 'reusePort'> & {
+  readonly accept: (channel: DirectFrameChannel) => void
+}
+
+export interface DirectListener {
+  readonly port: number
+  close: () => Promise<void>
+}
+
+/**
+ * Where the direct data channel's sockets live: on the agent's main thread, or spread over data
+ * threads that run TLS and framing so that one agent can use more than one core.
+ */
+export interface DirectTransport {
+  /** Worker threads carrying the sockets; 0: the main thread does. */
+  readonly threads: number
+  dial: (options: DirectDialOptions) => Promise<DirectFrameChannel>
+  listen: (options: DirectListenOptions) => Promise<DirectListener>
+  /** Drops every connection and listener (the agent is leaving the swarm). */
+  close: () => Promise<void>
+}
+
+/** The direct data channel on the calling thread. */
+export const mainThreadTransport: DirectTransport = {
+  threads: 0,
+  dial: dialDirect,
+  listen: async (options) => await DirectServer.listen(options),
+  close: async () => {}
+}

@@ -1,0 +1,217 @@
+import { Worker } from 'node:worker_threads'
+import { ProtocolError, TimeoutError } from '../../../errors.js'
+import type { DirectFrameChannel } from '../../frame-channel.js'
+import type { DirectDialOptions } from '../direct-dial.js'
+import type { DirectListener, DirectListenOptions, DirectTransport } from '../direct-transport.js'
+import { ThreadFrameChannel, type ThreadLink } from './thread-channel.js'
+import type { FromDataThread, ToDataThread } from './thread-messages.js'
+import { Outbox } from './outbox.js'
+
+/** Write buffers kept for reuse per thread (parts are all about one size). */
+const MAX_SPARE_BUFFERS = 64
+const BUFFER_ROUNDING = 4096
+
+type FrameBounds = { readonly maxFrameBytes: number, readonly maxQueuedFrames: number }
+/** A request awaiting its reply; a dial's carries the bounds of the channel it opens. */
+type Pending = { resolve: (message: FromDataThread) => void, reject: (err: Error) => void, frames?: FrameBounds }
+
+/** One data thread, seen from the main thread: requests, its channels and its spare buffers. */
+class DataThread implements ThreadLink {
+  private readonly worker: Worker
+  private readonly outbox: Outbox<ToDataThread>
+  private readonly pending = new Map<number, Pending>()
+  private readonly channels = new Map<number, ThreadFrameChannel>()
+  private readonly listeners = new Map<number, DirectListenOptions>()
+  private readonly spare: ArrayBuffer[] = []
+  private nextReq = 1
+  private failure: Error | null = null
+
+  constructor (private readonly log?: (message: string) => void) {
+    this.worker = new Worker(new URL('./data-thread.js', import.meta.url))
+    // The agent decides when to stop; a data thread alone never holds the process open.
+    this.worker.unref()
+    this.outbox = new Outbox((messages, transfer) => { this.worker.postMessage(messages, transfer) })
+    this.worker.on('message', (messages: FromDataThread[]) => { for (const message of messages) this.receive(message) })
+    this.worker.on('error', (err) => { this.fail(new ProtocolError(`a data thread failed: ${err.message}`)) })
+    this.worker.on('exit', () => { this.fail(new ProtocolError('a data thread exited')) })
+  }
+
+  post (message: ToDataThread, transfer: ArrayBuffer[] = []): void {
+    if (this.failure == null) this.outbox.post(message, transfer)
+  }
+
+  buffer (bytes: number): ArrayBuffer {
+    for (let i = this.spare.length - 1; i >= 0; i--) {
+      const buf = this.spare[i]
+      if (buf.byteLength >= bytes && buf.byteLength <= 2 * bytes + BUFFER_ROUNDING) {
+        this.spare.splice(i, 1)
+        return buf
+      }
+    }
+    return new ArrayBuffer(Math.ceil(Math.max(bytes, 1) / BUFFER_ROUNDING) * BUFFER_ROUNDING)
+  }
+
+  recycle (buf: ArrayBuffer): void {
+    if (this.spare.length < MAX_SPARE_BUFFERS) this.spare.push(buf)
+  }
+
+  async dial (options: DirectDialOptions): Promise<DirectFrameChannel> {
+    const reply = await this.request(req => ({
+      t: 'dial',
+      req,
+      options: {
+        identity: options.identity,
+        host: options.host,
+        port: options.port,
+        protocol: options.protocol,
+        expectedPeer: options.expectedPeer.toString(),
+        timeoutMs: options.timeoutMs,
+        maxFrameBytes: options.maxFrameBytes,
+        maxQueuedFrames: options.maxQueuedFrames
+      }
+    }), options)
+    const channel = reply.t === 'dialed' ? this.channels.get(reply.id) : undefined
+    if (channel == null) throw new ProtocolError(`the direct channel to ${options.host}:${options.port} closed as it opened`)
+    return channel
+  }
+
+  async listen (options: DirectListenOptions, port: number): Promise<{ listener: number, port: number }> {
+    const reply = await this.request(req => ({
+      t: 'listen',
+      req,
+      options: {
+        identity: options.identity,
+        host: options.host,
+        port,
+        protocol: options.protocol,
+        maxFrameBytes: options.maxFrameBytes,
+        maxQueuedFrames: options.maxQueuedFrames,
+        handshakeTimeoutMs: options.handshakeTimeoutMs,
+        askAllow: options.allowPeer != null
+      }
+    }))
+    if (reply.t !== 'listening') throw new ProtocolError('a data thread answered a listen with something else')
+    this.listeners.set(reply.listener, options)
+    return { listener: reply.listener, port: reply.port }
+  }
+
+  async closeListener (listener: number): Promise<void> {
+    this.listeners.delete(listener)
+    await this.request(req => ({ t: 'closeListener', req, listener })).catch(() => {})
+  }
+
+  async stop (): Promise<void> {
+    await this.request(req => ({ t: 'stop', req })).catch(() => {})
+    this.failure ??= new ProtocolError('the data thread stopped')
+    await this.worker.terminate()
+  }
+
+  private async request (build: (req: number) => ToDataThread, frames?: FrameBounds): Promise<FromDataThread> {
+    if (this.failure != null) throw this.failure
+    const req = this.nextReq++
+    const reply = await new Promise<FromDataThread>((resolve, reject) => {
+      this.pending.set(req, { resolve, reject, frames })
+      this.post(build(req))
+    })
+    if (reply.t === 'refused') throw reply.timeout ? new TimeoutError(reply.message) : new ProtocolError(reply.message)
+    return reply
+  }
+
+  private adopt (id: number, peer: string, options: FrameBounds): ThreadFrameChannel {
+    const channel = new ThreadFrameChannel(this, id, peer, options)
+    this.channels.set(id, channel)
+    void channel.closed.then(() => this.channels.delete(id))
+    return channel
+  }
+
+  private receive (message: FromDataThread): void {
+    switch (message.t) {
+      case 'frame': this.channels.get(message.id)?.onFrame(message.buf); break
+      case 'written': this.channels.get(message.id)?.onWritten(message.buf); break
+      case 'writeClosed': this.channels.get(message.id)?.onWriteClosed(); break
+      case 'end': this.channels.get(message.id)?.onEnd(); break
+      case 'failed': this.channels.get(message.id)?.onFailed(message.message); break
+      case 'closed': this.channels.get(message.id)?.onClosed(); break
+      case 'log': this.log?.(message.message); break
+      case 'incoming': {
+        const options = this.listeners.get(message.listener)
+        const channel = this.adopt(message.id, message.peer, options ?? { maxFrameBytes: 0, maxQueuedFrames: 1 })
+        if (options != null) options.accept(channel)
+        else channel.abort(new ProtocolError('the listener is closed'))
+        break
+      }
+      case 'allow': {
+        const allow = this.listeners.get(message.listener)?.allowPeer
+        void Promise.resolve(allow?.(message.peer) ?? false)
+          .catch(() => false)
+          .then(ok => { this.post({ t: 'allowed', req: message.req, ok }) })
+        break
+      }
+      default: {
+        const pending = this.pending.get(message.req)
+        this.pending.delete(message.req)
+        // Adopted now, not after the caller resumes: the channel's first frames may be in the next message.
+        if (message.t === 'dialed') {
+          const channel = this.adopt(message.id, message.peer, pending?.frames ?? { maxFrameBytes: 0, maxQueuedFrames: 1 })
+          if (pending == null) channel.abort(new ProtocolError('nobody waits for this channel'))
+        }
+        pending?.resolve(message)
+      }
+    }
+  }
+
+  private fail (err: Error): void {
+    if (this.failure != null) return
+    this.failure = err
+    for (const pending of this.pending.values()) pending.reject(err)
+    this.pending.clear()
+    for (const channel of this.channels.values()) {
+      channel.onFailed(err.message)
+      channel.onClosed()
+    }
+    this.channels.clear()
+  }
+}
+
+/**
+ * The direct data channel spread over worker threads: each thread listens on the same port
+ * (SO_REUSEPORT, so the kernel spreads inbound connections) and dials its share of outbound
+ * ones, running TLS, the certificate check and framing off the main thread.
+ */
+export class DataThreads implements DirectTransport {
+  private next = 0
+
+  private constructor (private readonly pool: readonly DataThread[]) {}
+
+  static start (count: number, log?: (message: string) => void): DataThreads {
+    if (!Number.isInteger(count) || count < 1) throw new RangeError(`data threads must be a whole number >= 1, got ${count}`)
+    return new DataThreads(Array.from({ length: count }, () => new DataThread(log)))
+  }
+
+  get threads (): number { return this.pool.length }
+
+  async dial (options: DirectDialOptions): Promise<DirectFrameChannel> {
+    const thread = this.pool[this.next++ % this.pool.length]
+    return await thread.dial(options)
+  }
+
+  async listen (options: DirectListenOptions): Promise<DirectListener> {
+    // The first thread picks the port (0: any free one); the others join it on the same port.
+    const first = await this.pool[0].listen(options, options.port)
+    const rest = await Promise.allSettled(this.pool.slice(1).map(async thread => await thread.listen(options, first.port)))
+    const opened = [{ status: 'fulfilled' as const, value: first }, ...rest]
+    const close = async (): Promise<void> => {
+      await Promise.all(opened.map(async (result, i) => { if (result.status === 'fulfilled') await this.pool[i].closeListener(result.value.listener) }))
+    }
+    const failed = rest.find(result => result.status === 'rejected')
+    if (failed != null) {
+      await close()
+      throw failed.reason
+    }
+    return { port: first.port, close }
+  }
+
+  async close (): Promise<void> {
+    await Promise.all(this.pool.map(async thread => { await thread.stop() }))
+  }
+}

@@ -1,0 +1,148 @@
+import type { Uint8ArrayList } from 'uint8arraylist'
+import { ProtocolError } from '../../../errors.js'
+import { FrameQueue, payloadBytes, payloadPieces, type DirectFrameChannel } from '../../frame-channel.js'
+import type { ToDataThread } from './thread-messages.js'
+
+/** What a channel needs from the data thread that holds its socket. */
+export interface ThreadLink {
+  post: (message: ToDataThread, transfer?: ArrayBuffer[]) => void
+  /** A buffer of at least `bytes` bytes, reused where one came back. */
+  buffer: (bytes: number) => ArrayBuffer
+  recycle: (buf: ArrayBuffer) => void
+}
+
+export interface ThreadChannelOptions {
+  readonly maxFrameBytes: number
+  /** Frames the data thread may hand us before we read them. */
+  readonly maxQueuedFrames: number
+  /** Bytes written but not yet flushed to the socket before write() waits. */
+  readonly writeHighWaterMark?: number
+}
+
+/**
+ * The main thread's end of a direct channel whose TLS socket lives on a data thread. Writes are
+ * copied into a transferred buffer (so the caller may reuse its pieces at once); frames arrive
+ * as transferred buffers; both directions are bounded, so back-pressure reaches the socket.
+ */
+export class ThreadFrameChannel implements DirectFrameChannel {
+  readonly path = 'direct' as const
+  readonly closed: Promise<void>
+  private readonly queue: FrameQueue
+  private readonly writeHighWaterMark: number
+  private readonly creditEvery: number
+  /** Bytes of each write not yet flushed, oldest first: the data thread flushes them in order. */
+  private readonly inFlight: number[] = []
+  private unflushed = 0
+  private unread = 0
+  private waiters: Array<() => void> = []
+  private writeEnded = false
+  private writeClosed: (() => void) | null = null
+  private isClosed = false
+  private markClosed!: () => void
+
+  constructor (private readonly link: ThreadLink, readonly id: number, readonly remotePeer: string, options: ThreadChannelOptions) {
+    this.writeHighWaterMark = options.writeHighWaterMark ?? 4 * 1024 * 1024
+    this.creditEvery = Math.max(1, Math.floor(options.maxQueuedFrames / 2))
+    this.closed = new Promise(resolve => { this.markClosed = resolve })
+    // The data thread stops sending at maxQueuedFrames unread, so the queue itself never pauses.
+    this.queue = new FrameQueue({
+      pause: () => {},
+      resume: () => {},
+      violate: (err) => { this.abort(err) },
+      describePeer: () => remotePeer
+    }, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames + 1 })
+  }
+
+  async read (timeoutMs?: number): Promise<Uint8Array | null> {
+    const frame = await this.queue.read(timeoutMs)
+    if (frame != null) this.consumed()
+    return frame
+  }
+
+  async readPieces (timeoutMs?: number): Promise<Uint8ArrayList | null> {
+    const frame = await this.queue.readPieces(timeoutMs)
+    if (frame != null) this.consumed()
+    return frame
+  }
+
+  async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
+    const failure = this.queue.error
+    if (failure != null) throw failure
+    if (this.isClosed || this.writeEnded) throw new ProtocolError(`connection to ${this.remotePeer} is closed for writing`)
+    const pieces = payloadPieces(payload)
+    const length = payloadBytes(pieces)
+    const buf = this.link.buffer(length)
+    const bytes = new Uint8Array(buf)
+    let offset = 0
+    for (const piece of pieces) {
+      bytes.set(piece, offset)
+      offset += piece.byteLength
+    }
+    this.inFlight.push(length)
+    this.unflushed += length
+    this.link.post({ t: 'write', id: this.id, buf, length }, [buf])
+    while (this.unflushed > this.writeHighWaterMark && !this.isClosed && this.queue.error == null) {
+      await new Promise<void>(resolve => { this.waiters.push(resolve) })
+    }
+  }
+
+  async closeWrite (): Promise<void> {
+    if (this.isClosed || this.writeEnded) return
+    this.writeEnded = true
+    await new Promise<void>(resolve => {
+      this.writeClosed = resolve
+      this.link.post({ t: 'closeWrite', id: this.id })
+    })
+  }
+
+  abort (reason: Error): void {
+    this.queue.fail(reason)
+    this.wakeWriters()
+    if (!this.isClosed) this.link.post({ t: 'abort', id: this.id, message: reason.message })
+  }
+
+  /** A frame from the data thread (header included). */
+  onFrame (buf: ArrayBuffer): void {
+    this.queue.push(new Uint8Array(buf))
+  }
+
+  onWritten (buf: ArrayBuffer): void {
+    this.unflushed -= this.inFlight.shift() ?? 0
+    this.link.recycle(buf)
+    if (this.unflushed <= this.writeHighWaterMark) this.wakeWriters()
+  }
+
+  onWriteClosed (): void {
+    this.writeClosed?.()
+    this.writeClosed = null
+  }
+
+  onEnd (): void {
+    this.queue.end()
+  }
+
+  onFailed (message: string): void {
+    this.queue.fail(new ProtocolError(message))
+    this.wakeWriters()
+  }
+
+  onClosed (): void {
+    this.isClosed = true
+    this.queue.end()
+    this.wakeWriters()
+    this.onWriteClosed()
+    this.markClosed()
+  }
+
+  private consumed (): void {
+    if (++this.unread < this.creditEvery) return
+    this.link.post({ t: 'credit', id: this.id, frames: this.unread })
+    this.unread = 0
+  }
+
+  private wakeWriters (): void {
+    const waiters = this.waiters
+    this.waiters = []
+    for (const wake of waiters) wake()
+  }
+}

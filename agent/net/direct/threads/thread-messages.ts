@@ -1,0 +1,61 @@
+/**
+ * Messages between the agent's main thread and a data thread. Channel ids are the data thread's
+ * own; request ids are the main thread's. Frame bytes travel as transferred ArrayBuffers, never
+ * cloned.
+ */
+
+import type { DataChannelIdentity } from '../identity.js'
+
+export interface ListenRequest {
+  readonly identity: DataChannelIdentity
+  readonly host: string
+  readonly port: number
+  readonly protocol: string
+  readonly maxFrameBytes: number
+  readonly maxQueuedFrames: number
+  readonly handshakeTimeoutMs: number
+  /** Ask the main thread whether a peer may connect (allowPeer); off: any authenticated peer. */
+  readonly askAllow: boolean
+}
+
+export interface DialRequest {
+  readonly identity: DataChannelIdentity
+  readonly host: string
+  readonly port: number
+  readonly protocol: string
+  readonly expectedPeer: string
+  readonly timeoutMs: number
+  readonly maxFrameBytes: number
+  readonly maxQueuedFrames: number
+}
+
+export type ToDataThread =
+  | { readonly t: 'listen', readonly req: number, readonly options: ListenRequest }
+  | { readonly t: 'closeListener', readonly req: number, readonly listener: number }
+  | { readonly t: 'allowed', readonly req: number, readonly ok: boolean }
+  | { readonly t: 'dial', readonly req: number, readonly options: DialRequest }
+  /** One frame's payload in buf[0, length); the data thread adds the header. */
+  | { readonly t: 'write', readonly id: number, readonly buf: ArrayBuffer, readonly length: number }
+  /** The main thread consumed this many more frames of the channel. */
+  | { readonly t: 'credit', readonly id: number, readonly frames: number }
+  | { readonly t: 'closeWrite', readonly id: number }
+  | { readonly t: 'abort', readonly id: number, readonly message: string }
+  | { readonly t: 'stop', readonly req: number }
+
+export type FromDataThread =
+  | { readonly t: 'listening', readonly req: number, readonly listener: number, readonly port: number }
+  | { readonly t: 'done', readonly req: number }
+  | { readonly t: 'refused', readonly req: number, readonly message: string, readonly timeout: boolean }
+  | { readonly t: 'allow', readonly req: number, readonly listener: number, readonly peer: string }
+  | { readonly t: 'incoming', readonly listener: number, readonly id: number, readonly peer: string }
+  | { readonly t: 'dialed', readonly req: number, readonly id: number, readonly peer: string }
+  /** One received frame, header included. */
+  | { readonly t: 'frame', readonly id: number, readonly buf: ArrayBuffer }
+  /** A write was flushed to the socket (TLS holds no reference to it any more); its buffer comes back for reuse. */
+  | { readonly t: 'written', readonly id: number, readonly buf: ArrayBuffer }
+  | { readonly t: 'writeClosed', readonly id: number }
+  /** The remote closed its side cleanly between frames. */
+  | { readonly t: 'end', readonly id: number }
+  | { readonly t: 'failed', readonly id: number, readonly message: string }
+  | { readonly t: 'closed', readonly id: number }
+  | { readonly t: 'log', readonly message: string }

@@ -166,6 +166,7 @@ export class AllReduceRunner {
         if (part.compression !== wire) throw new ProtocolError(`sender ${from} used ${part.compression} compression`)
         // Decoded into the kernels' staging buffer: contribute() checks and adds it before anything else runs.
         decodeInto(this.options.codec, part.data, expected.length, this.kernels.staging)
+        framed.release?.(bytes)
         if (!reducer.contribute(slot, k, true)) throw new ProtocolError(`sender ${from} sent NaN or infinite values`)
       }
       await this.reducerFinished
@@ -292,6 +293,7 @@ export class AllReduceRunner {
       if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
       const part = this.plan.parts[index]
       const mean = decodeInto(this.options.codec, result.data, part.length, this.kernels.staging)
+      framed.release?.(bytes)
       if (!this.kernels.allFinite(part.length)) throw new ProtocolError(`reducer ${peer} sent NaN or infinite values`)
       this.applyMean(part, mean)
     }

@@ -22,6 +22,11 @@ export interface FrameChannel {
    */
   readPieces: (timeoutMs?: number) => Promise<Uint8ArrayList | null>
   /**
+   * The reader is done with a frame from readPieces (it copied what it needed): a channel that
+   * recycles frame memory may reuse it at once. Optional for readers and for channels.
+   */
+  release?: (frame: Uint8ArrayList) => void
+  /**
    * Sends one frame (a payload, or its pieces in order: they are written as they are, not joined);
    * waits while the send buffer is above its high-water mark. Pieces are read until the frame has
    * left for the transport's own buffers, so they must not change before the returned promise settles.

@@ -43,6 +43,12 @@ function cpuSecondsNow (): number {
   return (usage.user + usage.system) / 1e6
 }
 
+/** CPU seconds of the main thread alone: what a peer's worker threads cannot take over. */
+function mainThreadCpuSecondsNow (): number {
+  const usage = process.threadCpuUsage()
+  return (usage.user + usage.system) / 1e6
+}
+
 /**
  * Drives a TypeScript peer through the protocol: register, warm-up rounds, measured rounds (each
  * behind a barrier so all peers start together), then POST /result. Any failure is reported to the
@@ -59,18 +65,22 @@ export async function runBenchPeer (create: (env: PeerEnv) => Promise<BenchPeer>
     const matchmakingMs: number[] = []
     let maxAbsError: number | null = null
     let cpuSeconds = 0
+    let mainThreadCpuSeconds = 0
     for (let round = 0; round < env.warmup + env.rounds; round++) {
       const measured = round >= env.warmup
       await peer.prepare?.(round)
       await post(env.coord, '/barrier', { name: `round-${round}` })
       const cpuBefore = cpuSecondsNow()
+      const mainBefore = mainThreadCpuSecondsNow()
       const started = performance.now()
       const info = await peer.allReduce(round)
       const elapsed = performance.now() - started
       const cpuUsed = cpuSecondsNow() - cpuBefore
+      const mainUsed = mainThreadCpuSecondsNow() - mainBefore
       if (measured) {
         roundsMs.push(elapsed)
         cpuSeconds += cpuUsed
+        mainThreadCpuSeconds += mainUsed
         if (info?.matchmakingMs != null) matchmakingMs.push(info.matchmakingMs)
         if (peer.check != null) maxAbsError = Math.max(maxAbsError ?? 0, peer.check())
       }
@@ -81,6 +91,7 @@ export async function runBenchPeer (create: (env: PeerEnv) => Promise<BenchPeer>
       roundsMs,
       ...(matchmakingMs.length > 0 ? { matchmakingMs } : {}),
       cpuSeconds,
+      mainThreadCpuSeconds,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       maxAbsError,
       ...(peer.note?.() != null ? { note: peer.note() } : {})

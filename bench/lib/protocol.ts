@@ -31,6 +31,8 @@ export interface PeerResult {
   readonly matchmakingMs?: number[]
   /** CPU seconds (user + system, this process and its helpers) spent over all measured rounds. */
   readonly cpuSeconds: number
+  /** Of those, the main thread's (node peers only): the share no worker thread can take over. */
+  readonly mainThreadCpuSeconds?: number
   /** peak resident memory of this peer (its process and helper processes), bytes. */
   readonly peakRssBytes: number
   /**

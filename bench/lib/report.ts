@@ -30,6 +30,7 @@ export interface RunStats {
   /** nccl-tests: algbw · 2(n-1)/n, n = the group size */
   readonly busbwMiBs: number
   readonly cpuSecondsPerRound: number
+  readonly mainThreadCpuSecondsPerRound: number | null
   readonly peakRssMiB: number
   readonly maxAbsError: number | null
 }
@@ -73,6 +74,9 @@ export function statsOf (run: RunOutcome): RunStats | null {
     algbwMiBs,
     busbwMiBs: algbwMiBs * 2 * (run.groupSize - 1) / run.groupSize,
     cpuSecondsPerRound: results.reduce((sum, r) => sum + r.cpuSeconds / Math.max(1, r.roundsMs.length), 0) / results.length,
+    mainThreadCpuSecondsPerRound: results.every((r) => r.mainThreadCpuSeconds != null)
+      ? results.reduce((sum, r) => sum + r.mainThreadCpuSeconds! / Math.max(1, r.roundsMs.length), 0) / results.length
+      : null,
     peakRssMiB: Math.max(...results.map((r) => r.peakRssBytes)) / MiB,
     maxAbsError: errors.length > 0 ? Math.max(...errors) : null
   }
@@ -104,15 +108,15 @@ function formatError (value: number | null): string {
 
 export function resultsTable (runs: readonly RunOutcome[]): string {
   const lines = [
-    '| impl | peers | group | elements | round ms | matchmaking ms | all-reduce ms | algbw MiB/s | busbw MiB/s | wire MiB sent/round/peer | CPU s/round/peer | peak RSS MiB/peer | max abs error | status |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
+    '| impl | peers | group | elements | round ms | matchmaking ms | all-reduce ms | algbw MiB/s | busbw MiB/s | wire MiB sent/round/peer | CPU s/round/peer | main thread CPU s | peak RSS MiB/peer | max abs error | status |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
   ]
   for (const run of runs) {
     const s = statsOf(run)
     const status = run.status === 'ok' ? 'ok' : `${run.status}: ${run.message ?? ''}`.replace(/\|/g, '/').replace(/\n/g, ' ')
     lines.push(s == null
-      ? `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | – | – | – | – | – | – | – | – | – | ${status} |`
-      : `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | ${fixed(s.roundMs, 0)} | ${fixed(s.matchmakingMs, 0)} | ${fixed(s.allReduceMs, 0)} | ${fixed(s.algbwMiBs, 0)} | ${fixed(s.busbwMiBs, 0)} | ${fixed(run.wireBytesPerRoundPerPeer != null ? run.wireBytesPerRoundPerPeer / MiB : null, (run.wireBytesPerRoundPerPeer ?? 0) < 10 * MiB ? 2 : 1)} | ${fixed(s.cpuSecondsPerRound, 3)} | ${fixed(s.peakRssMiB, 0)} | ${formatError(s.maxAbsError)} | ${status} |`)
+      ? `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | – | – | – | – | – | – | – | – | – | – | ${status} |`
+      : `| ${run.impl} | ${run.peers} | ${run.groupSize} | ${formatElements(run.elements)} | ${fixed(s.roundMs, 0)} | ${fixed(s.matchmakingMs, 0)} | ${fixed(s.allReduceMs, 0)} | ${fixed(s.algbwMiBs, 0)} | ${fixed(s.busbwMiBs, 0)} | ${fixed(run.wireBytesPerRoundPerPeer != null ? run.wireBytesPerRoundPerPeer / MiB : null, (run.wireBytesPerRoundPerPeer ?? 0) < 10 * MiB ? 2 : 1)} | ${fixed(s.cpuSecondsPerRound, 3)} | ${fixed(s.mainThreadCpuSecondsPerRound, 3)} | ${fixed(s.peakRssMiB, 0)} | ${formatError(s.maxAbsError)} | ${status} |`)
   }
   return lines.join('\n')
 }

@@ -20,6 +20,20 @@ const relays = new Map<number, Relay>()
 const listeners = new Map<number, DirectServer>()
 const allowReplies = new Map<number, (ok: boolean) => void>()
 let nextId = 1
+/** Frame buffers the main thread gave back, reused for the next frames (no new external memory per frame). */
+const spare: ArrayBuffer[] = []
+const MAX_SPARE_BUFFERS = 256
+
+function frameBuffer (bytes: number): ArrayBuffer {
+  for (let i = spare.length - 1; i >= 0; i--) {
+    const buf = spare[i]
+    if (buf.byteLength >= bytes && buf.byteLength <= 2 * bytes + 4096) {
+      spare.splice(i, 1)
+      return buf
+    }
+  }
+  return new ArrayBuffer(Math.ceil(bytes / 4096) * 4096)
+}
 
 const outbox = new Outbox<FromDataThread>((messages, transfer) => { port.postMessage(messages, transfer) })
 function post (message: FromDataThread, transfer: ArrayBuffer[] = []): void {
@@ -27,8 +41,14 @@ function post (message: FromDataThread, transfer: ArrayBuffer[] = []): void {
 }
 
 /** Moves one connection's frames to the main thread (at most `window` unread there) and its writes to the socket. */
+/** Flushed bytes reported to the main thread together: well below its 4 MiB of writes in flight. */
+const WRITTEN_REPORT_BYTES = 1024 * 1024
+
 class Relay {
   private unread = 0
+  private writesPending = 0
+  private flushedBytes = 0
+  private flushedBufs: ArrayBuffer[] = []
   private wake: (() => void) | null = null
   private stopped = false
 
@@ -47,10 +67,26 @@ class Relay {
   }
 
   write (buf: ArrayBuffer, length: number): void {
+    this.writesPending++
     this.channel.write(new Uint8Array(buf, 0, length), (err) => {
-      if (err == null) post({ t: 'written', id: this.id, buf }, [buf])
-      else post({ t: 'failed', id: this.id, message: describeError(err) })
-    }).catch((err) => { post({ t: 'failed', id: this.id, message: describeError(err) }) })
+      this.writesPending--
+      if (err != null) {
+        post({ t: 'failed', id: this.id, message: describeError(err) })
+        return
+      }
+      this.flushedBytes += length
+      this.flushedBufs.push(buf)
+      // Reported in batches, and whenever nothing is left to flush, so the main thread never waits on a report we hold.
+      if (this.flushedBytes >= WRITTEN_REPORT_BYTES || this.writesPending === 0) {
+        post({ t: 'written', id: this.id, bytes: this.flushedBytes, bufs: this.flushedBufs }, this.flushedBufs)
+        this.flushedBytes = 0
+        this.flushedBufs = []
+      }
+    }).catch((err) => {
+      // Refused before reaching the socket: the flush callback never runs.
+      this.writesPending--
+      post({ t: 'failed', id: this.id, message: describeError(err) })
+    })
   }
 
   closeWrite (): void {
@@ -78,8 +114,9 @@ class Relay {
           return
         }
         // One copy, here rather than on the main thread: the frame's chunks joined behind its header.
-        const buf = new ArrayBuffer(FRAME_HEADER_BYTES + frame.byteLength)
-        const bytes = new Uint8Array(buf)
+        const length = FRAME_HEADER_BYTES + frame.byteLength
+        const buf = frameBuffer(length)
+        const bytes = new Uint8Array(buf, 0, length)
         new DataView(buf).setUint32(0, frame.byteLength, true)
         let offset = FRAME_HEADER_BYTES
         for (const chunk of frame) {
@@ -87,7 +124,7 @@ class Relay {
           offset += chunk.byteLength
         }
         this.unread++
-        post({ t: 'frame', id: this.id, buf }, [buf])
+        post({ t: 'frame', id: this.id, buf, length }, [buf])
       }
     } catch (err) {
       post({ t: 'failed', id: this.id, message: describeError(err) })
@@ -146,6 +183,7 @@ function receive (message: ToDataThread): void {
   switch (message.t) {
     case 'write': relays.get(message.id)?.write(message.buf, message.length); break
     case 'credit': relays.get(message.id)?.credit(message.frames); break
+    case 'release': if (spare.length < MAX_SPARE_BUFFERS) spare.push(message.buf); break
     case 'closeWrite': relays.get(message.id)?.closeWrite(); break
     case 'abort': relays.get(message.id)?.abort(message.message); break
     case 'dial': void dial(message.req, message.options); break

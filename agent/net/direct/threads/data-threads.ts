@@ -8,7 +8,7 @@ import type { FromDataThread, ToDataThread } from './thread-messages.js'
 import { Outbox } from './outbox.js'
 
 /** Write buffers kept for reuse per thread (parts are all about one size). */
-const MAX_SPARE_BUFFERS = 64
+const MAX_SPARE_BUFFERS = 256
 const BUFFER_ROUNDING = 4096
 
 type FrameBounds = { readonly maxFrameBytes: number, readonly maxQueuedFrames: number }
@@ -36,8 +36,8 @@ class DataThread implements ThreadLink {
     this.worker.on('exit', () => { this.fail(new ProtocolError('a data thread exited')) })
   }
 
-  post (message: ToDataThread, transfer: ArrayBuffer[] = []): void {
-    if (this.failure == null) this.outbox.post(message, transfer)
+  post (message: ToDataThread, transfer: ArrayBuffer[] = [], lazy = false): void {
+    if (this.failure == null) this.outbox.post(message, transfer, lazy)
   }
 
   buffer (bytes: number): ArrayBuffer {
@@ -126,8 +126,8 @@ class DataThread implements ThreadLink {
 
   private receive (message: FromDataThread): void {
     switch (message.t) {
-      case 'frame': this.channels.get(message.id)?.onFrame(message.buf); break
-      case 'written': this.channels.get(message.id)?.onWritten(message.buf); break
+      case 'frame': this.channels.get(message.id)?.onFrame(message.buf, message.length); break
+      case 'written': this.channels.get(message.id)?.onWritten(message.bytes, message.bufs); break
       case 'writeClosed': this.channels.get(message.id)?.onWriteClosed(); break
       case 'end': this.channels.get(message.id)?.onEnd(); break
       case 'failed': this.channels.get(message.id)?.onFailed(message.message); break

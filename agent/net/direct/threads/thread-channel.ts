@@ -5,11 +5,14 @@ import type { ToDataThread } from './thread-messages.js'
 
 /** What a channel needs from the data thread that holds its socket. */
 export interface ThreadLink {
-  post: (message: ToDataThread, transfer?: ArrayBuffer[]) => void
+  post: (message: ToDataThread, transfer?: ArrayBuffer[], lazy?: boolean) => void
   /** A buffer of at least `bytes` bytes, reused where one came back. */
   buffer: (bytes: number) => ArrayBuffer
   recycle: (buf: ArrayBuffer) => void
 }
+
+/** Frames bigger than this are not sent back for reuse: rare, and they would pin memory. */
+const MAX_RELEASED_FRAME_BYTES = 4 * 1024 * 1024
 
 export interface ThreadChannelOptions {
   readonly maxFrameBytes: number
@@ -30,8 +33,7 @@ export class ThreadFrameChannel implements DirectFrameChannel {
   private readonly queue: FrameQueue
   private readonly writeHighWaterMark: number
   private readonly creditEvery: number
-  /** Bytes of each write not yet flushed, oldest first: the data thread flushes them in order. */
-  private readonly inFlight: number[] = []
+  /** Bytes written and not yet flushed to the socket. */
   private unflushed = 0
   private unread = 0
   private waiters: Array<() => void> = []
@@ -78,7 +80,6 @@ export class ThreadFrameChannel implements DirectFrameChannel {
       bytes.set(piece, offset)
       offset += piece.byteLength
     }
-    this.inFlight.push(length)
     this.unflushed += length
     this.link.post({ t: 'write', id: this.id, buf, length }, [buf])
     while (this.unflushed > this.writeHighWaterMark && !this.isClosed && this.queue.error == null) {
@@ -101,14 +102,22 @@ export class ThreadFrameChannel implements DirectFrameChannel {
     if (!this.isClosed) this.link.post({ t: 'abort', id: this.id, message: reason.message })
   }
 
-  /** A frame from the data thread (header included). */
-  onFrame (buf: ArrayBuffer): void {
-    this.queue.push(new Uint8Array(buf))
+  release (frame: Uint8ArrayList): void {
+    // Each frame arrived alone in a buffer of its own (onFrame), so one chunk is that buffer.
+    const chunks = [...frame]
+    if (chunks.length !== 1) return
+    const buf = chunks[0].buffer
+    if (buf instanceof ArrayBuffer && buf.byteLength <= MAX_RELEASED_FRAME_BYTES) this.link.post({ t: 'release', buf }, [buf])
   }
 
-  onWritten (buf: ArrayBuffer): void {
-    this.unflushed -= this.inFlight.shift() ?? 0
-    this.link.recycle(buf)
+  /** A frame from the data thread (header included). */
+  onFrame (buf: ArrayBuffer, length: number): void {
+    this.queue.push(new Uint8Array(buf, 0, length))
+  }
+
+  onWritten (bytes: number, bufs: readonly ArrayBuffer[]): void {
+    this.unflushed -= bytes
+    for (const buf of bufs) this.link.recycle(buf)
     if (this.unflushed <= this.writeHighWaterMark) this.wakeWriters()
   }
 

@@ -38,6 +38,8 @@ export type ToDataThread =
   | { readonly t: 'write', readonly id: number, readonly buf: ArrayBuffer, readonly length: number }
   /** The main thread consumed this many more frames of the channel. */
   | { readonly t: 'credit', readonly id: number, readonly frames: number }
+  /** A frame's buffer, back for the data thread to reuse. */
+  | { readonly t: 'release', readonly buf: ArrayBuffer }
   | { readonly t: 'closeWrite', readonly id: number }
   | { readonly t: 'abort', readonly id: number, readonly message: string }
   | { readonly t: 'stop', readonly req: number }
@@ -49,10 +51,10 @@ export type FromDataThread =
   | { readonly t: 'allow', readonly req: number, readonly listener: number, readonly peer: string }
   | { readonly t: 'incoming', readonly listener: number, readonly id: number, readonly peer: string }
   | { readonly t: 'dialed', readonly req: number, readonly id: number, readonly peer: string }
-  /** One received frame, header included. */
-  | { readonly t: 'frame', readonly id: number, readonly buf: ArrayBuffer }
-  /** A write was flushed to the socket (TLS holds no reference to it any more); its buffer comes back for reuse. */
-  | { readonly t: 'written', readonly id: number, readonly buf: ArrayBuffer }
+  /** One received frame, header included, in buf[0, length). */
+  | { readonly t: 'frame', readonly id: number, readonly buf: ArrayBuffer, readonly length: number }
+  /** Writes flushed to the socket (TLS holds no reference to them any more): their bytes, and their buffers back for reuse. */
+  | { readonly t: 'written', readonly id: number, readonly bytes: number, readonly bufs: ArrayBuffer[] }
   | { readonly t: 'writeClosed', readonly id: number }
   /** The remote closed its side cleanly between frames. */
   | { readonly t: 'end', readonly id: number }

@@ -15,7 +15,8 @@ export const DEFAULT_AVERAGING = {
   partSizeBytes: 65536,
   averagingAlpha: 1,
   compression: 'none',
-  period: '30s'
+  period: '30s',
+  dataThreads: 0
 } as const satisfies Omit<AveragingSpec, 'prefix' | 'bandwidth'>
 
 export const DEFAULTS = {

@@ -33,10 +33,11 @@ const averaging = obj('Averaging parameters, with the meaning of hivemind\'s Dec
   averagingExpiration: duration('How long a peer looks for a group before it declares itself again (Go duration).', DEFAULT_AVERAGING.averagingExpiration),
   requestTimeout: duration('How long a follower waits for its leader\'s reply (Go duration); must be shorter than averagingExpiration.', DEFAULT_AVERAGING.requestTimeout),
   allreduceTimeout: duration('Upper bound of one all-reduce once the group formed (Go duration); a peer that is slower loses only its own part.', DEFAULT_AVERAGING.allreduceTimeout),
-  partSizeBytes: int('Tensor bytes per streamed part, after compression.', { minimum: 1024, maximum: 67108864, default: DEFAULT_AVERAGING.partSizeBytes }),
+  partSizeBytes: int('Tensor bytes per streamed part, after compression.', { minimum: 1024, maximum: 4194304, default: DEFAULT_AVERAGING.partSizeBytes }),
   averagingAlpha: num('Step toward the group mean: local += alpha * (mean - local); 1 adopts the mean.', { minimum: 0, exclusiveMinimum: true, maximum: 1, default: DEFAULT_AVERAGING.averagingAlpha }),
   compression: str('Wire compression of tensor parts: none, float16, uniform8bit or blockwise8bit.', { enum: COMPRESSIONS, default: DEFAULT_AVERAGING.compression }),
   period: duration('How often each agent starts an averaging round (Go duration).', DEFAULT_AVERAGING.period),
+  dataThreads: int('Worker threads per agent that carry the direct data channel (TLS, framing), so one agent uses more than one core; give the agent as many more CPUs. 0 keeps it on the main thread, best when agents already fill their cores.', { minimum: 0, maximum: 64, default: DEFAULT_AVERAGING.dataThreads }),
   bandwidth: num('Declared bandwidth of each agent (any unit, the same for all) that sizes its share of the reduction; unset means every agent reduces an equal share.', { minimum: 0, exclusiveMinimum: true })
 }, {
   // Object defaults are spelled out: the API server checks each default against the CEL rules.

@@ -28,6 +28,7 @@ export interface AveragingSpec {
   compression: Compression
   period: string
   bandwidth?: number
+  dataThreads: number
 }
 
 export type Compression = 'none' | 'float16' | 'uniform8bit' | 'blockwise8bit'

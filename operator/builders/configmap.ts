@@ -10,7 +10,7 @@ import { ownedMeta } from './owner.js'
 /** Agent variables that come from the ConfigMap (shared by every agent of the swarm). */
 export const CONFIG_KEYS = [
   'prefix', 'targetGroupSize', 'minGroupSize', 'initialGroupBits', 'averagingExpiration', 'requestTimeout',
-  'allreduceTimeout', 'partSizeBytes', 'averagingAlpha', 'compression', 'period', 'bandwidth'
+  'allreduceTimeout', 'partSizeBytes', 'averagingAlpha', 'compression', 'period', 'bandwidth', 'dataThreads'
 ] as const satisfies readonly AgentEnvKey[]
 
 /** hivemind prefix default: <namespace>_<name>; dots are not allowed in it. */
@@ -32,7 +32,8 @@ export function configData (s: AveragingSwarm): Record<string, string> {
     averagingAlpha: String(a.averagingAlpha),
     compression: a.compression,
     period: a.period,
-    bandwidth: a.bandwidth === undefined ? undefined : String(a.bandwidth)
+    bandwidth: a.bandwidth === undefined ? undefined : String(a.bandwidth),
+    dataThreads: String(a.dataThreads)
   }
   const data: Record<string, string> = {}
   for (const k of CONFIG_KEYS) { const v = values[k]; if (v !== undefined) data[AGENT_ENV[k].name] = v }

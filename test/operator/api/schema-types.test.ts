@@ -18,7 +18,7 @@ const fullSpec: Complete<AveragingSwarmSpec> = {
   tolerations: [],
   affinity: {},
   podTemplate: { labels: {}, annotations: {}, env: [], containers: [], volumes: [], serviceAccountName: 'sa', priorityClassName: 'p', schedulerName: 's', imagePullSecrets: [], terminationGracePeriodSeconds: 30 },
-  averaging: { prefix: 'p', targetGroupSize: 4, minGroupSize: 2, initialGroupBits: '', averagingExpiration: '15s', requestTimeout: '3s', allreduceTimeout: '60s', partSizeBytes: 65536, averagingAlpha: 1, compression: 'none', period: '30s', bandwidth: 1 },
+  averaging: { prefix: 'p', targetGroupSize: 4, minGroupSize: 2, initialGroupBits: '', averagingExpiration: '15s', requestTimeout: '3s', allreduceTimeout: '60s', partSizeBytes: 65536, averagingAlpha: 1, compression: 'none', period: '30s', bandwidth: 1, dataThreads: 0 },
   bootstrap: { replicas: 2, peers: [] },
   auxiliary: { replicas: 0, resources: { limits: {}, requests: {} } },
   network: { port: 31337, privateNetworkSecret: { name: 's', key: 'k', generate: false } },

@@ -68,12 +68,12 @@ test('the PodMonitor is built only when its CRD exists and the spec wants it', a
 })
 
 test('the ConfigMap carries the averaging parameters under the agent\'s variable names, prefix defaulted', async () => {
-  const d = await desiredFor(swarm({ averaging: { compression: 'float16', bandwidth: 100 } }))
+  const d = await desiredFor(swarm({ averaging: { compression: 'float16', bandwidth: 100, dataThreads: 2 } }))
   const cm = find(d.objects, 'ConfigMap', 'demo-config')
   assert.deepEqual(cm.data, {
     AVS_PREFIX: 'ml_demo', AVS_TARGET_GROUP_SIZE: '4', AVS_MIN_GROUP_SIZE: '2', AVS_INITIAL_GROUP_BITS: '',
     AVS_AVERAGING_EXPIRATION: '15s', AVS_REQUEST_TIMEOUT: '3s', AVS_ALLREDUCE_TIMEOUT: '60s', AVS_PART_SIZE_BYTES: '65536',
-    AVS_AVERAGING_ALPHA: '1', AVS_COMPRESSION: 'float16', AVS_PERIOD: '30s', AVS_BANDWIDTH: '100'
+    AVS_AVERAGING_ALPHA: '1', AVS_COMPRESSION: 'float16', AVS_PERIOD: '30s', AVS_BANDWIDTH: '100', AVS_DATA_THREADS: '2'
   })
 })
 

@@ -37,6 +37,8 @@ export const MALFORMED: MalformedCase[] = [
   { what: 'sidecar workload without a trainer', field: 'spec.workload.trainer', cel: true, spec: { workload: { type: 'sidecar' } } },
   { what: 'averaging alpha zero', field: 'spec.averaging.averagingAlpha', spec: { averaging: { averagingAlpha: 0 } } },
   { what: 'parts smaller than 1 KiB', field: 'spec.averaging.partSizeBytes', spec: { averaging: { partSizeBytes: 10 } } },
+  { what: 'parts larger than the agent accepts (4 MiB)', field: 'spec.averaging.partSizeBytes', spec: { averaging: { partSizeBytes: 8388608 } } },
+  { what: 'negative data threads', field: 'spec.averaging.dataThreads', spec: { averaging: { dataThreads: -1 } } },
   { what: 'suspend is a string', field: 'spec.suspend', spec: { suspend: 'yes' } },
   { what: 'PSK secret without a name', field: 'spec.network.privateNetworkSecret.name', spec: { network: { privateNetworkSecret: { key: 'swarm.key' } } } },
   { what: 'name too long for the derived object names', field: 'metadata.name', cel: true, name: 'a-swarm-name-that-is-far-too-long-for-its-pods', spec: {} },

@@ -99,6 +99,40 @@ for (const { name, transport } of TRANSPORTS) {
     }
   })
 
+  test(`direct channel (${name}): a reader that stops reading stops the writer, and every frame arrives once it reads again`, async () => {
+    const [server, client] = await identities(2)
+    const accepted: DirectFrameChannel[] = []
+    const listening = await transport.listen({
+      identity: server.identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1 << 20, maxQueuedFrames: 4, handshakeTimeoutMs: 3000,
+      accept: (channel) => { accepted.push(channel) }
+    })
+    try {
+      const channel = await transport.dial({ ...dialOptions, maxFrameBytes: 1 << 20, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+      const FRAMES = 300
+      let written = 0
+      const writing = (async () => {
+        for (let i = 0; i < FRAMES; i++) {
+          await channel.write(new Uint8Array(1 << 20).fill(i & 0xff))
+          written++
+        }
+      })()
+      await new Promise(resolve => setTimeout(resolve, 2000))
+      // Unbounded, all 300 MiB would be queued in memory by now; bounded, the reader's queue, the
+      // transport's windows, the kernel's socket buffers and the writer's high-water mark hold a few dozen.
+      assert.ok(written < 64, `the writer waited while nobody read (${written} MiB written)`)
+      while (accepted.length === 0) await new Promise(resolve => setTimeout(resolve, 10))
+      for (let i = 0; i < FRAMES; i++) {
+        const got = await accepted[0].read(10_000)
+        assert.ok(got != null && got.byteLength === 1 << 20 && got[0] === (i & 0xff) && got[got.byteLength - 1] === (i & 0xff), `frame ${i} intact and in order`)
+      }
+      await writing
+      assert.equal(written, FRAMES)
+      await channel.closeWrite()
+    } finally {
+      await listening.close()
+    }
+  })
+
   test(`direct channel (${name}): a peer holding another key cannot complete the handshake`, async () => {
     const [server, client, impostor] = await identities(3)
     const accepted: DirectFrameChannel[] = []

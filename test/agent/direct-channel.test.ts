@@ -27,9 +27,9 @@ async function identities (n: number): Promise<Array<{ peer: string, identity: A
   }))
 }
 
-async function listen (transport: DirectTransport, identity: Awaited<ReturnType<typeof createDataChannelIdentity>>, accepted: DirectFrameChannel[]): Promise<DirectListener> {
+async function listen (transport: DirectTransport, identity: Awaited<ReturnType<typeof createDataChannelIdentity>>, accepted: DirectFrameChannel[], bounds = { maxFrameBytes: 1024, maxQueuedFrames: 4 }): Promise<DirectListener> {
   return await transport.listen({
-    identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000,
+    identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, ...bounds, handshakeTimeoutMs: 3000,
     accept: (channel) => { accepted.push(channel) }
   })
 }
@@ -78,10 +78,7 @@ for (const { name, transport } of TRANSPORTS) {
     const [server, client] = await identities(2)
     // Over the channel: 40 frames of 200 KiB (many TLS records each) queue up unread, then read back exact.
     const accepted: DirectFrameChannel[] = []
-    const listening = await transport.listen({
-      identity: server.identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1 << 20, maxQueuedFrames: 64, handshakeTimeoutMs: 3000,
-      accept: (channel) => { accepted.push(channel) }
-    })
+    const listening = await listen(transport, server.identity, accepted, { maxFrameBytes: 1 << 20, maxQueuedFrames: 64 })
     try {
       const channel = await transport.dial({ ...dialOptions, maxFrameBytes: 1 << 20, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
       const frames = Array.from({ length: 40 }, () => randomBytes(200 * 1024))
@@ -102,10 +99,7 @@ for (const { name, transport } of TRANSPORTS) {
   test(`direct channel (${name}): a reader that stops reading stops the writer, and every frame arrives once it reads again`, async () => {
     const [server, client] = await identities(2)
     const accepted: DirectFrameChannel[] = []
-    const listening = await transport.listen({
-      identity: server.identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: 1 << 20, maxQueuedFrames: 4, handshakeTimeoutMs: 3000,
-      accept: (channel) => { accepted.push(channel) }
-    })
+    const listening = await listen(transport, server.identity, accepted, { maxFrameBytes: 1 << 20, maxQueuedFrames: 4 })
     try {
       const channel = await transport.dial({ ...dialOptions, maxFrameBytes: 1 << 20, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
       const FRAMES = 300
@@ -202,6 +196,44 @@ for (const { name, transport } of TRANSPORTS) {
     }
   })
 }
+
+test('direct channel on data threads: a data thread that dies drops only its own connections, and new ones go to the others', async () => {
+  const [server, client] = await identities(2)
+  const serverThreads = DataThreads.start(2)
+  const clientThreads = DataThreads.start(2)
+  // Fault injection: the worker behind one data thread, terminated as a crash would end it.
+  const workerOf = (threads: DataThreads, i: number): { terminate: () => Promise<number> } =>
+    (threads as unknown as { pool: Array<{ worker: { terminate: () => Promise<number> } }> }).pool[i].worker
+  const accepted: DirectFrameChannel[] = []
+  const listening = await listen(serverThreads, server.identity, accepted)
+  const dial = async (): Promise<DirectFrameChannel> => {
+    const before = accepted.length
+    const channel = await clientThreads.dial({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+    while (accepted.length === before) await new Promise(resolve => setTimeout(resolve, 10))
+    return channel
+  }
+  const exchange = async (channel: DirectFrameChannel, remote: DirectFrameChannel, byte: number): Promise<void> => {
+    await channel.write(new Uint8Array([byte]))
+    assert.deepEqual(await remote.read(5000), new Uint8Array([byte]))
+  }
+  try {
+    const first = await dial() // client thread 0
+    const second = await dial() // client thread 1
+    await workerOf(clientThreads, 0).terminate()
+    await assert.rejects(first.read(5000), /data thread/, 'the dead thread\'s connection fails with a clear reason')
+    await exchange(second, accepted[1], 5)
+    // New dials skip the dead client thread; a dead server thread's share goes to the other listener.
+    await workerOf(serverThreads, 0).terminate()
+    for (let i = 0; i < 4; i++) {
+      const channel = await dial()
+      await exchange(channel, accepted[accepted.length - 1], 10 + i)
+    }
+  } finally {
+    await listening.close()
+    await serverThreads.close()
+    await clientThreads.close()
+  }
+})
 
 for (const dataThreads of [0, 2]) {
   test(`direct channel (${dataThreads > 0 ? `${dataThreads} data threads` : 'main thread'}): an authenticated outsider and garbage senders are refused, and the group still reaches the exact mean`, { timeout: 90_000 }, async () => {

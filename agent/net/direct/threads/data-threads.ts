@@ -36,6 +36,9 @@ class DataThread implements ThreadLink {
     this.worker.on('exit', () => { this.fail(new ProtocolError('a data thread exited')) })
   }
 
+  /** False once the thread failed or was stopped. */
+  get alive (): boolean { return this.failure == null }
+
   post (message: ToDataThread, transfer: ArrayBuffer[] = [], lazy = false): void {
     if (this.failure == null) this.outbox.post(message, transfer, lazy)
   }
@@ -163,6 +166,7 @@ class DataThread implements ThreadLink {
   private fail (err: Error): void {
     if (this.failure != null) return
     this.failure = err
+    this.log?.(`${err.message}; its ${this.channels.size} connection(s) are dropped and the other data threads carry on`)
     for (const pending of this.pending.values()) pending.reject(err)
     this.pending.clear()
     for (const channel of this.channels.values()) {
@@ -190,9 +194,13 @@ export class DataThreads implements DirectTransport {
 
   get threads (): number { return this.pool.length }
 
+  /** Dials from the next live thread in turn: a failed thread's share goes to the others. */
   async dial (options: DirectDialOptions): Promise<DirectFrameChannel> {
-    const thread = this.pool[this.next++ % this.pool.length]
-    return await thread.dial(options)
+    for (let tried = 0; tried < this.pool.length; tried++) {
+      const thread = this.pool[this.next++ % this.pool.length]
+      if (thread.alive) return await thread.dial(options)
+    }
+    throw new ProtocolError('every data thread has failed')
   }
 
   async listen (options: DirectListenOptions): Promise<DirectListener> {

@@ -4,30 +4,17 @@
  * cloned.
  */
 
-import type { DataChannelIdentity } from '../identity.js'
+import type { DirectDialOptions } from '../direct-dial.js'
+import type { DirectServerOptions } from '../direct-server.js'
 
-export interface ListenRequest {
-  readonly identity: DataChannelIdentity
-  readonly host: string
-  readonly port: number
-  readonly protocol: string
-  readonly maxFrameBytes: number
-  readonly maxQueuedFrames: number
-  readonly handshakeTimeoutMs: number
+/** A server's options as plain data: the callbacks stay on the main thread. */
+export type ListenRequest = Pick<DirectServerOptions, 'identity' | 'host' | 'port' | 'protocol' | 'maxFrameBytes' | 'maxQueuedFrames' | 'handshakeTimeoutMs'> & {
   /** Ask the main thread whether a peer may connect (allowPeer); off: any authenticated peer. */
   readonly askAllow: boolean
 }
 
-export interface DialRequest {
-  readonly identity: DataChannelIdentity
-  readonly host: string
-  readonly port: number
-  readonly protocol: string
-  readonly expectedPeer: string
-  readonly timeoutMs: number
-  readonly maxFrameBytes: number
-  readonly maxQueuedFrames: number
-}
+/** A dial's options as plain data: the expected peer as its string id. */
+export type DialRequest = Omit<DirectDialOptions, 'expectedPeer'> & { readonly expectedPeer: string }
 
 export type ToDataThread =
   | { readonly t: 'listen', readonly req: number, readonly options: ListenRequest }

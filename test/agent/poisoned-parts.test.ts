@@ -150,20 +150,22 @@ test('NaN, Inf and wrong-length parts from a group member never reach the means;
 // Finite values can still overflow float32: a member declaring weight 1e10 and sending 1e30 makes
 // weight * value = 1e40 > float32's 3.4e38. Reducers sum in float64 and never apply or send a mean
 // that does not fit float32 (agent/allreduce/span-reducer.ts, runner.ts onPartDone).
-test('finite but huge weighted parts never leave a non-finite value in any honest peer', { timeout: 180_000 }, async () => {
-  const swarm = await startSwarm(4, {
-    prefix: PREFIX,
-    tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: p === HOSTILE ? new Float32Array(ELEMENTS).fill(1e30) : fill(ELEMENTS, p) }],
-    config: (p) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: PART_BYTES, mode: p === HOSTILE ? 'client' : 'node' })
-  })
-  try {
-    await Promise.all(swarm.averagers.map(async (a, p) => await a.step({ timeout: 60, weight: p === HOSTILE ? 1e10 : 1 })))
-    for (const p of [0, 1, 2]) {
-      const values = await swarm.averagers[p].withTensors(t => t[0].data.slice())
-      const bad = values.findIndex(v => !Number.isFinite(v))
-      assert.equal(bad, -1, `peer ${p} holds ${values[bad]} at element ${bad}`)
+for (const dataThreads of [0, 2]) {
+  test(`finite but huge weighted parts never leave a non-finite value in any honest peer (direct channel on ${dataThreads > 0 ? `${dataThreads} data threads` : 'the main thread'})`, { timeout: 180_000 }, async () => {
+    const swarm = await startSwarm(4, {
+      prefix: PREFIX,
+      tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: p === HOSTILE ? new Float32Array(ELEMENTS).fill(1e30) : fill(ELEMENTS, p) }],
+      config: (p) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: PART_BYTES, mode: p === HOSTILE ? 'client' : 'node', dataThreads })
+    })
+    try {
+      await Promise.all(swarm.averagers.map(async (a, p) => await a.step({ timeout: 60, weight: p === HOSTILE ? 1e10 : 1 })))
+      for (const p of [0, 1, 2]) {
+        const values = await swarm.averagers[p].withTensors(t => t[0].data.slice())
+        const bad = values.findIndex(v => !Number.isFinite(v))
+        assert.equal(bad, -1, `peer ${p} holds ${values[bad]} at element ${bad}`)
+      }
+    } finally {
+      await swarm.stop()
     }
-  } finally {
-    await swarm.stop()
-  }
-})
+  })
+}

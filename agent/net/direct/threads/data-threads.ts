@@ -6,23 +6,21 @@ import type { DirectListener, DirectListenOptions, DirectTransport } from '../di
 import { ThreadFrameChannel, type ThreadLink } from './thread-channel.js'
 import type { FromDataThread, ToDataThread } from './thread-messages.js'
 import { Outbox } from './outbox.js'
+import { BufferPool } from './buffer-pool.js'
 
-/** Write buffers kept for reuse per thread (parts are all about one size). */
-const MAX_SPARE_BUFFERS = 256
-const BUFFER_ROUNDING = 4096
 
 type FrameBounds = { readonly maxFrameBytes: number, readonly maxQueuedFrames: number }
 /** A request awaiting its reply; a dial's carries the bounds of the channel it opens. */
 type Pending = { resolve: (message: FromDataThread) => void, reject: (err: Error) => void, frames?: FrameBounds }
 
-/** One data thread, seen from the main thread: requests, its channels and its spare buffers. */
+/** One data thread, seen from the main thread: requests, its channels and its write buffers. */
 class DataThread implements ThreadLink {
   private readonly worker: Worker
   private readonly outbox: Outbox<ToDataThread>
   private readonly pending = new Map<number, Pending>()
   private readonly channels = new Map<number, ThreadFrameChannel>()
   private readonly listeners = new Map<number, DirectListenOptions>()
-  private readonly spare: ArrayBuffer[] = []
+  private readonly writePool = new BufferPool()
   private nextReq = 1
   private failure: Error | null = null
 
@@ -44,18 +42,11 @@ class DataThread implements ThreadLink {
   }
 
   buffer (bytes: number): ArrayBuffer {
-    for (let i = this.spare.length - 1; i >= 0; i--) {
-      const buf = this.spare[i]
-      if (buf.byteLength >= bytes && buf.byteLength <= 2 * bytes + BUFFER_ROUNDING) {
-        this.spare.splice(i, 1)
-        return buf
-      }
-    }
-    return new ArrayBuffer(Math.ceil(Math.max(bytes, 1) / BUFFER_ROUNDING) * BUFFER_ROUNDING)
+    return this.writePool.take(bytes)
   }
 
   recycle (buf: ArrayBuffer): void {
-    if (this.spare.length < MAX_SPARE_BUFFERS) this.spare.push(buf)
+    this.writePool.give(buf)
   }
 
   async dial (options: DirectDialOptions): Promise<DirectFrameChannel> {

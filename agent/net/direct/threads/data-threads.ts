@@ -37,8 +37,8 @@ class DataThread implements ThreadLink {
   /** False once the thread failed or was stopped. */
   get alive (): boolean { return this.failure == null }
 
-  post (message: ToDataThread, transfer: ArrayBuffer[] = [], lazy = false): void {
-    if (this.failure == null) this.outbox.post(message, transfer, lazy)
+  post (message: ToDataThread, transfer: ArrayBuffer[] = []): void {
+    if (this.failure == null) this.outbox.post(message, transfer)
   }
 
   buffer (bytes: number): ArrayBuffer {

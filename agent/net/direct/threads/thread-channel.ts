@@ -5,7 +5,7 @@ import type { ToDataThread } from './thread-messages.js'
 
 /** What a channel needs from the data thread that holds its socket. */
 export interface ThreadLink {
-  post: (message: ToDataThread, transfer?: ArrayBuffer[], lazy?: boolean) => void
+  post: (message: ToDataThread, transfer?: ArrayBuffer[]) => void
   /** A buffer of at least `bytes` bytes, reused where one came back. */
   buffer: (bytes: number) => ArrayBuffer
   recycle: (buf: ArrayBuffer) => void

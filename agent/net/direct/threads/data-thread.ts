@@ -29,10 +29,10 @@ function post (message: FromDataThread, transfer: ArrayBuffer[] = []): void {
   outbox.post(message, transfer)
 }
 
-/** Moves one connection's frames to the main thread (at most `window` unread there) and its writes to the socket. */
 /** Flushed bytes reported to the main thread together: well below its 4 MiB of writes in flight. */
 const WRITTEN_REPORT_BYTES = 1024 * 1024
 
+/** Moves one connection's frames to the main thread (at most `window` unread there) and its writes to the socket. */
 class Relay {
   private unread = 0
   private writesPending = 0
@@ -186,5 +186,4 @@ function receive (message: ToDataThread): void {
     }
     case 'stop': void stop(message.req); break
   }
-
 }

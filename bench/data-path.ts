@@ -17,7 +17,6 @@ import { mainThreadTransport, type DirectTransport } from '../agent/net/direct/d
 import { DataThreads } from '../agent/net/direct/threads/data-threads.js'
 import type { DirectFrameChannel } from '../agent/net/frame-channel.js'
 
-const PART_BYTES = 65536
 const PROTOCOL = '/avs/bench/data-path/1.0.0'
 
 const { values } = parseArgs({
@@ -25,16 +24,19 @@ const { values } = parseArgs({
     threads: { type: 'string', default: '0,1,2' },
     connections: { type: 'string', default: '4' },
     mib: { type: 'string', default: '256' },
-    repeats: { type: 'string', default: '3' }
+    repeats: { type: 'string', default: '3' },
+    'part-bytes': { type: 'string', default: '65536' }
   }
 })
 const threadCounts = values.threads.split(',').map(Number)
 const connections = Number(values.connections)
 const mibPerWay = Number(values.mib)
 const repeats = Number(values.repeats)
-for (const [name, value] of [['connections', connections], ['mib', mibPerWay], ['repeats', repeats], ...threadCounts.map(t => ['threads', t + 1] as const)] as const) {
+/** Bytes of tensor data per part: the agent's partSizeBytes (64 KiB by default, as hivemind's). */
+const PART_BYTES = Number(values['part-bytes'])
+for (const [name, value] of [['connections', connections], ['mib', mibPerWay], ['repeats', repeats], ['part-bytes', PART_BYTES / 1024], ...threadCounts.map(t => ['threads', t + 1] as const)] as const) {
   if (!Number.isInteger(value) || value < 1) {
-    console.error(`--${name} must be a whole number${name === 'threads' ? ' >= 0' : ' >= 1'}`)
+    console.error(`--${name} must be a whole number${name === 'threads' ? ' >= 0' : name === 'part-bytes' ? ' of KiB' : ' >= 1'}`)
     process.exit(2)
   }
 }
@@ -118,4 +120,4 @@ console.log(`Direct data path of one process to itself: ${connections} TLS conne
 console.log('| data threads | MiB/s sent+received | vs main thread | CPU s per GiB | main-thread CPU s per GiB | cores busy |')
 console.log('|---:|---:|---:|---:|---:|---:|')
 for (const row of rows) console.log(row)
-console.log(`\nReproduce: \`node_modules/.bin/node dist/bench/data-path.js --threads ${threadCounts.join(',')} --connections ${connections} --mib ${mibPerWay} --repeats ${repeats}\``)
+console.log(`\nReproduce: \`node_modules/.bin/node dist/bench/data-path.js --threads ${threadCounts.join(',')} --connections ${connections} --mib ${mibPerWay} --repeats ${repeats} --part-bytes ${PART_BYTES}\``)

@@ -38,16 +38,13 @@ export async function post (coord: string, path: string, body: unknown): Promise
   })
 }
 
-function cpuSecondsNow (): number {
-  const usage = process.cpuUsage()
+export function cpuSeconds (usage: NodeJS.CpuUsage): number {
   return (usage.user + usage.system) / 1e6
 }
 
+const cpuSecondsNow = (): number => cpuSeconds(process.cpuUsage())
 /** CPU seconds of the main thread alone: what a peer's worker threads cannot take over. */
-function mainThreadCpuSecondsNow (): number {
-  const usage = process.threadCpuUsage()
-  return (usage.user + usage.system) / 1e6
-}
+const mainThreadCpuSecondsNow = (): number => cpuSeconds(process.threadCpuUsage())
 
 /**
  * Drives a TypeScript peer through the protocol: register, warm-up rounds, measured rounds (each

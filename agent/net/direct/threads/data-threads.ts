@@ -8,7 +8,6 @@ import type { FromDataThread, ToDataThread } from './thread-messages.js'
 import { Outbox } from './outbox.js'
 import { BufferPool } from './buffer-pool.js'
 
-
 type FrameBounds = { readonly maxFrameBytes: number, readonly maxQueuedFrames: number }
 /** A request awaiting its reply; a dial's carries the bounds of the channel it opens. */
 type Pending = { resolve: (message: FromDataThread) => void, reject: (err: Error) => void, frames?: FrameBounds }
@@ -50,40 +49,16 @@ class DataThread implements ThreadLink {
   }
 
   async dial (options: DirectDialOptions): Promise<DirectFrameChannel> {
-    const reply = await this.request(req => ({
-      t: 'dial',
-      req,
-      options: {
-        identity: options.identity,
-        host: options.host,
-        port: options.port,
-        protocol: options.protocol,
-        expectedPeer: options.expectedPeer.toString(),
-        timeoutMs: options.timeoutMs,
-        maxFrameBytes: options.maxFrameBytes,
-        maxQueuedFrames: options.maxQueuedFrames
-      }
-    }), options)
+    const reply = await this.request(req => ({ t: 'dial', req, options: { ...options, expectedPeer: options.expectedPeer.toString() } }), options)
     const channel = reply.t === 'dialed' ? this.channels.get(reply.id) : undefined
     if (channel == null) throw new ProtocolError(`the direct channel to ${options.host}:${options.port} closed as it opened`)
     return channel
   }
 
   async listen (options: DirectListenOptions, port: number): Promise<{ listener: number, port: number }> {
-    const reply = await this.request(req => ({
-      t: 'listen',
-      req,
-      options: {
-        identity: options.identity,
-        host: options.host,
-        port,
-        protocol: options.protocol,
-        maxFrameBytes: options.maxFrameBytes,
-        maxQueuedFrames: options.maxQueuedFrames,
-        handshakeTimeoutMs: options.handshakeTimeoutMs,
-        askAllow: options.allowPeer != null
-      }
-    }))
+    // The callbacks stay here; the data thread gets the plain data and asks about peers.
+    const { accept, allowPeer, log, ...plain } = options
+    const reply = await this.request(req => ({ t: 'listen', req, options: { ...plain, port, askAllow: allowPeer != null } }))
     if (reply.t !== 'listening') throw new ProtocolError('a data thread answered a listen with something else')
     this.listeners.set(reply.listener, options)
     return { listener: reply.listener, port: reply.port }

@@ -148,7 +148,7 @@ export class DecentralizedAverager {
     // A new stream's first frame can queue behind megabytes of other streams' parts on the
     // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
     this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), senderTimeoutSeconds(config) * 1000)
-    this.dialer = new AggregateDialer(node, config.prefix, null, hooks.log)
+    this.dialer = new AggregateDialer(node, config.prefix, null, null, hooks.log)
   }
 
   /** The path our parts take to reducers, and the port we advertise for theirs. */
@@ -228,7 +228,7 @@ export class DecentralizedAverager {
         this.directServer = await this.transport.listen(options)
       }
     }
-    this.dialer = new AggregateDialer(this.node, this.config.prefix, { identity, transport: this.transport }, this.hooks.log)
+    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.hooks.log)
   }
 
   private readonly onNodeStop = (): void => {

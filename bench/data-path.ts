@@ -16,8 +16,6 @@ import { createDataChannelIdentity } from '../agent/net/direct/identity.js'
 import { mainThreadTransport, type DirectTransport } from '../agent/net/direct/direct-transport.js'
 import { DataThreads } from '../agent/net/direct/threads/data-threads.js'
 import type { DirectFrameChannel } from '../agent/net/frame-channel.js'
-import { median } from './lib/report.js'
-import { cpuSeconds } from './lib/peer-client.js'
 
 const PROTOCOL = '/avs/bench/data-path/1.0.0'
 
@@ -90,12 +88,13 @@ async function measure (transport: DirectTransport): Promise<Sample> {
     const cpuUsed = process.cpuUsage(cpu)
     const mainUsed = process.threadCpuUsage(main)
     for (const channel of [...dialed, ...accepted]) channel.abort(new Error('done'))
-    return { seconds, cpuSeconds: cpuSeconds(cpuUsed), mainCpuSeconds: cpuSeconds(mainUsed) }
+    return { seconds, cpuSeconds: (cpuUsed.user + cpuUsed.system) / 1e6, mainCpuSeconds: (mainUsed.user + mainUsed.system) / 1e6 }
   } finally {
     await listener.close()
   }
 }
 
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 const gibMoved = 2 * 2 * mibPerWay / 1024 // both ends send mibPerWay and receive as much
 const rows: string[] = []
 let baseline: number | null = null

@@ -31,25 +31,25 @@ export class AggregateDialer {
   constructor (
     private readonly node: SwarmNode,
     private readonly prefix: string,
-    /** Our data-channel certificate and where its sockets live; null: libp2p streams only. */
-    private readonly direct: { readonly identity: DataChannelIdentity, readonly transport: DirectTransport } | null,
+    private readonly identity: DataChannelIdentity | null,
+    private readonly transport: DirectTransport | null,
     private readonly log?: (msg: string) => void
   ) {}
 
-  get hasIdentity (): boolean { return this.direct != null }
+  get hasIdentity (): boolean { return this.identity != null }
 
   async open (peer: string, info: PeerInfo, options: ChannelOptions): Promise<FrameChannel> {
     const peerId = peerIdFromString(peer)
     const port = info.dataPort ?? 0
     // The data channel lives and dies with the node: a stopping node dials nothing directly.
-    if (this.direct != null && port > 0 && this.node.status === 'started') {
+    if (this.identity != null && this.transport != null && port > 0 && this.node.status === 'started') {
       // The reducer admits data channels only from peers with a libp2p connection (the private
       // network and allow list live there): make sure we hold one.
       await this.node.dial(peerId, { signal: AbortSignal.timeout(options.timeoutMs) })
       for (const host of await directHostsOf(this.node, peerId)) {
         try {
-          const channel = await this.direct.transport.dial({
-            identity: this.direct.identity,
+          const channel = await this.transport.dial({
+            identity: this.identity,
             host,
             port,
             protocol: aggregateProtocol(this.prefix),

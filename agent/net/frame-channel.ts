@@ -129,14 +129,10 @@ export class FrameQueue {
       this.buffer.consume(end)
       this.deliver(frame)
     }
-    this.maybePause()
-  }
-
-  /** One whole frame, already cut and bounded by the source (a data thread's own queue). */
-  pushFrame (frame: Uint8Array): void {
-    if (this.failure != null) return
-    this.deliver(new Uint8ArrayList(frame))
-    this.maybePause()
+    if (this.frames.length >= this.options.maxQueuedFrames && !this.paused) {
+      this.paused = true
+      this.source.pause()
+    }
   }
 
   /** The remote closed its side: a clean end only between frames. */
@@ -161,13 +157,6 @@ export class FrameQueue {
     const waiter = this.waiter
     if (waiter != null) waiter.resolve(frame)
     else this.frames.push(frame)
-  }
-
-  private maybePause (): void {
-    if (this.frames.length >= this.options.maxQueuedFrames && !this.paused) {
-      this.paused = true
-      this.source.pause()
-    }
   }
 
   private maybeResume (): void {

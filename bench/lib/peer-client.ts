@@ -38,13 +38,16 @@ export async function post (coord: string, path: string, body: unknown): Promise
   })
 }
 
-export function cpuSeconds (usage: NodeJS.CpuUsage): number {
+function cpuSecondsNow (): number {
+  const usage = process.cpuUsage()
   return (usage.user + usage.system) / 1e6
 }
 
-const cpuSecondsNow = (): number => cpuSeconds(process.cpuUsage())
 /** CPU seconds of the main thread alone: what a peer's worker threads cannot take over. */
-const mainThreadCpuSecondsNow = (): number => cpuSeconds(process.threadCpuUsage())
+function mainThreadCpuSecondsNow (): number {
+  const usage = process.threadCpuUsage()
+  return (usage.user + usage.system) / 1e6
+}
 
 /**
  * Drives a TypeScript peer through the protocol: register, warm-up rounds, measured rounds (each

@@ -1,6 +1,6 @@
 import { multiaddr } from '@multiformats/multiaddr'
 import { createSwarmNode, type SwarmNode, type SwarmNodeOptions } from '../../agent/net/node.js'
-import { rejoinWhileIsolated, routingTableSize } from '../../agent/net/bootstrap.js'
+import { routingTableSize } from '../../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor } from '../../agent/averager.js'
 
 export interface SwarmFixture {
@@ -68,7 +68,8 @@ export async function startConnectedNodes (n: number, nodeOptions?: NodeOptionsF
  * Waits until every node's Kademlia routing table holds a peer, not merely a connection: a node
  * connected before Identify told kad-dht what the other side speaks has an empty table, looks up
  * group keys alone and sees only its own declaration (a fault-tolerance run under load left one
- * peer out of its group that way). A node still without one after 5 s rejoins as an agent does.
+ * peer out of its group that way). A node still without one after 5 s reconnects, as the agent's
+ * rejoinWhileIsolated does.
  */
 export async function waitForRoutingTables (nodes: SwarmNode[]): Promise<void> {
   const started = Date.now()
@@ -79,8 +80,11 @@ export async function waitForRoutingTables (nodes: SwarmNode[]): Promise<void> {
     if (sizes.every(s => s > 0)) return
     if (!redialled && Date.now() - started > 5000) {
       redialled = true
-      const bootstrap = { peers: [nodes[0].getMultiaddrs()[0].toString()], dnsServers: [], log: () => {}, signal: AbortSignal.timeout(10_000) }
-      await Promise.all(nodes.slice(1).filter((_, i) => sizes[i + 1] === 0).map(async node => await rejoinWhileIsolated(node, bootstrap, 1)))
+      const first = nodes[0].getMultiaddrs()[0]
+      await Promise.all(nodes.slice(1).filter((_, i) => sizes[i + 1] === 0).map(async node => {
+        await node.hangUp(nodes[0].peerId).catch(() => {})
+        await node.dial(multiaddr(first.toString())).catch(() => {})
+      }))
     }
     await new Promise(resolve => setTimeout(resolve, 100))
   }

@@ -5,6 +5,7 @@
  */
 import { parentPort } from 'node:worker_threads'
 import { peerIdFromString } from '@libp2p/peer-id'
+import { FRAME_HEADER_BYTES } from '../../frame-channel.js'
 import { TimeoutError, describeError } from '../../../errors.js'
 import { dialDirect } from '../direct-dial.js'
 import { DirectServer } from '../direct-server.js'
@@ -101,11 +102,12 @@ class Relay {
           post({ t: 'end', id: this.id })
           return
         }
-        // One copy, here rather than on the main thread: the frame's chunks joined.
-        const length = frame.byteLength
+        // One copy, here rather than on the main thread: the frame's chunks joined behind its header.
+        const length = FRAME_HEADER_BYTES + frame.byteLength
         const buf = framePool.take(length)
         const bytes = new Uint8Array(buf, 0, length)
-        let offset = 0
+        new DataView(buf).setUint32(0, frame.byteLength, true)
+        let offset = FRAME_HEADER_BYTES
         for (const chunk of frame) {
           bytes.set(chunk, offset)
           offset += chunk.byteLength

@@ -8,6 +8,7 @@ import type { FromDataThread, ToDataThread } from './thread-messages.js'
 import { Outbox } from './outbox.js'
 import { BufferPool } from './buffer-pool.js'
 
+
 type FrameBounds = { readonly maxFrameBytes: number, readonly maxQueuedFrames: number }
 /** A request awaiting its reply; a dial's carries the bounds of the channel it opens. */
 type Pending = { resolve: (message: FromDataThread) => void, reject: (err: Error) => void, frames?: FrameBounds }
@@ -49,16 +50,40 @@ class DataThread implements ThreadLink {
   }
 
   async dial (options: DirectDialOptions): Promise<DirectFrameChannel> {
-    const reply = await this.request(req => ({ t: 'dial', req, options: { ...options, expectedPeer: options.expectedPeer.toString() } }), options)
+    const reply = await this.request(req => ({
+      t: 'dial',
+      req,
+      options: {
+        identity: options.identity,
+        host: options.host,
+        port: options.port,
+        protocol: options.protocol,
+        expectedPeer: options.expectedPeer.toString(),
+        timeoutMs: options.timeoutMs,
+        maxFrameBytes: options.maxFrameBytes,
+        maxQueuedFrames: options.maxQueuedFrames
+      }
+    }), options)
     const channel = reply.t === 'dialed' ? this.channels.get(reply.id) : undefined
     if (channel == null) throw new ProtocolError(`the direct channel to ${options.host}:${options.port} closed as it opened`)
     return channel
   }
 
   async listen (options: DirectListenOptions, port: number): Promise<{ listener: number, port: number }> {
-    // The callbacks stay here; the data thread gets the plain data and asks about peers.
-    const { accept, allowPeer, log, ...plain } = options
-    const reply = await this.request(req => ({ t: 'listen', req, options: { ...plain, port, askAllow: allowPeer != null } }))
+    const reply = await this.request(req => ({
+      t: 'listen',
+      req,
+      options: {
+        identity: options.identity,
+        host: options.host,
+        port,
+        protocol: options.protocol,
+        maxFrameBytes: options.maxFrameBytes,
+        maxQueuedFrames: options.maxQueuedFrames,
+        handshakeTimeoutMs: options.handshakeTimeoutMs,
+        askAllow: options.allowPeer != null
+      }
+    }))
     if (reply.t !== 'listening') throw new ProtocolError('a data thread answered a listen with something else')
     this.listeners.set(reply.listener, options)
     return { listener: reply.listener, port: reply.port }

@@ -110,9 +110,9 @@ export class ThreadFrameChannel implements DirectFrameChannel {
     if (buf instanceof ArrayBuffer && buf.byteLength <= MAX_RELEASED_FRAME_BYTES) this.link.post({ t: 'release', buf }, [buf])
   }
 
-  /** A frame from the data thread, which cut and bounded it already. */
+  /** A frame from the data thread (header included). */
   onFrame (buf: ArrayBuffer, length: number): void {
-    this.queue.pushFrame(new Uint8Array(buf, 0, length))
+    this.queue.push(new Uint8Array(buf, 0, length))
   }
 
   onWritten (bytes: number, bufs: readonly ArrayBuffer[]): void {

@@ -38,7 +38,7 @@ export type FromDataThread =
   | { readonly t: 'allow', readonly req: number, readonly listener: number, readonly peer: string }
   | { readonly t: 'incoming', readonly listener: number, readonly id: number, readonly peer: string }
   | { readonly t: 'dialed', readonly req: number, readonly id: number, readonly peer: string }
-  /** One received frame's payload in buf[0, length). */
+  /** One received frame, header included, in buf[0, length). */
   | { readonly t: 'frame', readonly id: number, readonly buf: ArrayBuffer, readonly length: number }
   /** Writes flushed to the socket (TLS holds no reference to them any more): their bytes, and their buffers back for reuse. */
   | { readonly t: 'written', readonly id: number, readonly bytes: number, readonly bufs: ArrayBuffer[] }

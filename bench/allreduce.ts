@@ -4,20 +4,13 @@
  * their reports and prints one markdown table with ratios of ours against the others measured in
  * the same run. Protocol and column definitions: bench/README.md.
  */
-import { spawn, type ChildProcess } from 'node:child_process'
-import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem, platform, release } from 'node:os'
-import { dirname, join, resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { dirname, resolve } from 'node:path'
 import { Command } from 'commander'
-import { Coordinator } from './lib/coordinator.js'
-import { envFor } from './lib/protocol.js'
-import { IMPLS, implNamed, missingPart, type ImplSpec } from './lib/impls.js'
-import { WireMeter } from './lib/wire-bytes.js'
-import { formatElements, notesOf, parseElements, ratioTable, resultsTable, statsOf, type RunOutcome } from './lib/report.js'
-
-/** The repository root: this file runs as dist/bench/allreduce.js. */
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
+import { IMPLS, implNamed } from './lib/impls.js'
+import { ROOT, progress, runImpl } from './lib/run-impl.js'
+import { notesOf, parseElements, ratioTable, resultsTable, type RunOutcome } from './lib/report.js'
 
 interface Options {
   impl: string
@@ -33,93 +26,12 @@ interface Options {
   logs: string
 }
 
-const progress = (line: string): void => { process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}\n`) }
-
 const list = (text: string): string[] => text.split(',').map((s) => s.trim()).filter((s) => s !== '')
 
 function positiveInt (text: string, what: string): number {
   const value = Number(text)
   if (!Number.isSafeInteger(value) || value < 0) throw new Error(`${what} must be a non-negative integer, got "${text}"`)
   return value
-}
-
-/** Ends a peer and everything it started (hivemind's averager process and p2pd): they share its process group. */
-function killTree (child: ChildProcess): void {
-  if (child.pid == null || child.exitCode != null || child.signalCode != null) return
-  try { process.kill(-child.pid, 'SIGKILL') } catch { /* already gone */ }
-}
-
-async function runOne (spec: ImplSpec, peers: number, groupSize: number, elements: number, o: {
-  rounds: number, warmup: number, partBytes: number, compression: string, timeoutS: number, logDir: string
-}): Promise<RunOutcome> {
-  const base = { impl: spec.name, peers, groupSize, elements }
-  const missing = missingPart(spec, ROOT)
-  if (missing != null) return { ...base, status: 'missing', message: missing, results: [] }
-  if (groupSize !== peers && !spec.groups) return { ...base, status: 'skipped', message: 'averages all peers at once, no groups', results: [] }
-
-  const label = `${spec.name} ${peers} peers${groupSize !== peers ? ` in groups of ${groupSize}` : ''} × ${formatElements(elements)}`
-  const total = o.warmup + o.rounds
-  const coordinator = new Coordinator(peers, (line) => progress(`${label}: ${line.replace(/^round-(\d+) open$/, (_m, k: string) => `round ${Number(k) + 1}/${total} ${Number(k) < o.warmup ? '(warm-up) ' : ''}started`)}`))
-  const coord = await coordinator.start()
-  // Bytes on the wire: the peers' TCP counters from just before the first measured round to after the last.
-  const meter = new WireMeter()
-  let wireBytes: number | null = null
-  coordinator.beforeBarrierOpens = async (name) => {
-    if (name === `round-${o.warmup}`) await meter.start(new Set(children.map((c) => c.pid).filter((pid): pid is number => pid != null)))
-    if (name === 'done') wireBytes = await meter.stop()
-  }
-  progress(`${label}: starting (${o.warmup} warm-up + ${o.rounds} measured rounds, timeout ${o.timeoutS} s)`)
-  const children: ChildProcess[] = []
-  const exits: Array<Promise<number | null>> = []
-  const failures: string[] = []
-  let timedOut = false
-  const timer = setTimeout(() => { timedOut = true; for (const c of children) killTree(c) }, o.timeoutS * 1000)
-
-  for (let rank = 0; rank < peers; rank++) {
-    const logPath = join(o.logDir, `${spec.name}-${peers}p-${formatElements(elements)}-rank${rank}.log`)
-    const log = createWriteStream(logPath)
-    const child = spawn(spec.command[0], spec.command.slice(1), {
-      cwd: ROOT,
-      detached: true, // own process group, so the whole tree can be ended
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        ...process.env,
-        ...spec.env,
-        ...envFor({ rank, world: peers, groupSize, elements, rounds: o.rounds, warmup: o.warmup, partBytes: o.partBytes, compression: o.compression, coord }),
-        PYTHONUNBUFFERED: '1'
-      }
-    })
-    child.stdout!.pipe(log, { end: false })
-    child.stderr!.pipe(log, { end: false })
-    children.push(child)
-    exits.push(new Promise((resolve) => {
-      child.once('error', (err) => { failures.push(`rank ${rank} could not start: ${err.message}`); resolve(null) })
-      child.once('exit', (code, signal) => {
-        log.end()
-        if (code !== 0 && !timedOut) {
-          const why = coordinator.errors.get(rank) ?? `exited with ${code ?? signal ?? '?'} (see ${logPath})`
-          failures.push(`rank ${rank}: ${why}`)
-          // A dead peer leaves the others waiting at a barrier: end them after a short grace.
-          setTimeout(() => { for (const c of children) killTree(c) }, 5000)
-        }
-        resolve(code)
-      })
-    }))
-  }
-
-  await Promise.all(exits)
-  clearTimeout(timer)
-  await coordinator.stop()
-
-  const results = [...coordinator.results.values()].sort((a, b) => a.rank - b.rank)
-  if (timedOut) return { ...base, status: 'timeout', message: `no result within ${o.timeoutS} s (${results.length}/${peers} peers reported; logs in ${o.logDir})`, results }
-  if (failures.length > 0 || results.length !== peers) {
-    return { ...base, status: 'failed', message: failures.length > 0 ? failures.join('; ') : `${results.length}/${peers} peers reported`, results }
-  }
-  const outcome: RunOutcome = { ...base, status: 'ok', results, ...(wireBytes != null ? { wireBytesPerRoundPerPeer: wireBytes / peers / o.rounds } : {}) }
-  const s = statsOf(outcome)!
-  progress(`${label}: all-reduce ${s.allReduceMs.toFixed(0)} ms median, busbw ${s.busbwMiBs.toFixed(0)} MiB/s, max error ${String(s.maxAbsError)}`)
-  return outcome
 }
 
 function machineLine (): string {
@@ -164,7 +76,7 @@ async function main (): Promise<void> {
     for (const elements of sizes) {
       const groupSize = o.groupSize != null ? positiveInt(o.groupSize, '--group-size') : peers
       if (groupSize < 2 || groupSize > peers || peers % groupSize !== 0) throw new Error(`--group-size must divide the peer count ${peers} and be at least 2, got ${groupSize}`)
-      for (const spec of specs) runs.push(await runOne(spec, peers, groupSize, elements, settings))
+      for (const spec of specs) runs.push(await runImpl(spec, peers, groupSize, elements, settings))
     }
   }
 

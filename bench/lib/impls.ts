@@ -17,6 +17,9 @@ const NODE = 'node_modules/.bin/node'
 const PYTHON = 'bench/.venv/bin/python'
 const needsBuild = (file: string): { path: string, hint: string } => ({ path: file, hint: 'npm run build' })
 const needsVenv = { path: PYTHON, hint: 'npm run bench:setup' }
+/** The trainer rows use the project's own venv, where the README's trainer path installs the client package. */
+const TRAINER_PYTHON = '.venv/bin/python'
+const needsClient = { path: TRAINER_PYTHON, hint: '/usr/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install ./clients/python' }
 
 export const IMPLS: readonly ImplSpec[] = [
   { name: 'ours', groups: true, description: "this project's averager (bench/peers/ours.ts)", command: [NODE, 'dist/bench/peers/ours.js'], requires: [needsBuild('dist/bench/peers/ours.js')] },
@@ -24,6 +27,7 @@ export const IMPLS: readonly ImplSpec[] = [
   { name: 'ours-js', groups: true, description: "this project's averager with the JavaScript kernels instead of WebAssembly SIMD", command: [NODE, 'dist/bench/peers/ours.js'], env: { BENCH_KERNELS: 'js' }, requires: [needsBuild('dist/bench/peers/ours.js')] },
   ...[1, 2].map(threads => ({ name: `ours-threads-${threads}`, groups: true, description: `this project's averager with the direct channel's sockets on ${threads} data thread(s) besides the main thread`, command: [NODE, 'dist/bench/peers/ours.js'], env: { BENCH_DATA_THREADS: String(threads) }, requires: [needsBuild('dist/bench/peers/ours.js')] })),
   { name: 'hivemind', groups: true, description: "hivemind 1.1.12 DecentralizedAverager over p2pd", command: [PYTHON, 'bench/peers/hivemind_peer.py'], requires: [needsVenv] },
+  ...(['shm', 'torch', 'binary', 'base64'] as const).map(path => ({ name: `trainer-${path}`, groups: true, description: `a Python trainer and its agent through the sidecar API, ${path} path (bench/peers/trainer_peer.py)`, command: [TRAINER_PYTHON, 'bench/peers/trainer_peer.py'], env: { BENCH_TRAINER_PATH: path }, requires: [needsClient, needsBuild('dist/agent/main.js')] })),
   { name: 'gloo', groups: false, description: 'torch.distributed all_reduce, gloo backend (unencrypted)', command: [PYTHON, 'bench/peers/gloo_peer.py'], requires: [needsVenv] },
   { name: 'tcp', groups: false, description: 'ceiling: all-reduce traffic over raw TCP sockets', command: [NODE, 'dist/bench/peers/tcp_ceiling.js'], requires: [needsBuild('dist/bench/peers/tcp_ceiling.js')] },
   { name: 'tls', groups: false, description: 'floor: all-reduce traffic over Node native TLS sockets', command: [NODE, 'dist/bench/peers/tls_floor.js'], requires: [needsBuild('dist/bench/peers/tls_floor.js')] },

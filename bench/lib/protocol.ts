@@ -42,6 +42,8 @@ export interface PeerResult {
   readonly maxAbsError: number | string | null
   /** one line the table shows under the row, e.g. which cipher was negotiated. */
   readonly note?: string
+  /** further figures a runner of its own reads (bench/trainer-step.ts: the agent's round, copies, RSS apart). */
+  readonly extra?: Readonly<Record<string, number | number[]>>
 }
 
 export const ENV = {

@@ -2,7 +2,7 @@
 
 A peer module builds a `Peer` object with: address (str), connect(addrs), prepare(round),
 all_reduce(round) -> optional matchmaking ms, check() -> max abs error or None, note() -> str or None,
-close(). `run(make_peer)` drives it exactly as bench/lib/peer-client.ts drives TypeScript peers.
+close(), and optionally extra() -> a dict of further figures (numbers or lists) sent as the result's `extra`. `run(make_peer)` drives it exactly as bench/lib/peer-client.ts drives TypeScript peers.
 """
 import json
 import math
@@ -121,6 +121,9 @@ def run(make_peer) -> None:
         note = peer.note()
         if note:
             result["note"] = note
+        extra = getattr(peer, "extra", None)
+        if extra is not None:
+            result["extra"] = extra()
         post(env, "/result", result)
         peer.close()
         sys.stdout.flush()

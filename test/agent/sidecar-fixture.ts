@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { pino } from 'pino'
 import type { SwarmNode } from '../../agent/net/node.js'
 import { Rendezvous } from '../../agent/rendezvous/rendezvous.js'
@@ -14,6 +17,8 @@ export interface SidecarAgent {
   readonly metrics: AgentMetrics
   ctx?: WorkloadContext
   ready: boolean
+  /** The agent's AVS_SHM_DIR (a fresh folder under /dev/shm), when started with `shm: true`. */
+  readonly shmDir?: string
 }
 
 export interface SidecarSwarm {
@@ -26,7 +31,7 @@ export interface SidecarSwarm {
  * n agents as the agent process builds them: real libp2p nodes on loopback TCP bootstrapped off
  * the first, one shared Rendezvous per node, metrics, and a sidecar workload on a free port.
  */
-export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean } = {}): Promise<SidecarSwarm> {
+export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number } = {}): Promise<SidecarSwarm> {
   const nodes: SwarmNode[] = []
   const rendezvous: Rendezvous[] = []
   const runs: Array<Promise<void>> = []
@@ -37,6 +42,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
     await Promise.allSettled(runs)
     await Promise.allSettled(rendezvous.map(async r => { await r.stop() }))
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
+    for (const a of agents) if (a.shmDir !== undefined) rmSync(a.shmDir, { recursive: true, force: true })
   }
   try {
     nodes.push(...await startConnectedNodes(n))
@@ -57,7 +63,8 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
       rendezvous.push(r)
       const metrics = new AgentMetrics('sidecar-test')
       const log = pino({ level: process.env.AVS_TEST_LOG != null ? 'debug' : 'silent' }).child({ peer: i })
-      const agent: SidecarAgent & { url: string } = { node, url: '', metrics, ready: false }
+      const shmDir = options.shm === true ? mkdtempSync(join(existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), `avs-test-${i}-`)) : undefined
+      const agent: SidecarAgent & { url: string } = { node, url: '', metrics, ready: false, shmDir }
       const ctx: WorkloadContext = {
         node,
         rendezvous: r,
@@ -79,7 +86,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
         const stateSharing = options.stateSharing === true
           ? new StateSharing(node, r, { prefix: averagerConfig.prefix, requestTimeoutMs: averagerConfig.requestTimeout * 1000, log: msg => { log.debug(msg) } })
           : undefined
-        const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve, stateSharing }).run()
+        const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve, stateSharing, shmDir, memoryBytes: options.memoryBytes }).run()
         // Before listening the error fails the start; after it, a failed shutdown shows in the output.
         runs.push(run.catch(err => { reject(err); console.error(`sidecar agent ${i} failed: ${String(err)}`) }))
       })

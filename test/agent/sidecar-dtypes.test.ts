@@ -1,0 +1,90 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { PassThrough } from 'node:stream'
+import type { IncomingMessage } from 'node:http'
+import { floatBitsToBfloat, floatBitsToHalf, halfToFloat, widen, narrow } from '../../agent/workloads/sidecar/dtypes.js'
+import { regionLayout } from '../../agent/workloads/sidecar/region-layout.js'
+import { readTensorsBody } from '../../agent/workloads/sidecar/binary-body.js'
+
+const u32 = new Uint32Array(1)
+const f32 = new Float32Array(u32.buffer)
+const bitsOf = (v: number): number => { f32[0] = v; return u32[0] }
+const half = (v: number): number => floatBitsToHalf(bitsOf(v))
+const bf = (v: number): number => floatBitsToBfloat(bitsOf(v))
+
+test('float16 widens exactly and every finite half survives the round trip', () => {
+  for (let h = 0; h < 65536; h++) {
+    const v = halfToFloat(h)
+    if (Number.isNaN(v)) assert.ok((h & 0x7c00) === 0x7c00 && (h & 0x3ff) !== 0, `NaN only from NaN bits (${h})`)
+    else assert.equal(half(v), h, `half ${h.toString(16)}`)
+  }
+  assert.equal(halfToFloat(0x0001), 2 ** -24, 'smallest subnormal')
+  assert.equal(halfToFloat(0x7bff), 65504)
+})
+
+test('float32 to float16 rounds to nearest, ties to even, with subnormals, overflow and NaN', () => {
+  assert.equal(half(1 + 2 ** -11), 0x3c00, 'a tie rounds down to the even 1.0')
+  assert.equal(half(1 + 3 * 2 ** -11), 0x3c02, 'a tie rounds up to the even mantissa')
+  assert.equal(half(1 + 2 ** -11 + 2 ** -20), 0x3c01, 'above the tie rounds up')
+  assert.equal(half(65519), 0x7bff)
+  assert.equal(half(65520), 0x7c00, 'rounds to infinity past the largest half')
+  assert.equal(half(-Infinity), 0xfc00)
+  assert.equal(half(2 ** -25), 0, 'half the smallest subnormal ties to zero')
+  assert.equal(half(3 * 2 ** -25), 0x0002, 'subnormal tie to even')
+  assert.equal(half(2 ** -14 - 2 ** -25), 0x0400, 'the largest subnormal rounds up into the smallest normal')
+  assert.equal(half(-0), 0x8000)
+  assert.ok(Number.isNaN(halfToFloat(half(Number.NaN))), 'NaN stays NaN')
+  assert.ok(Number.isNaN(halfToFloat(floatBitsToHalf(0x7f800001))), 'a NaN with only low mantissa bits stays NaN')
+})
+
+test('float32 to bfloat16 rounds to nearest, ties to even, keeps NaN and overflows to infinity', () => {
+  assert.equal(bf(1 + 2 ** -8), 0x3f80)
+  assert.equal(bf(1 + 3 * 2 ** -8), 0x3f82)
+  assert.equal(bf(-2.5), 0xc020)
+  assert.equal(bf(3.4028234663852886e38), 0x7f80)
+  assert.equal(bf(Infinity), 0x7f80)
+  assert.equal(floatBitsToBfloat(0x7f800001) & 0x7fc0, 0x7fc0, 'NaN stays a quiet NaN')
+  assert.equal(floatBitsToBfloat(0xffc00000), 0xffc0, 'a negative NaN keeps its sign')
+  const back = new Float32Array(3)
+  widen('bfloat16', Uint16Array.of(0x3f80, 0xc020, 0x0001), back, 0)
+  assert.deepEqual([...back], [1, -2.5, Math.fround(2 ** -133)])
+  const out = new Uint16Array(2)
+  narrow('float16', Float32Array.of(0.5, -2), 0, out)
+  assert.deepEqual([...out], [0x3800, 0xc000])
+})
+
+test('region layout: 64-byte header, every tensor 64-aligned, total rounded up to 64', () => {
+  const layout = regionLayout([{ name: 'a', shape: [1], dtype: 'float32' }, { name: 'b', shape: [3], dtype: 'bfloat16' }, { name: 'c', shape: [17], dtype: 'float16' }])
+  assert.deepEqual(layout.offsets.map(o => [o.offset, o.bytes]), [[64, 4], [128, 6], [192, 34]])
+  assert.equal(layout.bytes, 256)
+})
+
+function request (chunks: Buffer[], contentLength?: number): IncomingMessage {
+  const req = new PassThrough() as unknown as IncomingMessage & PassThrough
+  Object.assign(req, { headers: contentLength === undefined ? {} : { 'content-length': String(contentLength) } })
+  setImmediate(() => { for (const c of chunks) req.write(c); req.end() })
+  return req
+}
+
+test('binary bodies parse across any chunk boundary and refuse a wrong length with the expected size', async () => {
+  const schema = [{ name: 'a', shape: [3], dtype: 'bfloat16' as const }, { name: 'b', shape: [2], dtype: 'float32' as const }]
+  const control = Buffer.from('{"weight":2}')
+  const body = Buffer.alloc(4 + control.byteLength + 6 + 8)
+  body.writeUInt32LE(control.byteLength, 0)
+  control.copy(body, 4)
+  let at = 4 + control.byteLength
+  for (const h of [0x3f80, 0xc020, 0x4000]) { body.writeUInt16LE(h, at); at += 2 }
+  body.writeFloatLE(1.5, at)
+  body.writeFloatLE(-7, at + 4)
+  for (const size of [1, 3, 5, body.byteLength]) {
+    const chunks: Buffer[] = []
+    for (let i = 0; i < body.byteLength; i += size) chunks.push(body.subarray(i, i + size))
+    const staging = new Float32Array(5)
+    assert.deepEqual(await readTensorsBody(request(chunks), schema, staging), { weight: 2 }, `chunks of ${size}`)
+    assert.deepEqual([...staging], [1, -2.5, 2, 1.5, -7], `chunks of ${size}`)
+  }
+  const expected = /has (\d+|more than \d+) bytes but this schema needs 30 \(4 \+ 12 control bytes \+ 14 tensor bytes\)/
+  await assert.rejects(readTensorsBody(request([body.subarray(0, 29)]), schema, new Float32Array(5)), expected)
+  await assert.rejects(readTensorsBody(request([body, Buffer.alloc(1)]), schema, new Float32Array(5)), expected)
+  await assert.rejects(readTensorsBody(request([body], 31), schema, new Float32Array(5)), /has 31 bytes but this schema needs 30/)
+})

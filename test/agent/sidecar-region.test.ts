@@ -1,0 +1,198 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { openSync, closeSync, writeSync, symlinkSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { startSidecarSwarm } from './sidecar-fixture.js'
+import { SharedRegion, SidecarClient, SidecarError, frame, regionLayout, type StoredValues, type TensorSpec } from '../../clients/typescript/sidecar-client.js'
+import { floatBitsToBfloat, floatBitsToHalf, halfToFloat } from '../../agent/workloads/sidecar/dtypes.js'
+
+// Sizes not divisible by the group size, one of a single element, every storage dtype.
+const SPECS: TensorSpec[] = [
+  { name: 'one', shape: [1] },
+  { name: 'w16', shape: [7, 3], dtype: 'float16' },
+  { name: 'wbf', shape: [5], dtype: 'bfloat16' },
+  { name: 'w32', shape: [13, 5] }
+]
+const count = (t: TensorSpec): number => t.shape.reduce((a, b) => a * b, 1)
+
+/**
+ * Small dyadic values (exact in their dtype) with weights summing to a power of two: the float32
+ * arithmetic of a round is then exact, so the float64 mean is the agent's mean bit for bit, and
+ * only the narrowing back to 16 bits rounds (round-to-nearest-even, which the expected value applies too).
+ */
+function values (agent: number, step: number): Record<string, StoredValues> {
+  let x = (agent * 7919 + step * 104729 + 1) >>> 0
+  const next = (range: number): number => { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; return (x % (2 * range + 1)) - range }
+  return Object.fromEntries(SPECS.map(t => {
+    const n = count(t)
+    if (t.dtype === 'float16') return [t.name, Uint16Array.from({ length: n }, () => floatBitsToHalf(f32Bits(next(2047) / 16)))]
+    if (t.dtype === 'bfloat16') return [t.name, Uint16Array.from({ length: n }, () => floatBitsToBfloat(f32Bits(next(255) / 16)))]
+    return [t.name, Float32Array.from({ length: n }, () => next(1 << 20) / 64)]
+  }))
+}
+
+const bits = new Uint32Array(1)
+const asFloat = new Float32Array(bits.buffer)
+function f32Bits (v: number): number { asFloat[0] = v; return bits[0] }
+function widenOne (t: TensorSpec, v: number): number { return t.dtype === 'float16' ? halfToFloat(v) : t.dtype === 'bfloat16' ? (bits[0] = v << 16, asFloat[0]) : v }
+function narrowOne (t: TensorSpec, v: number): number { return t.dtype === 'float16' ? floatBitsToHalf(f32Bits(v)) : t.dtype === 'bfloat16' ? floatBitsToBfloat(f32Bits(v)) : Math.fround(v) }
+
+/** Exact float64 weighted mean (with alpha: local + alpha (mean − local)), rounded to float32, then to the storage dtype. */
+function expected (inputs: Array<Record<string, StoredValues>>, weights: number[], self: number, alpha = 1): Record<string, number[]> {
+  const total = weights.reduce((a, b) => a + b, 0)
+  return Object.fromEntries(SPECS.map(t => {
+    const out: number[] = []
+    for (let i = 0; i < count(t); i++) {
+      const mean = inputs.reduce((s, v, p) => s + weights[p] * widenOne(t, v[t.name][i]), 0) / total
+      const local = widenOne(t, inputs[self][t.name][i])
+      out.push(narrowOne(t, Math.fround(local + alpha * (mean - local))))
+    }
+    return [t.name, out]
+  }))
+}
+
+const plain = (r: Record<string, StoredValues>): Record<string, number[]> => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, [...v]]))
+
+test('three agents average through shared-memory regions: exact weighted means in float32, float16 and bfloat16, two steps in a row', { timeout: 120_000 }, async () => {
+  const swarm = await startSidecarSwarm(3, {}, { shm: true })
+  try {
+    const clients = swarm.agents.map(a => new SidecarClient(a.url))
+    const regions = swarm.agents.map(a => SharedRegion.create(a.shmDir ?? '', 'trainer.avs', SPECS))
+    for (const [i, c] of clients.entries()) assert.deepEqual(await c.register(SPECS, { region: 'trainer.avs' }), { created: true }, `agent ${i}`)
+    const status = await clients[0].status() as { region: { bytes: number, offsets: Array<{ offset: number }> }, shmDir: string }
+    assert.equal(status.region.bytes, regionLayout(SPECS).bytes, 'agent and client compute the same layout')
+    assert.deepEqual(status.region.offsets.map(o => o.offset), regionLayout(SPECS).offsets.map(o => o.offset))
+    const weights = [1, 1, 2]
+    for (let step = 0; step < 2; step++) {
+      const inputs = clients.map((_c, i) => step === 0 ? values(i, step) : { ...regions[i].read(), one: values(i, step).one })
+      regions.forEach((r, i) => { r.write(inputs[i]) })
+      const results = await Promise.all(clients.map(async (c, i) => await c.stepRegion({ weight: weights[i], timeout: 30 })))
+      for (const [i, r] of results.entries()) {
+        assert.equal(r.averaged, true, `step ${step} agent ${i}: ${r.error ?? ''}`)
+        assert.equal(r.generation, step + 1)
+        assert.equal(r.bytesCopied, 2 * SPECS.reduce((n, t) => n + count(t) * (t.dtype === undefined ? 4 : 2), 0), 'read once, written back once')
+        assert.ok(typeof r.copyMs === 'number' && r.copyMs >= 0)
+        assert.deepEqual(plain(regions[i].read()), expected(inputs, weights, i), `step ${step} agent ${i}: the region holds the exact mean in its dtypes`)
+        assert.equal(regions[i].generation, step + 1)
+        assert.equal(regions[i].seq % 2, 0)
+      }
+    }
+    const state = await clients[2].stateBinary(SPECS)
+    assert.equal(state.origin, 'averaged')
+    assert.deepEqual(plain(state.tensors), plain(regions[2].read()), 'binary state is what the region holds')
+  } finally {
+    await swarm.stop()
+  }
+})
+
+test('averagingAlpha 0.5 moves each region half way to the mean', { timeout: 60_000 }, async () => {
+  const swarm = await startSidecarSwarm(2, { averagingAlpha: 0.5 }, { shm: true })
+  try {
+    const clients = swarm.agents.map(a => new SidecarClient(a.url))
+    const regions = swarm.agents.map(a => SharedRegion.create(a.shmDir ?? '', 'r', SPECS))
+    const inputs = [values(0, 5), values(1, 5)]
+    regions.forEach((r, i) => { r.write(inputs[i]) })
+    await Promise.all(clients.map(async c => await c.register(SPECS, { region: 'r' })))
+    const results = await Promise.all(clients.map(async c => await c.stepRegion({ timeout: 30 })))
+    assert.ok(results.every(r => r.averaged), results.map(r => r.error).join('; '))
+    for (let i = 0; i < 2; i++) assert.deepEqual(plain(regions[i].read()), expected(inputs, [1, 1], i, 0.5), `agent ${i}`)
+  } finally {
+    await swarm.stop()
+  }
+})
+
+test('binary bodies: exact means back in the same framing; a writer during a step cannot change what the group averages', { timeout: 60_000 }, async () => {
+  const swarm = await startSidecarSwarm(2, {}, { shm: true })
+  try {
+    const [a, b] = swarm.agents.map(x => new SidecarClient(x.url))
+    const region = SharedRegion.create(swarm.agents[0].shmDir ?? '', 'r', SPECS)
+    const inputs = [values(0, 9), values(1, 9)]
+    region.write(inputs[0])
+    await a.register(SPECS, { region: 'r' })
+    await b.register(SPECS)
+    const stepA = a.stepRegion({ timeout: 30 })
+    // A read its region when its step began; it now looks for a group while the trainer (wrongly) writes.
+    await new Promise(resolve => setTimeout(resolve, 500))
+    region.write(values(7, 7))
+    const rb = await b.stepBinary(SPECS, inputs[1], { timeout: 30 })
+    const ra = await stepA
+    assert.ok(ra.averaged && rb.averaged, `${ra.error ?? ''} ${rb.error ?? ''}`)
+    const mean = expected(inputs, [1, 1], 1)
+    assert.deepEqual(plain(rb.tensors), mean, 'B received the exact mean of the values A read, not the later write')
+    assert.deepEqual(plain(region.read()), mean, 'A wrote the same mean back')
+    assert.equal(rb.bytesCopied, 2 * SPECS.reduce((n, t) => n + count(t) * (t.dtype === undefined ? 4 : 2), 0))
+  } finally {
+    await swarm.stop()
+  }
+})
+
+test('bad regions and bodies get a 4xx with one sentence and leave the agent\'s tensors untouched', { timeout: 60_000 }, async () => {
+  const swarm = await startSidecarSwarm(2, {}, { shm: true }) // one agent alone never sees a routing table fill
+  try {
+    const agent = swarm.agents[0]
+    const dir = agent.shmDir ?? ''
+    const client = new SidecarClient(agent.url)
+    const expectError = async (what: string, got: Promise<unknown>, status: number, pattern: RegExp): Promise<void> => {
+      await assert.rejects(got, (err: SidecarError) => {
+        assert.equal(err.status, status, `${what}: ${err.message}`)
+        assert.match(err.message, pattern, what)
+        assert.ok(!err.message.includes('\n'), `${what}: one sentence`)
+        return true
+      }, what)
+    }
+    await expectError('missing region', client.register(SPECS, { region: 'nope' }), 400, /"nope" does not exist/)
+    await expectError('a path, not a name', client.register(SPECS, { region: '../etc' }), 400, /plain file name/)
+    const small = SharedRegion.create(dir, 'small', SPECS.slice(0, 2))
+    await expectError('too small', client.register(SPECS, { region: 'small' }), 400, /has \d+ bytes but the registered tensors need \d+/)
+    small.close()
+    writeFileSync(join(dir, 'magic'), Buffer.alloc(regionLayout(SPECS).bytes))
+    await expectError('bad magic', client.register(SPECS, { region: 'magic' }), 400, /magic AVSREGN1/)
+    const region = SharedRegion.create(dir, 'r', SPECS)
+    symlinkSync(join(dir, 'r'), join(dir, 'link'))
+    await expectError('a symlink', client.register(SPECS, { region: 'link' }), 400, /symlinks are refused/)
+    await expectError('too large for memory', new SidecarClient(agent.url).register(Array.from({ length: 64 }, (_x, i) => ({ name: `huge${i}`, shape: [2 ** 31] }))), 413, /needs \d+\.\d\d GiB but the agent's container has \d+\.\d\d GiB/)
+
+    const good = values(3, 3)
+    region.write(good)
+    assert.deepEqual(await client.register(SPECS, { region: 'r' }), { created: true })
+    await client.publishState()
+    const state = async (): Promise<Record<string, number[]>> => plain((await client.stateBinary(SPECS)).tensors)
+    const before = await state()
+    assert.deepEqual(before, plain(good), 'POST /v1/state took the region')
+
+    const nan = values(3, 3)
+    ;(nan.w32 as Float32Array)[11] = Number.NaN
+    region.write(nan)
+    await expectError('NaN in the region', client.stepRegion({ timeout: 1 }), 400, /"w32" in the region holds a non-finite value \(NaN\) at index 11/)
+    const inf = values(3, 3)
+    ;(inf.w16 as Uint16Array)[4] = 0x7c00
+    region.write(inf)
+    await expectError('Inf in a float16 tensor', client.stepRegion({ timeout: 1 }), 400, /"w16" in the region holds a non-finite value \(Infinity\) at index 4/)
+    region.write(good)
+    const fd = openSync(join(dir, 'r'), 'r+')
+    const odd = Buffer.alloc(8)
+    odd.writeBigUInt64LE(BigInt(region.seq + 1))
+    writeSync(fd, odd, 0, 8, 8)
+    closeSync(fd)
+    await expectError('odd seq', client.stepRegion({ timeout: 1 }), 409, /changed while the agent read it/)
+    await expectError('another schema', client.register([{ name: 'one', shape: [1], dtype: 'float16' }]), 409, /already averages/)
+    const body = frame({ timeout: 1 }, SPECS.map(t => good[t.name])).subarray(0, 40)
+    await expectError('a binary body of the wrong length', fetch(`${agent.url}/v1/step`, { method: 'POST', headers: { 'content-type': 'application/vnd.avs.tensors' }, body }).then(async r => { throw new SidecarError(r.status, ((await r.json()) as { error: string }).error) }), 400, /has 40 bytes but this schema needs \d+ \(4 \+ \d+ control bytes \+ \d+ tensor bytes\)/)
+    await expectError('a JSON step of 16-bit tensors', client.step({}), 400, /only the region and binary paths carry/)
+    assert.deepEqual(await state(), before, 'no refused request touched the agent\'s tensors')
+
+    // Still serving: a step that finds no group writes the agent's values back and says why.
+    region.write(good)
+    const r = await client.stepRegion({ timeout: 1 })
+    assert.equal(r.averaged, false)
+    assert.deepEqual(plain(region.read()), plain(good))
+    await client.report({ loss: 0.25, samples: 64, paramsHash: '0123456789abcdef' })
+    await client.report({ samples: 36 })
+    assert.equal((await agent.metrics.trainerLoss.get()).values[0].value, 0.25)
+    assert.equal((await agent.metrics.trainerSamples.get()).values[0].value, 100)
+    assert.equal((await agent.metrics.paramsHash.get()).values[0].value, 0x456789abcdef)
+    await expectError('a bad hash', client.report({ paramsHash: 'xyz' }), 400, /16 hex digits/)
+  } finally {
+    await swarm.stop()
+  }
+})

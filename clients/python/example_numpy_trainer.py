@@ -2,11 +2,11 @@
 
 It fits a linear model y = x @ w + b by SGD on its own shard of synthetic data (each shard sees a
 different region of inputs, so a lone trainer overfits its region), and every --period steps
-hands its weights to the agent and continues from the swarm's mean (local SGD). A PyTorch
-trainer does the same with `p.detach().cpu().numpy()` in and `p.data.copy_(torch.from_numpy(a))`
-out, using samples seen since the last step as the weight.
+hands its weights to the agent and continues from the swarm's mean (local SGD), using samples
+seen since the last step as the weight. A PyTorch trainer uses averaging_swarm.torch instead.
 
-    AVS_SIDECAR_PORT=9401 python3 example_numpy_trainer.py --shard 0 --steps 200 --period 20
+    pip install ./clients/python
+    AVS_SIDECAR_PORT=9401 AVS_SHM_DIR=/dev/shm/avs python3 example_numpy_trainer.py --shard 0 --steps 200 --period 20
 """
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from avs_client import AvsClient  # noqa: E402
+from averaging_swarm import DecentralizedAverager
 
 IN, OUT = 8, 2
 
@@ -49,6 +48,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds one averaging round may take")
+    parser.add_argument("--transport", choices=["shm", "binary"], default=None,
+                        help="shared memory (default when AVS_SHM_DIR is set) or binary bodies")
     parser.add_argument("--json", action="store_true", help="print the final weights and figures as one JSON line")
     args = parser.parse_args()
 
@@ -57,13 +58,12 @@ def main() -> None:
     held_out = [shard(s, 200, np.random.default_rng(100 + s)) for s in range(4)]
     hx, hy = np.concatenate([h[0] for h in held_out]), np.concatenate([h[1] for h in held_out])
 
-    client = AvsClient(args.url)
-    client.register({"w": (IN, OUT), "b": (OUT,)})
-    state = client.state()
-    if state.origin != "initial":  # a restarted trainer continues from the swarm's weights
-        w, b = state.tensors["w"], state.tensors["b"]
-    else:
-        w, b = np.zeros((IN, OUT), np.float32), np.zeros((OUT,), np.float32)
+    transport = args.transport or ("shm" if os.environ.get("AVS_SHM_DIR") else "binary")
+    averager = DecentralizedAverager({"w": np.zeros((IN, OUT), np.float32), "b": np.zeros((OUT,), np.float32)},
+                                     url=args.url, transport=transport)
+    averager.load_state_from_peers()  # a restarted trainer continues from the swarm's weights (zeros at first)
+    with averager.get_tensors() as t:
+        w, b = t["w"].copy(), t["b"].copy()
 
     rounds, failed, seen = 0, 0, 0
     for step in range(1, args.steps + 1):
@@ -74,9 +74,12 @@ def main() -> None:
         b -= args.lr * (2 / args.batch) * err.sum(axis=0)
         seen += args.batch
         if step % args.period == 0 or step == args.steps:
-            result = client.step({"w": w, "b": b}, weight=seen, gather={"shard": args.shard, "loss": loss(w, b, x, y)}, timeout=args.timeout)
+            with averager.get_tensors() as t:
+                t["w"][...], t["b"][...] = w, b
+            result = averager.step(weight=seen, gather={"shard": args.shard, "loss": loss(w, b, x, y)}, timeout=args.timeout)
             if result.averaged:
-                w, b = result.tensors["w"].copy(), result.tensors["b"].copy()
+                with averager.get_tensors() as t:
+                    w, b = t["w"].copy(), t["b"].copy()
                 rounds, seen = rounds + 1, 0
             else:
                 failed += 1
@@ -84,6 +87,7 @@ def main() -> None:
             if not args.json:
                 print(f"step {step}: shard loss {loss(w, b, x, y):.4f}, held-out loss {loss(w, b, hx, hy):.4f}, group of {result.group_size}")
 
+    averager.close()
     summary = {"shard": args.shard, "rounds": rounds, "failed": failed, "heldOutLoss": loss(w, b, hx, hy),
                "w": w.ravel().tolist(), "b": b.tolist()}
     print(json.dumps(summary) if args.json else f"done: {rounds} rounds averaged, {failed} not, held-out loss {summary['heldOutLoss']:.4f}")

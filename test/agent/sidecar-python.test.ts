@@ -2,6 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
+import { existsSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { startSidecarSwarm } from './sidecar-fixture.js'
@@ -9,12 +10,15 @@ import { SidecarClient } from '../../clients/typescript/sidecar-client.js'
 import { maxAbsDiff, weightedMean } from './swarm-fixture.js'
 
 const run = promisify(execFile)
-const clientDir = resolve(dirname(fileURLToPath(import.meta.url)), '../../../clients/python')
-const python = process.env.PYTHON ?? 'python3'
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
+const clientDir = resolve(repo, 'clients/python')
+// The interpreter .ci/run gives the averaging-swarm package (pip install ./clients/python[test]).
+const venvPython = resolve(repo, '.venv/bin/python')
+const python = process.env.PYTHON ?? (existsSync(venvPython) ? venvPython : 'python3')
 
 async function py (args: string[]): Promise<string> {
   try {
-    const { stdout } = await run(python, args, { cwd: clientDir, timeout: 90_000, env: { ...process.env, PYTHONPATH: clientDir } })
+    const { stdout } = await run(python, args, { cwd: clientDir, timeout: 90_000, env: { ...process.env, AVS_SHM_DIR: '' } })
     return stdout
   } catch (err) {
     const e = err as { stderr?: string, message: string }
@@ -22,21 +26,24 @@ async function py (args: string[]): Promise<string> {
   }
 }
 
-// One step from Python: w = arange * 0.5 - 3, b = [1, 2, 3], weight 3; prints the result as JSON.
+// One step from Python over binary bodies: w = arange * 0.5 - 3, b = [1, 2, 3], weight 3; prints the result as JSON.
 const PY_STEP = `
 import json, sys, numpy as np
-from avs_client import AvsClient
-c = AvsClient(sys.argv[1])
-assert c.register({"w": (4, 3), "b": (3,)}) is True
-r = c.step({"w": np.arange(12, dtype=np.float32).reshape(4, 3) * 0.5 - 3, "b": np.array([1, 2, 3], np.float32)}, weight=3, gather={"lang": "python"}, timeout=30)
-s = c.state()
+from averaging_swarm import DecentralizedAverager
+a = DecentralizedAverager({"w": np.arange(12, dtype=np.float32).reshape(4, 3) * 0.5 - 3, "b": np.array([1, 2, 3], np.float32)}, url=sys.argv[1], transport="binary")
+assert a.registration["created"] is True
+r = a.step(weight=3, gather={"lang": "python"}, timeout=30)
+with a.get_tensors() as t:
+    w, b = t["w"].copy(), t["b"].copy()
+origin = a.load_state_from_peers()
+with a.get_tensors() as t:
+    state_w = t["w"].copy()
 print(json.dumps({"averaged": r.averaged, "error": r.error, "group": r.group_size, "gathered": sorted(g["lang"] for g in r.gathered.values()),
-                  "wShape": list(r.tensors["w"].shape), "w": r.tensors["w"].ravel().tolist(), "b": r.tensors["b"].tolist(),
-                  "origin": s.origin, "stateW": s.tensors["w"].ravel().tolist()}))
+                  "wShape": list(w.shape), "w": w.ravel().tolist(), "b": b.tolist(), "origin": origin, "stateW": state_w.ravel().tolist()}))
 `
 
-test('python3 with numpy is installed (.ci/run installs clients/python/requirements.txt)', async () => {
-  assert.match(await py(['-c', 'import numpy; print(numpy.__version__)']), /^\d+\.\d+/)
+test('the averaging-swarm package is installed (.ci/run: pip install ./clients/python[test] into .venv)', async () => {
+  assert.match(await py(['-c', 'import averaging_swarm, numpy; print(numpy.__version__)']), /^\d+\.\d+/)
 })
 
 test('the Python client steps against a real agent and gets the exact weighted mean', { timeout: 120_000 }, async () => {

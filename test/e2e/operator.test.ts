@@ -121,6 +121,26 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.deepEqual(wrong, [])
   })
 
+  test('an agent that exits on its configuration: the Degraded condition and an Event say why', { skip: AGENT_BUILT ? false : 'needs dist/agent/main.js' }, async () => {
+    // Every averaging parameter the CRD admits runs; a variable outside the averaging table
+    // (AVS_KERNELS, which the operator leaves to the user) can still stop the agent.
+    await rest.request('POST', resourcePath('AveragingSwarm', NS), {
+      body: { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: 'exits', namespace: NS }, spec: { replicas: 1, podTemplate: { env: [{ name: 'AVS_KERNELS', value: 'bogus' }] } } }
+    })
+    try {
+      const d = await waitFor('Degraded naming the exit line', async () => {
+        const c = (await swarm('exits')).status?.conditions?.find((x: any) => x.type === 'Degraded')
+        return c?.status === 'True' && c.message.includes('exits: agent configuration is invalid:') ? c : undefined
+      }, 90_000, 1000)
+      assert.equal(d.reason, 'AgentsFailing')
+      assert.match(d.message, /exits-bootstrap-0-0 exits: agent configuration is invalid: AVS_KERNELS: "bogus" is not one of wasm-simd, js/)
+      const events = await kubectl('get', 'events', '-n', NS, '--field-selector', 'involvedObject.kind=AveragingSwarm,involvedObject.name=exits', '-o', 'jsonpath={range .items[*]}{.reason}: {.message}{"\\n"}{end}')
+      assert.match(events, /exits-bootstrap-0-0 exits: agent configuration is invalid: AVS_KERNELS/)
+    } finally {
+      await rest.request('DELETE', resourcePath('AveragingSwarm', NS, 'exits'))
+    }
+  })
+
   test('kubectl explain teaches the API from the schema descriptions', async () => {
     // kubectl learns the new resource from discovery, which lags the CRD's Established condition.
     const out = await waitFor('kubectl explain avs', async () => { const r = await cluster.kubectl('explain', 'avs.spec.averaging.minGroupSize'); return r.code === 0 ? r.stdout : undefined }, 60_000, 1000)

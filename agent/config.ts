@@ -75,7 +75,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     if (text === undefined) continue
     const bound = AVERAGING_PARAMETERS[k].bound
     const v = fromEnv(bound, text)
-    if (checkValue(bound, v) !== undefined) problems.push(`${k} must be ${formatRange(bound)}, got "${text}" (${AGENT_ENV[k].name})`)
+    if (checkValue(bound, v) !== undefined) problems.push(`${AGENT_ENV[k].name}: "${text}" is not ${formatRange(bound)} (spec.averaging.${k})`)
     else averaging[k] = toAgent(bound, v)
   }
   const { period = DEFAULT_PERIOD_SECONDS, ...averagingValues } = averaging

@@ -44,7 +44,7 @@ export function formatRange (b: Bound): string {
   switch (b.kind) {
     case 'int': return `an integer from ${b.min} to ${b.max}`
     case 'number': return `a number ${b.exclusiveMin === true ? 'above' : 'from'} ${b.min} ${b.exclusiveMin === true ? 'and at most' : 'to'} ${b.max}`
-    case 'duration': return `a duration from ${b.min} to ${b.max} (such as 15s, 500ms or 1m30s)`
+    case 'duration': return `a duration from ${b.min} to ${b.max}`
     case 'string': return b.says
     case 'enum': return `one of ${b.values.join(', ')}`
   }

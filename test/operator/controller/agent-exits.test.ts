@@ -12,7 +12,7 @@ import type { KubeObj } from '../../../operator/builders/desired.js'
 import { desiredFor, find, swarm } from '../builders/fixture.js'
 
 const NOW = '2026-11-22T04:00:00Z'
-const LINE = 'agent configuration is invalid: allreduceTimeout must be a duration from 1s to 24h (such as 15s, 500ms or 1m30s), got "0s" (AVS_ALLREDUCE_TIMEOUT)'
+const LINE = 'agent configuration is invalid: AVS_ALLREDUCE_TIMEOUT: "0s" is not a duration from 1s to 24h (spec.averaging.allreduceTimeout)'
 
 function crashing (name: string, message: string | undefined, extra: Record<string, unknown> = {}): KubeObj {
   return {
@@ -58,7 +58,7 @@ test('distinct exit lines are each named once; a pod without a message keeps the
   const pods = [crashing('demo-agent-0', LINE), crashing('demo-agent-1', other), crashing('demo-agent-2', LINE)]
   assert.deepEqual(agentExits(pods), [{ pod: 'demo-agent-0', line: LINE }, { pod: 'demo-agent-1', line: other }])
   const st = deriveStatus(swarm({ replicas: 3, bootstrap: { replicas: 1 } }), observed(pods), NOW)
-  assert.match(degraded(st).message, new RegExp(`demo-agent-0 exits: .*AVS_ALLREDUCE_TIMEOUT\\)\\. demo-agent-1 exits: agent failed: listen EADDRINUSE`))
+  assert.match(degraded(st).message, new RegExp(`demo-agent-0 exits: .*allreduceTimeout\\)\\. demo-agent-1 exits: agent failed: listen EADDRINUSE`))
   const plain = deriveStatus(swarm(), observed([crashing('demo-agent-3', undefined)]), NOW)
   assert.equal(degraded(plain).message, '1 agent(s) cannot run: demo-agent-3 (CrashLoopBackOff).')
 })
@@ -77,7 +77,7 @@ test('events: the Degraded event carries the exit line; a new exit line later ge
   const st1 = deriveStatus(s, observed(pods1), NOW)
   const e1 = statusEvents(s, ready, st1, agentExits(pods1))
   assert.deepEqual(e1.map(e => [e.type, e.reason]), [['Warning', 'AgentsFailing']])
-  assert.match(e1[0].message, /demo-agent-2 exits: agent configuration is invalid: allreduceTimeout must be/)
+  assert.match(e1[0].message, /demo-agent-2 exits: agent configuration is invalid: AVS_ALLREDUCE_TIMEOUT: "0s" is not a duration/)
   // The same line from another pod, still Degraded: nothing new to say.
   const pods2 = [crashing('demo-agent-2', LINE), crashing('demo-agent-1', LINE)]
   const st2 = deriveStatus(s, observed(pods2), NOW)
@@ -105,6 +105,6 @@ test('the agent prints an invalid configuration as one last stderr line naming f
   assert.equal(r.status, 2, r.stderr)
   const lines = r.stderr.split('\n').filter(l => l !== '')
   assert.equal(lines.length, 1, r.stderr)
-  assert.match(lines[0], /^agent configuration is invalid: minGroupSize must be an integer from 2 to 256, got "1" \(AVS_MIN_GROUP_SIZE\); allreduceTimeout must be a duration from 1s to 24h .*got "0s" \(AVS_ALLREDUCE_TIMEOUT\)$/)
+  assert.match(lines[0], /^agent configuration is invalid: AVS_MIN_GROUP_SIZE: "1" is not an integer from 2 to 256 \(spec\.averaging\.minGroupSize\); AVS_ALLREDUCE_TIMEOUT: "0s" is not a duration from 1s to 24h \(spec\.averaging\.allreduceTimeout\)$/)
   assert.equal(exitLine(r.stderr), lines[0])
 })

@@ -19,6 +19,8 @@ import { Mutex } from './util/mutex.js'
 import { ownAddrBytes, rememberAddrs } from './net/rpc.js'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
+import { AVERAGING_PARAMETERS, type AveragingKey, type AveragingParameter } from '../api/averaging-parameters.js'
+import { checkValue, formatRange, MAX_TIMER_SECONDS, toAgent, type Bound } from '../api/parameter-bounds.js'
 
 export type AveragerMode = 'node' | 'client' | 'auxiliary'
 
@@ -60,18 +62,8 @@ export interface AveragerConfig {
 /** Least time the direct data channel gives a peer to finish its TLS handshake. */
 const DIRECT_HANDSHAKE_TIMEOUT_MS = 10_000
 
-export const DEFAULT_AVERAGER_CONFIG: Omit<AveragerConfig, 'prefix'> = {
-  targetGroupSize: 4,
-  minGroupSize: 2,
-  initialGroupBits: '',
-  averagingExpiration: 15,
-  requestTimeout: 3,
-  allreduceTimeout: 60,
-  partSizeBytes: 65536,
-  averagingAlpha: 1,
-  compression: 'none',
-  mode: 'node'
-}
+/** Defaults of the averaging parameters, from their table (api/averaging-parameters.ts), in seconds. */
+export const DEFAULT_AVERAGER_CONFIG: Omit<AveragerConfig, 'prefix'> = { ...averagerDefaults(), mode: 'node' }
 
 export interface NamedTensor extends TensorSchema {
   readonly data: Float32Array
@@ -379,19 +371,32 @@ function parseGather (bytes: Uint8Array): unknown {
 /** One clear sentence per bad value, before anything starts. */
 export function validateConfig (c: AveragerConfig): void {
   const fail = (msg: string): never => { throw new AveragingError(msg) }
-  if (!/^[A-Za-z0-9_-]{1,128}$/.test(c.prefix)) fail(`prefix must be 1-128 letters, digits, '-' or '_' (no '.'), got "${c.prefix}"`)
-  if (!Number.isInteger(c.targetGroupSize) || c.targetGroupSize < 2 || c.targetGroupSize > 1024) fail(`targetGroupSize must be an integer from 2 to 1024, got ${c.targetGroupSize}`)
-  if (!Number.isInteger(c.minGroupSize) || c.minGroupSize < 2 || c.minGroupSize > c.targetGroupSize) fail(`minGroupSize must be an integer from 2 to targetGroupSize (${c.targetGroupSize}), got ${c.minGroupSize}`)
-  if (!isGroupBits(c.initialGroupBits) || c.initialGroupBits.length > 64) fail(`initialGroupBits must be up to 64 characters of 0 and 1, got "${c.initialGroupBits}"`)
-  if (!(c.averagingExpiration > 0)) fail(`averagingExpiration must be positive, got ${c.averagingExpiration}`)
-  if (!(c.requestTimeout > 0 && c.requestTimeout < c.averagingExpiration)) fail(`requestTimeout must be positive and below averagingExpiration (${c.averagingExpiration} s), got ${c.requestTimeout}`)
-  if (!(c.allreduceTimeout > 0)) fail(`allreduceTimeout must be positive, got ${c.allreduceTimeout}`)
-  if (!Number.isInteger(c.partSizeBytes) || c.partSizeBytes < 1024 || c.partSizeBytes > 4 * 1024 * 1024) fail(`partSizeBytes must be an integer from 1024 to 4194304, got ${c.partSizeBytes}`)
-  if (!(c.averagingAlpha > 0 && c.averagingAlpha <= 1)) fail(`averagingAlpha must be in (0, 1], got ${c.averagingAlpha}`)
-  if (c.bandwidth !== undefined && !(c.bandwidth >= 0 && Number.isFinite(c.bandwidth))) fail(`bandwidth must be a finite number >= 0, got ${c.bandwidth}`)
+  // Integers, text and fractions: the parameter table's bounds, which the CRD enforces too.
+  const checked: AveragingKey[] = ['prefix', 'targetGroupSize', 'minGroupSize', 'initialGroupBits', 'partSizeBytes', 'averagingAlpha', 'compression', 'dataThreads', 'bandwidth']
+  for (const k of checked) {
+    const v = c[k as keyof AveragerConfig]
+    if (v === undefined && (k === 'bandwidth' || k === 'dataThreads')) continue
+    const bound: Bound = AVERAGING_PARAMETERS[k].bound
+    if (checkValue(bound, v) !== undefined) fail(`${k} must be ${formatRange(bound)}, got ${JSON.stringify(v)}`)
+  }
+  if (c.minGroupSize > c.targetGroupSize) fail(`minGroupSize must be an integer from 2 to targetGroupSize (${c.targetGroupSize}), got ${c.minGroupSize}`)
+  // Times in seconds: library callers may go below the CRD's floors (tests do), never to zero or past a Node timer.
+  const time = (k: 'averagingExpiration' | 'requestTimeout' | 'allreduceTimeout'): void => {
+    if (!(c[k] > 0 && c[k] <= MAX_TIMER_SECONDS)) fail(`${k} must be positive and at most ${MAX_TIMER_SECONDS} s (the longest Node timer), got ${c[k]}`)
+  }
+  time('averagingExpiration'); time('allreduceTimeout'); time('requestTimeout')
+  if (!(c.requestTimeout < c.averagingExpiration)) fail(`requestTimeout must be below averagingExpiration (${c.averagingExpiration} s), got ${c.requestTimeout}`)
   if (!['node', 'client', 'auxiliary'].includes(c.mode)) fail(`mode must be node, client or auxiliary, got "${c.mode}"`)
   if (c.dataChannel !== undefined && !['direct', 'libp2p'].includes(c.dataChannel)) fail(`dataChannel must be direct or libp2p, got "${c.dataChannel}"`)
   if (c.kernels !== undefined && !['wasm-simd', 'js'].includes(c.kernels)) fail(`kernels must be wasm-simd or js, got "${c.kernels}"`)
   if (c.dataPort !== undefined && !(Number.isInteger(c.dataPort) && c.dataPort >= 0 && c.dataPort <= 65535)) fail(`dataPort must be an integer from 0 to 65535, got ${c.dataPort}`)
-  if (c.dataThreads !== undefined && !(Number.isInteger(c.dataThreads) && c.dataThreads >= 0 && c.dataThreads <= 64)) fail(`dataThreads must be an integer from 0 to 64, got ${c.dataThreads}`)
+}
+
+/** The table's defaults in the averager's form (seconds), period left out (the agent's loop owns it). */
+function averagerDefaults (): Omit<AveragerConfig, 'prefix' | 'mode'> {
+  const out: Record<string, string | number> = {}
+  for (const [k, p] of Object.entries(AVERAGING_PARAMETERS) as Array<[AveragingKey, AveragingParameter]>) {
+    if (p.default !== undefined && k !== 'period') out[k] = toAgent(p.bound, p.default)
+  }
+  return out as unknown as Omit<AveragerConfig, 'prefix' | 'mode'>
 }

@@ -2,7 +2,8 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import { decodeSwarmKey } from './net/pnet/swarm-key.js'
 import { readFileSync } from 'node:fs'
 import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
-import { isCompressionName, type CompressionName } from './compression/index.js'
+import { AVERAGING_KEYS, AVERAGING_PARAMETERS, type AveragingKey } from '../api/averaging-parameters.js'
+import { checkValue, formatRange, fromEnv, parseDuration, toAgent } from '../api/parameter-bounds.js'
 import { validateConfig, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerMode } from './averager.js'
 import { AveragingError, describeError } from './errors.js'
 import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
@@ -33,16 +34,9 @@ export interface AgentConfig {
 }
 
 /** Parses Go-style durations ("15s", "500ms", "1m30s", "2h") into seconds. */
-export function parseDuration (text: string): number {
-  const units: Record<string, number> = { h: 3600, m: 60, s: 1, ms: 0.001, us: 1e-6, µs: 1e-6, ns: 1e-9 }
-  const re = /(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)/gy
-  let total = 0
-  let matched = 0
-  let m: RegExpExecArray | null
-  while ((m = re.exec(text)) !== null) { total += Number(m[1]) * units[m[2]]; matched += m[0].length }
-  if (text.length === 0 || matched !== text.length) throw new Error(`"${text}" is not a duration such as 15s, 500ms or 1m30s`)
-  return total
-}
+export { parseDuration }
+
+const DEFAULT_PERIOD_SECONDS = parseDuration(String(AVERAGING_PARAMETERS.period.default))
 
 /**
  * Reads the agent's environment contract (api/agent-env.ts). Every bad value becomes one
@@ -69,11 +63,6 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`"${s}" is not an integer from ${min} to ${max}`)
     return n
   }
-  const number = (s: string): number => {
-    const n = Number(s)
-    if (!Number.isFinite(n)) throw new Error(`"${s}" is not a number`)
-    return n
-  }
   const list = (s: string): string[] => s.split(',').map(x => x.trim()).filter(x => x.length > 0)
   const oneOf = <T extends string>(...allowed: T[]) => (s: string): T => {
     if (!(allowed as string[]).includes(s)) throw new Error(`"${s}" is not one of ${allowed.join(', ')}`)
@@ -81,26 +70,25 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
   }
 
   const podName = raw('podName') ?? ''
-  const compression = parse('compression', (s): CompressionName => { if (!isCompressionName(s)) throw new Error(`"${s}" is not one of none, float16, uniform8bit, blockwise8bit`); return s }, 'none')
-  const bandwidthText = raw('bandwidth')
+  // The averaging parameters, each checked against the same bound the CRD enforces.
+  const averaging: Partial<Record<AveragingKey, string | number>> = {}
+  for (const k of AVERAGING_KEYS) {
+    const text = raw(k)
+    if (text === undefined) continue
+    const bound = AVERAGING_PARAMETERS[k].bound
+    const v = fromEnv(bound, text)
+    if (checkValue(bound, v) !== undefined) problems.push(`${AGENT_ENV[k].name}: "${text}" is not ${formatRange(bound)} (spec.averaging.${k})`)
+    else averaging[k] = toAgent(bound, v)
+  }
+  const { period = DEFAULT_PERIOD_SECONDS, ...averagingValues } = averaging
   const averager: AveragerConfig = {
     ...DEFAULT_AVERAGER_CONFIG,
-    prefix: raw('prefix') ?? '',
-    targetGroupSize: parse('targetGroupSize', integer(2, 1024), 4),
-    minGroupSize: parse('minGroupSize', integer(2, 1024), 2),
-    initialGroupBits: raw('initialGroupBits') ?? '',
-    averagingExpiration: parse('averagingExpiration', parseDuration, 15),
-    requestTimeout: parse('requestTimeout', parseDuration, 3),
-    allreduceTimeout: parse('allreduceTimeout', parseDuration, 60),
-    partSizeBytes: parse('partSizeBytes', integer(1024, 4 * 1024 * 1024), 65536),
-    averagingAlpha: parse('averagingAlpha', number, 1),
-    compression,
+    ...(averagingValues as Partial<AveragerConfig>),
+    prefix: String(averaging.prefix ?? ''),
     mode: parse('mode', oneOf<AveragerMode>('node', 'client', 'auxiliary'), 'node'),
-    bandwidth: bandwidthText !== undefined ? parse('bandwidth', number, undefined as unknown as number) : undefined,
     dataChannel: parse('dataChannel', oneOf('direct', 'libp2p'), 'direct'),
     dataHost: raw('podIP') ?? '0.0.0.0',
     dataPort: parse('dataPort', integer(0, 65535), 0),
-    dataThreads: parse('dataThreads', integer(0, 64), 0),
     kernels: parse('kernels', oneOf<KernelBackend>('wasm-simd', 'js'), defaultKernelBackend())
   }
   if (problems.length === 0) {
@@ -135,7 +123,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     allowPeers: parse('allowPeers', (s) => list(s).map(id => { try { return peerIdFromString(id).toString() } catch { throw new Error(`"${id}" is not a libp2p peer id`) } }), []),
     metricsPort: parse('metricsPort', integer(0, 65535), 9400),
     averager,
-    period: parse('period', parseDuration, 30),
+    period: Number(period),
     workload: parse('workload', oneOf('builtin', 'sidecar'), 'builtin'),
     sidecarPort: parse('sidecarPort', integer(0, 65535), 9401),
     shmDir: raw('shmDir'),

@@ -20,12 +20,19 @@ import { describeError } from './errors.js'
 
 const VERSION = '0.1.0'
 
+/** A fatal error as one line: every problem of a multi-line message joined with "; ". */
+function fatalLine (what: string, err: unknown): string {
+  return `${what}: ${describeError(err).split('\n').map(l => l.trim()).filter(l => l !== '').join('; ')}`
+}
+
 async function main (): Promise<number> {
   let config
   try {
     config = loadAgentConfig(process.env)
   } catch (err) {
-    process.stderr.write(`agent configuration is invalid:\n${describeError(err).split('\n').map(l => `  - ${l}`).join('\n')}\n`)
+    // One line, the last the agent writes: the kubelet keeps it as the termination message
+    // (FallbackToLogsOnError) and the operator shows it in the swarm's Degraded condition.
+    process.stderr.write(`${fatalLine('agent configuration is invalid', err)}\n`)
     return 2
   }
   const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
@@ -139,6 +146,6 @@ async function main (): Promise<number> {
 }
 
 main().then((code) => { process.exitCode = code }, (err) => {
-  process.stderr.write(`agent failed: ${describeError(err)}\n`)
+  process.stderr.write(`${fatalLine('agent failed', err)}\n`)
   process.exitCode = 1
 })

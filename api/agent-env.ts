@@ -3,6 +3,8 @@
  * The operator's pod builder, the local runtime and the test kubelet fill these; the agent's
  * config loader validates them. Durations are Go-style strings ("15s", "500ms", "1m30s").
  */
+import { AVERAGING_KEYS, AVERAGING_PARAMETERS, type AveragingKey, type AveragingParameter } from './averaging-parameters.js'
+
 export interface EnvVarSpec {
   readonly name: string
   readonly description: string
@@ -10,6 +12,12 @@ export interface EnvVarSpec {
   readonly default?: string
   readonly required?: boolean
 }
+
+/** Environment entries of the averaging parameters; AVS_PREFIX is required (the operator always sets it). */
+const AVERAGING_ENV = Object.fromEntries(AVERAGING_KEYS.map(k => {
+  const p: AveragingParameter = AVERAGING_PARAMETERS[k]
+  return [k, { name: p.env, description: p.description, ...(p.default === undefined ? {} : { default: String(p.default) }), ...(k === 'prefix' ? { required: true } : {}) }]
+})) as Record<AveragingKey, EnvVarSpec>
 
 export const AGENT_ENV = {
   swarm: { name: 'AVS_SWARM', description: 'Name of the AveragingSwarm this agent belongs to (metric label).', required: true },
@@ -26,21 +34,10 @@ export const AGENT_ENV = {
   allowPeers: { name: 'AVS_ALLOW_PEERS', description: 'Comma-separated libp2p peer ids allowed to connect (libp2p and the data channel); unset allows every peer (holding the private-network key, if one is set).' },
   dataChannel: { name: 'AVS_DATA_CHANNEL', description: 'How tensor parts travel: direct (TLS sockets authenticated by libp2p peer ids, falling back to libp2p streams where a peer cannot be reached) or libp2p (always libp2p streams).', default: 'direct' },
   dataPort: { name: 'AVS_DATA_PORT', description: 'TCP port of the direct data channel; 0 picks a free port, which is advertised to each group.', default: '0' },
-  dataThreads: { name: 'AVS_DATA_THREADS', description: 'Worker threads that carry the direct data channel (TLS, framing) so one agent uses more than one core; 0 keeps it on the main thread, best where the agents already fill the cores.', default: '0' },
   kernels: { name: 'AVS_KERNELS', description: 'Kernels that check and sum tensor parts: wasm-simd (WebAssembly SIMD, the default where the runtime has it) or js (the same results with more CPU).' },
   metricsPort: { name: 'AVS_METRICS_PORT', description: 'HTTP port serving /metrics, /healthz and /readyz.', default: '9400' },
-  prefix: { name: 'AVS_PREFIX', description: 'DHT key prefix shared by the swarm (hivemind prefix).', required: true },
-  targetGroupSize: { name: 'AVS_TARGET_GROUP_SIZE', description: 'Groups assemble at once when they reach this size.', default: '4' },
-  minGroupSize: { name: 'AVS_MIN_GROUP_SIZE', description: 'A leader whose time is up starts only with at least this many members.', default: '2' },
-  initialGroupBits: { name: 'AVS_INITIAL_GROUP_BITS', description: 'Initial Moshpit group bits (a string of 0 and 1).', default: '' },
-  averagingExpiration: { name: 'AVS_AVERAGING_EXPIRATION', description: 'How long a peer looks for a group before re-declaring (duration).', default: '15s' },
-  requestTimeout: { name: 'AVS_REQUEST_TIMEOUT', description: 'How long a follower waits for a leader reply (duration); must be below averagingExpiration.', default: '3s' },
-  allreduceTimeout: { name: 'AVS_ALLREDUCE_TIMEOUT', description: 'Upper bound of one all-reduce after the group formed (duration).', default: '60s' },
-  partSizeBytes: { name: 'AVS_PART_SIZE_BYTES', description: 'Tensor bytes per streamed part, after compression.', default: '65536' },
-  averagingAlpha: { name: 'AVS_AVERAGING_ALPHA', description: 'local += alpha * (mean - local); 1 adopts the mean.', default: '1' },
-  compression: { name: 'AVS_COMPRESSION', description: 'none | float16 | uniform8bit | blockwise8bit.', default: 'none' },
-  bandwidth: { name: 'AVS_BANDWIDTH', description: 'Declared bandwidth (any consistent unit) that sizes this peer\'s span; unset = group mean.' },
-  period: { name: 'AVS_PERIOD', description: 'How often the agent starts an averaging round (duration).', default: '30s' },
+  // The averaging parameters, from their table (api/averaging-parameters.ts).
+  ...AVERAGING_ENV,
   workload: { name: 'AVS_WORKLOAD', description: 'builtin (tfjs training on a synthetic shard) or sidecar (a trainer drives the agent through its local API).', default: 'builtin' },
   sidecarPort: { name: 'AVS_SIDECAR_PORT', description: 'Loopback TCP port of the sidecar API (workload=sidecar).', default: '9401' },
   shmDir: { name: 'AVS_SHM_DIR', description: 'Memory-backed folder shared with the trainer container, holding its tensor regions (workload=sidecar, docs/trainer-api.md); unset, trainers hand tensors over in HTTP bodies.' },

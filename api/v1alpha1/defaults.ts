@@ -4,20 +4,10 @@
  * (unit tests, the local runtime), so both paths see one set of numbers.
  */
 import type { AveragingSwarmSpec, AveragingSpec } from './types.js'
+import { averagingDefaults } from './averaging-schema.js'
 
-export const DEFAULT_AVERAGING = {
-  targetGroupSize: 4,
-  minGroupSize: 2,
-  initialGroupBits: '',
-  averagingExpiration: '15s',
-  requestTimeout: '3s',
-  allreduceTimeout: '60s',
-  partSizeBytes: 65536,
-  averagingAlpha: 1,
-  compression: 'none',
-  period: '30s',
-  dataThreads: 0
-} as const satisfies Omit<AveragingSpec, 'prefix' | 'bandwidth'>
+/** Defaults of the averaging parameters, from their table (api/averaging-parameters.ts). */
+export const DEFAULT_AVERAGING = averagingDefaults() as Readonly<Omit<AveragingSpec, 'prefix' | 'bandwidth'>>
 
 export const DEFAULTS = {
   replicas: 1,

@@ -66,13 +66,17 @@ export const stringMap = (description: string, extra: Extra = {}): Schema =>
 export const opaque = (description: string, extra: Extra = {}): Schema =>
   ({ type: 'object', description, 'x-kubernetes-preserve-unknown-fields': true, ...extra })
 
-/** Resource quantities ("1", "500m", "2Gi") keyed by resource name. */
+/**
+ * Resource quantities ("1", "500m", "2Gi") keyed by resource name. Kubernetes' quantity syntax
+ * without the minus sign: a negative request or limit is refused here, not when a pod is created.
+ */
 const quantityMap = (description: string): Schema => ({
   type: 'object',
   description,
   additionalProperties: {
     anyOf: [{ type: 'integer' }, { type: 'string' }],
-    pattern: '^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$',
+    minimum: 0,
+    pattern: '^\\+?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$',
     'x-kubernetes-int-or-string': true
   }
 })

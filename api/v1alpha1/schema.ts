@@ -3,14 +3,13 @@
  * descriptions, defaults and validation. crds/averagingswarm.yaml is generated from it
  * (npm run generate:crd) and a test fails when the committed YAML differs.
  */
-import { DEFAULT_AVERAGING, DEFAULTS } from './defaults.js'
+import { DEFAULTS } from './defaults.js'
+import { averagingSchema } from './averaging-schema.js'
 import { arr, bool, int, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
 
-/** Go duration ("15s", "1m30s", "500ms"); the agent parses the same syntax. */
-export const DURATION_PATTERN = '^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$'
+export { DURATION_PATTERN, COMPRESSIONS } from '../averaging-parameters.js'
 /** A dialable libp2p TCP multiaddr ending in /p2p/<peer id>. */
 export const MULTIADDR_PATTERN = '^/(ip4|ip6|dns|dns4|dns6|dnsaddr)/[^/\\s]+/tcp/[0-9]{1,5}(/[a-z0-9-]+)*/p2p/[1-9A-HJ-NP-Za-km-z]{46,60}$'
-export const COMPRESSIONS = ['none', 'float16', 'uniform8bit', 'blockwise8bit'] as const
 export const WORKLOAD_TYPES = ['builtin', 'sidecar'] as const
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const
 /** Longest swarm name whose derived object names all stay valid. */
@@ -18,35 +17,14 @@ export const MAX_NAME_LENGTH = 39
 const PULL_POLICIES = ['Always', 'IfNotPresent', 'Never'] as const
 
 const port = (description: string, dflt: number): Schema => int(description, { minimum: 1, maximum: 65535, default: dflt })
-const duration = (description: string, dflt: string): Schema => str(description, { pattern: DURATION_PATTERN, maxLength: 32, default: dflt })
 
 const envVars = (description: string): Schema => arr(description, opaque('One environment variable: name plus value or valueFrom, as in a core/v1 container.', {
   required: ['name'],
   properties: { name: str('Name of the variable.', { minLength: 1 }) }
 }), { maxItems: 128 })
 
-const averaging = obj('Averaging parameters, with the meaning of hivemind\'s DecentralizedAverager.', {
-  prefix: str('DHT key prefix shared by every agent of the swarm; agents with different prefixes never group. Defaults to <namespace>_<name>. No dots: hivemind separates key parts with them.', { pattern: '^[A-Za-z0-9_:-]+$', minLength: 1, maxLength: 128 }),
-  targetGroupSize: int('Groups start averaging at once when they reach this many members.', { minimum: 2, maximum: 256, default: DEFAULT_AVERAGING.targetGroupSize }),
-  minGroupSize: int('A leader whose time is up starts only with at least this many members, itself included.', { minimum: 1, maximum: 256, default: DEFAULT_AVERAGING.minGroupSize }),
-  initialGroupBits: str('Initial Moshpit group bits, a string of 0 and 1 appended to the prefix; the agents change them after each round so that groups mix.', { pattern: '^[01]*$', maxLength: 64, default: DEFAULT_AVERAGING.initialGroupBits }),
-  averagingExpiration: duration('How long a peer looks for a group before it declares itself again (Go duration).', DEFAULT_AVERAGING.averagingExpiration),
-  requestTimeout: duration('How long a follower waits for its leader\'s reply (Go duration); must be shorter than averagingExpiration.', DEFAULT_AVERAGING.requestTimeout),
-  allreduceTimeout: duration('Upper bound of one all-reduce once the group formed (Go duration); a peer that is slower loses only its own part.', DEFAULT_AVERAGING.allreduceTimeout),
-  partSizeBytes: int('Tensor bytes per streamed part, after compression.', { minimum: 1024, maximum: 4194304, default: DEFAULT_AVERAGING.partSizeBytes }),
-  averagingAlpha: num('Step toward the group mean: local += alpha * (mean - local); 1 adopts the mean.', { minimum: 0, exclusiveMinimum: true, maximum: 1, default: DEFAULT_AVERAGING.averagingAlpha }),
-  compression: str('Wire compression of tensor parts: none, float16, uniform8bit or blockwise8bit.', { enum: COMPRESSIONS, default: DEFAULT_AVERAGING.compression }),
-  period: duration('How often each agent starts an averaging round (Go duration).', DEFAULT_AVERAGING.period),
-  dataThreads: int('Worker threads per agent that carry the direct data channel (TLS, framing), so one agent uses more than one core; give the agent as many more CPUs. 0 keeps it on the main thread, best when agents already fill their cores.', { minimum: 0, maximum: 64, default: DEFAULT_AVERAGING.dataThreads }),
-  bandwidth: num('Declared bandwidth of each agent (any unit, the same for all) that sizes its share of the reduction; unset means every agent reduces an equal share.', { minimum: 0, exclusiveMinimum: true })
-}, {
-  // Object defaults are spelled out: the API server checks each default against the CEL rules.
-  default: { ...DEFAULT_AVERAGING },
-  'x-kubernetes-validations': [
-    { rule: 'self.minGroupSize <= self.targetGroupSize', message: 'minGroupSize must not exceed targetGroupSize', fieldPath: '.minGroupSize' },
-    { rule: '!self.requestTimeout.matches(\'' + DURATION_PATTERN + '\') || !self.averagingExpiration.matches(\'' + DURATION_PATTERN + '\') || duration(self.requestTimeout) < duration(self.averagingExpiration)', message: 'requestTimeout must be shorter than averagingExpiration', fieldPath: '.requestTimeout' }
-  ]
-})
+// Derived from the parameter table (api/averaging-parameters.ts), as are the agent's env and defaults.
+const averaging = averagingSchema()
 
 const bootstrap = obj('Bootstrap agents: agents with stable libp2p identities (kept in a Secret) that every other agent dials first.', {
   replicas: int('Number of bootstrap agents; they count toward spec.replicas.', { minimum: 0, maximum: 16, default: DEFAULTS.bootstrapReplicas }),

@@ -1,6 +1,9 @@
 import { Ajv } from 'ajv'
 import { swarmSchema } from './schema.js'
 import type { Schema } from './schema-builders.js'
+import { AVERAGING_KEYS, AVERAGING_PARAMETERS, AVERAGING_RULES } from '../averaging-parameters.js'
+import { checkValue, DURATION_PATTERN as DURATION_RE } from '../parameter-bounds.js'
+import { DEFAULT_AVERAGING } from './defaults.js'
 
 /**
  * The CRD's OpenAPI schema as plain JSON Schema, so the same schema that the API server
@@ -25,14 +28,39 @@ export function toJsonSchema (s: Schema): Record<string, unknown> {
 
 let compiled: ReturnType<Ajv['compile']> | null = null
 
+/**
+ * The CRD's CEL rules on the averaging section, evaluated by their JavaScript twins from the
+ * parameter table (duration ranges, minGroupSize <= targetGroupSize, requestTimeout below
+ * averagingExpiration), on the section as the API server's defaulting completes it. The other
+ * CEL rules of the CRD (ports, bootstrap counts, name length) only a real API server evaluates.
+ */
+export function averagingRuleProblems (averaging: unknown): string[] {
+  if (averaging === null || typeof averaging !== 'object') return []
+  const a: Record<string, unknown> = { ...DEFAULT_AVERAGING, ...averaging }
+  const bad = new Set(AVERAGING_KEYS.filter(k => a[k] !== undefined && checkValue(AVERAGING_PARAMETERS[k].bound, a[k]) !== undefined))
+  const out: string[] = []
+  for (const k of AVERAGING_KEYS) {
+    const b = AVERAGING_PARAMETERS[k].bound
+    // Types, patterns and numeric ranges are the OpenAPI schema's to report; durations' ranges are CEL's.
+    if (b.kind === 'duration' && bad.has(k) && typeof a[k] === 'string' && new RegExp(DURATION_RE).test(a[k])) out.push(`spec.averaging.${k} ${checkValue(b, a[k])}`)
+  }
+  for (const r of AVERAGING_RULES) {
+    const fields = AVERAGING_KEYS.filter(k => r.cel.includes(`self.${k}`))
+    if (fields.some(k => bad.has(k) || a[k] === undefined)) continue
+    if (!r.holds(a)) out.push(`spec.averaging.${r.field}: ${r.message}`)
+  }
+  return out
+}
+
 /** Problems with a swarm object, each one sentence naming the field; empty when valid. */
 export function validateSwarm (obj: unknown): string[] {
   compiled ??= new Ajv({ strict: false, allErrors: true, validateFormats: false }).compile(toJsonSchema(swarmSchema))
-  if (compiled(obj)) return []
-  return (compiled.errors ?? []).map(e => {
+  const cel = averagingRuleProblems((obj as { spec?: { averaging?: unknown } } | null)?.spec?.averaging)
+  if (compiled(obj)) return cel
+  return [...cel, ...(compiled.errors ?? []).map(e => {
     const path = e.instancePath.slice(1).split('/').filter(p => p !== '').map(p => /^\d+$/.test(p) ? `[${p}]` : `.${p}`).join('').replace(/^\./, '')
     if (e.keyword === 'additionalProperties') return `${path === '' ? 'the object' : path} has an unknown field "${(e.params as { additionalProperty: string }).additionalProperty}"`
     if (e.keyword === 'required') return `${path === '' ? 'the object' : path} is missing the field "${(e.params as { missingProperty: string }).missingProperty}"`
     return `${path === '' ? 'the object' : path} ${e.message ?? 'is invalid'}`
-  })
+  })]
 }

@@ -110,6 +110,9 @@ function agentContainer (s: AveragingSwarm, p: PodInputs) {
     livenessProbe: { ...probe('/healthz', 10, 6), initialDelaySeconds: 10 },
     ...(resources === undefined ? {} : { resources }),
     securityContext: CONTAINER_SECURITY_CONTEXT,
+    // The agent's last stderr line ("agent configuration is invalid: ...") becomes the termination
+    // message, which the operator shows in the swarm's Degraded condition and an AgentExits event.
+    terminationMessagePolicy: 'FallbackToLogsOnError',
     volumeMounts: mounts
   }
 }

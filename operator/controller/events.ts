@@ -2,10 +2,23 @@
 import type { AveragingSwarm, AveragingSwarmStatus } from '../../api/v1alpha1/types.js'
 import type { EventInput } from '../kube/api.js'
 import { conditionOf } from './conditions.js'
+import { exitSentence, type AgentExit } from './status.js'
 
-/** Events for a status transition (phase changes, Degraded reasons). */
-export function statusEvents (s: AveragingSwarm, before: AveragingSwarmStatus | undefined, after: AveragingSwarmStatus): EventInput[] {
+/**
+ * Events for a status transition (phase changes, Degraded reasons), and one AgentExits Warning
+ * per exit line of failing agents ("demo-agent-2 exits: ...") that the previous Degraded
+ * condition did not already carry.
+ */
+export function statusEvents (s: AveragingSwarm, before: AveragingSwarmStatus | undefined, after: AveragingSwarmStatus, exits: readonly AgentExit[] = []): EventInput[] {
   const out: EventInput[] = []
+  const wasDegraded = conditionOf(before?.conditions, 'Degraded')
+  const degradedNow = conditionOf(after.conditions, 'Degraded')
+  const announced = before?.phase !== after.phase && after.phase === 'Degraded'
+  for (const e of exits) {
+    if (wasDegraded?.status === 'True' && wasDegraded.message.includes(`exits: ${e.line}`)) continue
+    if (announced && degradedNow?.message.includes(exitSentence(e)) === true) continue
+    out.push({ swarm: s, type: 'Warning', reason: 'AgentExits', message: exitSentence(e) })
+  }
   if (before?.phase !== after.phase) {
     const ready = conditionOf(after.conditions, 'Ready')
     const degraded = conditionOf(after.conditions, 'Degraded')

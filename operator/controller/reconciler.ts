@@ -19,7 +19,7 @@ import { OWNED_KINDS, type OwnedKind } from '../kube/resources.js'
 import { needsApply } from './drift.js'
 import { statusEvents } from './events.js'
 import type { ProgressTracker } from './progress.js'
-import { deriveStatus } from './status.js'
+import { agentExits, deriveStatus } from './status.js'
 
 export interface ReconcileLog { info (obj: object, msg: string): void, warn (obj: object, msg: string): void, debug (obj: object, msg: string): void }
 
@@ -130,7 +130,7 @@ export class Reconciler {
           if (e instanceof ApiError && e.code === 404) return { writes } // deleted meanwhile: nothing left to report on
           throw e
         }
-        events.push(...statusEvents(s, s.status, status))
+        events.push(...statusEvents(s, s.status, status, agentExits(pods)))
         this.d.onStatus?.(s, status)
       }
     } else this.d.onStatus?.(s, status)

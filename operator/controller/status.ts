@@ -21,7 +21,35 @@ export interface Observed {
 
 const STUCK_REASONS = new Set(['CrashLoopBackOff', 'ImagePullBackOff', 'ErrImagePull', 'CreateContainerConfigError', 'CreateContainerError', 'InvalidImageName', 'RunContainerError'])
 
-interface PodView { name: string, role: string, ready: boolean, terminating: boolean, problem?: string, unschedulable?: string }
+interface PodView { name: string, role: string, ready: boolean, terminating: boolean, problem?: string, unschedulable?: string, exit?: string }
+
+/** Longest exit line a condition message carries (the agent's own lines are far shorter). */
+const MAX_EXIT_LINE = 300
+
+/**
+ * Why a pod's agent last exited: the last line of its termination message, which the kubelet
+ * fills from the container's log tail (terminationMessagePolicy FallbackToLogsOnError) and the
+ * agent ends with one clean line ("agent configuration is invalid: ..."). Stack frames and
+ * Node's version banner are skipped, so an uncaught error shows its message.
+ */
+export function exitLine (message: unknown): string | undefined {
+  if (typeof message !== 'string') return undefined
+  const lines = message.split('\n').map(l => l.trim()).filter(l => l !== '' && !/^at\s.*:\d+:\d+\)?$/.test(l) && !/^Node\.js v\d/.test(l) && l !== '^')
+  const last = lines.at(-1)
+  if (last === undefined) return undefined
+  return last.length > MAX_EXIT_LINE ? `${last.slice(0, MAX_EXIT_LINE - 1)}…` : last
+}
+
+/** The exit line of a pod's agent (the container named agent, else any that exited with one). */
+function podExit (statuses: any[]): string | undefined {
+  const ordered = [...statuses.filter(cs => cs.name === 'agent'), ...statuses.filter(cs => cs.name !== 'agent')]
+  for (const cs of ordered) {
+    const t = cs.state?.terminated ?? cs.lastState?.terminated
+    const line = t !== undefined && t.exitCode !== 0 ? exitLine(t.message) : undefined
+    if (line !== undefined) return line
+  }
+  return undefined
+}
 
 function viewPod (p: any): PodView {
   const conds: any[] = p.status?.conditions ?? []
@@ -33,8 +61,24 @@ function viewPod (p: any): PodView {
     const reason = cs.state?.waiting?.reason
     if (reason !== undefined && STUCK_REASONS.has(reason)) problem = reason
   }
-  return { name: p.metadata.name, role: p.metadata.labels?.[LABEL_ROLE] ?? '', ready, terminating: p.metadata.deletionTimestamp != null, problem, unschedulable: sched?.message }
+  const exit = problem !== undefined ? podExit(p.status?.containerStatuses ?? []) : undefined
+  return { name: p.metadata.name, role: p.metadata.labels?.[LABEL_ROLE] ?? '', ready, terminating: p.metadata.deletionTimestamp != null, problem, unschedulable: sched?.message, exit }
 }
+
+/** Why failing agents exit, one entry per distinct line, with the first pod that showed it. */
+export interface AgentExit { pod: string, line: string }
+
+export function agentExits (pods: KubeObj[]): AgentExit[] {
+  const out: AgentExit[] = []
+  for (const p of pods.map(viewPod)) {
+    if (p.terminating || p.exit === undefined || out.some(e => e.line === p.exit)) continue
+    out.push({ pod: p.name, line: p.exit })
+  }
+  return out
+}
+
+/** "demo-agent-2 exits: <line>", as the Degraded message and the AgentExits event say it. */
+export const exitSentence = (e: AgentExit): string => `${e.pod} exits: ${e.line}`
 
 function rolling (sets: KubeObj[]): boolean {
   return sets.some((s: any) => {
@@ -43,6 +87,13 @@ function rolling (sets: KubeObj[]): boolean {
     return (st.observedGeneration ?? 0) < (s.metadata.generation ?? 0) || (st.updatedReplicas ?? 0) < want ||
       (want > 0 && st.currentRevision !== undefined && st.updateRevision !== undefined && st.currentRevision !== st.updateRevision)
   })
+}
+
+/** Up to two distinct exit lines, each its own sentence after the list of failing agents. */
+function exitsText (exits: AgentExit[]): string {
+  if (exits.length === 0) return ''
+  const shown = exits.slice(0, 2).map(e => ` ${exitSentence(e)}${/[.!?…]$/.test(e.line) ? '' : '.'}`).join('')
+  return exits.length > 2 ? `${shown} (${exits.length - 2} more exit reasons)` : shown
 }
 
 function list (names: string[]): string {
@@ -67,7 +118,7 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const degraded: ConditionInput = o.reconcileError !== undefined
     ? { type: 'Degraded', status: 'True', reason: 'ReconcileFailed', message: o.reconcileError }
     : failing.length > 0
-      ? { type: 'Degraded', status: 'True', reason: 'AgentsFailing', message: `${failing.length} agent(s) cannot run: ${list(failing.map(p => `${p.name} (${p.problem})`))}.` }
+      ? { type: 'Degraded', status: 'True', reason: 'AgentsFailing', message: `${failing.length} agent(s) cannot run: ${list(failing.map(p => `${p.name} (${p.problem})`))}.${exitsText(agentExits(o.pods))}` }
       : unschedulable.length > 0
         ? { type: 'Degraded', status: 'True', reason: 'AgentsUnschedulable', message: `${unschedulable.length} agent(s) cannot be scheduled: ${unschedulable[0].unschedulable}` }
         : { type: 'Degraded', status: 'False', reason: 'AsExpected', message: 'No agent is failing.' }

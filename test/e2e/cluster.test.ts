@@ -222,6 +222,22 @@ describe('test cluster: real control plane, fake GPU nodes', { skip: notBuilt, t
     assert.equal(logs.stdout.trim(), 'crashing')
   })
 
+  it('keeps a failed container\'s log tail as its termination message under FallbackToLogsOnError', async () => {
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: 'crasher-msg' }, spec: { containers: [{ name: 'c', image: 'busybox', terminationMessagePolicy: 'FallbackToLogsOnError', command: ['sh', '-c', 'echo starting; echo "config is invalid: x must be positive" >&2; exit 2'] }] } }
+    })
+    const status = await waitFor('crasher-msg to be in CrashLoopBackOff after a restart', async () => {
+      const s = (await core.readNamespacedPod({ namespace: NS, name: 'crasher-msg' })).status?.containerStatuses?.[0]
+      return s !== undefined && s.restartCount >= 1 && s.state?.waiting?.reason === 'CrashLoopBackOff' ? s : undefined
+    }, 30_000)
+    assert.equal(status.lastState?.terminated?.exitCode, 2)
+    assert.equal(status.lastState?.terminated?.message?.trim(), 'starting\nconfig is invalid: x must be positive')
+    // The default policy (File) reads no logs: the crasher above has no message.
+    const plain = (await core.readNamespacedPod({ namespace: NS, name: 'crasher' })).status?.containerStatuses?.[0]
+    assert.equal(plain?.lastState?.terminated?.message, undefined)
+  })
+
   it('kills a container that ignores SIGTERM once the grace period is over, then removes the pod', async () => {
     await core.createNamespacedPod({
       namespace: NS,

@@ -12,6 +12,9 @@ import { controlPlaneBuilt, startCluster, waitFor, type Cluster } from '../harne
 import { RestClient, ApiError } from '../../operator/kube/rest.js'
 import { resourcePath } from '../../operator/kube/resources.js'
 import { MALFORMED, malformedSwarm } from '../operator/malformed/cases.js'
+import { OUTSIDE, randomAveraging, reseed, swarmObject } from '../operator/api/averaging-samples.js'
+import { AVERAGING_KEYS } from '../../api/averaging-parameters.js'
+import { validateSwarm } from '../../api/v1alpha1/validate.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
 import { peerIdOf } from '../../operator/builders/identity.js'
 import { OPERATOR_CLUSTER_RULES, OPERATOR_LEASE_RULES } from '../../operator/rbac.js'
@@ -88,6 +91,54 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
       }
     }
     assert.deepEqual(wrong, [])
+  })
+
+  test('the API server and the local validator agree on the averaging bounds: random sections and their edges pass, values just outside fail naming the field', async () => {
+    reseed(1616)
+    const cases: Array<{ averaging: Record<string, unknown>, what: string }> = []
+    for (let i = 0; i < 40; i++) cases.push({ averaging: randomAveraging(), what: `random ${i}` })
+    for (const k of AVERAGING_KEYS) {
+      for (const v of OUTSIDE[k]) {
+        const averaging: Record<string, unknown> = { [k]: v }
+        if (k === 'requestTimeout') averaging.averagingExpiration = '1h'
+        if (k === 'minGroupSize') averaging.targetGroupSize = 256
+        cases.push({ averaging, what: `${k}=${JSON.stringify(v)}` })
+      }
+    }
+    const wrong: string[] = []
+    for (const [i, c] of cases.entries()) {
+      const body = { ...swarmObject(`edge-${i}`, c.averaging), metadata: { name: `edge-${i}`, namespace: NS } }
+      const local = validateSwarm(body)
+      let server: string | undefined
+      try {
+        await rest.request('POST', resourcePath('AveragingSwarm', NS), { body, query: { dryRun: 'All' } })
+      } catch (e) {
+        server = e instanceof ApiError && e.code === 422 ? e.message : `unexpected ${String(e)}`
+      }
+      if ((server === undefined) !== (local.length === 0)) wrong.push(`${c.what}: API server ${server ?? 'admits'}, local validator ${local.length === 0 ? 'admits' : local.join('; ')}`)
+      else if (server !== undefined && !local.some(p => server!.includes(p.split(/[ :]/)[0]))) wrong.push(`${c.what}: API server names another field: ${server} vs ${local.join('; ')}`)
+    }
+    assert.deepEqual(wrong, [])
+  })
+
+  test('an agent that exits on its configuration: the Degraded condition and an Event say why', { skip: AGENT_BUILT ? false : 'needs dist/agent/main.js' }, async () => {
+    // Every averaging parameter the CRD admits runs; a variable outside the averaging table
+    // (AVS_KERNELS, which the operator leaves to the user) can still stop the agent.
+    await rest.request('POST', resourcePath('AveragingSwarm', NS), {
+      body: { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: 'exits', namespace: NS }, spec: { replicas: 1, podTemplate: { env: [{ name: 'AVS_KERNELS', value: 'bogus' }] } } }
+    })
+    try {
+      const d = await waitFor('Degraded naming the exit line', async () => {
+        const c = (await swarm('exits')).status?.conditions?.find((x: any) => x.type === 'Degraded')
+        return c?.status === 'True' && c.message.includes('exits: agent configuration is invalid:') ? c : undefined
+      }, 90_000, 1000)
+      assert.equal(d.reason, 'AgentsFailing')
+      assert.match(d.message, /exits-bootstrap-0-0 exits: agent configuration is invalid: AVS_KERNELS: "bogus" is not one of wasm-simd, js/)
+      const events = await kubectl('get', 'events', '-n', NS, '--field-selector', 'involvedObject.kind=AveragingSwarm,involvedObject.name=exits', '-o', 'jsonpath={range .items[*]}{.reason}: {.message}{"\\n"}{end}')
+      assert.match(events, /exits-bootstrap-0-0 exits: agent configuration is invalid: AVS_KERNELS/)
+    } finally {
+      await rest.request('DELETE', resourcePath('AveragingSwarm', NS, 'exits'))
+    }
   })
 
   test('kubectl explain teaches the API from the schema descriptions', async () => {

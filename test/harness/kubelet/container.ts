@@ -3,7 +3,7 @@
  * resolve env → spawn → probe → exit → back off → restart. It keeps the container's
  * ContainerRecord current and calls onChange whenever the record changes.
  */
-import { appendFileSync } from 'node:fs'
+import { appendFileSync, closeSync, openSync, readSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import type { V1Container, V1Pod, V1ContainerState } from '@kubernetes/client-node'
 import { startGroupProcess, type GroupProcess, type Exit } from '../process-group.js'
@@ -36,17 +36,43 @@ export interface ContainerContext {
 /** Variables passed through from the kubelet's own environment, as an image's defaults would be. */
 const PASSTHROUGH = ['PATH', 'HOME', 'LANG', 'TMPDIR', 'TZ']
 
-function exitState (exit: Exit, startedAt: string, containerID: string): V1ContainerState {
+function exitState (exit: Exit, startedAt: string, containerID: string, logTail?: () => string): V1ContainerState {
   const signals: Record<string, number> = { SIGKILL: 9, SIGTERM: 15, SIGINT: 2, SIGABRT: 6, SIGSEGV: 11 }
   const exitCode = exit.code ?? 128 + (signals[exit.signal ?? ''] ?? 0)
+  // terminationMessagePolicy FallbackToLogsOnError: a failed container's log tail is its message.
+  const message = exitCode !== 0 ? logTail?.() : undefined
   return {
     terminated: {
       exitCode,
       reason: exitCode === 0 ? 'Completed' : 'Error',
+      ...(message === undefined || message === '' ? {} : { message }),
       startedAt: wireTime(startedAt),
       finishedAt: wireTime(rfc3339()),
       containerID
     }
+  }
+}
+
+/** What the kubelet keeps of a log for FallbackToLogsOnError: the last 80 lines, at most 2048 bytes. */
+const TAIL_LINES = 80
+const TAIL_BYTES = 2048
+
+/** The tail of this run's output in a log file, from byte offset `from` (the harness's own --- lines left out). */
+function readLogTail (file: string, from: number): string {
+  let fd: number | undefined
+  try {
+    const size = statSync(file).size
+    const start = Math.max(from, size - 4 * TAIL_BYTES)
+    const buf = Buffer.alloc(size - start)
+    fd = openSync(file, 'r')
+    readSync(fd, buf, 0, buf.length, start)
+    const lines = buf.toString('utf8').split('\n').filter(l => !l.startsWith('--- '))
+    const tail = lines.slice(-TAIL_LINES - 1).join('\n')
+    return Buffer.from(tail).subarray(-TAIL_BYTES).toString('utf8')
+  } catch {
+    return ''
+  } finally {
+    if (fd !== undefined) closeSync(fd)
   }
 }
 
@@ -110,9 +136,10 @@ export class ContainerRunner {
         started = undefined
       }
       if (started === undefined) { await this.pause(2000); continue }
-      const { exit, startedAt, containerID } = started
+      const { exit, startedAt, containerID, logOffset } = started
       this.stopProbers()
-      const state = exitState(exit, startedAt, containerID)
+      const fromLogs = this.container.terminationMessagePolicy === 'FallbackToLogsOnError'
+      const state = exitState(exit, startedAt, containerID, fromLogs ? () => readLogTail(this.logFile, logOffset) : undefined)
       const exitCode = state.terminated?.exitCode ?? 1
       const ranMs = Date.now() - Date.parse(startedAt)
       const restart = !this.stopping && (this.livenessKill || this.restartWanted(exitCode))
@@ -136,7 +163,7 @@ export class ContainerRunner {
     }
   }
 
-  private async startOnce (): Promise<{ exit: Exit, startedAt: string, containerID: string } | undefined> {
+  private async startOnce (): Promise<{ exit: Exit, startedAt: string, containerID: string, logOffset: number } | undefined> {
     const pod = this.ctx.pod()
     let env: Map<string, string>
     try {
@@ -167,6 +194,7 @@ export class ContainerRunner {
     const startedAt = rfc3339()
     const containerID = `avs-process://${pod.metadata?.uid ?? ''}/${this.container.name}/${this.record.restartCount}`
     appendFileSync(this.logFile, `--- ${startedAt} start #${this.record.restartCount}: ${file} ${args.join(' ')}\n`)
+    const logOffset = statSync(this.logFile).size
     const proc = startGroupProcess({ command: file, args, cwd, env: fullEnv, logFile: this.logFile })
     this.process = proc
     this.ctx.event('Normal', 'Started', `Started container ${this.container.name}`)
@@ -212,7 +240,7 @@ export class ContainerRunner {
     const exit = await proc.exited
     this.process = undefined
     appendFileSync(this.logFile, `--- ${rfc3339()} exited: code ${String(exit.code)} signal ${String(exit.signal)}\n`)
-    return { exit, startedAt, containerID }
+    return { exit, startedAt, containerID, logOffset }
   }
 
   private graceMs (): number {

@@ -42,7 +42,20 @@ export const MALFORMED: MalformedCase[] = [
   { what: 'suspend is a string', field: 'spec.suspend', spec: { suspend: 'yes' } },
   { what: 'PSK secret without a name', field: 'spec.network.privateNetworkSecret.name', spec: { network: { privateNetworkSecret: { key: 'swarm.key' } } } },
   { what: 'name too long for the derived object names', field: 'metadata.name', cel: true, name: 'a-swarm-name-that-is-far-too-long-for-its-pods', spec: {} },
-  { what: 'GPU count that is not a quantity', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': 'one' } } } }
+  { what: 'GPU count that is not a quantity', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': 'one' } } } },
+  // Admitted must mean runnable: each of these once passed the API server and crash-looped every agent.
+  { what: 'all-reduce timeout of zero', field: 'spec.averaging.allreduceTimeout', cel: true, spec: { averaging: { allreduceTimeout: '0s' } } },
+  { what: 'all-reduce timeout of one nanosecond', field: 'spec.averaging.allreduceTimeout', cel: true, spec: { averaging: { allreduceTimeout: '1ns' } } },
+  { what: 'all-reduce timeout of 25 days (past a Node timer)', field: 'spec.averaging.allreduceTimeout', cel: true, spec: { averaging: { allreduceTimeout: '600h' } } },
+  { what: 'averaging expiration of zero', field: 'spec.averaging.averagingExpiration', cel: true, spec: { averaging: { averagingExpiration: '0s', requestTimeout: '0s' } } },
+  { what: 'request timeout of zero', field: 'spec.averaging.requestTimeout', cel: true, spec: { averaging: { requestTimeout: '0s' } } },
+  { what: 'period of zero', field: 'spec.averaging.period', cel: true, spec: { averaging: { period: '0s' } } },
+  { what: 'min group of one', field: 'spec.averaging.minGroupSize', spec: { averaging: { minGroupSize: 1 } } },
+  { what: 'prefix with a colon', field: 'spec.averaging.prefix', spec: { averaging: { prefix: 'team:demo' } } },
+  { what: 'bandwidth of zero', field: 'spec.averaging.bandwidth', spec: { averaging: { bandwidth: 0 } } },
+  { what: 'negative auxiliary CPU request', field: 'spec.auxiliary.resources.requests', spec: { auxiliary: { replicas: 1, resources: { requests: { cpu: '-1' } } } } },
+  { what: 'negative GPU limit as a number', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': -1 } } } },
+  { what: 'negative trainer memory limit', field: 'spec.workload.trainer.resources.limits', spec: { workload: { type: 'sidecar', trainer: { image: 'trainer:1', resources: { limits: { memory: '-8Gi' } } } } } }
 ]
 
 /** The full object to POST for a case. */

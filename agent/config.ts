@@ -26,6 +26,8 @@ export interface AgentConfig {
   readonly period: number
   readonly workload: 'builtin' | 'sidecar'
   readonly sidecarPort: number
+  /** AVS_SHM_DIR: where the sidecar trainer's shared-memory regions live; undefined when unset. */
+  readonly shmDir?: string
   readonly shardIndex: number
   readonly logLevel: string
 }
@@ -136,6 +138,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     period: parse('period', parseDuration, 30),
     workload: parse('workload', oneOf('builtin', 'sidecar'), 'builtin'),
     sidecarPort: parse('sidecarPort', integer(0, 65535), 9401),
+    shmDir: raw('shmDir'),
     shardIndex: parse('shardIndex', integer(0, 1_000_000), ordinal),
     logLevel: parse('logLevel', oneOf('trace', 'debug', 'info', 'warn', 'error'), 'info')
   }

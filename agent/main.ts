@@ -122,7 +122,7 @@ async function main (): Promise<number> {
     : undefined
   const workload = config.workload === 'builtin'
     ? builtinWorkload(ctx, { shardIndex: config.shardIndex, stateSharing })
-    : sidecarWorkload(ctx, { host: '127.0.0.1', port: config.sidecarPort, stateSharing })
+    : sidecarWorkload(ctx, { host: '127.0.0.1', port: config.sidecarPort, stateSharing, shmDir: config.shmDir })
   try {
     if (joined) await workload.run()
   } finally {

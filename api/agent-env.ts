@@ -43,6 +43,7 @@ export const AGENT_ENV = {
   period: { name: 'AVS_PERIOD', description: 'How often the agent starts an averaging round (duration).', default: '30s' },
   workload: { name: 'AVS_WORKLOAD', description: 'builtin (tfjs training on a synthetic shard) or sidecar (a trainer drives the agent through its local API).', default: 'builtin' },
   sidecarPort: { name: 'AVS_SIDECAR_PORT', description: 'Loopback TCP port of the sidecar API (workload=sidecar).', default: '9401' },
+  shmDir: { name: 'AVS_SHM_DIR', description: 'Memory-backed folder shared with the trainer container, holding its tensor regions (workload=sidecar, docs/trainer-api.md); unset, trainers hand tensors over in HTTP bodies.' },
   shardIndex: { name: 'AVS_SHARD_INDEX', description: 'Data shard of the builtin workload; defaults to the pod ordinal parsed from AVS_POD_NAME.' },
   logLevel: { name: 'AVS_LOG_LEVEL', description: 'trace | debug | info | warn | error.', default: 'info' }
 } as const satisfies Record<string, EnvVarSpec>

@@ -26,6 +26,9 @@ export class AgentMetrics {
   readonly trainingSteps: Counter
   readonly heldOutLoss: Gauge
   readonly lastRoundTimestamp: Gauge
+  readonly trainerLoss: Gauge
+  readonly trainerSamples: Counter
+  readonly paramsHash: Gauge
   readonly info: Gauge<'backend' | 'mode' | 'workload' | 'version'>
 
   constructor (swarm: string) {
@@ -52,6 +55,10 @@ export class AgentMetrics {
     this.heldOutLoss = new Gauge({ name: 'averaging_training_heldout_loss', help: 'Loss of the builtin workload on balanced held-out data, after the last round.', registers })
     this.trainingSteps = new Counter({ name: 'averaging_training_steps_total', help: 'Optimizer steps of the builtin workload.', registers })
     this.lastRoundTimestamp = new Gauge({ name: 'averaging_last_round_timestamp_seconds', help: 'Unix time of the last successful round.', registers })
+    // What a sidecar trainer reports (POST /v1/report); the builtin workload has its own training metrics above.
+    this.trainerLoss = new Gauge({ name: 'averaging_trainer_loss', help: 'Last loss the sidecar trainer reported.', registers })
+    this.trainerSamples = new Counter({ name: 'averaging_trainer_samples_total', help: 'Samples the sidecar trainer reported training on.', registers })
+    this.paramsHash = new Gauge({ name: 'averaging_params_hash', help: 'Low 48 bits of the hash of the trainer\'s parameters: peers holding the same parameters show the same value.', registers })
     this.info = new Gauge({ name: 'averaging_agent_info', help: 'Constant 1, labelled with the tensor backend, peer mode, workload and version.', labelNames: ['backend', 'mode', 'workload', 'version'], registers })
   }
 

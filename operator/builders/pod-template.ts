@@ -13,6 +13,9 @@ import { ANNOTATION_CONFIG_HASH, names, ownedLabels, roleSelector, type Role } f
 export const AGENT_CONTAINER = 'agent'
 export const TRAINER_CONTAINER = 'trainer'
 export const PSK_MOUNT_DIR = '/etc/averaging-swarm/psk'
+/** The memory-backed folder agent and trainer share tensor regions through (docs/trainer-api.md). */
+export const SHM_VOLUME = 'avs-shm'
+export const SHM_MOUNT_DIR = '/var/run/avs/shm'
 const PSK_FILE = 'swarm.key'
 const UID = 65532
 
@@ -69,7 +72,7 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
     env.push({ name, valueFrom: { configMapKeyRef: { name: names.configMap(s), key: name, ...(k === 'bandwidth' ? { optional: true } : {}) } } })
   }
   env.push(value(AGENT_ENV.workload.name, s.spec.workload.type))
-  if (s.spec.workload.type === 'sidecar') env.push(value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort))
+  if (s.spec.workload.type === 'sidecar') env.push(value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort), value(AGENT_ENV.shmDir.name, SHM_MOUNT_DIR))
   env.push(value(AGENT_ENV.logLevel.name, s.spec.logLevel))
   // User variables come last and cannot shadow the contract's variables.
   const ours = new Set(env.map(e => e.name))
@@ -92,6 +95,7 @@ function agentContainer (s: AveragingSwarm, p: PodInputs) {
   const resources = p.role === 'auxiliary' ? withoutGpus(s.spec.auxiliary.resources) : s.spec.resources
   const mounts: KubeObject[] = [{ name: 'tmp', mountPath: '/tmp' }]
   if (s.spec.network.privateNetworkSecret !== undefined) mounts.push({ name: 'psk', mountPath: PSK_MOUNT_DIR, readOnly: true })
+  if (s.spec.workload.type === 'sidecar') mounts.push({ name: SHM_VOLUME, mountPath: SHM_MOUNT_DIR })
   return {
     name: AGENT_CONTAINER,
     image: s.spec.image ?? p.config.defaultImage,
@@ -119,10 +123,14 @@ function trainerContainer (s: AveragingSwarm) {
     ...(t.imagePullPolicy === undefined ? {} : { imagePullPolicy: t.imagePullPolicy }),
     ...(t.command === undefined ? {} : { command: t.command }),
     ...(t.args === undefined ? {} : { args: t.args }),
-    env: [value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort), ...((t.env ?? []) as unknown as EnvVar[]).filter(e => e.name !== AGENT_ENV.sidecarPort.name)],
+    env: [
+      value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort),
+      value(AGENT_ENV.shmDir.name, SHM_MOUNT_DIR),
+      ...((t.env ?? []) as unknown as EnvVar[]).filter(e => e.name !== AGENT_ENV.sidecarPort.name && e.name !== AGENT_ENV.shmDir.name)
+    ],
     ...(t.resources === undefined ? {} : { resources: t.resources }),
     securityContext: CONTAINER_SECURITY_CONTEXT,
-    volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }]
+    volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }, { name: SHM_VOLUME, mountPath: SHM_MOUNT_DIR }]
   }
 }
 
@@ -131,11 +139,13 @@ export function buildPodTemplate (s: AveragingSwarm, p: PodInputs) {
   const volumes: KubeObject[] = [{ name: 'tmp', emptyDir: {} }]
   const psk = s.spec.network.privateNetworkSecret
   if (psk !== undefined) volumes.push({ name: 'psk', secret: { secretName: psk.name, items: [{ key: psk.key, path: PSK_FILE }] } })
+  // Memory-backed: regions are read and written every step; the pod's memory limit bounds them (the tensors' size is the user's).
+  if (s.spec.workload.type === 'sidecar') volumes.push({ name: SHM_VOLUME, emptyDir: { medium: 'Memory' } })
   const containers: KubeObject[] = [agentContainer(s, p)]
   if (s.spec.workload.type === 'sidecar') { const t = trainerContainer(s); if (t !== undefined) containers.push(t) }
   const reserved = new Set([AGENT_CONTAINER, TRAINER_CONTAINER])
   containers.push(...(o.containers ?? []).filter(c => !reserved.has(String(c.name))))
-  const reservedVolumes = new Set(['tmp', 'psk'])
+  const reservedVolumes = new Set(['tmp', 'psk', SHM_VOLUME])
   volumes.push(...(o.volumes ?? []).filter(v => !reservedVolumes.has(String(v.name))))
   const gpuPlacement = p.role !== 'auxiliary'
   return {

@@ -1,22 +1,37 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
 import type { DecentralizedAverager, NamedTensor, StepResult } from '../../averager.js'
-import { elementCount, type TensorSchema } from '../../schema.js'
+import { elementCount } from '../../schema.js'
 import { describeError } from '../../errors.js'
 import { Mutex } from '../../util/mutex.js'
 import type { WorkloadContext } from '../context.js'
 import type { StateSharing } from '../../state/state-sharing.js'
-import { jsonWithTensors } from './tensor-codec.js'
+import { firstNonFinite, jsonWithTensors } from './tensor-codec.js'
 import { readJsonBody, sendJson, sendJsonChunks } from './http-io.js'
-import { REGISTER_BODY_LIMIT, RequestError, describeSchema, parseRegister, parseStep, sameSchema, stepBodyLimit } from './request-parsing.js'
+import {
+  MAX_ELEMENTS, REGISTER_BODY_LIMIT, RequestError, checkJsonPath, containerMemoryBytes, describeSchema,
+  parseControl, parseRegister, parseReport, parseStep, sameSchema, stepBodyLimit, type StepControl
+} from './request-parsing.js'
+import { packedBytes, regionLayout, type StoredTensor } from './region-layout.js'
+import { Region, Scratch, bytesOf } from './region.js'
+import { DistanceSum, relativeDistance } from './distance.js'
+import { MAX_CONTROL_BYTES, TENSORS_CONTENT_TYPE, controlHead, isTensorsBody, packTensors, readTensorsBody } from './binary-body.js'
 
 /**
  * Where the averager's tensors came from: never written, downloaded from a peer at register,
- * the trainer's last values (a step that did not average), or a round's mean.
+ * the trainer's values (a step that did not average, or POST /v1/state), or a round's mean.
  */
 export type TensorOrigin = 'initial' | 'peers' | 'trainer' | 'averaged'
 
 /** The part of StateSharing the sidecar uses: download once at register, then serve as a donor. */
 export type SidecarStateSharing = Pick<StateSharing, 'download' | 'start' | 'setPriority' | 'stop'>
+
+export interface SidecarApiOptions {
+  /** AVS_SHM_DIR: the folder trainer regions live in; unset, only the binary and JSON paths work. */
+  readonly shmDir?: string
+  /** Bound of the agent's float32 copy (default: the container's memory, see containerMemoryBytes). */
+  readonly memoryBytes?: number
+}
 
 export interface StepSummary {
   readonly averaged: boolean
@@ -31,26 +46,45 @@ export interface StepSummary {
   readonly matchmakingMs?: number
   readonly allreduceMs?: number
   readonly divergence: number
+  readonly generation: number
+  /** Time and bytes spent moving tensors between the trainer's region or body and the agent's float32 copy. */
+  readonly copyMs: number
+  readonly bytesCopied: number
 }
 
+interface Registered { readonly schema: readonly StoredTensor[], readonly averager: DecentralizedAverager }
+interface Round { readonly result?: StepResult, readonly error?: string }
+interface Copy { ms: number, bytes: number }
+
 /**
- * The sidecar's HTTP API over one averager: the trainer registers its tensors once, then each
- * step hands in its current values and gets the group's mean back. Steps run one at a time, so
- * writing the trainer's values, the round and reading the result are one unit.
+ * The sidecar's HTTP API over one averager (docs/trainer-api.md): the trainer registers its
+ * tensors once, then each step hands in its current values (through a shared-memory region, a
+ * binary body or base64 JSON) and gets the group's mean back. Steps and state transfers run one
+ * at a time, so the copy in, the round and the copy out are one unit, and the one scratch and
+ * staging buffer are never shared.
  */
 export class SidecarApi {
-  private schema?: readonly TensorSchema[]
+  private schema?: readonly StoredTensor[]
   private registering?: Promise<DecentralizedAverager>
   private averager?: DecentralizedAverager
+  private region?: Region
   private origin: TensorOrigin = 'initial'
+  private generation = 0
+  private scratch?: Scratch
+  /** The binary path's float32 staging buffer: allocated at the first binary transfer, then reused. */
+  private staging?: Float32Array
+  private sharingStarted = false
   private readonly stepLock = new Mutex()
   private readonly inFlight = new Set<Promise<void>>()
   private closing = false
   private stepsOk = 0
   private stepsFailed = 0
   private lastStep?: StepSummary & { at: string }
+  private readonly memoryBytes: number
 
-  constructor (private readonly ctx: WorkloadContext, private readonly sharing?: SidecarStateSharing) {}
+  constructor (private readonly ctx: WorkloadContext, private readonly sharing?: SidecarStateSharing, private readonly options: SidecarApiOptions = {}) {
+    this.memoryBytes = options.memoryBytes ?? containerMemoryBytes()
+  }
 
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
     const done = this.route(req, res).catch(err => {
@@ -64,51 +98,68 @@ export class SidecarApi {
 
   private async route (req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = new URL(req.url ?? '/', 'http://sidecar').pathname
-    const routes: Record<string, [string, () => Promise<void>]> = {
-      '/v1/register': ['POST', async () => { await this.register(req, res) }],
-      '/v1/step': ['POST', async () => { await this.step(req, res) }],
-      '/v1/state': ['GET', async () => { await this.state(res) }],
-      '/v1/status': ['GET', async () => { this.status(res) }]
+    const routes: Record<string, Record<string, () => Promise<void>>> = {
+      '/v1/register': { POST: async () => { await this.register(req, res) } },
+      '/v1/step': { POST: async () => { await this.step(req, res) } },
+      '/v1/state': { GET: async () => { await this.getState(req, res) }, POST: async () => { await this.setState(req, res) } },
+      '/v1/report': { POST: async () => { await this.report(req, res) } },
+      '/v1/status': { GET: async () => { this.status(res) } }
     }
     const route = routes[path]
-    if (route === undefined) throw new RequestError(404, `no endpoint ${path}; the API serves POST /v1/register, POST /v1/step, GET /v1/state and GET /v1/status`)
-    if (req.method !== route[0]) {
-      res.setHeader('allow', route[0])
-      throw new RequestError(405, `${path} takes ${route[0]}, not ${req.method ?? 'an empty method'}`)
+    if (route === undefined) throw new RequestError(404, `no endpoint ${path}; the API serves /v1/register, /v1/step, /v1/state, /v1/report and /v1/status`)
+    const handler = route[req.method ?? '']
+    if (handler === undefined) {
+      res.setHeader('allow', Object.keys(route).join(', '))
+      throw new RequestError(405, `${path} takes ${Object.keys(route).join(' or ')}, not ${req.method ?? 'an empty method'}`)
     }
     if (this.closing) throw new RequestError(503, 'the agent is shutting down')
-    await route[1]()
+    await handler()
   }
 
   private async register (req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const schema = parseRegister(await readJsonBody(req, REGISTER_BODY_LIMIT))
+    const { schema, region: regionName } = parseRegister(await readJsonBody(req, REGISTER_BODY_LIMIT), this.memoryBytes)
     if (this.schema === undefined) {
+      // The region is checked before the averager starts: a bad one fails register with nothing to undo.
+      const region = regionName !== undefined ? Region.open(this.options.shmDir, regionName, regionLayout(schema)) : undefined
       this.schema = schema
       this.registering = this.startAverager(schema)
       try {
         this.averager = await this.registering
       } catch (err) {
+        region?.close()
         this.schema = undefined
         this.registering = undefined
         throw new Error(`the averager could not start: ${describeError(err)}`)
       }
-      this.ctx.log.info({ tensors: describeSchema(schema) }, 'sidecar trainer registered its tensors')
-      sendJson(res, 201, { created: true, tensors: schema })
+      this.region = region
+      this.ctx.log.info({ tensors: describeSchema(schema), region: regionName }, 'sidecar trainer registered its tensors')
+      sendJson(res, 201, { created: true, tensors: schema, region: this.describeRegion() })
       return
     }
     if (!sameSchema(this.schema, schema)) {
       throw new RequestError(409, `this agent already averages ${describeSchema(this.schema)}; restart the agent to register different tensors`)
     }
     await this.registering
-    sendJson(res, 200, { created: false, tensors: this.schema })
+    // A restarted trainer brings a new file (or none): reopen even under the same name, which may be a new file.
+    await this.stepLock.run(async () => {
+      const region = regionName !== undefined ? Region.open(this.options.shmDir, regionName, regionLayout(schema)) : undefined
+      this.region?.close()
+      this.region = region
+    })
+    sendJson(res, 200, { created: false, tensors: this.schema, region: this.describeRegion() })
+  }
+
+  private describeRegion (): { name: string, bytes: number, offsets: unknown } | null {
+    return this.region === undefined ? null : { name: this.region.name, ...this.region.layout }
   }
 
   /** Zeros, or a live peer's tensors when state sharing is on. */
-  private async startAverager (schema: readonly TensorSchema[]): Promise<DecentralizedAverager> {
-    const tensors: NamedTensor[] = schema.map(t => ({ ...t, data: new Float32Array(elementCount(t.shape)) }))
+  private async startAverager (schema: readonly StoredTensor[]): Promise<DecentralizedAverager> {
+    // The averager sees float32 names and shapes only: the storage dtype is this trainer's business.
+    const tensors: NamedTensor[] = schema.map(t => ({ name: t.name, shape: t.shape, data: new Float32Array(elementCount(t.shape)) }))
     const averager = await this.ctx.createAverager(tensors, { log: msg => { this.ctx.log.debug(msg) } })
     try {
-      if (this.sharing !== undefined) await this.loadAndShareState(averager, schema, this.sharing)
+      if (this.sharing !== undefined) await this.loadState(averager, schema, this.sharing)
     } catch (err) {
       await averager.shutdown()
       throw err
@@ -116,74 +167,241 @@ export class SidecarApi {
     return averager
   }
 
-  /** A newcomer starts from a live peer's tensors when one offers them, then offers its own. */
-  private async loadAndShareState (averager: DecentralizedAverager, schema: readonly TensorSchema[], sharing: SidecarStateSharing): Promise<void> {
-    const downloaded = await sharing.download(schema).catch((err: unknown) => {
+  /** A newcomer starts from a live peer's tensors when one offers them. */
+  private async loadState (averager: DecentralizedAverager, schema: readonly StoredTensor[], sharing: SidecarStateSharing): Promise<void> {
+    const downloaded = await sharing.download(schema.map(t => ({ name: t.name, shape: t.shape }))).catch((err: unknown) => {
       this.ctx.log.warn({ err: describeError(err) }, 'state download failed; starting from zeros')
       return null
     })
-    if (downloaded !== null) {
-      const byName = new Map(downloaded.tensors.map(t => [t.name, t.data]))
-      await averager.withTensors(ts => { ts.forEach(t => { const d = byName.get(t.name); if (d !== undefined && d.length === t.data.length) t.data.set(d) }) })
-      this.origin = 'peers'
-      this.ctx.log.info({ donor: downloaded.donor }, 'sidecar loaded the swarm state from a peer')
-    }
-    await sharing.start(async () => await averager.withTensors(ts => ({
-      tensors: ts.map(t => ({ name: t.name, shape: t.shape, data: t.data.slice() })),
-      metadata: { steps: this.stepsOk, origin: this.origin }
-    })))
+    if (downloaded === null) return
+    const byName = new Map(downloaded.tensors.map(t => [t.name, t.data]))
+    await averager.withTensors(ts => { ts.forEach(t => { const d = byName.get(t.name); if (d !== undefined && d.length === t.data.length) t.data.set(d) }) })
+    this.ctx.log.info({ donor: downloaded.donor }, 'sidecar loaded the swarm state from a peer')
+    await this.setOrigin('peers', averager)
   }
 
-  private registered (): { schema: readonly TensorSchema[], averager: DecentralizedAverager } {
+  /**
+   * An agent offers its tensors to newcomers only once they are no longer `initial`: zeros served
+   * as "the swarm's state" would overwrite a newcomer's fresh initialisation with nothing.
+   */
+  private async setOrigin (origin: TensorOrigin, averager: DecentralizedAverager): Promise<void> {
+    this.origin = origin
+    if (origin === 'initial' || this.sharing === undefined || this.sharingStarted || this.closing) return
+    this.sharingStarted = true
+    await this.sharing.start(async () => await averager.withTensors(ts => ({
+      tensors: ts.map(t => ({ name: t.name, shape: t.shape, data: t.data.slice() })),
+      metadata: { steps: this.stepsOk, origin: this.origin }
+    }))).catch((err: unknown) => { this.ctx.log.warn({ err: describeError(err) }, 'sidecar could not start serving its state') })
+  }
+
+  private registered (): Registered {
     if (this.schema === undefined || this.averager === undefined) throw new RequestError(409, 'no tensors are registered yet; call POST /v1/register first')
     return { schema: this.schema, averager: this.averager }
   }
 
+  private scratchBuffer (): Scratch {
+    this.scratch ??= new Scratch()
+    return this.scratch
+  }
+
+  private stagingBuffer (schema: readonly StoredTensor[]): Float32Array {
+    this.staging ??= new Float32Array(schema.reduce((n, t) => n + elementCount(t.shape), 0))
+    return this.staging
+  }
+
+  private registeredRegion (): Region {
+    if (this.region === undefined) throw new RequestError(400, 'no region is registered; register with "region", send "tensors" as base64 JSON, or send a binary body')
+    return this.region
+  }
+
+  /** A step body with no "tensors" is control for the region path; large or 16-bit schemas take only that from JSON. */
+  private async readJsonStep (req: IncomingMessage, schema: readonly StoredTensor[]): Promise<{ control: StepControl, body: Record<string, unknown> }> {
+    const jsonCarries = schema.every(t => t.dtype === 'float32') && schema.reduce((n, t) => n + elementCount(t.shape), 0) <= MAX_ELEMENTS
+    const body = await readJsonBody(req, jsonCarries ? stepBodyLimit(schema) : MAX_CONTROL_BYTES)
+    return { control: parseControl(body), body: body as Record<string, unknown> }
+  }
+
   private async step (req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { schema, averager } = this.registered()
-    const request = parseStep(await readJsonBody(req, stepBodyLimit(schema)), schema)
+    if (isTensorsBody(req.headers['content-type'])) {
+      await this.stepLock.run(async () => { await this.binaryStep(req, res, schema, averager) })
+      return
+    }
+    const { control, body } = await this.readJsonStep(req, schema)
+    if (body.tensors === undefined) {
+      const region = this.registeredRegion()
+      sendJson(res, 200, await this.stepLock.run(async () => await this.regionStep(region, control, averager)))
+      return
+    }
+    checkJsonPath(schema)
+    const request = parseStep(body, schema)
     const response = await this.stepLock.run(async () => {
-      await averager.withTensors(ts => { ts.forEach((t, i) => { t.data.set(request.tensors[i]) }) })
-      this.origin = 'trainer'
-      let result: StepResult | undefined
-      let error: string | undefined
-      try {
-        result = await averager.step({ weight: request.weight, gather: request.gather, timeout: request.timeout, signal: this.ctx.signal })
-        this.origin = 'averaged'
-        this.stepsOk++
-        this.sharing?.setPriority(this.stepsOk).catch(() => {})
-      } catch (err) {
-        error = describeError(err)
-        this.stepsFailed++
-        this.ctx.log.info({ error }, 'sidecar step did not average')
-      }
+      const copy = await this.timed(async () => await averager.withTensors(ts => { ts.forEach((t, i) => { t.data.set(request.tensors[i]) }) }), this.floatBytes(schema))
+      const round = await this.round(averager, control)
       return await averager.withTensors(ts => {
-        const divergence = relativeDistance(request.tensors, ts.map(t => t.data))
-        if (result !== undefined) this.ctx.metrics.divergence.set(divergence)
-        const summary: StepSummary = {
-          averaged: result !== undefined,
-          ...(error !== undefined ? { error } : {}),
-          groupId: result?.groupId,
-          groupSize: result?.peers.length ?? 1,
-          peers: result?.peers ?? [],
-          gathered: result !== undefined ? Object.fromEntries(result.gathered) : {},
-          partsKeptLocal: result?.allreduce.partsKeptLocal ?? 0,
-          unreachedPeers: result !== undefined ? [...new Set([...result.allreduce.failedReducers, ...result.allreduce.bannedSenders])] : [],
-          matchmakingMs: result?.matchmakingMs,
-          allreduceMs: result?.allreduce.durationMs,
-          divergence
-        }
-        this.lastStep = { ...summary, at: new Date().toISOString() }
+        const summary = this.summarize(round, relativeDistance(request.tensors, ts.map(t => t.data)), copy)
         return jsonWithTensors({ ...summary }, ts.map(t => [t.name, t.data] as const))
       })
     })
     sendJsonChunks(res, 200, response)
   }
 
-  private async state (res: ServerResponse): Promise<void> {
-    const { averager } = this.registered()
-    const chunks = await averager.withTensors(ts => jsonWithTensors({ origin: this.origin }, ts.map(t => [t.name, t.data] as const)))
+  private async regionStep (region: Region, control: StepControl, averager: DecentralizedAverager): Promise<StepSummary> {
+    const copy = await this.readRegion(region, averager)
+    const round = await this.round(averager, control)
+    const start = performance.now()
+    return await averager.withTensors(ts => {
+      const now = ts.map(t => t.data)
+      const distance = new DistanceSum()
+      region.addDistance(now, distance, this.scratchBuffer())
+      copy.bytes += region.writeFrom(now, ++this.generation, this.scratchBuffer())
+      copy.ms += performance.now() - start
+      return this.summarize(round, distance.value, copy)
+    })
+  }
+
+  private async binaryStep (req: IncomingMessage, res: ServerResponse, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<void> {
+    const { control, staged, copy } = await this.readBinary(req, schema, averager)
+    const round = await this.round(averager, control)
+    const { summary, packed } = await averager.withTensors(ts => {
+      const now = ts.map(t => t.data)
+      const divergence = relativeDistance(staged, now)
+      const start = performance.now()
+      // The staging buffer holds what was sent until the divergence is known; then it carries the answer.
+      const packed = packTensors(schema, now, bytesOf(this.stagingBuffer(schema)))
+      copy.ms += performance.now() - start
+      copy.bytes += packed.byteLength
+      return { summary: this.summarize(round, divergence, copy), packed }
+    })
+    await sendFramed(res, summary, packed)
+  }
+
+  /** Streams a binary body into the staging buffer, checks it, then copies it into the tensors; the agent's state is untouched on any refusal. */
+  private async readBinary (req: IncomingMessage, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<{ control: StepControl, staged: Float32Array[], copy: Copy }> {
+    const staging = this.stagingBuffer(schema)
+    const start = performance.now()
+    const control = parseControl(await readTensorsBody(req, schema, staging))
+    let at = 0
+    const staged = schema.map(t => { const n = elementCount(t.shape); at += n; return staging.subarray(at - n, at) })
+    staged.forEach((values, i) => {
+      const bad = firstNonFinite(values)
+      if (bad >= 0) throw new RequestError(400, `tensor "${schema[i].name}" holds a non-finite value (${values[bad]}) at index ${bad}`)
+    })
+    await averager.withTensors(ts => { ts.forEach((t, i) => { t.data.set(staged[i]) }) })
+    return { control, staged, copy: { ms: performance.now() - start, bytes: packedBytes(schema) } }
+  }
+
+  private async readRegion (region: Region, averager: DecentralizedAverager): Promise<Copy> {
+    const start = performance.now()
+    const bytes = await region.readInto(this.scratchBuffer(), async copy => await averager.withTensors(ts => copy(ts.map(t => t.data))))
+    return { ms: performance.now() - start, bytes }
+  }
+
+  /** One averaging round over the tensors as they are; a round that found no group is not an error for the trainer. */
+  private async round (averager: DecentralizedAverager, control: StepControl): Promise<Round> {
+    await this.setOrigin('trainer', averager)
+    try {
+      const result = await averager.step({ weight: control.weight, gather: control.gather, timeout: control.timeout, signal: this.ctx.signal })
+      this.stepsOk++
+      await this.setOrigin('averaged', averager)
+      this.sharing?.setPriority(this.stepsOk).catch(() => {})
+      return { result }
+    } catch (err) {
+      const error = describeError(err)
+      this.stepsFailed++
+      this.ctx.log.info({ error }, 'sidecar step did not average')
+      return { error }
+    }
+  }
+
+  private summarize ({ result, error }: Round, divergence: number, copy: Copy): StepSummary {
+    if (result !== undefined) this.ctx.metrics.divergence.set(divergence)
+    const summary: StepSummary = {
+      averaged: result !== undefined,
+      ...(error !== undefined ? { error } : {}),
+      groupId: result?.groupId,
+      groupSize: result?.peers.length ?? 1,
+      peers: result?.peers ?? [],
+      gathered: result !== undefined ? Object.fromEntries(result.gathered) : {},
+      partsKeptLocal: result?.allreduce.partsKeptLocal ?? 0,
+      unreachedPeers: result !== undefined ? [...new Set([...result.allreduce.failedReducers, ...result.allreduce.bannedSenders])] : [],
+      matchmakingMs: result?.matchmakingMs,
+      allreduceMs: result?.allreduce.durationMs,
+      divergence,
+      generation: this.generation,
+      copyMs: copy.ms,
+      bytesCopied: copy.bytes
+    }
+    this.lastStep = { ...summary, at: new Date().toISOString() }
+    return summary
+  }
+
+  private async timed (fn: () => Promise<void>, bytes: number): Promise<Copy> {
+    const start = performance.now()
+    await fn()
+    return { ms: performance.now() - start, bytes }
+  }
+
+  private floatBytes (schema: readonly StoredTensor[]): number {
+    return 4 * schema.reduce((n, t) => n + elementCount(t.shape), 0)
+  }
+
+  /** The agent's tensors: into the region, as a binary answer, or as base64 JSON (docs/trainer-api.md). */
+  private async getState (req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { schema, averager } = this.registered()
+    if (req.headers.accept?.includes(TENSORS_CONTENT_TYPE) === true) {
+      await this.stepLock.run(async () => {
+        const packed = await averager.withTensors(ts => packTensors(schema, ts.map(t => t.data), bytesOf(this.stagingBuffer(schema))))
+        await sendFramed(res, { origin: this.origin, generation: this.generation }, packed)
+      })
+      return
+    }
+    if (this.region !== undefined) {
+      const region = this.region
+      const answer = await this.stepLock.run(async () => await averager.withTensors(ts => {
+        const start = performance.now()
+        const bytes = region.writeFrom(ts.map(t => t.data), ++this.generation, this.scratchBuffer())
+        return { origin: this.origin, generation: this.generation, copyMs: performance.now() - start, bytesCopied: bytes }
+      }))
+      sendJson(res, 200, answer)
+      return
+    }
+    if (schema.reduce((n, t) => n + elementCount(t.shape), 0) > MAX_ELEMENTS) throw new RequestError(413, `the tensors hold more than the ${MAX_ELEMENTS} values the base64 JSON path carries; ask with accept: ${TENSORS_CONTENT_TYPE}`)
+    const chunks = await averager.withTensors(ts => jsonWithTensors({ origin: this.origin, generation: this.generation }, ts.map(t => [t.name, t.data] as const)))
     sendJsonChunks(res, 200, chunks)
+  }
+
+  /**
+   * Sets the agent's tensors from the trainer (region, binary body or base64 JSON) without a round:
+   * a trainer that starts fresh publishes its initial parameters, so newcomers download those, not zeros.
+   */
+  private async setState (req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { schema, averager } = this.registered()
+    let copy: Copy
+    if (isTensorsBody(req.headers['content-type'])) {
+      copy = await this.stepLock.run(async () => (await this.readBinary(req, schema, averager)).copy)
+    } else {
+      const { body } = await this.readJsonStep(req, schema)
+      if (body.tensors === undefined) {
+        const region = this.registeredRegion()
+        copy = await this.stepLock.run(async () => await this.readRegion(region, averager))
+      } else {
+        checkJsonPath(schema)
+        const request = parseStep(body, schema)
+        copy = await this.stepLock.run(async () => await this.timed(async () => await averager.withTensors(ts => { ts.forEach((t, i) => { t.data.set(request.tensors[i]) }) }), this.floatBytes(schema)))
+      }
+    }
+    await this.setOrigin('trainer', averager)
+    sendJson(res, 200, { origin: this.origin, generation: this.generation, copyMs: copy.ms, bytesCopied: copy.bytes })
+  }
+
+  private async report (req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const report = parseReport(await readJsonBody(req, MAX_CONTROL_BYTES))
+    const { metrics } = this.ctx
+    if (report.loss !== undefined) metrics.trainerLoss.set(report.loss)
+    if (report.samples !== undefined) metrics.trainerSamples.inc(report.samples)
+    if (report.paramsHash !== undefined) metrics.paramsHash.set(report.paramsHash)
+    res.writeHead(204).end()
   }
 
   private status (res: ServerResponse): void {
@@ -191,10 +409,13 @@ export class SidecarApi {
       peerId: this.ctx.node.peerId.toString(),
       registered: this.averager !== undefined,
       tensors: this.schema ?? [],
+      region: this.describeRegion(),
+      shmDir: this.options.shmDir ?? null,
       origin: this.origin,
       groupBits: this.averager?.groupBits ?? null,
       steps: { averaged: this.stepsOk, failed: this.stepsFailed },
-      lastStep: this.lastStep ?? null
+      lastStep: this.lastStep ?? null,
+      generation: this.generation
     })
   }
 
@@ -205,21 +426,16 @@ export class SidecarApi {
     await this.registering?.catch(() => {})
     await this.sharing?.stop()
     await this.averager?.shutdown()
+    this.region?.close()
   }
 }
 
-/** ‖sent − now‖ / ‖sent‖ over all tensors (0 for all-zero input): how far the round moved the trainer. */
-export function relativeDistance (sent: readonly Float32Array[], now: readonly Float32Array[]): number {
-  let diff = 0
-  let norm = 0
-  for (let t = 0; t < sent.length; t++) {
-    const a = sent[t]
-    const b = now[t]
-    for (let i = 0; i < a.length; i++) {
-      const d = a[i] - b[i]
-      diff += d * d
-      norm += a[i] * a[i]
-    }
-  }
-  return norm === 0 ? Math.sqrt(diff) : Math.sqrt(diff / norm)
+/** A binary answer: u32le length + JSON + the packed tensors; resolves once sent, as the bytes live in the reused staging buffer. */
+async function sendFramed (res: ServerResponse, body: unknown, packed: Uint8Array): Promise<void> {
+  const head = controlHead(body)
+  res.writeHead(200, { 'content-type': TENSORS_CONTENT_TYPE, 'content-length': head.byteLength + packed.byteLength })
+  const done = new Promise<void>(resolve => { res.once('finish', resolve); res.once('close', resolve) })
+  res.write(head)
+  res.end(packed)
+  await done
 }

@@ -15,6 +15,10 @@ export interface SidecarOptions {
    * origin "peers") and the agent serves its own afterwards; the workload stops it on shutdown.
    */
   readonly stateSharing?: SidecarStateSharing
+  /** AVS_SHM_DIR: the folder trainers create their shared-memory regions in (docs/trainer-api.md). */
+  readonly shmDir?: string
+  /** Bound of the float32 copy of the tensors; default the container's memory limit (tests set it). */
+  readonly memoryBytes?: number
 }
 
 /**
@@ -24,7 +28,7 @@ export interface SidecarOptions {
 export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions): Workload {
   return {
     async run (): Promise<void> {
-      const api = new SidecarApi(ctx, options.stateSharing)
+      const api = new SidecarApi(ctx, options.stateSharing, { shmDir: options.shmDir, memoryBytes: options.memoryBytes })
       const server = createServer(api.handle)
       await listen(server, options.host, options.port)
       const { port } = server.address() as AddressInfo

@@ -128,6 +128,20 @@ test('the sidecar workload adds the trainer container, both sides know the sidec
   assert.equal(envOf(agent).AVS_WORKLOAD.value, 'sidecar')
 })
 
+test('a sidecar pod shares a memory-backed avs-shm folder between agent and trainer, named by AVS_SHM_DIR in both', async () => {
+  const s = swarm({ workload: { type: 'sidecar', trainer: { image: 'trainer:1', env: [{ name: 'AVS_SHM_DIR', value: '/elsewhere' }] } } })
+  const t = find((await desiredFor(s)).objects, 'StatefulSet', 'demo-agent').spec.template
+  assert.deepEqual(t.spec.volumes.find((v: any) => v.name === 'avs-shm'), { name: 'avs-shm', emptyDir: { medium: 'Memory' } })
+  for (const c of t.spec.containers) {
+    assert.deepEqual(c.volumeMounts.find((m: any) => m.name === 'avs-shm'), { name: 'avs-shm', mountPath: '/var/run/avs/shm' }, c.name)
+    assert.equal(envOf(c).AVS_SHM_DIR.value, '/var/run/avs/shm', `${String(c.name)}: the operator's folder wins over the user's env`)
+    assert.equal(c.env.filter((e: any) => e.name === 'AVS_SHM_DIR').length, 1)
+  }
+  const builtin = find((await desiredFor(swarm({}))).objects, 'StatefulSet', 'demo-agent').spec.template
+  assert.equal(builtin.spec.volumes.some((v: any) => v.name === 'avs-shm'), false, 'a builtin swarm has no trainer to share with')
+  assert.equal(envOf(builtin.spec.containers[0]).AVS_SHM_DIR, undefined)
+})
+
 test('a private network mounts the PSK Secret and points AVS_PSK_FILE at it', async () => {
   const s = swarm({ network: { privateNetworkSecret: { name: 'psk', key: 'k' } } })
   const t = find((await desiredFor(s)).objects, 'StatefulSet', 'demo-agent').spec.template

@@ -1,0 +1,211 @@
+import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSync } from 'node:fs'
+import { join } from 'node:path'
+import { RequestError } from './request-parsing.js'
+import { firstNonFinite16, halfToFloat, narrow, widen } from './dtypes.js'
+import { GENERATION_OFFSET, HEADER_BYTES, REGION_MAGIC, SEQ_OFFSET, type RegionLayout, type TensorPlacement } from './region-layout.js'
+import { firstNonFinite } from './tensor-codec.js'
+import type { DistanceSum } from './distance.js'
+
+/** The one bounded buffer an agent converts 16-bit tensors through and checks region values in. */
+export const SCRATCH_BYTES = 4 * 1024 * 1024
+
+export class Scratch {
+  readonly bytes = new Uint8Array(SCRATCH_BYTES)
+  readonly u16 = new Uint16Array(this.bytes.buffer)
+  readonly f32 = new Float32Array(this.bytes.buffer)
+}
+
+/** Bytes of a Float32Array, for reading and writing files straight into it (no copy). */
+export const bytesOf = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
+
+/** How many times a step reads the region again when the trainer wrote during the read. */
+const READ_ATTEMPTS = 3
+
+/**
+ * A trainer's shared-memory region (docs/trainer-api.md), read and written with pread/pwrite
+ * because Node cannot map memory. The fd stays open, so a file the trainer unlinks and recreates
+ * under the same name is only seen after the trainer registers again.
+ *
+ * A trainer that writes while a step copies the region in (breaking the contract) makes the agent
+ * read again; when that fails three times the step answers 409 and the agent's tensors may hold
+ * part of the trainer's newer values. Refused input found before the copy (odd seq, NaN, a short
+ * file) never touches them.
+ */
+export class Region {
+  private constructor (readonly name: string, private readonly fd: number, readonly layout: RegionLayout) {}
+
+  /** Opens `name` inside `dir` after checking it is a plain file there, with the magic and at least the layout's size. */
+  static open (dir: string | undefined, name: string, layout: RegionLayout): Region {
+    if (dir === undefined) throw new RequestError(400, 'this agent has no shared-memory folder (AVS_SHM_DIR is unset); use the binary or JSON path')
+    if (name.length === 0 || name.length > 255 || name.includes('/') || name.includes('\\') || name.includes('\0') || name === '.' || name === '..') {
+      throw new RequestError(400, `region must be a plain file name inside AVS_SHM_DIR, got ${JSON.stringify(name)}`)
+    }
+    const path = join(dir, name)
+    let fd: number
+    try {
+      if (!lstatSync(path).isFile()) throw new RequestError(400, `region "${name}" is not a regular file (symlinks are refused)`)
+      // O_NOFOLLOW: a symlink swapped in after the lstat still fails here.
+      fd = openSync(path, constants.O_RDWR | constants.O_NOFOLLOW)
+    } catch (err) {
+      if (err instanceof RequestError) throw err
+      const code = (err as NodeJS.ErrnoException).code
+      throw new RequestError(400, code === 'ENOENT' ? `region "${name}" does not exist in ${dir}; create it before register` : `region "${name}" cannot be opened (${code ?? String(err)})`)
+    }
+    const region = new Region(name, fd, layout)
+    try {
+      region.checkSize()
+      const header = Buffer.alloc(HEADER_BYTES)
+      region.readFully(header, 0)
+      if (header.toString('latin1', 0, 8) !== REGION_MAGIC) throw new RequestError(400, `region "${name}" does not start with the magic ${REGION_MAGIC}`)
+    } catch (err) {
+      region.close()
+      throw err
+    }
+    return region
+  }
+
+  close (): void {
+    try { closeSync(this.fd) } catch {}
+  }
+
+  get seq (): number {
+    return this.readU64(SEQ_OFFSET)
+  }
+
+  /**
+   * Reads every tensor into `tensors` (float32) under the seqlock. A first pass only checks
+   * finiteness through `scratch`, so a region holding NaN leaves `tensors` untouched; `apply`
+   * runs the second pass (the copy) under the caller's tensor lock. An unchanged even seq
+   * across both passes proves they read the same bytes. Returns the bytes copied.
+   */
+  async readInto (scratch: Scratch, apply: (copy: (tensors: readonly Float32Array[]) => boolean) => Promise<boolean>): Promise<number> {
+    for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
+      if (attempt > 0) await sleep(5 * attempt)
+      const seq = this.seq
+      if (seq % 2 !== 0) continue
+      this.checkSize()
+      let bad: string | undefined
+      for (const t of this.layout.offsets) {
+        bad = this.findNonFinite(t, scratch)
+        if (bad !== undefined) break
+      }
+      if (this.seq !== seq) continue
+      if (bad !== undefined) throw new RequestError(400, bad)
+      const copied = await apply(tensors => {
+        this.layout.offsets.forEach((t, i) => { this.copyIn(t, tensors[i], scratch) })
+        return this.seq === seq
+      })
+      // A changed seq here means the trainer wrote during the copy: read again (see the class comment on what the tensors hold then).
+      if (copied) return this.layout.offsets.reduce((n, t) => n + t.bytes, 0)
+    }
+    throw new RequestError(409, 'the region changed while the agent read it (seq odd or moving); write only between steps')
+  }
+
+  /** Writes the tensors back (narrowed to each dtype) under the seqlock and records `generation`. Returns the bytes copied. */
+  writeFrom (tensors: readonly Float32Array[], generation: number, scratch: Scratch): number {
+    this.checkSize()
+    const seq = this.seq
+    const odd = seq % 2 === 0 ? seq + 1 : seq + 2
+    this.writeU64(SEQ_OFFSET, odd)
+    this.layout.offsets.forEach((t, i) => { this.copyOut(tensors[i], t, scratch) })
+    this.writeU64(GENERATION_OFFSET, generation)
+    this.writeU64(SEQ_OFFSET, odd + 1)
+    return this.layout.offsets.reduce((n, t) => n + t.bytes, 0)
+  }
+
+  /**
+   * ‖region − now‖ and ‖region‖ squared, added to `sum`: the divergence of a step, read from the
+   * region before the write-back replaces the trainer's values with the mean.
+   */
+  addDistance (now: readonly Float32Array[], sum: DistanceSum, scratch: Scratch): void {
+    const perChunk = SCRATCH_BYTES / 4
+    this.layout.offsets.forEach((t, i) => {
+      const dst = now[i]
+      for (let start = 0; start < dst.length; start += perChunk) {
+        const n = Math.min(perChunk, dst.length - start)
+        sum.add(this.readWidened(t, start, n, scratch), dst.subarray(start, start + n))
+      }
+    })
+  }
+
+  /** n values from element `start` of tensor t as float32 in scratch; 16-bit ones land in its upper half and widen in place. */
+  private readWidened (t: TensorPlacement, start: number, n: number, scratch: Scratch): Float32Array {
+    if (t.dtype === 'float32') {
+      this.readFully(scratch.bytes.subarray(0, n * 4), t.offset + start * 4)
+    } else {
+      this.readFully(scratch.bytes.subarray(SCRATCH_BYTES / 2, SCRATCH_BYTES / 2 + n * 2), t.offset + start * 2)
+      widen(t.dtype, scratch.u16.subarray(SCRATCH_BYTES / 4, SCRATCH_BYTES / 4 + n), scratch.f32, 0)
+    }
+    return scratch.f32.subarray(0, n)
+  }
+
+  private findNonFinite (t: TensorPlacement, scratch: Scratch): string | undefined {
+    const size = t.dtype === 'float32' ? 4 : 2
+    const perChunk = SCRATCH_BYTES / size
+    for (let start = 0; start * size < t.bytes; start += perChunk) {
+      const n = Math.min(perChunk, t.bytes / size - start)
+      this.readFully(scratch.bytes.subarray(0, n * size), t.offset + start * size)
+      const at = t.dtype === 'float32' ? firstNonFinite(scratch.f32.subarray(0, n)) : firstNonFinite16(t.dtype, scratch.u16.subarray(0, n))
+      if (at >= 0) {
+        const value = t.dtype === 'float32' ? scratch.f32[at] : halfToFloat(scratch.u16[at])
+        return `tensor "${t.name}" in the region holds a non-finite value (${value}) at index ${start + at}`
+      }
+    }
+    return undefined
+  }
+
+  private copyIn (t: TensorPlacement, dst: Float32Array, scratch: Scratch): void {
+    if (t.dtype === 'float32') { this.readFully(bytesOf(dst), t.offset); return }
+    const perChunk = SCRATCH_BYTES / 2
+    for (let start = 0; start < dst.length; start += perChunk) {
+      const n = Math.min(perChunk, dst.length - start)
+      this.readFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
+      widen(t.dtype, scratch.u16.subarray(0, n), dst, start)
+    }
+  }
+
+  private copyOut (src: Float32Array, t: TensorPlacement, scratch: Scratch): void {
+    if (t.dtype === 'float32') { this.writeFully(bytesOf(src), t.offset); return }
+    const perChunk = SCRATCH_BYTES / 2
+    for (let start = 0; start < src.length; start += perChunk) {
+      const n = Math.min(perChunk, src.length - start)
+      narrow(t.dtype, src, start, scratch.u16.subarray(0, n))
+      this.writeFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
+    }
+  }
+
+  private checkSize (): void {
+    const size = fstatSync(this.fd).size
+    if (size < this.layout.bytes) throw new RequestError(400, `region "${this.name}" has ${size} bytes but the registered tensors need ${this.layout.bytes}`)
+  }
+
+  private readFully (into: Uint8Array, position: number): void {
+    let done = 0
+    while (done < into.byteLength) {
+      const n = readSync(this.fd, into, done, into.byteLength - done, position + done)
+      if (n === 0) throw new RequestError(400, `region "${this.name}" ended at byte ${position + done}; it shrank after register`)
+      done += n
+    }
+  }
+
+  private writeFully (from: Uint8Array, position: number): void {
+    let done = 0
+    while (done < from.byteLength) done += writeSync(this.fd, from, done, from.byteLength - done, position + done)
+  }
+
+  private readU64 (offset: number): number {
+    const b = Buffer.alloc(8)
+    this.readFully(b, offset)
+    return Number(b.readBigUInt64LE(0))
+  }
+
+  private writeU64 (offset: number, value: number): void {
+    const b = Buffer.alloc(8)
+    b.writeBigUInt64LE(BigInt(value))
+    this.writeFully(b, offset)
+  }
+}
+
+async function sleep (ms: number): Promise<void> {
+  await new Promise(resolve => setTimeout(resolve, ms))
+}

@@ -1,0 +1,206 @@
+"""DecentralizedAverager: the trainer's tensors in a shared-memory region (or a local buffer sent as binary)."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import mmap
+import os
+import re
+import struct
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .client import AgentClient, AgentError, StepResult, encode_frame, step_control
+from .layout import DTYPES, GENERATION_OFFSET, HEADER_BYTES, MAGIC, SEQ_OFFSET, Slot, TensorSpec, region_layout
+
+TensorLike = Union[np.ndarray, Tuple[Sequence[int], str]]
+"""A tensor to average: an array (float32 or float16, its values are the initial ones) or ``(shape, dtype name)``."""
+
+_names = itertools.count()
+_REGION_NAME = re.compile(r"^trainer-(\d+)(?:-\d+)?\.avs$")
+
+
+def _spec(name: str, value: TensorLike) -> Tuple[TensorSpec, Optional[np.ndarray]]:
+    if isinstance(value, np.ndarray):
+        dtype = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}.get(value.dtype)
+        if dtype is None:
+            raise TypeError(f"tensor {name!r} is {value.dtype}; give float32 or float16 arrays, or (shape, 'bfloat16') for bfloat16")
+        return TensorSpec(name, tuple(int(d) for d in value.shape), dtype), value
+    shape, dtype = value
+    if dtype not in DTYPES:
+        raise TypeError(f"tensor {name!r} has dtype {dtype!r}; the agent stores float32, float16 or bfloat16")
+    return TensorSpec(name, tuple(int(d) for d in shape), dtype), None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class DecentralizedAverager:
+    """Averages a fixed set of named tensors with the swarm through the pod's agent.
+
+    ``transport="shm"`` (default) creates ``trainer-<pid>.avs`` in ``shm_dir`` (default ``$AVS_SHM_DIR``) and
+    hands the agent only control calls; ``transport="binary"`` keeps the tensors in this process and sends
+    them in ``application/vnd.avs.tensors`` bodies. Either way :meth:`get_tensors` gives numpy views of the
+    values, and :meth:`step` leaves the group's weighted mean in them.
+    """
+
+    def __init__(self, tensors: Mapping[str, TensorLike], url: Optional[str] = None, shm_dir: Optional[str] = None,
+                 transport: str = "shm", client: Optional[AgentClient] = None):
+        if transport not in ("shm", "binary"):
+            raise ValueError(f"transport is {transport!r}; use 'shm' or 'binary'")
+        if not tensors:
+            raise ValueError("give at least one tensor to average")
+        pairs = [_spec(name, value) for name, value in tensors.items()]
+        self.specs: List[TensorSpec] = [s for s, _ in pairs]
+        self.slots, self.region_bytes = region_layout(self.specs)
+        self.transport = transport
+        self.client = client or AgentClient(url)
+        self.region_path: Optional[str] = None
+        self._writing = False
+        if transport == "shm":
+            folder = shm_dir if shm_dir is not None else os.environ.get("AVS_SHM_DIR")
+            if not folder:
+                raise ValueError("shared memory needs a folder: set AVS_SHM_DIR or pass shm_dir (or use transport='binary')")
+            self.region_path = self._create_region(folder)
+            with open(self.region_path, "r+b") as f:
+                self._buffer = mmap.mmap(f.fileno(), self.region_bytes)
+        else:
+            self._buffer = mmap.mmap(-1, self.region_bytes)
+            self._buffer[0:len(MAGIC)] = MAGIC
+        self._header = np.frombuffer(self._buffer, dtype="<u8", count=3)
+        self._views: Dict[str, np.ndarray] = {
+            spec.name: np.frombuffer(self._buffer, dtype=DTYPES[spec.dtype], count=spec.count, offset=slot.offset).reshape(spec.shape)
+            for spec, slot in zip(self.specs, self.slots)
+        }
+        with self.get_tensors() as views:
+            for spec, initial in pairs:
+                if initial is not None:
+                    views[spec.name][...] = initial
+        try:
+            self.registration = self.client.register(self.specs, os.path.basename(self.region_path) if self.region_path else None)
+            if self.region_path is not None:
+                self._check_layout(self.registration.get("region"))
+        except BaseException:
+            self.close()
+            raise
+
+    def _create_region(self, folder: str) -> str:
+        if not os.path.isdir(folder):
+            raise ValueError(f"the shared-memory folder {folder} does not exist")
+        for entry in os.listdir(folder):  # files of trainers that died without close()
+            match = _REGION_NAME.match(entry)
+            if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, entry))
+        n = next(_names)
+        path = os.path.join(folder, f"trainer-{os.getpid()}{'' if n == 0 else f'-{n}'}.avs")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, self.region_bytes)
+            os.pwrite(fd, MAGIC, 0)
+        finally:
+            os.close(fd)
+        return path
+
+    def _check_layout(self, region: Any) -> None:
+        if not isinstance(region, dict):
+            raise AgentError("the agent did not answer register with the region's layout; it may predate the shared-memory API")
+        theirs = [Slot(o["name"], o.get("dtype", "float32"), int(o["offset"]), int(o["bytes"])) for o in region.get("offsets", [])]
+        if theirs != self.slots or int(region.get("bytes", -1)) != self.region_bytes:
+            raise AgentError(f"the agent lays the region out as {region} but this client computed {self.region_bytes} bytes with {self.slots}")
+
+    @property
+    def generation(self) -> int:
+        """The number of the agent's last write into the region."""
+        return int(self._header[GENERATION_OFFSET // 8])
+
+    @contextlib.contextmanager
+    def get_tensors(self) -> Iterator[Dict[str, np.ndarray]]:
+        """Views of the tensors (bfloat16 ones as uint16 bits) to read or write between steps; holds the seqlock (seq odd) inside."""
+        if self._writing:
+            raise RuntimeError("get_tensors() is already open; nest no calls")
+        seq = SEQ_OFFSET // 8
+        self._header[seq] += 1
+        self._writing = True
+        try:
+            yield self._views
+        finally:
+            self._writing = False
+            self._header[seq] += 1
+
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None) -> StepResult:
+        """One averaging round; the tensors then hold the group's weighted mean, or the values sent when ``averaged`` is False."""
+        self._check_idle("step()")
+        if self.transport == "shm":
+            return self.client.step(weight, gather, timeout)
+        body, tensors = self.client.request("POST", "/v1/step", frame=encode_frame(step_control(weight, gather, timeout), self._payload()),
+                                            timeout=(timeout or 0) + self.client.timeout)
+        self._receive(tensors)
+        return StepResult.from_json(body)
+
+    def load_state_from_peers(self) -> str:
+        """Loads the agent's tensors (a live peer's state for a newcomer) into ours; returns their origin.
+
+        ``origin`` is ``initial`` (nothing yet: the tensors are then the agent's zeros), ``peers``, ``trainer`` or ``averaged``.
+        """
+        self._check_idle("load_state_from_peers()")
+        if self.transport == "shm":
+            return str(self.client.state()["origin"])
+        body, tensors = self.client.request("GET", "/v1/state", accept_binary=True)
+        self._receive(tensors)
+        return str(body["origin"])
+
+    def publish_state(self) -> None:
+        """Makes our current tensors the agent's state (origin ``trainer``), the one peers download."""
+        self._check_idle("publish_state()")
+        if self.transport == "shm":
+            self.client.publish_state()
+        else:
+            self.client.request("POST", "/v1/state", frame=encode_frame({}, self._payload()))
+
+    def close(self) -> None:
+        """Unmaps and deletes the region file; the agent refuses steps until a new averager registers."""
+        views = getattr(self, "_views", None)
+        if views is not None:
+            views.clear()
+        self._header = None  # type: ignore[assignment]
+        buffer = getattr(self, "_buffer", None)
+        if buffer is not None:
+            with contextlib.suppress(BufferError):  # views handed out still hold it: the mapping goes with them
+                buffer.close()
+        if self.region_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.region_path)
+            self.region_path = None
+
+    def __enter__(self) -> "DecentralizedAverager":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_idle(self, what: str) -> None:
+        if self._writing:
+            raise RuntimeError(f"{what} was called inside get_tensors(); leave the with block first")
+
+    def _payload(self) -> List[memoryview]:
+        whole = memoryview(self._buffer)
+        return [whole[s.offset:s.offset + s.bytes] for s in self.slots]
+
+    def _receive(self, tensors: Optional[memoryview]) -> None:
+        expected = sum(s.bytes for s in self.slots)
+        if tensors is None or len(tensors) != expected:
+            raise AgentError(f"the agent's binary answer holds {0 if tensors is None else len(tensors)} tensor bytes, not {expected}")
+        with self.get_tensors():
+            at = 0
+            for s in self.slots:
+                self._buffer[s.offset:s.offset + s.bytes] = tensors[at:at + s.bytes]
+                at += s.bytes

@@ -1,0 +1,169 @@
+"""The control API of the agent (docs/trainer-api.md) over loopback HTTP, standard library only."""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .layout import TensorSpec
+
+BINARY_TYPE = "application/vnd.avs.tensors"
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class AgentError(Exception):
+    """The agent refused a request (``status`` is its HTTP status) or could not be used (``status`` is None)."""
+
+    def __init__(self, message: str, status: Optional[int] = None):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class StepResult:
+    """The summary of one averaging round."""
+    averaged: bool
+    """False when no group formed in time: the tensors then hold the values sent and ``error`` says why."""
+    group_size: int
+    peers: List[str]
+    gathered: Dict[str, Any]
+    """Each member's ``gather`` value, by peer id."""
+    divergence: float
+    """Relative distance between the values sent and the values received."""
+    error: Optional[str] = None
+    matchmaking_ms: Optional[float] = None
+    allreduce_ms: Optional[float] = None
+    copy_ms: Optional[float] = None
+    """Time the agent spent moving tensors between the trainer's region or body and its own copy."""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+    """The agent's whole answer (groupId, partsKeptLocal, unreachedPeers, generation, bytesCopied, ...)."""
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "StepResult":
+        return cls(
+            averaged=bool(body.get("averaged", False)),
+            group_size=int(body.get("groupSize", 1)),
+            peers=list(body.get("peers", [])),
+            gathered=dict(body.get("gathered", {})),
+            divergence=float(body.get("divergence", 0.0)),
+            error=body.get("error"),
+            matchmaking_ms=body.get("matchmakingMs"),
+            allreduce_ms=body.get("allreduceMs"),
+            copy_ms=body.get("copyMs"),
+            raw={k: v for k, v in body.items() if k != "tensors"},
+        )
+
+
+def encode_frame(control: Mapping[str, Any], tensors: Iterable[Buffer] = ()) -> List[Buffer]:
+    """The ``application/vnd.avs.tensors`` body as pieces: u32 n (little-endian), n bytes of JSON, the tensors' bytes."""
+    head = json.dumps(control, separators=(",", ":")).encode()
+    return [struct.pack("<I", len(head)), head, *tensors]
+
+
+def decode_frame(body: Buffer) -> Tuple[Dict[str, Any], memoryview]:
+    """The JSON summary and the tensor bytes of an ``application/vnd.avs.tensors`` body."""
+    view = memoryview(body)
+    if len(view) < 4:
+        raise AgentError(f"the agent's binary answer has {len(view)} bytes, fewer than its 4-byte header")
+    (n,) = struct.unpack_from("<I", view, 0)
+    if 4 + n > len(view):
+        raise AgentError(f"the agent's binary answer announces {n} bytes of JSON but holds {len(view) - 4}")
+    return json.loads(bytes(view[4:4 + n])), view[4 + n:]
+
+
+class AgentClient:
+    """Control calls to one agent: register, step, state, status, report.
+
+    ``url`` defaults to ``http://127.0.0.1:$AVS_SIDECAR_PORT`` (port 9401 when unset); ``timeout`` is the
+    HTTP timeout in seconds, added to a step's own timeout.
+    """
+
+    def __init__(self, url: Optional[str] = None, timeout: float = 600.0):
+        if url is None:
+            url = "http://127.0.0.1:" + os.environ.get("AVS_SIDECAR_PORT", "9401")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def register(self, tensors: Sequence[TensorSpec], region: Optional[str] = None) -> Dict[str, Any]:
+        """Declares the tensors (same names, shapes, dtypes and order on every peer) and the region file, if any."""
+        body: Dict[str, Any] = {"tensors": [t.to_json() for t in tensors]}
+        if region is not None:
+            body["region"] = region
+        return self.request("POST", "/v1/register", body)[0]
+
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None) -> StepResult:
+        """One averaging round over the registered region: the agent reads it, averages and writes the result back."""
+        return StepResult.from_json(self.request("POST", "/v1/step", step_control(weight, gather, timeout),
+                                                 timeout=(timeout or 0) + self.timeout)[0])
+
+    def state(self) -> Dict[str, Any]:
+        """``GET /v1/state``: with a region, the agent writes its tensors into it; ``origin`` says where they came from."""
+        return self.request("GET", "/v1/state")[0]
+
+    def publish_state(self) -> Dict[str, Any]:
+        """``POST /v1/state``: the agent takes the region's values as its own (origin ``trainer``)."""
+        return self.request("POST", "/v1/state", {})[0]
+
+    def status(self) -> Dict[str, Any]:
+        return self.request("GET", "/v1/status")[0]
+
+    def report(self, loss: Optional[float] = None, samples: Optional[int] = None, params_hash: Optional[str] = None) -> None:
+        """Progress for the agent's metrics: the loss, samples since the last report, a hash of the parameters."""
+        body: Dict[str, Any] = {}
+        if loss is not None:
+            body["loss"] = float(loss)
+        if samples is not None:
+            body["samples"] = int(samples)
+        if params_hash is not None:
+            body["paramsHash"] = params_hash
+        self.request("POST", "/v1/report", body)
+
+    def request(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None, *,
+                frame: Optional[Sequence[Buffer]] = None, accept_binary: bool = False,
+                timeout: Optional[float] = None) -> Tuple[Dict[str, Any], Optional[memoryview]]:
+        """One call: a JSON body or a binary ``frame``; returns the JSON answer and, for binary answers, the tensor bytes."""
+        headers = {}
+        data: Any = None
+        if frame is not None:
+            data = frame
+            headers["content-type"] = BINARY_TYPE
+            headers["content-length"] = str(sum(len(memoryview(p).cast("B")) for p in frame))
+        elif body is not None:
+            data = json.dumps(body).encode()
+            headers["content-type"] = "application/json"
+        if accept_binary:
+            headers["accept"] = BINARY_TYPE
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as res:
+                payload = res.read()
+                if res.headers.get_content_type() == BINARY_TYPE:
+                    return decode_frame(payload)
+                return (json.loads(payload) if payload else {}), None
+        except urllib.error.HTTPError as err:
+            raise AgentError(_error_message(err.code, err.read()), err.code) from None
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise AgentError(f"the agent at {self.url} could not be reached: {reason}") from None
+
+
+def step_control(weight: Optional[float], gather: Any, timeout: Optional[float]) -> Dict[str, Any]:
+    control: Dict[str, Any] = {}
+    if weight is not None:
+        control["weight"] = float(weight)
+    if gather is not None:
+        control["gather"] = gather
+    if timeout is not None:
+        control["timeout"] = float(timeout)
+    return control
+
+
+def _error_message(status: int, text: bytes) -> str:
+    try:
+        return str(json.loads(text)["error"])
+    except (ValueError, KeyError, TypeError):
+        return f"the agent answered {status} without a JSON error"

@@ -190,7 +190,7 @@ async function main (): Promise<void> {
           if (stopping) return
           trainerExits.push({ pod: pod.name, code, signal, lastErr, lastOut })
           if (code !== 0) console.log(`trainer of ${pod.name} failed (${signal ?? `exit code ${code}`}): ${lastErr !== '' ? lastErr : '(no stderr)'}; see ${logPath}`)
-          wake()
+          if (trainerExits.length === trainers.length) wake()
         })
         trainerChildren.push(child)
       })

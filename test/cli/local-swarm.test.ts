@@ -103,7 +103,7 @@ for (let i = 0; i < 6; i++) {
   if (r.averaged) { averaged++; w = dec(r.tensors.w) }
   const loss = w.reduce((s, v) => s + (v - target) ** 2, 0) / 4 + 0.5
   const rep = await fetch(base + '/v1/report', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ loss, samples: 10 }) })
-  if (rep.status !== 204) console.log('report ' + rep.status)
+  if (rep.status !== 204) { console.error('report answered ' + rep.status); process.exit(5) }
   console.log('step ' + i + ' averaged=' + r.averaged + ' loss=' + loss.toFixed(4))
 }
 console.log('trainer done: ' + averaged + ' averaged rounds')
@@ -145,9 +145,7 @@ spec:
   assert.ok(summary.samples.at(-1)!.rounds > 0, 'the agents completed averaging rounds')
   const html = readFileSync(join(runDir, 'report.html'), 'utf8')
   assert.match(html, /Training loss the trainers report/)
-  // TEMPORARY until issue15-A (POST /v1/report) is merged: then these hold unconditionally.
-  if (!/report 404/.test(readFileSync(join(runDir, 'side-agent-0.trainer.log'), 'utf8'))) {
-    assert.ok(summary.samples.some(s => s.meanTrainerLoss != null && s.meanTrainerLoss >= 0.5), 'the loss the trainers reported reached the progress samples')
-    assert.doesNotMatch(html, /No trainer reported its loss/)
-  }
+  assert.ok(summary.samples.some(s => s.meanTrainerLoss != null && s.meanTrainerLoss >= 0.5), 'the loss the trainers reported reached the progress samples')
+  assert.doesNotMatch(html, /No trainer reported its loss/)
+  assert.match(out, /trainer loss \(last reported, mean\)\s+\d/)
 })

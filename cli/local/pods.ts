@@ -1,4 +1,5 @@
 import type { KubeObj } from '../../operator/builders/desired.js'
+import { AGENT_CONTAINER, TRAINER_CONTAINER } from '../../operator/builders/pod-template.js'
 
 /** One agent of the local swarm: what the kubelet would run for one pod of a StatefulSet. */
 export interface LocalPod {
@@ -7,7 +8,19 @@ export interface LocalPod {
   readonly ip: string
   readonly hostname: string
   readonly env: Record<string, string>
+  /** The pod's trainer container (sidecar workload): what to run and its env, resolved as the agent's. */
+  readonly trainer?: LocalTrainer
 }
+
+/** A trainer container of a pod. The image is not used locally: command and args run on this machine. */
+export interface LocalTrainer {
+  readonly image: string
+  readonly command: readonly string[]
+  readonly args: readonly string[]
+  readonly env: Record<string, string>
+}
+
+interface Container { name: string, image?: string, command?: string[], args?: string[], env?: EnvVar[] }
 
 interface EnvVar { name: string, value?: string, valueFrom?: { fieldRef?: { fieldPath: string }, secretKeyRef?: { name: string, key: string, optional?: boolean }, configMapKeyRef?: { name: string, key: string, optional?: boolean } } }
 
@@ -30,19 +43,27 @@ export function expandPods (objects: readonly KubeObj[], namespace: string, clus
   const pods: LocalPod[] = []
   let next = 2
   for (const set of objects.filter(o => o.kind === 'StatefulSet')) {
-    const spec = set.spec as { replicas: number, serviceName: string, template: { metadata?: { labels?: Record<string, string> }, spec: { containers: Array<{ name: string, env?: EnvVar[] }> } } }
-    const container = spec.template.spec.containers.find(c => c.name === 'agent') ?? spec.template.spec.containers[0]
+    const spec = set.spec as { replicas: number, serviceName: string, template: { metadata?: { labels?: Record<string, string> }, spec: { containers: Container[] } } }
+    const container = spec.template.spec.containers.find(c => c.name === AGENT_CONTAINER) ?? spec.template.spec.containers[0]
+    const trainerContainer = spec.template.spec.containers.find(c => c.name === TRAINER_CONTAINER)
     for (let ordinal = 0; ordinal < spec.replicas; ordinal++) {
       const name = `${set.metadata.name}-${ordinal}`
       const ip = `127.0.${Math.floor(next / 250)}.${(next % 250) + 2}`
       next++
       const hostname = `${name}.${spec.serviceName}.${namespace}.svc.${clusterDomain}`
-      const env: Record<string, string> = {}
-      for (const e of container.env ?? []) {
-        const value = resolve(e, { name, namespace, ip }, secrets, configMaps)
-        if (value !== undefined) env[e.name] = value
+      const envOf = (c: Container): Record<string, string> => {
+        const env: Record<string, string> = {}
+        for (const e of c.env ?? []) {
+          const value = resolve(e, { name, namespace, ip }, secrets, configMaps)
+          if (value !== undefined) env[e.name] = value
+        }
+        return env
       }
-      pods.push({ name, role: spec.template.metadata?.labels?.['averaging.swarm.io/role'] ?? 'agent', ip, hostname, env })
+      const env = envOf(container)
+      const trainer = trainerContainer === undefined
+        ? undefined
+        : { image: trainerContainer.image ?? '', command: trainerContainer.command ?? [], args: trainerContainer.args ?? [], env: envOf(trainerContainer) }
+      pods.push({ name, role: spec.template.metadata?.labels?.['averaging.swarm.io/role'] ?? 'agent', ip, hostname, env, ...(trainer === undefined ? {} : { trainer }) })
     }
   }
   return pods

@@ -12,6 +12,10 @@ export interface SwarmSample {
   readonly meanHeldOutLoss: number
   readonly meanDivergence: number
   readonly meanSteps: number
+  /** Mean of the loss the trainers last reported (POST /v1/report, gauge averaging_trainer_loss); NaN when none did. */
+  readonly meanTrainerLoss: number
+  /** Samples the trainers reported, all agents together (averaging_trainer_samples_total); 0 when none did. */
+  readonly trainerSamples: number
 }
 
 export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: number, t: number): Promise<SwarmSample> {
@@ -43,6 +47,23 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
     meanLoss: mean('averaging_training_loss'),
     meanHeldOutLoss: mean('averaging_training_heldout_loss'),
     meanDivergence: mean('averaging_parameter_divergence'),
-    meanSteps: mean('averaging_training_steps_total')
+    meanSteps: mean('averaging_training_steps_total'),
+    meanTrainerLoss: meanTrainerLoss(live.map(s => s.samples)),
+    trainerSamples: total('averaging_trainer_samples_total')
   }
+}
+
+/**
+ * The trainers' mean reported loss. A gauge never set reads 0 in Prometheus text, so an agent
+ * whose trainer has reported nothing yet (loss 0 and no samples) is left out rather than averaged in.
+ */
+function meanTrainerLoss (agents: ReadonlyArray<ReturnType<typeof parsePrometheusText>>): number {
+  const values: number[] = []
+  for (const samples of agents) {
+    const loss = sumOf(samples, 'averaging_trainer_loss')
+    if (loss === undefined || !Number.isFinite(loss)) continue
+    if (loss === 0 && (sumOf(samples, 'averaging_trainer_samples_total') ?? 0) === 0) continue
+    values.push(loss)
+  }
+  return values.length > 0 ? values.reduce((a, b) => a + b, 0) / values.length : NaN
 }

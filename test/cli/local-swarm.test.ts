@@ -78,3 +78,74 @@ test('local runtime: a 4-agent swarm averages, prints progress and writes its re
   assert.ok(last.rounds > 0, 'the agents completed averaging rounds')
   assert.match(readFileSync(join(runDir, 'report.html'), 'utf8'), /<svg/)
 })
+
+// A tiny trainer for the sidecar runs: it pulls a 4-value "model" towards its own target (its
+// shard), averages through its agent every step, reports its loss, and exits after 6 steps. The
+// trainer of pod -agent-2 fails at once with one line on stderr, as a broken trainer would.
+const TRAINER = `
+const port = process.env.AVS_SIDECAR_PORT
+const pod = process.env.AVS_POD_NAME ?? ''
+if (process.env.AVS_SHM_DIR === undefined) { console.error('no AVS_SHM_DIR'); process.exit(4) }
+if (pod.endsWith('-agent-2')) { console.error('trainer boom: cannot load the data shard'); process.exit(3) }
+const base = 'http://127.0.0.1:' + port
+const call = async (path, body) => {
+  const r = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  return r.status === 204 ? {} : await r.json()
+}
+const target = pod.length % 7
+let w = new Float32Array(4).fill(target)
+const enc = a => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('base64')
+const dec = s => { const b = Buffer.from(s, 'base64'); return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4).slice() }
+await call('/v1/register', { tensors: [{ name: 'w', shape: [4] }] })
+let averaged = 0
+for (let i = 0; i < 6; i++) {
+  const r = await call('/v1/step', { tensors: { w: enc(w) }, weight: 1, timeout: 5 })
+  if (r.averaged) { averaged++; w = dec(r.tensors.w) }
+  const loss = w.reduce((s, v) => s + (v - target) ** 2, 0) / 4 + 0.5
+  const rep = await fetch(base + '/v1/report', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ loss, samples: 10 }) })
+  if (rep.status !== 204) { console.error('report answered ' + rep.status); process.exit(5) }
+  console.log('step ' + i + ' averaged=' + r.averaged + ' loss=' + loss.toFixed(4))
+}
+console.log('trainer done: ' + averaged + ' averaged rounds')
+`
+
+test('local runtime: a sidecar swarm runs each pod trainer, averages, shows the trainers loss, and reports a failing trainer', { timeout: 180_000 }, async () => {
+  writeFileSync(join(dir, 'trainer.mjs'), TRAINER)
+  writeFileSync(join(dir, 'sidecar.yaml'), `apiVersion: averaging.swarm.io/v1alpha1
+kind: AveragingSwarm
+metadata: {name: side}
+spec:
+  replicas: 4
+  network: {port: 31337}
+  metrics: {port: 9400}
+  averaging: {targetGroupSize: 3, minGroupSize: 2, averagingExpiration: 2s, requestTimeout: 1s, allreduceTimeout: 20s}
+  bootstrap: {replicas: 1}
+  workload:
+    type: sidecar
+    sidecarPort: 19401
+    trainer:
+      image: example/unused:1
+      command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(join(dir, 'trainer.mjs'))}]
+      env:
+        - {name: AVS_POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+`)
+  const { code, out, err } = await run(CLI, [join(dir, 'sidecar.yaml'), '--duration', '90', '--out', join(dir, 'side-runs')], {}, 170_000)
+  assert.equal(code, 1, 'a failed trainer makes the run fail\n' + out + err)
+  assert.match(out, /the trainer image example\/unused:1 is not used locally/)
+  assert.match(out, /trainer of side-agent-2 failed \(exit code 3\): trainer boom: cannot load the data shard/)
+  assert.match(err, /trainer boom: cannot load the data shard/)
+  assert.match(out, /run ended because\s+every trainer exited/)
+  assert.match(out, /trainer-loss/)
+  const runDir = join(dir, 'side-runs', readdirSync(join(dir, 'side-runs'))[0])
+  for (const pod of ['side-bootstrap-0-0', 'side-agent-0', 'side-agent-1']) {
+    const log = readFileSync(join(runDir, `${pod}.trainer.log`), 'utf8')
+    assert.match(log, /trainer done: [1-6] averaged rounds/, `${pod} averaged:\n${log}`)
+  }
+  const summary = JSON.parse(readFileSync(join(runDir, 'summary.json'), 'utf8')) as { samples: Array<{ rounds: number, meanTrainerLoss: number | null }> }
+  assert.ok(summary.samples.at(-1)!.rounds > 0, 'the agents completed averaging rounds')
+  const html = readFileSync(join(runDir, 'report.html'), 'utf8')
+  assert.match(html, /Training loss the trainers report/)
+  assert.ok(summary.samples.some(s => s.meanTrainerLoss != null && s.meanTrainerLoss >= 0.5), 'the loss the trainers reported reached the progress samples')
+  assert.doesNotMatch(html, /No trainer reported its loss/)
+  assert.match(out, /trainer loss \(last reported, mean\)\s+\d/)
+})

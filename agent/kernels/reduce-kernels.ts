@@ -29,6 +29,7 @@ interface WasmExports {
   finite: (v: number, n: number) => number
   accumulate: (s: number, v: number, n: number, w: number, check: number) => number
   mean: (out: number, s: number, n: number, w: number) => number
+  distance: (a: number, b: number, n: number, acc: number) => void
 }
 
 let compiled: WebAssembly.Module | null | undefined
@@ -132,5 +133,88 @@ function jsKernels (slots: number, maxElements: number): ReduceKernels {
       return finite ? out : null
     },
     clear: (i, n) => { slot(i).fill(0, 0, count(n)) }
+  }
+}
+
+/**
+ * The sidecar's passes over a trainer's region, one chunk at a time: the finiteness check of what the
+ * trainer sent and the divergence sums of a step (sent against the round's result). `sent` and `now`
+ * live in the kernels' memory, so a chunk read from the region and one copied from the agent's tensors
+ * are scanned where they lie. Both backends give bit-identical sums (accumulateDistance is the twin).
+ */
+export interface RegionKernels {
+  readonly backend: KernelBackend
+  /** maxElements float32 (16-byte aligned): a chunk of what the trainer sent. */
+  readonly sent: Float32Array
+  /** maxElements float32 (16-byte aligned): the same chunk of the agent's values. */
+  readonly now: Float32Array
+  /** The divergence sums in 8 float64 lanes (see accumulateDistance); the caller may read, set and zero them. */
+  readonly lanes: Float64Array
+  /** True when sent[0, n) holds no NaN and no infinity. */
+  allFinite: (n: number) => boolean
+  /** lanes += the divergence terms of sent[0, n) against now[0, n). */
+  addDistance: (n: number) => void
+}
+
+/**
+ * The JavaScript twin of reduce.wat's `distance`: lanes[i mod 4] += (sent[i] − now[i])² and
+ * lanes[4 + i mod 4] += sent[i]², all in float64, for i in [0, n). Four independent sums per quantity
+ * (what SIMD computes) in index order each; the same bits as the kernel.
+ */
+export function accumulateDistance (lanes: Float64Array, sent: Float32Array, now: Float32Array, n: number = sent.length): void {
+  let d0 = lanes[0]; let d1 = lanes[1]; let d2 = lanes[2]; let d3 = lanes[3]
+  let s0 = lanes[4]; let s1 = lanes[5]; let s2 = lanes[6]; let s3 = lanes[7]
+  const end = n - (n % 4)
+  let i = 0
+  for (; i < end; i += 4) {
+    const a0 = sent[i]; const a1 = sent[i + 1]; const a2 = sent[i + 2]; const a3 = sent[i + 3]
+    const e0 = a0 - now[i]; const e1 = a1 - now[i + 1]; const e2 = a2 - now[i + 2]; const e3 = a3 - now[i + 3]
+    d0 += e0 * e0; d1 += e1 * e1; d2 += e2 * e2; d3 += e3 * e3
+    s0 += a0 * a0; s1 += a1 * a1; s2 += a2 * a2; s3 += a3 * a3
+  }
+  lanes[0] = d0; lanes[1] = d1; lanes[2] = d2; lanes[3] = d3
+  lanes[4] = s0; lanes[5] = s1; lanes[6] = s2; lanes[7] = s3
+  for (let lane = 0; i < n; i++, lane++) {
+    const a = sent[i]
+    const e = a - now[i]
+    lanes[lane] += e * e
+    lanes[4 + lane] += a * a
+  }
+}
+
+/** Region kernels for chunks of up to maxElements values. */
+export function createRegionKernels (maxElements: number, backend: KernelBackend = defaultKernelBackend()): RegionKernels {
+  if (!Number.isSafeInteger(maxElements) || maxElements < 1) throw new Error(`maxElements must be a positive integer, got ${maxElements}`)
+  const count = elementCount(maxElements)
+  if (backend === 'wasm-simd') {
+    const module = wasmModule()
+    if (module == null) throw new Error('this runtime cannot compile the WebAssembly SIMD kernels')
+    const bytes = Math.ceil((4 * maxElements) / 16) * 16
+    if (2 * bytes + 64 > 2 ** 31) throw new Error(`region kernels of ${maxElements} elements need more than the 2 GiB the kernels address`)
+    const memory = new WebAssembly.Memory({ initial: Math.max(1, Math.ceil((2 * bytes + 64) / 65536)) })
+    const kernels = new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as WasmExports
+    return {
+      backend,
+      sent: new Float32Array(memory.buffer, 0, maxElements),
+      now: new Float32Array(memory.buffer, bytes, maxElements),
+      lanes: new Float64Array(memory.buffer, 2 * bytes, 8),
+      allFinite: (n) => kernels.finite(0, count(n)) === 1,
+      addDistance: (n) => { kernels.distance(0, bytes, count(n), 2 * bytes) }
+    }
+  }
+  const sent = new Float32Array(maxElements)
+  const now = new Float32Array(maxElements)
+  const lanes = new Float64Array(8)
+  return {
+    backend,
+    sent,
+    now,
+    lanes,
+    allFinite (n) {
+      count(n)
+      for (let i = 0; i < n; i++) if (!Number.isFinite(sent[i])) return false
+      return true
+    },
+    addDistance: (n) => { accumulateDistance(lanes, sent, now, count(n)) }
   }
 }

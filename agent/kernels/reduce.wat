@@ -1,5 +1,5 @@
 ;; The reducer's per-element work in WebAssembly SIMD: finiteness checks, weighted float64 sums of
-;; float32 parts, and means rounded back to float32. Every operation is the IEEE one the JavaScript
+;; float32 parts, and means rounded back to float32; and the sidecar's divergence sums. Every operation is the IEEE one the JavaScript
 ;; fallback (reduce-kernels.ts) performs, so both give bit-identical results; SIMD does 2 to 4 lanes at
 ;; a time where a JavaScript loop does one element (about 4x less CPU per element on this machine).
 ;; Compiled by `npm run generate:kernels` into reduce-wasm.ts. Pointers are byte offsets into the
@@ -94,4 +94,56 @@
         (local.set $out (i32.add (local.get $out) (i32.const 4)))
         (local.set $s (i32.add (local.get $s) (i32.const 8)))
         (br $next)))
-    (i32.eqz (v128.any_true (local.get $acc)))))
+    (i32.eqz (v128.any_true (local.get $acc))))
+
+  ;; The divergence of a step: for n float32 at $a (what the trainer sent) and $b (the round's result),
+  ;; adds (a[i] - b[i])^2 to the float64 lane acc[i mod 4] and a[i]^2 to acc[4 + i mod 4], in float64
+  ;; (8 float64 at $acc, 16-byte aligned). Four lanes per sum, each in index order, so the JavaScript
+  ;; twin (reduce-kernels.ts, accumulateDistance) gives the same bits; $n a multiple of 4 except for a
+  ;; call's last elements keeps lane = index mod 4 across calls.
+  (func (export "distance") (param $a i32) (param $b i32) (param $n i32) (param $acc i32)
+    (local $end i32) (local $tail i32) (local $x v128) (local $y v128) (local $lo v128) (local $hi v128)
+    (local $d01 v128) (local $d23 v128) (local $s01 v128) (local $s23 v128) (local $lane i32) (local $da f64) (local $dd f64)
+    (local.set $d01 (v128.load (local.get $acc)))
+    (local.set $d23 (v128.load offset=16 (local.get $acc)))
+    (local.set $s01 (v128.load offset=32 (local.get $acc)))
+    (local.set $s23 (v128.load offset=48 (local.get $acc)))
+    (local.set $end (i32.add (local.get $a) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (local.set $tail (i32.add (local.get $end) (i32.shl (i32.and (local.get $n) (i32.const 3)) (i32.const 2))))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $a) (local.get $end)))
+        (local.set $x (v128.load (local.get $a)))
+        (local.set $y (v128.load (local.get $b)))
+        ;; elements 0 and 1
+        (local.set $lo (f64x2.promote_low_f32x4 (local.get $x)))
+        (local.set $hi (f64x2.sub (local.get $lo) (f64x2.promote_low_f32x4 (local.get $y))))
+        (local.set $d01 (f64x2.add (local.get $d01) (f64x2.mul (local.get $hi) (local.get $hi))))
+        (local.set $s01 (f64x2.add (local.get $s01) (f64x2.mul (local.get $lo) (local.get $lo))))
+        ;; elements 2 and 3
+        (local.set $lo (f64x2.promote_low_f32x4 (i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7 (local.get $x) (local.get $x))))
+        (local.set $hi (f64x2.sub (local.get $lo)
+          (f64x2.promote_low_f32x4 (i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7 (local.get $y) (local.get $y)))))
+        (local.set $d23 (f64x2.add (local.get $d23) (f64x2.mul (local.get $hi) (local.get $hi))))
+        (local.set $s23 (f64x2.add (local.get $s23) (f64x2.mul (local.get $lo) (local.get $lo))))
+        (local.set $a (i32.add (local.get $a) (i32.const 16)))
+        (local.set $b (i32.add (local.get $b) (i32.const 16)))
+        (br $next)))
+    (v128.store (local.get $acc) (local.get $d01))
+    (v128.store offset=16 (local.get $acc) (local.get $d23))
+    (v128.store offset=32 (local.get $acc) (local.get $s01))
+    (v128.store offset=48 (local.get $acc) (local.get $s23))
+    ;; the last n mod 4 elements: lanes 0, 1, 2
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $a) (local.get $tail)))
+        (local.set $da (f64.promote_f32 (f32.load (local.get $a))))
+        (local.set $dd (f64.sub (local.get $da) (f64.promote_f32 (f32.load (local.get $b)))))
+        (f64.store (i32.add (local.get $acc) (local.get $lane))
+          (f64.add (f64.load (i32.add (local.get $acc) (local.get $lane))) (f64.mul (local.get $dd) (local.get $dd))))
+        (f64.store offset=32 (i32.add (local.get $acc) (local.get $lane))
+          (f64.add (f64.load offset=32 (i32.add (local.get $acc) (local.get $lane))) (f64.mul (local.get $da) (local.get $da))))
+        (local.set $lane (i32.add (local.get $lane) (i32.const 8)))
+        (local.set $a (i32.add (local.get $a) (i32.const 4)))
+        (local.set $b (i32.add (local.get $b) (i32.const 4)))
+        (br $next)))))

@@ -3,7 +3,13 @@ import assert from 'node:assert/strict'
 import { PassThrough } from 'node:stream'
 import type { IncomingMessage } from 'node:http'
 import { floatBitsToBfloat, floatBitsToHalf, halfToFloat, widen, narrow } from '../../agent/workloads/sidecar/dtypes.js'
-import { regionLayout } from '../../agent/workloads/sidecar/region-layout.js'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { REGION_MAGIC, regionLayout, type StoredTensor } from '../../agent/workloads/sidecar/region-layout.js'
+import { Region, Scratch } from '../../agent/workloads/sidecar/region.js'
+import { DistanceSum, relativeDistance } from '../../agent/workloads/sidecar/distance.js'
+import { elementCount } from '../../agent/schema.js'
 import { readTensorsBody } from '../../agent/workloads/sidecar/binary-body.js'
 
 const u32 = new Uint32Array(1)
@@ -87,4 +93,58 @@ test('binary bodies parse across any chunk boundary and refuse a wrong length wi
   await assert.rejects(readTensorsBody(request([body.subarray(0, 29)]), schema, new Float32Array(5)), expected)
   await assert.rejects(readTensorsBody(request([body, Buffer.alloc(1)]), schema, new Float32Array(5)), expected)
   await assert.rejects(readTensorsBody(request([body], 31), schema, new Float32Array(5)), /has 31 bytes but this schema needs 30/)
+})
+
+test('a region\'s write-back puts the mean in every dtype and adds the exact divergence of what the region held (WebAssembly and JavaScript kernels alike)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'avs-region-unit-'))
+  try {
+    // Tensors beyond one scratch chunk (1 Mi values) and of odd lengths, in all three dtypes.
+    const schema: StoredTensor[] = [
+      { name: 'a', shape: [1024 * 1024 + 5], dtype: 'float32' },
+      { name: 'b', shape: [3, 7], dtype: 'float16' },
+      { name: 'c', shape: [1024 * 1024 + 3], dtype: 'bfloat16' }
+    ]
+    const layout = regionLayout(schema)
+    const sent = schema.map((t, k) => Float32Array.from({ length: elementCount(t.shape) }, (_, i) => Math.sin(i + k) * 4))
+    const now = sent.map(v => v.map((x, i) => x * 0.5 + (i % 3)))
+    const file = Buffer.alloc(layout.bytes)
+    file.write(REGION_MAGIC, 0, 'latin1')
+    layout.offsets.forEach((t, k) => {
+      if (t.dtype === 'float32') Buffer.from(sent[k].buffer).copy(file, t.offset)
+      else {
+        // Stored 16-bit values, and `sent` becomes exactly what they widen to.
+        const stored = new Uint16Array(sent[k].length)
+        narrow(t.dtype, sent[k], 0, stored)
+        Buffer.from(stored.buffer).copy(file, t.offset)
+        widen(t.dtype, stored, sent[k], 0)
+      }
+    })
+    const divergences: number[] = []
+    for (const backend of ['wasm-simd', 'js'] as const) {
+      writeFileSync(join(dir, 'r'), file)
+      const region = Region.open(dir, 'r', layout)
+      const sum = new DistanceSum()
+      assert.equal(region.writeBack(now, 7, new Scratch(backend), sum), layout.offsets.reduce((n, t) => n + t.bytes, 0))
+      region.close()
+      divergences.push(sum.value)
+      const back = readFileSync(join(dir, 'r'))
+      assert.equal(back.readBigUInt64LE(8) % 2n, 0n, 'seq even after the write')
+      assert.equal(back.readBigUInt64LE(16), 7n, 'generation')
+      layout.offsets.forEach((t, k) => {
+        if (t.dtype === 'float32') assert.deepEqual(new Float32Array(back.buffer.slice(back.byteOffset + t.offset, back.byteOffset + t.offset + t.bytes)), now[k])
+        else {
+          const expected = new Uint16Array(now[k].length)
+          narrow(t.dtype, now[k], 0, expected)
+          assert.deepEqual(new Uint16Array(back.buffer.slice(back.byteOffset + t.offset, back.byteOffset + t.offset + t.bytes)), expected, `${t.name} narrowed`)
+        }
+      })
+    }
+    assert.equal(divergences[0], divergences[1], 'both backends give the same bits')
+    assert.equal(divergences[0], relativeDistance(sent, now), 'the divergence is relativeDistance of what the region held and the mean')
+    let diff = 0; let norm = 0
+    sent.forEach((v, k) => { v.forEach((x, i) => { diff += (x - now[k][i]) ** 2; norm += x * x }) })
+    assert.ok(Math.abs(divergences[0] - Math.sqrt(diff / norm)) < 1e-12, 'and it is ‖sent − now‖/‖sent‖')
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
 })

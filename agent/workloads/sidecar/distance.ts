@@ -1,21 +1,23 @@
+import { accumulateDistance } from '../../kernels/reduce-kernels.js'
+
 /**
  * ‖sent − now‖ / ‖sent‖ over all tensors (‖sent − now‖ for all-zero input): how far a round moved
- * the trainer, accumulated chunk by chunk so a region never needs a second full copy.
+ * the trainer, accumulated chunk by chunk so a region never needs a second full copy. The sums are
+ * float64 in the 8 lanes of accumulateDistance (four per quantity, the SIMD kernel's order), so the
+ * region path (WebAssembly) and the body paths (JavaScript) give the same bits for the same values.
  */
 export class DistanceSum {
-  private diff = 0
-  private norm = 0
+  readonly lanes = new Float64Array(8)
 
   add (sent: Float32Array, now: Float32Array): void {
-    for (let i = 0; i < sent.length; i++) {
-      const d = sent[i] - now[i]
-      this.diff += d * d
-      this.norm += sent[i] * sent[i]
-    }
+    accumulateDistance(this.lanes, sent, now)
   }
 
   get value (): number {
-    return this.norm === 0 ? Math.sqrt(this.diff) : Math.sqrt(this.diff / this.norm)
+    const l = this.lanes
+    const diff = (l[0] + l[1]) + (l[2] + l[3])
+    const norm = (l[4] + l[5]) + (l[6] + l[7])
+    return norm === 0 ? Math.sqrt(diff) : Math.sqrt(diff / norm)
   }
 }
 

@@ -5,14 +5,32 @@ import { firstNonFinite16, halfToFloat, narrow, widen } from './dtypes.js'
 import { GENERATION_OFFSET, HEADER_BYTES, REGION_MAGIC, SEQ_OFFSET, type RegionLayout, type TensorPlacement } from './region-layout.js'
 import { firstNonFinite } from './tensor-codec.js'
 import type { DistanceSum } from './distance.js'
+import { createRegionKernels, type KernelBackend, type RegionKernels } from '../../kernels/reduce-kernels.js'
 
-/** The one bounded buffer an agent converts 16-bit tensors through and checks region values in. */
+/** The bounded buffers an agent converts 16-bit tensors through and checks region values in. */
 export const SCRATCH_BYTES = 4 * 1024 * 1024
 
+/**
+ * Two chunks of SCRATCH_BYTES in the region kernels' memory (allocated once per agent): `f32` (seen
+ * as `bytes` and `u16` too) takes what the region holds, `now` the same chunk of the agent's values,
+ * so the finiteness check and the divergence sums run in WebAssembly SIMD where the values lie.
+ */
 export class Scratch {
-  readonly bytes = new Uint8Array(SCRATCH_BYTES)
-  readonly u16 = new Uint16Array(this.bytes.buffer)
-  readonly f32 = new Float32Array(this.bytes.buffer)
+  readonly kernels: RegionKernels
+  readonly f32: Float32Array
+  readonly bytes: Uint8Array
+  readonly u16: Uint16Array
+  readonly now: Float32Array
+  readonly nowBytes: Uint8Array
+
+  constructor (backend?: KernelBackend) {
+    this.kernels = createRegionKernels(SCRATCH_BYTES / 4, backend)
+    this.f32 = this.kernels.sent
+    this.bytes = new Uint8Array(this.f32.buffer, this.f32.byteOffset, SCRATCH_BYTES)
+    this.u16 = new Uint16Array(this.f32.buffer, this.f32.byteOffset, SCRATCH_BYTES / 2)
+    this.now = this.kernels.now
+    this.nowBytes = new Uint8Array(this.now.buffer, this.now.byteOffset, SCRATCH_BYTES)
+  }
 }
 
 /** Bytes of a Float32Array, for reading and writing files straight into it (no copy). */
@@ -32,6 +50,9 @@ const READ_ATTEMPTS = 3
  * file) never touches them.
  */
 export class Region {
+  /** The seqlock and generation words go through this one buffer. */
+  private readonly word = Buffer.alloc(8)
+
   private constructor (readonly name: string, private readonly fd: number, readonly layout: RegionLayout) {}
 
   /** Opens `name` inside `dir` after checking it is a plain file there, with the magic and at least the layout's size. */
@@ -114,18 +135,38 @@ export class Region {
   }
 
   /**
-   * ‖region − now‖ and ‖region‖ squared, added to `sum`: the divergence of a step, read from the
-   * region before the write-back replaces the trainer's values with the mean.
+   * A step's write-back: like writeFrom, and in the same pass ‖region − now‖² and ‖region‖² are added
+   * to `sum` (the step's divergence). Chunk by chunk, the trainer's values are read from the region,
+   * the agent's values copied next to them, both scanned by the region kernels, and the agent's chunk
+   * (narrowed to the dtype) written over the region's. Returns the bytes written.
    */
-  addDistance (now: readonly Float32Array[], sum: DistanceSum, scratch: Scratch): void {
+  writeBack (now: readonly Float32Array[], generation: number, scratch: Scratch, sum: DistanceSum): number {
+    this.checkSize()
+    const seq = this.seq
+    const odd = seq % 2 === 0 ? seq + 1 : seq + 2
+    this.writeU64(SEQ_OFFSET, odd)
+    const { kernels } = scratch
+    kernels.lanes.set(sum.lanes)
     const perChunk = SCRATCH_BYTES / 4
     this.layout.offsets.forEach((t, i) => {
-      const dst = now[i]
-      for (let start = 0; start < dst.length; start += perChunk) {
-        const n = Math.min(perChunk, dst.length - start)
-        sum.add(this.readWidened(t, start, n, scratch), dst.subarray(start, start + n))
+      const src = now[i]
+      for (let start = 0; start < src.length; start += perChunk) {
+        const n = Math.min(perChunk, src.length - start)
+        this.readWidened(t, start, n, scratch)
+        scratch.now.set(src.subarray(start, start + n))
+        kernels.addDistance(n)
+        if (t.dtype === 'float32') {
+          this.writeFully(scratch.nowBytes.subarray(0, n * 4), t.offset + start * 4)
+        } else {
+          narrow(t.dtype, scratch.now, 0, scratch.u16.subarray(0, n))
+          this.writeFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
+        }
       }
     })
+    sum.lanes.set(kernels.lanes)
+    this.writeU64(GENERATION_OFFSET, generation)
+    this.writeU64(SEQ_OFFSET, odd + 1)
+    return this.layout.offsets.reduce((n, t) => n + t.bytes, 0)
   }
 
   /** n values from element `start` of tensor t as float32 in scratch; 16-bit ones land in its upper half and widen in place. */
@@ -145,7 +186,10 @@ export class Region {
     for (let start = 0; start * size < t.bytes; start += perChunk) {
       const n = Math.min(perChunk, t.bytes / size - start)
       this.readFully(scratch.bytes.subarray(0, n * size), t.offset + start * size)
-      const at = t.dtype === 'float32' ? firstNonFinite(scratch.f32.subarray(0, n)) : firstNonFinite16(t.dtype, scratch.u16.subarray(0, n))
+      // float32: the SIMD kernel scans the chunk; only a chunk it refuses is searched for the index.
+      const at = t.dtype === 'float32'
+        ? (scratch.kernels.allFinite(n) ? -1 : firstNonFinite(scratch.f32.subarray(0, n)))
+        : firstNonFinite16(t.dtype, scratch.u16.subarray(0, n))
       if (at >= 0) {
         const value = t.dtype === 'float32' ? scratch.f32[at] : halfToFloat(scratch.u16[at])
         return `tensor "${t.name}" in the region holds a non-finite value (${value}) at index ${start + at}`
@@ -194,15 +238,13 @@ export class Region {
   }
 
   private readU64 (offset: number): number {
-    const b = Buffer.alloc(8)
-    this.readFully(b, offset)
-    return Number(b.readBigUInt64LE(0))
+    this.readFully(this.word, offset)
+    return Number(this.word.readBigUInt64LE(0))
   }
 
   private writeU64 (offset: number, value: number): void {
-    const b = Buffer.alloc(8)
-    b.writeBigUInt64LE(BigInt(value))
-    this.writeFully(b, offset)
+    this.word.writeBigUInt64LE(BigInt(value))
+    this.writeFully(this.word, offset)
   }
 }
 

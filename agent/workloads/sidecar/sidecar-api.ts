@@ -253,8 +253,7 @@ export class SidecarApi {
     return await averager.withTensors(ts => {
       const now = ts.map(t => t.data)
       const distance = new DistanceSum()
-      region.addDistance(now, distance, this.scratchBuffer())
-      copy.bytes += region.writeFrom(now, ++this.generation, this.scratchBuffer())
+      copy.bytes += region.writeBack(now, ++this.generation, this.scratchBuffer(), distance)
       copy.ms += performance.now() - start
       return this.summarize(round, distance.value, copy)
     })

@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { createReduceKernels, defaultKernelBackend, type KernelBackend } from '../../../agent/kernels/reduce-kernels.js'
+import { accumulateDistance, createReduceKernels, createRegionKernels, defaultKernelBackend, type KernelBackend } from '../../../agent/kernels/reduce-kernels.js'
 import { REDUCE_WASM_BASE64 } from '../../../agent/kernels/reduce-wasm.js'
 
 const ROOT = fileURLToPath(new URL('../../../../', import.meta.url))
@@ -104,3 +104,52 @@ for (const backend of BACKENDS) {
     assert.throws(() => checksOnly.accumulate(0, 16, 1, false), RangeError)
   })
 }
+
+test('region kernels: the WebAssembly distance sums are bit-identical to accumulateDistance: float64, lane = index mod 4 within each call, summed across calls', () => {
+  const wasm = createRegionKernels(4099, 'wasm-simd')
+  const js = createRegionKernels(4099, 'js')
+  for (const k of [wasm, js]) { k.lanes.fill(0) }
+  const lanes = new Float64Array(8)
+  const direct = new Float64Array(8)
+  // Chunks of varied sizes, the last of each round not a multiple of 4 (a tensor's end).
+  for (const [round, sizes] of [[0, [4096, 1003]], [1, [1, 2, 3]], [2, [4099]], [3, [0, 8, 5]]] as const) {
+    for (const [c, n] of sizes.entries()) {
+      const sent = values(n, 10 * round + c)
+      const now = values(n, 100 + 10 * round + c)
+      sent[n >> 1] = 0 // a zero and an exact match among the values
+      if (n > 2) now[1] = sent[1]
+      for (const k of [wasm, js]) { k.sent.set(sent); k.now.set(now); k.addDistance(n) }
+      accumulateDistance(lanes, sent, now, n)
+      for (let i = 0; i < n; i++) {
+        const e = sent[i] - now[i]
+        direct[i % 4] += e * e
+        direct[4 + (i % 4)] += sent[i] * sent[i]
+      }
+      assert.deepEqual([...wasm.lanes], [...js.lanes], `round ${round} chunk ${c}: wasm and js lanes`)
+      assert.deepEqual([...js.lanes], [...lanes], `round ${round} chunk ${c}: the kernels' lanes are accumulateDistance's`)
+      assert.deepEqual([...lanes], [...direct], `round ${round} chunk ${c}: lane = index mod 4, float64 in index order`)
+    }
+  }
+  assert.ok(lanes.every(v => v > 0))
+})
+
+test('region kernels: allFinite sees NaN and infinities in sent only, and bad counts throw', () => {
+  for (const backend of BACKENDS) {
+    const k = createRegionKernels(1003, backend)
+    assert.equal(k.backend, backend)
+    k.sent.set(values(1003, 9))
+    k.now.fill(Number.NaN)
+    assert.equal(k.allFinite(1003), true)
+    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+      for (const at of [0, 3, 4, 1000, 1002]) {
+        const keep = k.sent[at]
+        k.sent[at] = bad
+        assert.equal(k.allFinite(1003), false, `${backend}: ${bad} at ${at}`)
+        assert.equal(k.allFinite(at), true, `${backend}: only the first ${at} are read`)
+        k.sent[at] = keep
+      }
+    }
+    assert.throws(() => k.allFinite(1004), RangeError)
+    assert.throws(() => { k.addDistance(-1) }, RangeError)
+  }
+})

@@ -28,9 +28,13 @@ export interface RunSettings {
 }
 
 /** Ends a peer and everything it started (hivemind's averager process and p2pd): they share its process group. */
+/**
+ * Ends a peer's whole process group, also when the peer itself already exited: a peer that failed
+ * leaves its helpers (an agent, hivemind's averager process, p2pd) running in its group otherwise.
+ */
 function killTree (child: ChildProcess): void {
-  if (child.pid == null || child.exitCode != null || child.signalCode != null) return
-  try { process.kill(-child.pid, 'SIGKILL') } catch { /* already gone */ }
+  if (child.pid == null) return
+  try { process.kill(-child.pid, 'SIGKILL') } catch { /* the group is gone */ }
 }
 
 export async function runImpl (spec: ImplSpec, peers: number, groupSize: number, elements: number, o: RunSettings): Promise<RunOutcome> {
@@ -90,6 +94,8 @@ export async function runImpl (spec: ImplSpec, peers: number, groupSize: number,
   }
 
   await Promise.all(exits)
+  // Whatever a peer left behind in its process group ends with the run.
+  for (const c of children) killTree(c)
   clearTimeout(timer)
   await coordinator.stop()
 

@@ -90,6 +90,7 @@ def process_tree_usage() -> tuple:
 
 def run(make_peer) -> None:
     env = None
+    peer = None
     try:
         env = Env()
         peer = make_peer(env)
@@ -130,6 +131,11 @@ def run(make_peer) -> None:
         os._exit(0)  # hivemind's background processes can keep a clean exit waiting
     except Exception as err:  # one sentence to the runner, the trace to stderr for whoever digs
         traceback.print_exc()
+        try:
+            if peer is not None:
+                peer.close()  # its helpers (an agent, hivemind's processes) go with it
+        except Exception:
+            pass
         if env is not None:
             try:
                 post(env, "/error", {"rank": env.rank, "message": f"{type(err).__name__}: {err}"})

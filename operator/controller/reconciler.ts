@@ -59,7 +59,8 @@ export class Reconciler {
 
   constructor (private readonly d: ReconcilerDeps) {}
 
-  private now (): string { return (this.d.clock?.() ?? new Date()).toISOString().replace(/\.\d+Z$/, 'Z') }
+  private nowMs (): number { return (this.d.clock?.() ?? new Date()).getTime() }
+  private now (): string { return new Date(this.nowMs()).toISOString().replace(/\.\d+Z$/, 'Z') }
 
   async reconcile (key: string): Promise<ReconcileResult> {
     const [namespace, name] = key.split('/')
@@ -117,11 +118,11 @@ export class Reconciler {
     let deferMs: number | undefined
     if (stableJson(status) !== stableJson(s.status ?? {})) {
       // While 1000 pods turn Ready one by one, write their count once a second, not once a pod.
-      const wait = (this.lastStatusWrite.get(key) ?? 0) + (this.d.minStatusIntervalMs ?? 1000) - Date.now()
+      const wait = (this.lastStatusWrite.get(key) ?? 0) + (this.d.minStatusIntervalMs ?? 1000) - this.nowMs()
       if (wait > 0 && reconcileError === undefined) {
         deferMs = wait
       } else {
-        this.lastStatusWrite.set(key, Date.now())
+        this.lastStatusWrite.set(key, this.nowMs())
         this.d.log.debug({ swarm: key, changed: changedKeys(s.status ?? {}, status) }, 'writing status')
         try {
           await this.d.api.applyStatus(s, status)

@@ -5,9 +5,10 @@
  */
 import { withDefaults } from '../../api/v1alpha1/defaults.js'
 import type { AveragingSwarm, AveragingSwarmStatus } from '../../api/v1alpha1/types.js'
-import type { Desired, KubeObj } from '../builders/desired.js'
+import type { Desired } from '../builders/desired.js'
 import type { SecretData } from '../builders/identity.js'
 import type { EventInput } from '../kube/api.js'
+import type { KubeObj } from '../objects.js'
 
 export interface SwarmScope {
   /** The work-queue key, namespace/name. */

@@ -7,9 +7,9 @@
  * kubelet: every StatefulSet gets its pods, all Ready, and a rollout-complete status.
  */
 import type { AveragingSwarm, AveragingSwarmStatus } from '../../../api/v1alpha1/types.js'
-import type { KubeObj } from '../../../operator/builders/desired.js'
+import type { KubeObj } from '../../../operator/objects.js'
 import { stableJson } from '../../../operator/builders/hash.js'
-import { LABEL_SWARM } from '../../../operator/builders/names.js'
+import { LABEL_SWARM } from '../../../operator/objects.js'
 import type { ClusterApi, EventInput, ObjectRef } from '../../../operator/kube/api.js'
 import type { CachedKind, ObjectCache } from '../../../operator/kube/informers.js'
 

@@ -3,6 +3,7 @@
  * pods read it through configMapKeyRef and carry its hash, so a change rolls them.
  */
 import { AGENT_ENV, type AgentEnvKey } from '../../api/agent-env.js'
+import type { V1ConfigMap } from '@kubernetes/client-node'
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
 import { names } from './names.js'
 import { ownedMeta } from './owner.js'
@@ -41,5 +42,5 @@ export function configData (s: AveragingSwarm): Record<string, string> {
 }
 
 export function buildConfigMap (s: AveragingSwarm) {
-  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: ownedMeta(s, names.configMap(s)), data: configData(s) }
+  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: ownedMeta(s, names.configMap(s)), data: configData(s) } satisfies V1ConfigMap
 }

@@ -4,6 +4,7 @@
  * no I/O, the same inputs always give the same objects.
  */
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
+import type { KubeObj } from '../objects.js'
 import type { BuilderConfig } from './config.js'
 import { buildConfigMap, configData } from './configmap.js'
 import { shortHash } from './hash.js'
@@ -15,12 +16,8 @@ import { buildPskSecret } from './psk.js'
 import { buildService } from './service.js'
 import { buildStatefulSet, roleReplicas } from './statefulset.js'
 
-export interface KubeObj {
-  apiVersion: string
-  kind: string
-  metadata: { name: string, namespace?: string, labels?: Record<string, string>, annotations?: Record<string, string>, [k: string]: unknown }
-  [k: string]: unknown
-}
+/** Moved to operator/objects.ts (shared with the I/O layer); re-exported for cli/local. */
+export type { KubeObj }
 
 export interface DesiredInputs {
   config: BuilderConfig

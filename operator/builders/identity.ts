@@ -6,6 +6,7 @@
  */
 import { generateKeyPair, privateKeyFromProtobuf, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
+import type { V1Secret } from '@kubernetes/client-node'
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
 import { names } from './names.js'
 import { ownedMeta } from './owner.js'
@@ -66,5 +67,5 @@ export function buildIdentitySecret (s: AveragingSwarm, data: SecretData) {
     metadata: ownedMeta(s, names.identitySecret(s)),
     type: 'Opaque',
     data
-  }
+  } satisfies V1Secret
 }

@@ -3,15 +3,15 @@
  * stale cache meets 409 AlreadyExists instead of making a duplicate.
  */
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
+import { LABEL_MANAGED_BY, LABEL_SWARM, MANAGED_BY } from '../objects.js'
+
+export { LABEL_MANAGED_BY, LABEL_SWARM, MANAGED_BY }
 
 export type Role = 'bootstrap' | 'agent' | 'auxiliary'
 
-export const LABEL_SWARM = 'averaging.swarm.io/swarm'
 export const LABEL_ROLE = 'averaging.swarm.io/role'
 /** Tells the bootstrap StatefulSets' pods apart, so their selectors do not overlap. */
 export const LABEL_BOOTSTRAP_INDEX = 'averaging.swarm.io/bootstrap-index'
-export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by'
-export const MANAGED_BY = 'averaging-swarm-operator'
 export const ANNOTATION_CONFIG_HASH = 'averaging.swarm.io/config-hash'
 export const ANNOTATION_SPEC_HASH = 'averaging.swarm.io/spec-hash'
 

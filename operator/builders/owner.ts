@@ -1,9 +1,11 @@
 /** The owner reference every owned object carries, so deleting the swarm cascades. */
+import type { V1ObjectMeta, V1OwnerReference } from '@kubernetes/client-node'
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
 import { API_GROUP, API_VERSION, KIND } from '../../api/version.js'
 import { ownedLabels } from './names.js'
 
-export interface OwnerReference {
+/** client-node's V1OwnerReference with the fields the operator always sets made required. */
+export interface OwnerReference extends V1OwnerReference {
   apiVersion: string
   kind: string
   name: string
@@ -25,5 +27,5 @@ export function ownedMeta (s: AveragingSwarm, name: string, extraLabels: Record<
     labels: { ...ownedLabels(s), ...extraLabels },
     ...(annotations === undefined ? {} : { annotations }),
     ownerReferences: [ownerReference(s)]
-  }
+  } satisfies V1ObjectMeta
 }

@@ -2,6 +2,7 @@
  * PodDisruptionBudget of the agents: a drain may take at most a quarter of them at once, so the
  * swarm keeps averaging; bootstrap agents are covered too.
  */
+import type { V1PodDisruptionBudget } from '@kubernetes/client-node'
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
 import { LABEL_ROLE, LABEL_SWARM, names } from './names.js'
 import { ownedMeta } from './owner.js'
@@ -18,5 +19,5 @@ export function buildPdb (s: AveragingSwarm) {
         matchExpressions: [{ key: LABEL_ROLE, operator: 'In', values: ['agent', 'bootstrap'] }]
       }
     }
-  }
+  } satisfies V1PodDisruptionBudget
 }

@@ -3,6 +3,7 @@
  * generate: true and no such Secret exists yet (a Secret the user made is never touched).
  */
 import { randomBytes } from 'node:crypto'
+import type { V1Secret } from '@kubernetes/client-node'
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
 import { ownedMeta } from './owner.js'
 
@@ -14,7 +15,7 @@ export function newSwarmKey (): string {
 export function buildPskSecret (s: AveragingSwarm, data: Record<string, string>) {
   const ref = s.spec.network.privateNetworkSecret
   if (ref === undefined) throw new Error('spec.network.privateNetworkSecret is not set')
-  return { apiVersion: 'v1', kind: 'Secret', metadata: ownedMeta(s, ref.name), type: 'Opaque', data }
+  return { apiVersion: 'v1', kind: 'Secret', metadata: ownedMeta(s, ref.name), type: 'Opaque', data } satisfies V1Secret
 }
 
 /** Secret data for a newly generated key: existing data is kept when it already has the key. */

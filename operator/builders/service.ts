@@ -2,6 +2,7 @@
  * The headless Service that gives every agent a DNS name (<pod>.<service>.<ns>.svc). Not-ready
  * addresses are published because agents become Ready only after they reach their peers.
  */
+import type { V1Service } from '@kubernetes/client-node'
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
 import { LABEL_SWARM, names } from './names.js'
 import { ownedMeta } from './owner.js'
@@ -20,5 +21,5 @@ export function buildService (s: AveragingSwarm) {
         { name: 'metrics', port: s.spec.metrics.port, targetPort: 'metrics', protocol: 'TCP' }
       ]
     }
-  }
+  } satisfies V1Service
 }

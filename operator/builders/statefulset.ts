@@ -4,10 +4,17 @@
  * share one StatefulSet, auxiliary agents another. Pods start in parallel: agents do not depend
  * on their ordinal neighbours, and a 1000-agent swarm should not start one pod at a time.
  */
+import type { V1StatefulSet, V1StatefulSetSpec } from '@kubernetes/client-node'
 import type { AveragingSwarm } from '../../api/v1alpha1/types.js'
 import { LABEL_ROLE, names, roleSelector } from './names.js'
 import { ownedMeta } from './owner.js'
 import { buildPodTemplate, type PodInputs } from './pod-template.js'
+
+/**
+ * client-node's V1StatefulSet, but for the pod template: its containers and volumes include the
+ * user's spec.podTemplate entries, which the schema keeps as free-form objects.
+ */
+type StatefulSetShape = Omit<V1StatefulSet, 'spec'> & { spec: Omit<V1StatefulSetSpec, 'template'> & { template: object } }
 
 export function buildStatefulSet (s: AveragingSwarm, name: string, replicas: number, p: PodInputs) {
   return {
@@ -23,7 +30,7 @@ export function buildStatefulSet (s: AveragingSwarm, name: string, replicas: num
       updateStrategy: { type: 'RollingUpdate' },
       template: buildPodTemplate(s, p)
     }
-  }
+  } satisfies StatefulSetShape
 }
 
 /** How many pods each role should run now (suspend scales everything to zero). */

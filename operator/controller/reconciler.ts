@@ -1,13 +1,20 @@
 /**
- * reconcile(namespace/name): read the swarm and its objects from the caches, build the desired
- * objects, apply only those that drifted (server-side apply, one field manager), prune owned
- * objects no longer desired, derive status and write it only when it changed. Level-triggered:
- * nothing depends on which event queued the key.
+ * reconcile(namespace/name), level-triggered (nothing depends on which event queued the key), in
+ * phases over one scope, as cluster-api and jobset reconcile:
+ *
+ *   ensureSecrets   the identity keys (and a generated PSK), read fresh from the server before any is made
+ *   applyDesired    build every desired object (pure builders), server-side apply those that drifted
+ *   pruneUnwanted   delete owned objects no longer desired
+ *   observe         the swarm's StatefulSets and pods from the caches → progress targets, derived status
+ *   writeStatus     only when it changed, at most once per minStatusIntervalMs
+ *   emitEvents      what happened on the way, after the status write
+ *
+ * A failure in the first three stops them and is carried in the scope: status reports it
+ * (Degraded, ReconcileFailed) and reconcile throws it after the events, so the queue retries.
  */
-import { withDefaults } from '../../api/v1alpha1/defaults.js'
 import type { AveragingSwarm, AveragingSwarmStatus } from '../../api/v1alpha1/types.js'
 import type { BuilderConfig } from '../builders/config.js'
-import { buildDesired, type KubeObj } from '../builders/desired.js'
+import { buildDesired } from '../builders/desired.js'
 import { stableJson } from '../builders/hash.js'
 import { ensureIdentityKeys, type SecretData } from '../builders/identity.js'
 import { LABEL_ROLE, names } from '../builders/names.js'
@@ -16,9 +23,11 @@ import type { ClusterApi, EventInput } from '../kube/api.js'
 import { ApiError } from '../kube/rest.js'
 import type { CachedKind, ObjectCache } from '../kube/informers.js'
 import { OWNED_KINDS, type OwnedKind } from '../kube/resources.js'
+import type { KubeObj } from '../objects.js'
 import { needsApply } from './drift.js'
 import { statusEvents } from './events.js'
 import type { ProgressTracker } from './progress.js'
+import { newScope, type SwarmScope } from './scope.js'
 import { agentExits, deriveStatus } from './status.js'
 
 export interface ReconcileLog { info (obj: object, msg: string): void, warn (obj: object, msg: string): void, debug (obj: object, msg: string): void }
@@ -37,6 +46,7 @@ export interface ReconcilerDeps {
   config: BuilderConfig
   progress?: ProgressTracker
   log: ReconcileLog
+  /** Time for condition timestamps and the spacing of status writes; the wall clock by default. */
   clock?: () => Date
   onStatus?: (s: AveragingSwarm, status: AveragingSwarmStatus | undefined) => void
   /** Status writes of one swarm are at least this far apart; changes in between are batched. */
@@ -54,93 +64,139 @@ function describeError (e: unknown): string {
   return msg.endsWith('.') ? msg : `${msg}.`
 }
 
+function must<T> (v: T | undefined, what: string): T {
+  if (v === undefined) throw new Error(`reconcile phase out of order: no ${what} yet`)
+  return v
+}
+
+/** How writeStatus ended: the swarm is gone (404) when it was to be written. */
+type StatusOutcome = 'written' | 'unchanged' | 'deferred' | 'gone'
+
 export class Reconciler {
   private readonly lastStatusWrite = new Map<string, number>()
 
   constructor (private readonly d: ReconcilerDeps) {}
 
-  private now (): string { return (this.d.clock?.() ?? new Date()).toISOString().replace(/\.\d+Z$/, 'Z') }
+  private nowMs (): number { return (this.d.clock?.() ?? new Date()).getTime() }
+  private now (): string { return new Date(this.nowMs()).toISOString().replace(/\.\d+Z$/, 'Z') }
 
   async reconcile (key: string): Promise<ReconcileResult> {
     const [namespace, name] = key.split('/')
     const cached = this.d.cache.get('AveragingSwarm', namespace, name) as unknown as AveragingSwarm | undefined
-    if (cached === undefined || cached.metadata.deletionTimestamp != null) {
-      // Deleted: the garbage collector removes what it owned (owner references).
-      this.d.progress?.forget(key)
-      this.lastStatusWrite.delete(key)
-      this.d.onStatus?.({ metadata: { name, namespace } } as AveragingSwarm, undefined)
-      return { writes: 0 }
-    }
-    const s: AveragingSwarm = { ...cached, spec: withDefaults(cached.spec as never) }
-    let writes = 0
-    const events: EventInput[] = []
-    let reconcileError: string | undefined
-    let bootstrapPeers: string[] = s.status?.bootstrapPeers ?? []
-
+    if (cached === undefined || cached.metadata.deletionTimestamp != null) return this.forget(key)
+    const sc = newScope(key, cached)
     try {
-      const identityData = await this.identityData(s)
-      const pskData = await this.pskData(s)
-      const desired = buildDesired(s, { config: this.d.config, identityData, podMonitorAvailable: this.d.cache.has('PodMonitor'), pskData })
-      bootstrapPeers = [...desired.bootstrapPeers]
-      for (const obj of desired.objects) {
-        const observed = this.d.cache.get(obj.kind as CachedKind, namespace, obj.metadata.name)
-        if (!needsApply(obj, observed)) continue
-        await this.d.api.apply(obj)
-        writes++
-        if (observed === undefined) events.push({ swarm: s, type: 'Normal', reason: 'Created', message: `Created ${obj.kind} ${obj.metadata.name}.` })
-        else if (obj.kind === 'StatefulSet') events.push(...scaleEvents(s, obj, observed))
-        this.d.log.debug({ swarm: key, kind: obj.kind, name: obj.metadata.name }, observed === undefined ? 'created' : 'updated')
-      }
-      const want = new Set(desired.objects.map(o => `${o.kind}/${o.metadata.name}`))
-      for (const kind of OWNED_KINDS) {
-        if (!this.d.cache.has(kind)) continue
-        for (const o of this.d.cache.listForSwarm(kind, namespace, name)) {
-          if (want.has(`${kind}/${o.metadata.name}`) || !ownedBy(o, s.metadata.uid)) continue
-          await this.d.api.delete({ kind: kind as OwnedKind, namespace, name: o.metadata.name, uid: o.metadata.uid as string | undefined })
-          writes++
-          events.push({ swarm: s, type: 'Normal', reason: 'Deleted', message: `Deleted ${kind} ${o.metadata.name}, no longer wanted.` })
-        }
-      }
+      await this.ensureSecrets(sc)
+      await this.applyDesired(sc)
+      await this.pruneUnwanted(sc)
     } catch (e) {
-      reconcileError = describeError(e)
-      // One Event per distinct failure, not one per retry.
-      if (s.status?.conditions?.find(c => c.type === 'Degraded')?.message !== reconcileError) events.push({ swarm: s, type: 'Warning', reason: 'ReconcileFailed', message: reconcileError })
+      this.failed(sc, e)
     }
+    this.observe(sc)
+    if (await this.writeStatus(sc) === 'gone') return { writes: sc.writes } // deleted meanwhile: nothing left to report on
+    await this.emitEvents(sc)
+    if (sc.error !== undefined) throw new Error(sc.error)
+    return this.result(sc)
+  }
 
-    const pods = this.d.cache.listForSwarm('Pod', namespace, name).filter(p => ownedByOurSets(p, name))
-    const statefulSets = this.d.cache.listForSwarm('StatefulSet', namespace, name)
-    this.d.progress?.setTargets(key, pods.filter(p => isReady(p) && p.metadata.deletionTimestamp == null).flatMap(p => {
+  /** Deleted: the garbage collector removes what it owned (owner references); forget the swarm here. */
+  private forget (key: string): ReconcileResult {
+    const [namespace, name] = key.split('/')
+    this.d.progress?.forget(key)
+    this.lastStatusWrite.delete(key)
+    this.d.onStatus?.({ metadata: { name, namespace } } as AveragingSwarm, undefined)
+    return { writes: 0 }
+  }
+
+  private async ensureSecrets (sc: SwarmScope): Promise<void> {
+    sc.secrets = { identity: await this.identityData(sc.swarm), psk: await this.pskData(sc.swarm) }
+  }
+
+  private async applyDesired (sc: SwarmScope): Promise<void> {
+    const secrets = must(sc.secrets, 'secrets')
+    const desired = buildDesired(sc.swarm, { config: this.d.config, identityData: secrets.identity, podMonitorAvailable: this.d.cache.has('PodMonitor'), pskData: secrets.psk })
+    sc.desired = desired
+    sc.bootstrapPeers = [...desired.bootstrapPeers]
+    for (const obj of desired.objects) {
+      const observed = this.d.cache.get(obj.kind as CachedKind, sc.namespace, obj.metadata.name)
+      if (!needsApply(obj, observed)) continue
+      await this.d.api.apply(obj)
+      sc.writes++
+      if (observed === undefined) sc.events.push({ swarm: sc.swarm, type: 'Normal', reason: 'Created', message: `Created ${obj.kind} ${obj.metadata.name}.` })
+      else if (obj.kind === 'StatefulSet') sc.events.push(...scaleEvents(sc.swarm, obj, observed))
+      this.d.log.debug({ swarm: sc.key, kind: obj.kind, name: obj.metadata.name }, observed === undefined ? 'created' : 'updated')
+    }
+  }
+
+  private async pruneUnwanted (sc: SwarmScope): Promise<void> {
+    const want = new Set(must(sc.desired, 'desired state').objects.map(o => `${o.kind}/${o.metadata.name}`))
+    for (const kind of OWNED_KINDS) {
+      if (!this.d.cache.has(kind)) continue
+      for (const o of this.d.cache.listForSwarm(kind, sc.namespace, sc.name)) {
+        if (want.has(`${kind}/${o.metadata.name}`) || !ownedBy(o, sc.swarm.metadata.uid)) continue
+        await this.d.api.delete({ kind: kind as OwnedKind, namespace: sc.namespace, name: o.metadata.name, uid: o.metadata.uid as string | undefined })
+        sc.writes++
+        sc.events.push({ swarm: sc.swarm, type: 'Normal', reason: 'Deleted', message: `Deleted ${kind} ${o.metadata.name}, no longer wanted.` })
+      }
+    }
+  }
+
+  private failed (sc: SwarmScope, e: unknown): void {
+    sc.error = describeError(e)
+    // One Event per distinct failure, not one per retry.
+    if (sc.swarm.status?.conditions?.find(c => c.type === 'Degraded')?.message !== sc.error) sc.events.push({ swarm: sc.swarm, type: 'Warning', reason: 'ReconcileFailed', message: sc.error })
+  }
+
+  private observe (sc: SwarmScope): void {
+    const s = sc.swarm
+    sc.pods = this.d.cache.listForSwarm('Pod', sc.namespace, sc.name).filter(p => ownedByOurSets(p, sc.name))
+    sc.statefulSets = this.d.cache.listForSwarm('StatefulSet', sc.namespace, sc.name)
+    this.d.progress?.setTargets(sc.key, sc.pods.filter(p => isReady(p) && p.metadata.deletionTimestamp == null).flatMap(p => {
       const ip = (p as any).status?.podIP
       return ip === undefined || (p.metadata.labels?.[LABEL_ROLE] === 'auxiliary') ? [] : [{ ip, port: s.spec.metrics.port }]
     }))
-    const status = deriveStatus(s, { statefulSets, pods, progress: this.d.progress?.get(key), bootstrapPeers, reconcileError }, this.now())
-    let deferMs: number | undefined
-    if (stableJson(status) !== stableJson(s.status ?? {})) {
-      // While 1000 pods turn Ready one by one, write their count once a second, not once a pod.
-      const wait = (this.lastStatusWrite.get(key) ?? 0) + (this.d.minStatusIntervalMs ?? 1000) - Date.now()
-      if (wait > 0 && reconcileError === undefined) {
-        deferMs = wait
-      } else {
-        this.lastStatusWrite.set(key, Date.now())
-        this.d.log.debug({ swarm: key, changed: changedKeys(s.status ?? {}, status) }, 'writing status')
-        try {
-          await this.d.api.applyStatus(s, status)
-          writes++
-        } catch (e) {
-          if (e instanceof ApiError && e.code === 404) return { writes } // deleted meanwhile: nothing left to report on
-          throw e
-        }
-        events.push(...statusEvents(s, s.status, status, agentExits(pods)))
-        this.d.onStatus?.(s, status)
-      }
-    } else this.d.onStatus?.(s, status)
-    for (const e of events) {
-      try { await this.d.api.event(e) } catch (err) { this.d.log.warn({ swarm: key, reason: e.reason, err: describeError(err) }, 'could not record event') }
+    sc.status = deriveStatus(s, { statefulSets: sc.statefulSets, pods: sc.pods, progress: this.d.progress?.get(sc.key), bootstrapPeers: sc.bootstrapPeers, reconcileError: sc.error }, this.now())
+  }
+
+  private async writeStatus (sc: SwarmScope): Promise<StatusOutcome> {
+    const s = sc.swarm
+    const status = must(sc.status, 'status')
+    if (stableJson(status) === stableJson(s.status ?? {})) {
+      this.d.onStatus?.(s, status)
+      return 'unchanged'
     }
-    if (reconcileError !== undefined) throw new Error(reconcileError)
-    if (deferMs !== undefined) return { writes, status, requeueAfterMs: deferMs }
+    // While 1000 pods turn Ready one by one, write their count once a second, not once a pod.
+    const wait = (this.lastStatusWrite.get(sc.key) ?? 0) + (this.d.minStatusIntervalMs ?? 1000) - this.nowMs()
+    if (wait > 0 && sc.error === undefined) {
+      sc.statusDeferredMs = wait
+      return 'deferred'
+    }
+    this.lastStatusWrite.set(sc.key, this.nowMs())
+    this.d.log.debug({ swarm: sc.key, changed: changedKeys(s.status ?? {}, status) }, 'writing status')
+    try {
+      await this.d.api.applyStatus(s, status)
+      sc.writes++
+    } catch (e) {
+      if (e instanceof ApiError && e.code === 404) return 'gone'
+      throw e
+    }
+    sc.events.push(...statusEvents(s, s.status, status, agentExits(sc.pods)))
+    this.d.onStatus?.(s, status)
+    return 'written'
+  }
+
+  /** Events are best effort: one that cannot be recorded is logged, the reconcile goes on. */
+  private async emitEvents (sc: SwarmScope): Promise<void> {
+    for (const e of sc.events) {
+      try { await this.d.api.event(e) } catch (err) { this.d.log.warn({ swarm: sc.key, reason: e.reason, err: describeError(err) }, 'could not record event') }
+    }
+  }
+
+  private result (sc: SwarmScope): ReconcileResult {
+    const status = must(sc.status, 'status')
+    if (sc.statusDeferredMs !== undefined) return { writes: sc.writes, status, requeueAfterMs: sc.statusDeferredMs }
     const progressing = status.conditions?.find(c => c.type === 'Progressing')?.status === 'True'
-    return { writes, status, ...(progressing ? { requeueAfterMs: REQUEUE_WHILE_PROGRESSING_MS } : {}) }
+    return { writes: sc.writes, status, ...(progressing ? { requeueAfterMs: REQUEUE_WHILE_PROGRESSING_MS } : {}) }
   }
 
   /** Keys of the bootstrap agents; read fresh from the server before generating, never from a stale cache. */

@@ -5,7 +5,7 @@
  */
 import type { AveragingSwarm, AveragingSwarmStatus, Phase } from '../../api/v1alpha1/types.js'
 import { agentSelectorString, LABEL_ROLE } from '../builders/names.js'
-import type { KubeObj } from '../builders/desired.js'
+import type { KubeObj } from '../objects.js'
 import { toCondition, type ConditionInput } from './conditions.js'
 
 export interface Progress { roundsCompleted: number, meanGroupSize?: number, lastRoundTime?: string }

@@ -4,7 +4,7 @@
  */
 import { API_GROUP, API_VERSION, KIND } from '../../api/version.js'
 import type { AveragingSwarm, AveragingSwarmStatus } from '../../api/v1alpha1/types.js'
-import type { KubeObj } from '../builders/desired.js'
+import type { KubeObj } from '../objects.js'
 import { ApiError, type RestClient } from './rest.js'
 import { isKind, resourcePath, type Kind } from './resources.js'
 

@@ -5,8 +5,7 @@
  * caches, so a reconcile of an unchanged swarm sends no request at all.
  */
 import { ListWatch, Watch, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node'
-import type { KubeObj } from '../builders/desired.js'
-import { LABEL_MANAGED_BY, LABEL_SWARM, MANAGED_BY } from '../builders/names.js'
+import { LABEL_MANAGED_BY, LABEL_SWARM, MANAGED_BY, type KubeObj } from '../objects.js'
 import type { RestClient } from './rest.js'
 import { resourcePath, type Kind } from './resources.js'
 

@@ -3,7 +3,8 @@ import { withDefaults, type PartialSpec } from '../../../api/v1alpha1/defaults.j
 import type { AveragingSwarm } from '../../../api/v1alpha1/types.js'
 import { DEFAULT_BUILDER_CONFIG } from '../../../operator/builders/config.js'
 import { ensureIdentityKeys } from '../../../operator/builders/identity.js'
-import { buildDesired, type DesiredInputs, type KubeObj } from '../../../operator/builders/desired.js'
+import { buildDesired, type DesiredInputs } from '../../../operator/builders/desired.js'
+import type { KubeObj } from '../../../operator/objects.js'
 
 export function swarm (spec: PartialSpec = {}, name = 'demo', namespace = 'ml'): AveragingSwarm {
   return {

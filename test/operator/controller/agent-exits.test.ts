@@ -8,7 +8,7 @@ import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
 import { agentExits, deriveStatus, exitLine, type Observed } from '../../../operator/controller/status.js'
 import { statusEvents } from '../../../operator/controller/events.js'
-import type { KubeObj } from '../../../operator/builders/desired.js'
+import type { KubeObj } from '../../../operator/objects.js'
 import { desiredFor, find, swarm } from '../builders/fixture.js'
 
 const NOW = '2026-11-22T04:00:00Z'

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { deriveStatus, type Observed } from '../../../operator/controller/status.js'
 import { statusEvents } from '../../../operator/controller/events.js'
 import { swarm } from '../builders/fixture.js'
-import type { KubeObj } from '../../../operator/builders/desired.js'
+import type { KubeObj } from '../../../operator/objects.js'
 
 const NOW = '2026-11-22T04:00:00Z'
 

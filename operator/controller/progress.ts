@@ -3,15 +3,16 @@
  * reconcile never waits for an HTTP scrape). Each swarm's Ready agents are sampled (at most
  * `sampleSize`), and when the numbers change the swarm is queued so its status follows.
  *
- * Metric names assumed (the agent exposes them): averaging_rounds_total{outcome="success"},
- * averaging_group_size histogram (_sum and _count).
+ * Metric names from api/metric-names.ts (the agent exposes them): averaging_rounds_total{outcome="success"},
+ * averaging_group_size histogram (_sum and _count), averaging_last_round_timestamp_seconds.
  */
 import { parsePrometheusText, sumOf } from './prom-text.js'
 import type { Progress } from './status.js'
+import { AGENT_METRICS } from '../../api/metric-names.js'
 
-export const ROUNDS_METRIC = 'averaging_rounds_total'
-export const GROUP_SIZE_METRIC = 'averaging_group_size'
-export const LAST_ROUND_METRIC = 'averaging_last_round_timestamp_seconds'
+export const ROUNDS_METRIC = AGENT_METRICS.rounds.name
+export const GROUP_SIZE_METRIC = AGENT_METRICS.groupSize.name
+export const LAST_ROUND_METRIC = AGENT_METRICS.lastRoundTimestamp.name
 
 export interface ScrapeTarget { ip: string, port: number }
 export type Fetcher = (url: string, timeoutMs: number) => Promise<string>

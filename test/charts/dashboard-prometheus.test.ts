@@ -14,11 +14,13 @@ import { resourcePath } from '../../operator/kube/resources.js'
 import { CHART, helmBinary, runHelm } from './helm.js'
 import { prometheusBinary, startPrometheus, type PrometheusServer, type ScrapeTarget } from './prometheus.js'
 import { dashboardQueries } from '../unit/dashboard-metrics.js'
+import { AGENT_METRICS } from '../../api/metric-names.js'
+import { DASHBOARD_FILE } from '../../dashboards/averaging-swarm.js'
 
 const OP_NS = 'avs-system'
 const NS = 'ml'
 const SWARM_NAME = 'watched'
-const dashboard = JSON.parse(readFileSync('dashboards/averaging-swarm.json', 'utf8'))
+const dashboard = JSON.parse(readFileSync(DASHBOARD_FILE, 'utf8'))
 const helm = helmBinary()
 const prometheus = prometheusBinary()
 const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build'
@@ -100,6 +102,17 @@ describe('the dashboard on a real Prometheus scraping a real swarm', { skip, tim
       assert.ok(values.includes(want))
     })
   }
+
+  // The trainer panel's queries run in the loop below too; builtin agents export the trainer metrics
+  // at 0 (no sidecar reports here), so the parameter hash is one series per pod and all agree.
+  test('the trainer panel: one parameter hash per agent, and one distinct hash in the swarm', async () => {
+    const panel = dashboard.panels.find((p: { title: string }) => p.title === 'Trainer loss and parameter hash')
+    const distinct = panel.targets.find((t: { expr: string }) => t.expr.includes('count_values')).expr
+    const hashes = await waitFor('a hash per agent', async () => { const s = await prom.query(substitute(`${AGENT_METRICS.paramsHash.name}{swarm="${SWARM_NAME}"}`)); return s.length === 3 ? s : undefined }, 60_000, 1000)
+    assert.deepEqual(new Set(hashes.map(x => x.metric.pod)).size, 3)
+    const [row] = await prom.query(substitute(distinct))
+    assert.deepEqual([row.metric.swarm, Number(row.value[1])], [SWARM_NAME, 1])
+  })
 
   for (const { where, expr } of dashboardQueries(dashboard).filter(q => q.where.startsWith('panel'))) {
     const todo = NOT_YET_EMITTED[where]

@@ -1,16 +1,19 @@
 /**
- * dashboards/averaging-swarm.json names only metrics that agent/metrics/agent-metrics.ts and
- * operator/metrics.ts define, with labels those metrics carry, and covers what the issue asks.
+ * dashboards/averaging-swarm.json is what dashboards/averaging-swarm.ts generates (nobody edits it
+ * by hand), names only metrics that api/metric-names.ts declares and agent/metrics/agent-metrics.ts
+ * and operator/metrics.ts define, with labels those metrics carry, and covers what the issue asks.
  */
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
-import type { Registry } from 'prom-client'
+import { collectDefaultMetrics, Registry } from 'prom-client'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import { OperatorMetrics } from '../../operator/metrics.js'
+import { AGENT_DEFAULT_LABELS, AGENT_METRICS, ALL_METRICS, OPERATOR_METRICS, type MetricDef } from '../../api/metric-names.js'
+import { DASHBOARD_FILE, buildDashboard, renderDashboardJson } from '../../dashboards/averaging-swarm.js'
 import { dashboardQueries, metricRefs } from './dashboard-metrics.js'
 
-const dashboard = JSON.parse(readFileSync('dashboards/averaging-swarm.json', 'utf8'))
+const dashboard = JSON.parse(readFileSync(DASHBOARD_FILE, 'utf8'))
 /** Labels Prometheus adds at scrape time (the chart's PodMonitor sets namespace). */
 const SCRAPE_LABELS = ['namespace', 'pod', 'instance', 'job']
 
@@ -37,7 +40,45 @@ describe('metricRefs (PromQL metric names)', () => {
   })
 })
 
+describe('api/metric-names.ts is what the agent and the operator register', () => {
+  for (const [who, registry, contract] of [
+    ['agent', new AgentMetrics('s').registry, AGENT_METRICS],
+    ['operator', new OperatorMetrics().registry, OPERATOR_METRICS]
+  ] as const) {
+    test(`${who}: every metric it registers (besides the process defaults) is declared, with its type and labels`, async () => {
+      const defaults = new Registry()
+      collectDefaultMetrics({ register: defaults })
+      const own = new Set((await defaults.getMetricsAsJSON()).map(m => m.name))
+      const registered = new Map((await registry.getMetricsAsJSON()).filter(m => !own.has(m.name)).map(m => [m.name, m]))
+      const declared = new Map(Object.values(contract).map((d: MetricDef) => [d.name, d]))
+      assert.deepEqual([...registered.keys()].sort(), [...declared.keys()].sort())
+      for (const [name, d] of declared) {
+        assert.equal(String(registered.get(name)!.type), d.type, `${name}'s type`)
+        const labels = (registry.getSingleMetric(name) as unknown as { labelNames?: string[] }).labelNames ?? []
+        assert.deepEqual([...labels].sort(), [...d.labels].sort(), `${name}'s labels`)
+        assert.deepEqual(d.defaultLabels, who === 'agent' ? AGENT_DEFAULT_LABELS : [], `${name}'s default labels`)
+      }
+    })
+  }
+
+  test('no name is declared twice', () => {
+    const names = ALL_METRICS.map(m => m.name)
+    assert.equal(new Set(names).size, names.length)
+  })
+})
+
 describe('the Grafana dashboard', () => {
+  test(`${DASHBOARD_FILE} is the generated one (npm run generate:dashboard; do not edit it by hand)`, () => {
+    assert.equal(readFileSync(DASHBOARD_FILE, 'utf8'), renderDashboardJson(), `${DASHBOARD_FILE} is stale or was edited: run npm run generate:dashboard and commit it`)
+    assert.deepEqual(dashboard, buildDashboard())
+  })
+
+  test('every query names only metrics api/metric-names.ts declares (histograms by _bucket, _sum, _count)', () => {
+    const declared = new Set(ALL_METRICS.flatMap(m => m.type === 'histogram' ? ['bucket', 'sum', 'count'].map(p => `${m.name}_${p}`) : [m.name]))
+    const unknown = dashboardQueries(dashboard).flatMap(q => metricRefs(q.expr).filter(r => !declared.has(r.name)).map(r => `${q.where}: ${r.name}`))
+    assert.deepEqual(unknown, [])
+  })
+
   test('every query of every panel and variable names only metrics and labels the code defines', async () => {
     const agent = await defined(new AgentMetrics('s').registry, ['swarm'])
     const operator = await defined(new OperatorMetrics().registry, [])
@@ -70,9 +111,14 @@ describe('the Grafana dashboard', () => {
     for (const m of ['averaging_rounds_total', 'averaging_matchmaking_duration_seconds_bucket', 'averaging_allreduce_duration_seconds_bucket',
       'averaging_group_size_sum', 'averaging_sent_bytes_total', 'averaging_received_bytes_total', 'averaging_peers_connected',
       'averaging_parameter_divergence', 'averaging_training_loss', 'averaging_state_downloads_total',
-      'controller_runtime_reconcile_total', 'controller_runtime_reconcile_errors_total']) assert.ok(used.has(m), `a panel uses ${m}`)
+      'controller_runtime_reconcile_total', 'controller_runtime_reconcile_errors_total',
+      'averaging_trainer_loss', 'averaging_trainer_samples_total', 'averaging_params_hash']) assert.ok(used.has(m), `a panel uses ${m}`)
     const ids = dashboard.panels.map((p: { id: number }) => p.id)
     assert.equal(new Set(ids).size, ids.length, 'panel ids are unique')
     assert.equal(dashboard.uid, 'averaging-swarm')
+    assert.equal(dashboard.title, 'AveragingSwarm')
+    const trainer = dashboard.panels.find((p: { title: string }) => p.title === 'Trainer loss and parameter hash')
+    assert.ok(trainer !== undefined, 'the trainer panel')
+    assert.deepEqual(trainer.targets.map((t: { expr: string }) => metricRefs(t.expr).map(r => r.name)), [['averaging_trainer_loss'], ['averaging_trainer_samples_total'], ['averaging_params_hash']])
   })
 })

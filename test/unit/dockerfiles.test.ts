@@ -79,9 +79,20 @@ describe('Dockerfiles', () => {
     assert.equal(DEFAULT_BUILDER_CONFIG.defaultImage, readDockerfile('Dockerfile.agent').image)
   })
 
-  test('the agent image installs tfjs-node-gpu on a CUDA base', () => {
+  test('the agent image installs tfjs-node-gpu on a CUDA base: the version package.json and the lock declare', () => {
     const text = readFileSync('Dockerfile.agent', 'utf8')
     assert.match(text, /^FROM nvidia\/cuda:\S+-cudnn\d+-runtime/m)
-    assert.match(text, /@tensorflow\/tfjs-node-gpu@/)
+    // Declared: an optional dependency pinned to one version, which the lock holds, with its install script allowed.
+    const version = pkg.optionalDependencies?.['@tensorflow/tfjs-node-gpu']
+    assert.match(version ?? '', /^\d+\.\d+\.\d+$/, 'package.json pins @tensorflow/tfjs-node-gpu in optionalDependencies')
+    const lock = JSON.parse(readFileSync('package-lock.json', 'utf8'))
+    assert.equal(lock.packages['node_modules/@tensorflow/tfjs-node-gpu']?.version, version, 'package-lock.json holds that version')
+    assert.equal(lock.packages['node_modules/@tensorflow/tfjs-node-gpu']?.optional, true)
+    assert.equal(pkg.allowScripts?.['@tensorflow/tfjs-node-gpu'], true, 'its install script (the libtensorflow download) is allowed')
+    // Installed: by npm ci from the lock, with optional dependencies, and checked (npm drops an optional package whose install fails).
+    assert.match(text, /^RUN npm ci --include=optional\b/m)
+    assert.match(text, /require\.resolve\('@tensorflow\/tfjs-node-gpu\/package\.json'\)/)
+    assert.doesNotMatch(text, /npm (install|i|add) [^\n]*@tensorflow\/tfjs-node-gpu/, 'no hand-written install line beside the lock')
+    assert.doesNotMatch(text, /--omit[= ]optional|--no-optional/)
   })
 })

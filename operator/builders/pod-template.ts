@@ -132,6 +132,8 @@ function trainerContainer (s: AveragingSwarm) {
       ...((t.env ?? []) as unknown as EnvVar[]).filter(e => e.name !== AGENT_ENV.sidecarPort.name && e.name !== AGENT_ENV.shmDir.name)
     ],
     ...(t.resources === undefined ? {} : { resources: t.resources }),
+    // A crashing trainer's last log line (a Python exception's message) reaches the swarm's status as the agent's does.
+    terminationMessagePolicy: 'FallbackToLogsOnError',
     securityContext: CONTAINER_SECURITY_CONTEXT,
     volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }, { name: SHM_VOLUME, mountPath: SHM_MOUNT_DIR }]
   }

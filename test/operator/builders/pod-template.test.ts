@@ -126,6 +126,7 @@ test('the sidecar workload adds the trainer container, both sides know the sidec
   assert.equal(envOf(agent).AVS_SIDECAR_PORT.value, '9500')
   assert.equal(envOf(trainer).AVS_SIDECAR_PORT.value, '9500')
   assert.equal(envOf(agent).AVS_WORKLOAD.value, 'sidecar')
+  assert.equal(trainer.terminationMessagePolicy, 'FallbackToLogsOnError', 'a crashing trainer says why in the swarm status')
 })
 
 test('a sidecar pod shares a memory-backed avs-shm folder between agent and trainer, named by AVS_SHM_DIR in both', async () => {

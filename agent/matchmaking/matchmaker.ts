@@ -8,6 +8,7 @@ import { Mutex } from '../util/mutex.js'
 import { Wakeup } from '../util/wakeable-sleep.js'
 import type { Rendezvous } from '../rendezvous/rendezvous.js'
 import type { StoredEntry } from '../rendezvous/store.js'
+import { ConnectingError, connectPatiently } from '../rendezvous/connect.js'
 import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
@@ -185,6 +186,17 @@ export class Matchmaker {
     try { leader = peerIdFromString(leaderId) } catch { return null }
     if (addrs.length > 0 && this.node.getConnections(leader).length === 0) await rememberAddrs(this.node, leader, addrs).catch(() => {})
     const requestMs = this.config.requestTimeout * 1000
+    // Connect before taking the lock: a handshake slowed by load neither holds up the join
+    // requests others send us meanwhile nor is thrown away at our request timeout.
+    try {
+      await connectPatiently(this.node, leader, requestMs)
+    } catch (err) {
+      search.rejections.push(describeError(err))
+      this.config.log?.(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
+      // Still connecting is no answer from the leader: ask it again once connected.
+      if (err instanceof ConnectingError) search.tried.delete(`${leaderId}@${leaderExpiration}`)
+      return null
+    }
     const ask = await this.lock.run(async () => {
       if (search.assembled || search.currentLeader != null) return null
       const expiration = this.config.mode === PeerMode.CLIENT
@@ -204,6 +216,7 @@ export class Matchmaker {
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
+          this.config.log?.(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
           // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
           if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
@@ -214,6 +227,7 @@ export class Matchmaker {
         return framed
       } catch (err) {
         search.rejections.push(describeError(err))
+        this.config.log?.(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
         return null
       }
     })

@@ -1,0 +1,31 @@
+import type { PeerId } from '@libp2p/interface'
+import type { SwarmNode } from '../net/node.js'
+
+/**
+ * Makes sure a connection to the peer is open or opening before a request with a short timeout
+ * runs on it. The connection outlives the request's patience: libp2p's dial timeout bounds it,
+ * not ours. Dialled inside the request (dialProtocol under AbortSignal.timeout(requestTimeout)),
+ * a handshake slowed by load was thrown away at the timeout and redone from scratch by the next
+ * request, which timed out the same way: 16 peers on two busy cores asked their leaders and
+ * replicas again and again ('The operation was aborted due to timeout') and found no group. Left
+ * to finish, the handshake serves the next request.
+ */
+export async function connectPatiently (node: SwarmNode, peer: PeerId, waitMs: number): Promise<void> {
+  if (node.getConnections(peer).length > 0) return
+  const dialling = node.dial(peer)
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<'late'>(resolve => { timer = setTimeout(() => { resolve('late') }, waitMs) })
+  try {
+    // A failed dial throws here; one still under way after waitMs fails this request only.
+    if (await Promise.race([dialling, late]) === 'late') {
+      dialling.catch(() => {})
+      throw new ConnectingError(`still connecting to ${peer.toString()} after ${waitMs} ms`)
+    }
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+export class ConnectingError extends Error {
+  override name = 'ConnectingError'
+}

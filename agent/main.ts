@@ -1,11 +1,11 @@
 #!/usr/bin/env node
 // The averaging agent: one process per pod (or per local-runtime agent), configured only by
 // the environment contract in api/agent-env.ts.
-import { pino } from 'pino'
+import { pino, type Logger } from 'pino'
 import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { prometheusMetrics } from '@libp2p/prometheus-metrics'
-import { loadAgentConfig } from './config.js'
-import { createSwarmNode } from './net/node.js'
+import { loadAgentConfig, type AgentConfig } from './config.js'
+import { createSwarmNode, type SwarmNode } from './net/node.js'
 import { connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
 import { Rendezvous } from './rendezvous/rendezvous.js'
 import { DecentralizedAverager } from './averager.js'
@@ -15,7 +15,7 @@ import { loadTensorBackend } from './tensors/backend.js'
 import { builtinWorkload } from './workloads/builtin/workload.js'
 import { sidecarWorkload } from './workloads/sidecar/workload.js'
 import { StateSharing } from './state/state-sharing.js'
-import type { WorkloadContext } from './workloads/context.js'
+import type { Workload, WorkloadContext } from './workloads/context.js'
 import { describeError } from './errors.js'
 
 const VERSION = '0.1.0'
@@ -25,100 +25,90 @@ function fatalLine (what: string, err: unknown): string {
   return `${what}: ${describeError(err).split('\n').map(l => l.trim()).filter(l => l !== '').join('; ')}`
 }
 
-async function main (): Promise<number> {
-  let config
-  try {
-    config = loadAgentConfig(process.env)
-  } catch (err) {
-    // One line, the last the agent writes: the kubelet keeps it as the termination message
-    // (FallbackToLogsOnError) and the operator shows it in the swarm's Degraded condition.
-    process.stderr.write(`${fatalLine('agent configuration is invalid', err)}\n`)
-    return 2
-  }
-  const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
-  const metrics = new AgentMetrics(config.swarm)
-  const shutdown = new AbortController()
-  let ready = false
-  let started = false
+type Log = Logger
 
-  const listenHost = config.podIP
-  const node = await createSwarmNode({
+/** The libp2p node on the pod's address, its metrics in the agent's registry. */
+async function startNode (config: AgentConfig, metrics: AgentMetrics): Promise<SwarmNode> {
+  return await createSwarmNode({
     privateKey: config.identityKey != null ? privateKeyFromProtobuf(config.identityKey) : undefined,
-    listen: [`/ip4/${listenHost}/tcp/${config.p2pPort}`],
+    listen: [`/ip4/${config.podIP}/tcp/${config.p2pPort}`],
     announce: config.announceAddrs.length > 0 ? config.announceAddrs : undefined,
     psk: config.psk,
     allowPeers: config.allowPeers,
     metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false })
   })
-  started = true
-  const server = await startMetricsServer(listenHost, config.metricsPort, metrics.registry, { live: () => started, ready: () => ready })
-  log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort }, 'agent started')
+}
 
-  const { name: backend } = await loadTensorBackend()
-  metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
+/** Peers and routing-table gauges, refreshed every 2 s. */
+function startGauges (node: SwarmNode, metrics: AgentMetrics): NodeJS.Timeout {
   const gauges = setInterval(() => {
     metrics.peersConnected.set(node.getPeers().length)
     metrics.routingTableSize.set(routingTableSize(node))
   }, 2000)
   gauges.unref()
+  return gauges
+}
 
-  const rendezvous = new Rendezvous(node, { requestTimeoutMs: config.averager.requestTimeout * 1000, log: (m) => { log.debug(m) } })
-  await rendezvous.start()
-
+/** SIGTERM and SIGINT: the current round finishes, then the agent leaves. */
+function abortOnSignals (log: Log): AbortController {
+  const shutdown = new AbortController()
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.once(signal, () => {
       log.info(`${signal}: finishing the current round, then leaving`)
       shutdown.abort()
     })
   }
+  return shutdown
+}
 
-  const joined = await connectBootstrap(node, {
-    peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal: shutdown.signal, log: (m) => { log.info(m) }
-  })
-  const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal: shutdown.signal, log: (m: string) => { log.info(m) } }
+/**
+ * Joins the swarm through the bootstrap peers and waits for the routing table to settle; returns
+ * whether it joined, and a watchdog that joins again whenever the routing table runs empty
+ * (peers gone, Identify lost under load).
+ */
+async function joinSwarm (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log): Promise<{ joined: boolean, watchdog: NodeJS.Timeout }> {
+  const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal, log: (m: string) => { log.info(m) } }
+  const joined = await connectBootstrap(node, bootstrapOptions)
   if (joined && config.bootstrapPeers.length > 0) {
     const size = await settleRoutingTable(node)
     log.info(`routing table settled at ${size === 0 ? await rejoinWhileIsolated(node, bootstrapOptions) : size} peers`)
   }
-  // An agent left with an empty routing table (peers gone, Identify lost under load) joins again.
   let rejoining = false
   const watchdog = setInterval(() => {
-    if (rejoining || config.bootstrapPeers.length === 0 || routingTableSize(node) > 0 || shutdown.signal.aborted) return
+    if (rejoining || config.bootstrapPeers.length === 0 || routingTableSize(node) > 0 || signal.aborted) return
     rejoining = true
     void rejoinWhileIsolated(node, bootstrapOptions, 1).finally(() => { rejoining = false })
   }, 30_000)
   watchdog.unref()
-  const ctx: WorkloadContext = {
-    node,
-    rendezvous,
-    averagerConfig: config.averager,
-    period: config.period,
-    metrics,
-    log,
-    signal: shutdown.signal,
-    createAverager: async (tensors, hooks) => {
-      const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
-        log: (m) => { log.debug(m) },
-        ...hooks,
-        onStep: (outcome, detail) => {
-          metrics.recordRound(outcome, detail)
-          const banned = detail.result?.bannedSenders ?? []
-          if (banned.length > 0) log.warn(`left ${banned.length} group member(s) out of the span we reduced (failed, too slow or sent invalid parts): ${banned.join(', ')}`)
-          hooks?.onStep?.(outcome, detail)
-        }
-      }, rendezvous)
-      const path = averager.dataPath
-      log.info(path.kind === 'direct'
-        ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}${path.threads > 0 ? ` carried by ${path.threads} data thread(s)` : ' on the main thread'}, falling back to libp2p streams`
-        : 'tensor parts travel over libp2p streams')
-      log.info(`parts are checked and summed by the ${averager.kernelBackend} kernels`)
-      return averager
-    },
-    setReady: (value) => { ready = value && joined }
-  }
-  // Newcomers start from a live peer's tensors (hivemind's load_state_from_peers); every agent
-  // then offers its own. Auxiliary and client peers hold no state worth sharing.
-  const stateSharing = config.averager.mode === 'node'
+  return { joined, watchdog }
+}
+
+/** An averager for the workload's tensors, its rounds counted in the metrics and its data path logged. */
+async function createAverager (node: SwarmNode, rendezvous: Rendezvous, config: AgentConfig, metrics: AgentMetrics, log: Log, tensors: Parameters<WorkloadContext['createAverager']>[0], hooks: Parameters<WorkloadContext['createAverager']>[1]): Promise<DecentralizedAverager> {
+  const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
+    log: (m) => { log.debug(m) },
+    ...hooks,
+    onStep: (outcome, detail) => {
+      metrics.recordRound(outcome, detail)
+      const banned = detail.result?.bannedSenders ?? []
+      if (banned.length > 0) log.warn(`left ${banned.length} group member(s) out of the span we reduced (failed, too slow or sent invalid parts): ${banned.join(', ')}`)
+      hooks?.onStep?.(outcome, detail)
+    }
+  }, rendezvous)
+  const path = averager.dataPath
+  log.info(path.kind === 'direct'
+    ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}${path.threads > 0 ? ` carried by ${path.threads} data thread(s)` : ' on the main thread'}, falling back to libp2p streams`
+    : 'tensor parts travel over libp2p streams')
+  log.info(`parts are checked and summed by the ${averager.kernelBackend} kernels`)
+  return averager
+}
+
+/**
+ * Newcomers start from a live peer's tensors (hivemind's load_state_from_peers); every agent
+ * then offers its own. Auxiliary and client peers hold no state worth sharing.
+ */
+function stateSharingFor (node: SwarmNode, rendezvous: Rendezvous, config: AgentConfig, metrics: AgentMetrics, log: Log): StateSharing | undefined {
+  return config.averager.mode === 'node'
     ? new StateSharing(node, rendezvous, {
       prefix: config.averager.prefix,
       requestTimeoutMs: config.averager.requestTimeout * 1000,
@@ -127,11 +117,51 @@ async function main (): Promise<number> {
       onDownload: (outcome) => { metrics.stateDownloads.labels(outcome).inc() }
     })
     : undefined
-  const workload = config.workload === 'builtin'
+}
+
+/** The configured workload (builtin training or the sidecar API) over the agent's parts. */
+function workloadOf (config: AgentConfig, ctx: WorkloadContext, stateSharing: StateSharing | undefined): Workload {
+  return config.workload === 'builtin'
     ? builtinWorkload(ctx, { shardIndex: config.shardIndex, stateSharing })
     : sidecarWorkload(ctx, { host: '127.0.0.1', port: config.sidecarPort, stateSharing, shmDir: config.shmDir })
+}
+
+/** The agent's configuration from its env, or undefined after one line on stderr saying why not. */
+function loadConfig (): AgentConfig | undefined {
   try {
-    if (joined) await workload.run()
+    return loadAgentConfig(process.env)
+  } catch (err) {
+    // One line, the last the agent writes: the kubelet keeps it as the termination message
+    // (FallbackToLogsOnError) and the operator shows it in the swarm's Degraded condition.
+    process.stderr.write(`${fatalLine('agent configuration is invalid', err)}\n`)
+    return undefined
+  }
+}
+
+async function main (): Promise<number> {
+  const config = loadConfig()
+  if (config === undefined) return 2
+  const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
+  const metrics = new AgentMetrics(config.swarm)
+  let ready = false
+  const node = await startNode(config, metrics)
+  const server = await startMetricsServer(config.podIP, config.metricsPort, metrics.registry, { live: () => true, ready: () => ready })
+  log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort }, 'agent started')
+  const { name: backend } = await loadTensorBackend()
+  metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
+  const gauges = startGauges(node, metrics)
+  const rendezvous = new Rendezvous(node, { requestTimeoutMs: config.averager.requestTimeout * 1000, log: (m) => { log.debug(m) } })
+  await rendezvous.start()
+  const shutdown = abortOnSignals(log)
+  const { joined, watchdog } = await joinSwarm(node, config, shutdown.signal, log)
+  const ctx: WorkloadContext = {
+    node, rendezvous, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
+    createAverager: async (tensors, hooks) => await createAverager(node, rendezvous, config, metrics, log, tensors, hooks),
+    setReady: (value) => { ready = value && joined }
+  }
+  const stateSharing = stateSharingFor(node, rendezvous, config, metrics, log)
+  try {
+    if (joined) await workloadOf(config, ctx, stateSharing).run()
   } finally {
     ready = false
     clearInterval(gauges)

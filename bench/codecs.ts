@@ -6,28 +6,10 @@
  *   node_modules/.bin/node dist/bench/codecs.js 1000000
  */
 import { COMPRESSION_NAMES, codecFor } from '../agent/compression/index.js'
+import { normalArray } from '../agent/util/random.js'
 
 const DEFAULT_ELEMENTS = 25_000_000
 const REPETITIONS = 3
-
-function normalArray (n: number, seed: number): Float32Array {
-  let a = seed >>> 0
-  const random = (): number => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  const out = new Float32Array(n)
-  for (let i = 0; i < n; i += 2) {
-    const r = Math.sqrt(-2 * Math.log(1 - random()))
-    const theta = 2 * Math.PI * random()
-    out[i] = r * Math.cos(theta)
-    if (i + 1 < n) out[i + 1] = r * Math.sin(theta)
-  }
-  return out
-}
 
 function bestSeconds (run: () => void): number {
   let best = Infinity

@@ -3,12 +3,10 @@
 // configured by the AVS_* contract (api/agent-env.ts), connects an in-process libp2p peer to one of
 // them and sends random and mutated messages over every protocol it serves, while sampling the
 // target's memory and every agent's round counters. `npm run fuzz:agent -- --messages 100000`.
-import { spawn, type ChildProcess } from 'node:child_process'
-import { createWriteStream, mkdtempSync, readFileSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { mkdtempSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
+import { pathToFileURL } from 'node:url'
 import { generateKeyPair, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
@@ -19,8 +17,10 @@ import { joinProtocol } from '../agent/matchmaking/join-protocol.js'
 import { aggregateProtocol } from '../agent/allreduce/aggregate-protocol.js'
 import { stateProtocol } from '../agent/state/state-protocol.js'
 import * as pb from '../agent/proto/averaging.js'
+import { AgentProcess, agentEnv, stopAgents } from '../agent/process/agent-process.js'
+import { freePorts } from '../agent/util/ports.js'
+import { seededRandom } from '../agent/util/random.js'
 
-const AGENT_MAIN = fileURLToPath(new URL('../agent/main.js', import.meta.url))
 const PREFIX = 'fuzz'
 const COMPRESSIONS = [pb.Compression.NONE, pb.Compression.FLOAT16, pb.Compression.UNIFORM_8BIT, pb.Compression.BLOCKWISE_8BIT]
 
@@ -103,22 +103,11 @@ export function violations (r: FuzzReport, minMessages: number): string[] {
 
 interface Agent {
   readonly index: number
-  readonly child: ChildProcess
+  readonly process: AgentProcess
   readonly metricsUrl: string
   readonly sidecarUrl: string
   readonly p2pAddr: string
   exited: boolean
-}
-
-async function freePort (): Promise<number> {
-  return await new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => { resolve(port) })
-    })
-  })
 }
 
 async function startAgents (n: number, logDir: string): Promise<{ agents: Agent[], targetId: PeerId }> {
@@ -127,58 +116,47 @@ async function startAgents (n: number, logDir: string): Promise<{ agents: Agent[
   const agents: Agent[] = []
   let bootstrap = ''
   for (let i = 0; i < n; i++) {
-    const p2pPort = await freePort()
-    const metricsPort = await freePort()
-    const sidecarPort = await freePort()
+    const [p2pPort, metricsPort, sidecarPort] = await freePorts(3)
     const p2pAddr = `/ip4/127.0.0.1/tcp/${p2pPort}/p2p/${i === 0 ? targetId.toString() : ''}`
     if (i === 0) bootstrap = p2pAddr
-    const env: Record<string, string> = {
-      AVS_SWARM: 'fuzz',
-      AVS_POD_NAME: `fuzz-${i}`,
-      AVS_POD_IP: '127.0.0.1',
-      AVS_P2P_PORT: String(p2pPort),
-      AVS_METRICS_PORT: String(metricsPort),
-      AVS_PREFIX: PREFIX,
-      AVS_TARGET_GROUP_SIZE: String(n),
-      AVS_MIN_GROUP_SIZE: '2',
-      AVS_AVERAGING_EXPIRATION: '3s',
-      AVS_REQUEST_TIMEOUT: '1500ms',
-      AVS_ALLREDUCE_TIMEOUT: '20s',
+    const env = agentEnv({
+      swarm: 'fuzz',
+      podName: `fuzz-${i}`,
+      podIP: '127.0.0.1',
+      p2pPort,
+      metricsPort,
+      prefix: PREFIX,
+      targetGroupSize: n,
+      minGroupSize: 2,
+      averagingExpiration: '3s',
+      requestTimeout: '1500ms',
+      allreduceTimeout: '20s',
       // The sidecar workload: the agent averages when driveRounds() asks, and trains nothing, so
       // the CPU of this small machine goes to the handlers under test, not to tfjs.
-      AVS_WORKLOAD: 'sidecar',
-      AVS_SIDECAR_PORT: String(sidecarPort),
-      AVS_LOG_LEVEL: 'info'
+      workload: 'sidecar',
+      sidecarPort,
+      logLevel: 'info',
+      ...(i === 0 ? { identityKey: Buffer.from(privateKeyToProtobuf(key)).toString('base64') } : { bootstrapPeers: bootstrap })
+    })
+    const agent: Agent = {
+      index: i,
+      process: new AgentProcess({ name: `fuzz-${i}`, env, logDir, onExit: () => { agent.exited = true } }),
+      metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
+      sidecarUrl: `http://127.0.0.1:${sidecarPort}`,
+      p2pAddr,
+      exited: false
     }
-    if (i === 0) env.AVS_IDENTITY_KEY = Buffer.from(privateKeyToProtobuf(key)).toString('base64')
-    else env.AVS_BOOTSTRAP_PEERS = bootstrap
-    const child = spawn(process.execPath, [AGENT_MAIN], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
-    const out = createWriteStream(join(logDir, `agent-${i}.log`))
-    child.stdout?.pipe(out)
-    child.stderr?.pipe(out)
-    const agent: Agent = { index: i, child, metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`, sidecarUrl: `http://127.0.0.1:${sidecarPort}`, p2pAddr, exited: false }
-    child.once('exit', () => { agent.exited = true })
+    agent.process.start()
     agents.push(agent)
     // The bootstrap agent must listen before the others dial it (minutes on a machine loaded to tens).
     if (i === 0) {
       await waitFor(async () => (await scrape(agent)) != null, 300_000, 'the target agent did not serve /metrics within 300 s').catch(async (err: unknown) => {
-        await stopAgents(agents)
+        await stopAgents(agents.map(a => a.process))
         throw err
       })
     }
   }
   return { agents, targetId }
-}
-
-async function stopAgents (agents: readonly Agent[]): Promise<void> {
-  await Promise.all(agents.map(async a => {
-    if (a.exited) return
-    const exited = new Promise<void>(resolve => a.child.once('exit', () => { resolve() }))
-    a.child.kill('SIGTERM')
-    const timer = setTimeout(() => { a.child.kill('SIGKILL') }, 10_000)
-    await exited
-    clearTimeout(timer)
-  }))
 }
 
 const TENSOR_ELEMENTS = 16_384
@@ -263,11 +241,11 @@ async function sleep (ms: number): Promise<void> {
 
 // ------------------------------------------------------------------ message generators
 
-/** xorshift32: the run is reproducible from its seed. */
+/** Random choices of the run, reproducible from its seed (the one seeded PRNG, agent/util/random.ts). */
 class Rng {
-  private s: number
-  constructor (seed: number) { this.s = (seed >>> 0) || 1 }
-  next (): number { let x = this.s; x ^= x << 13; x ^= x >>> 17; x ^= x << 5; this.s = x >>> 0; return this.s }
+  private readonly random: () => number
+  constructor (seed: number) { this.random = seededRandom(`fuzz-${seed}`) }
+  next (): number { return Math.floor(this.random() * 4294967296) }
   int (n: number): number { return this.next() % n }
   bytes (n: number): Uint8Array { const out = new Uint8Array(n); for (let i = 0; i < n; i++) out[i] = this.next() & 0xff; return out }
   pick<T> (items: readonly T[]): T { return items[this.int(items.length)] }
@@ -584,7 +562,7 @@ export async function runFuzz (options: FuzzOptions): Promise<FuzzReport> {
     // Honest averaging first: every agent has finished a round before the fuzzer connects.
     await waitFor(async () => (await roundsOf(agents)).perAgent.every(r => r >= 1), 300_000, 'the honest agents did not each finish a round within 300 s')
     const baselineSamples: number[] = []
-    for (let i = 0; i < 8; i++) { const m = procMemory(target.child.pid!); if (m != null) baselineSamples.push(m.rss); await sleep(250) }
+    for (let i = 0; i < 8; i++) { const m = procMemory(target.process.pid!); if (m != null) baselineSamples.push(m.rss); await sleep(250) }
     baselineSamples.sort((a, b) => a - b)
     const baseline = baselineSamples[baselineSamples.length >> 1]
     const before = await roundsOf(agents)
@@ -601,7 +579,7 @@ export async function runFuzz (options: FuzzOptions): Promise<FuzzReport> {
       return protocols.includes(RENDEZVOUS_PROTOCOL) && protocols.includes(stateProtocol(PREFIX))
     }, 20_000, 'the fuzzer did not learn the target\'s protocols within 20 s')
     const fuzzer = new Fuzzer(fuzzNode, targetId, targetsFor(fuzzNode.peerId, protocols), options.seed ?? 1, IDLE_BOUND_MS)
-    sampler = setInterval(() => { const m = procMemory(target.child.pid!); if (m != null) rss.push(m.rss) }, 200)
+    sampler = setInterval(() => { const m = procMemory(target.process.pid!); if (m != null) rss.push(m.rss) }, 200)
     const started = Date.now()
     const targetBefore = (await scrape(target))?.ok ?? 0
     const progress = setInterval(() => { log(`${fuzzer.messages} messages sent, target RSS ${rss.at(-1)?.toFixed(0) ?? '?'} MiB`) }, 10_000)
@@ -621,7 +599,7 @@ export async function runFuzz (options: FuzzOptions): Promise<FuzzReport> {
       await sleep(500)
       after = await roundsOf(agents)
     }
-    const afterMem = procMemory(target.child.pid!)
+    const afterMem = procMemory(target.process.pid!)
     const crashes = agents.filter(a => a.exited).length
     const asserted = rss.slice()
     const healthy = !target.exited && (await fetch(target.metricsUrl.replace('/metrics', '/healthz')).then(r => r.ok, () => false))
@@ -660,7 +638,7 @@ export async function runFuzz (options: FuzzOptions): Promise<FuzzReport> {
     stopDriving.abort()
     await driving
     try { await (fuzzNode as SwarmNode | null)?.stop() } catch { /* already stopping */ }
-    await stopAgents(agents)
+    await stopAgents(agents.map(a => a.process))
   }
 }
 

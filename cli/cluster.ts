@@ -7,7 +7,8 @@ import { parseArgs } from 'node:util'
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
-import { startCluster, controlPlaneBuilt, binary } from '../test/harness/index.js'
+import { startCluster, controlPlaneBuilt, binary, type Cluster as TestCluster } from '../test/harness/index.js'
+import { AGENT_ENV } from '../api/agent-env.js'
 
 const stateDir = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'averaging-swarm', 'cluster-up')
 const pidFile = join(stateDir, 'pid')
@@ -23,7 +24,9 @@ function runningPid (): number | undefined {
   return Number.isFinite(pid) && alive(pid) ? pid : undefined
 }
 
-async function up (argv: string[]): Promise<void> {
+interface UpOptions { readonly gpuNodes: number, readonly gpusPerNode: number, readonly cpuNodes: number, readonly kwokNodes: number }
+
+function parseUpOptions (argv: string[]): UpOptions {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -33,26 +36,18 @@ async function up (argv: string[]): Promise<void> {
       'kwok-nodes': { type: 'string', default: '0' }
     }
   })
-  const other = runningPid()
-  if (other !== undefined) throw new Error(`A test cluster is already up (pid ${other}); run \`npm run cluster:down\` first.`)
-  if (!controlPlaneBuilt()) throw new Error('The control plane is not built yet: run `npm run cluster:build` first.')
   const n = (v: string | undefined): number => Number.parseInt(v ?? '0', 10)
-  console.log('Starting the test cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, test kubelet)...')
-  const cluster = await startCluster({
-    gpuNodes: n(values['gpu-nodes']),
-    gpusPerNode: n(values['gpus-per-node']),
-    cpuNodes: n(values['cpu-nodes']),
-    kwokNodes: n(values['kwok-nodes'])
-  })
-  mkdirSync(stateDir, { recursive: true })
-  copyFileSync(cluster.kubeconfigPath, kubeconfigCopy)
-  writeFileSync(pidFile, String(process.pid))
+  return { gpuNodes: n(values['gpu-nodes']), gpusPerNode: n(values['gpus-per-node']), cpuNodes: n(values['cpu-nodes']), kwokNodes: n(values['kwok-nodes']) }
+}
+
+/** What a person needs to use the cluster just started. */
+function readyMessage (cluster: TestCluster): string {
   let kubectl = 'kubectl'
   try { kubectl = binary('kubectl') } catch {}
-  console.log(`
+  return `
 Test cluster ready in ${(cluster.startupMs / 1000).toFixed(1)} s: API server ${cluster.server}
   nodes: ${[...cluster.nodeNames, ...cluster.kwokNodeNames].join(', ')}
-  cluster DNS: ${cluster.dnsAddress} (pods get it as AVS_DNS_SERVERS)
+  cluster DNS: ${cluster.dnsAddress} (pods get it as ${AGENT_ENV.dnsServers.name})
   component logs: ${cluster.logDir}
   pod logs: ${join(cluster.dir, 'kubelet', 'logs')}
 
@@ -60,7 +55,11 @@ Test cluster ready in ${(cluster.startupMs / 1000).toFixed(1)} s: API server ${c
   ${kubectl} get nodes
 
 kubectl ${kubectl === 'kubectl' ? '' : `(built with the control plane: ${kubectl}) `}works with it, \`logs\` included (not \`exec\`/\`port-forward\`).
-Press Ctrl-C here, or run \`npm run cluster:down\`, to stop it.`)
+Press Ctrl-C here, or run \`npm run cluster:down\`, to stop it.`
+}
+
+/** Ctrl-C or `down` (SIGTERM) stops the cluster, removes the state files and exits. */
+function stopOnSignals (cluster: TestCluster): void {
   const shutdown = async (): Promise<void> => {
     console.log('Stopping the test cluster...')
     await cluster.stop()
@@ -73,6 +72,20 @@ Press Ctrl-C here, or run \`npm run cluster:down\`, to stop it.`)
   process.removeAllListeners('SIGTERM')
   process.once('SIGINT', () => { void shutdown() })
   process.once('SIGTERM', () => { void shutdown() })
+}
+
+async function up (argv: string[]): Promise<void> {
+  const options = parseUpOptions(argv)
+  const other = runningPid()
+  if (other !== undefined) throw new Error(`A test cluster is already up (pid ${other}); run \`npm run cluster:down\` first.`)
+  if (!controlPlaneBuilt()) throw new Error('The control plane is not built yet: run `npm run cluster:build` first.')
+  console.log('Starting the test cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, test kubelet)...')
+  const cluster = await startCluster(options)
+  mkdirSync(stateDir, { recursive: true })
+  copyFileSync(cluster.kubeconfigPath, kubeconfigCopy)
+  writeFileSync(pidFile, String(process.pid))
+  console.log(readyMessage(cluster))
+  stopOnSignals(cluster)
   await new Promise(() => {})
 }
 

@@ -3,8 +3,8 @@
  * graceful shutdown. Exits 1 when it loses its Lease (a deposed leader must not keep writing).
  */
 import { KubeConfig } from '@kubernetes/client-node'
-import { pino } from 'pino'
-import { parseOptions } from './options.js'
+import { pino, type Logger as Log } from 'pino'
+import { parseOptions, type OperatorOptions } from './options.js'
 import { RestClient } from './kube/rest.js'
 import { KubeClusterApi } from './kube/api.js'
 import { Informers, swarmKeyOf, type CachedKind } from './kube/informers.js'
@@ -20,15 +20,25 @@ import { resourcePath } from './kube/resources.js'
 
 const SHUTDOWN_GRACE_MS = 10_000
 
-async function main (): Promise<void> {
-  const opts = parseOptions(process.argv.slice(2))
-  const log = pino({ level: opts.logLevel, base: { component: 'operator' }, timestamp: pino.stdTimeFunctions.isoTime })
+type Options = OperatorOptions
+
+/** The controller's parts: caches feeding the work queue, the reconciler and the progress sampler. */
+interface Controller {
+  readonly rest: RestClient
+  readonly metrics: OperatorMetrics
+  readonly queue: WorkQueue
+  readonly informers: Informers
+  readonly progress: ProgressTracker
+  readonly reconciler: Reconciler
+  readonly podMonitors: boolean
+}
+
+async function buildController (opts: Options, log: Log): Promise<Controller> {
   const kc = new KubeConfig()
   if (opts.kubeconfig !== undefined) kc.loadFromFile(opts.kubeconfig); else kc.loadFromDefault()
   const rest = new RestClient(kc)
   const metrics = new OperatorMetrics()
   rest.observer = (method, _path, code, seconds) => { metrics.requests.inc({ method, code: String(code) }); metrics.requestTime.observe({ verb: method }, seconds) }
-
   const queue = new WorkQueue(new ExponentialBackoff(50, 300_000), metrics.queueObserver())
   const podMonitors = await crdExists(rest, 'podmonitors.monitoring.coreos.com')
   const kinds: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', ...(podMonitors ? ['PodMonitor' as const] : [])]
@@ -42,59 +52,63 @@ async function main (): Promise<void> {
     log,
     onStatus: (s, status) => metrics.swarmStatus(s, status, informers.list('AveragingSwarm').length)
   })
+  return { rest, metrics, queue, informers, progress, reconciler, podMonitors }
+}
 
-  metrics.leader.set({ name: opts.leaseName }, 0)
-  let synced = false
-  let stopping = false
-  const abort = new AbortController()
-  const elector = opts.leaderElect
+function leaderElector (opts: Options, rest: RestClient, log: Log): LeaderElector | undefined {
+  return opts.leaderElect
     ? new LeaderElector(rest, { namespace: opts.leaseNamespace, name: opts.leaseName, identity: opts.identity, leaseDurationMs: opts.leaseDurationMs, renewDeadlineMs: opts.renewDeadlineMs, retryPeriodMs: opts.retryPeriodMs }, log)
     : undefined
-  const [host, port] = splitHostPort(opts.metricsBindAddress)
-  const server = await startHttpServer(host, port, metrics.registry, { healthy: () => !stopping, ready: () => synced })
-  log.info({ metrics: opts.metricsBindAddress, podMonitors, watchNamespace: opts.watchNamespace ?? '(all)', leaderElect: opts.leaderElect }, 'operator starting')
+}
 
-  let workers: Promise<void> | undefined
-  const shutdown = async (code: number, why: string): Promise<void> => {
-    if (stopping) return
-    stopping = true
+/** The operator's lifecycle: health as the probes see it, and one graceful shutdown however it is asked for. */
+class Lifecycle {
+  synced = false
+  stopping = false
+  workers: Promise<void> | undefined
+  readonly abort = new AbortController()
+  server: { close: () => void } | undefined
+
+  constructor (private readonly c: Controller, private readonly opts: Options, private readonly log: Log, private readonly elector: LeaderElector | undefined) {}
+
+  async shutdown (code: number, why: string): Promise<void> {
+    if (this.stopping) return
+    this.stopping = true
+    const { log, c } = this
     log.info({ why }, 'shutting down')
-    abort.abort()
-    queue.shutDown()
-    progress.stop()
+    this.abort.abort()
+    c.queue.shutDown()
+    c.progress.stop()
     const grace = new Promise(resolve => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref())
     const t0 = Date.now()
-    await Promise.race([workers ?? Promise.resolve(), grace]) // in-flight reconciles finish
+    await Promise.race([this.workers ?? Promise.resolve(), grace]) // in-flight reconciles finish
     log.info({ ms: Date.now() - t0 }, 'workers stopped')
-    await informers.stop()
-    if (code === 0) await elector?.release()
+    await c.informers.stop()
+    if (code === 0) await this.elector?.release()
     log.info({ ms: Date.now() - t0 }, 'stopped')
-    metrics.leader.set({ name: opts.leaseName }, 0)
-    server.close()
-    rest.close()
+    c.metrics.leader.set({ name: this.opts.leaseName }, 0)
+    this.server?.close()
+    c.rest.close()
     log.flush()
     process.exit(code)
   }
-  process.on('SIGTERM', () => { void shutdown(0, 'SIGTERM') })
-  process.on('SIGINT', () => { void shutdown(0, 'SIGINT') })
+}
 
-  // Standby replicas warm their caches too, so a takeover starts reconciling at once.
-  await informers.start(abort.signal)
-  synced = true
-  if (elector !== undefined) {
-    if (!await elector.acquire(abort.signal)) return
-    metrics.leader.set({ name: opts.leaseName }, 1)
-    void elector.holdUntil(abort.signal, () => { void shutdown(1, 'lost the leader lease') })
-  }
-  for (const s of informers.list('AveragingSwarm')) queue.add(`${s.metadata.namespace}/${s.metadata.name}`)
-  const resync = setInterval(() => { for (const s of informers.list('AveragingSwarm')) queue.add(`${s.metadata.namespace}/${s.metadata.name}`) }, opts.resyncSeconds * 1000)
-  resync.unref()
-  progress.start()
-  workers = runWorkers(queue, opts.workers, async (key) => {
+/** Every swarm into the queue now and each resync period after. */
+function enqueueSwarms (c: Controller, resyncSeconds: number): void {
+  const all = (): void => { for (const s of c.informers.list('AveragingSwarm')) c.queue.add(`${s.metadata.namespace}/${s.metadata.name}`) }
+  all()
+  setInterval(all, resyncSeconds * 1000).unref()
+}
+
+/** Reconciles from the queue with opts.workers workers, counting each outcome; resolves when the queue shuts down. */
+async function reconcileLoop (c: Controller, workers: number, log: Log): Promise<void> {
+  const { metrics, queue } = c
+  await runWorkers(queue, workers, async (key) => {
     const end = metrics.reconcileTime.startTimer({ controller: CONTROLLER })
     metrics.activeWorkers.inc({ controller: CONTROLLER })
     try {
-      const r = await reconciler.reconcile(key)
+      const r = await c.reconciler.reconcile(key)
       metrics.reconcileWrites.inc(r.writes)
       metrics.reconcileTotal.inc({ controller: CONTROLLER, result: r.requeueAfterMs === undefined ? 'success' : 'requeue_after' })
       if (r.writes > 0) log.info({ swarm: key, writes: r.writes, phase: r.status?.phase }, 'reconciled')
@@ -108,7 +122,33 @@ async function main (): Promise<void> {
     metrics.reconcileTotal.inc({ controller: CONTROLLER, result: 'error' })
     log.warn({ swarm: key, err: err instanceof Error ? err.message : String(err), retries: queue.backoff.retries(key) }, 'reconcile failed; retrying with back-off')
   })
-  await workers
+}
+
+async function main (): Promise<void> {
+  const opts = parseOptions(process.argv.slice(2))
+  const log = pino({ level: opts.logLevel, base: { component: 'operator' }, timestamp: pino.stdTimeFunctions.isoTime })
+  const c = await buildController(opts, log)
+  c.metrics.leader.set({ name: opts.leaseName }, 0)
+  const elector = leaderElector(opts, c.rest, log)
+  const life = new Lifecycle(c, opts, log, elector)
+  const [host, port] = splitHostPort(opts.metricsBindAddress)
+  life.server = await startHttpServer(host, port, c.metrics.registry, { healthy: () => !life.stopping, ready: () => life.synced })
+  log.info({ metrics: opts.metricsBindAddress, podMonitors: c.podMonitors, watchNamespace: opts.watchNamespace ?? '(all)', leaderElect: opts.leaderElect }, 'operator starting')
+  process.on('SIGTERM', () => { void life.shutdown(0, 'SIGTERM') })
+  process.on('SIGINT', () => { void life.shutdown(0, 'SIGINT') })
+
+  // Standby replicas warm their caches too, so a takeover starts reconciling at once.
+  await c.informers.start(life.abort.signal)
+  life.synced = true
+  if (elector !== undefined) {
+    if (!await elector.acquire(life.abort.signal)) return
+    c.metrics.leader.set({ name: opts.leaseName }, 1)
+    void elector.holdUntil(life.abort.signal, () => { void life.shutdown(1, 'lost the leader lease') })
+  }
+  enqueueSwarms(c, opts.resyncSeconds)
+  c.progress.start()
+  life.workers = reconcileLoop(c, opts.workers, log)
+  await life.workers
 }
 
 async function crdExists (rest: RestClient, name: string): Promise<boolean> {

@@ -3,6 +3,7 @@ import { Command, Option } from 'commander'
 import { hostname } from 'node:os'
 import { DEFAULT_BUILDER_CONFIG } from './builders/config.js'
 import { LEADER_DEFAULTS } from './leader.js'
+import { AGENT_ENV } from '../api/agent-env.js'
 
 export interface OperatorOptions {
   kubeconfig?: string
@@ -40,7 +41,7 @@ export function parseOptions (argv: string[]): OperatorOptions {
     .addOption(new Option('--metrics-bind-address <host:port>', 'address of /metrics, /healthz and /readyz').env('METRICS_BIND_ADDRESS').default('0.0.0.0:8080'))
     .addOption(new Option('--agent-image <image>', 'agent image when a swarm sets none').env('AGENT_IMAGE').default(DEFAULT_BUILDER_CONFIG.defaultImage))
     .addOption(new Option('--cluster-domain <domain>', 'cluster DNS domain for bootstrap multiaddrs').env('CLUSTER_DOMAIN').default(DEFAULT_BUILDER_CONFIG.clusterDomain))
-    .addOption(new Option('--agent-dns-servers <list>', 'AVS_DNS_SERVERS given to agents (host:port,…)').env('AGENT_DNS_SERVERS'))
+    .addOption(new Option('--agent-dns-servers <list>', `${AGENT_ENV.dnsServers.name} given to agents (host:port,…)`).env('AGENT_DNS_SERVERS'))
     .addOption(new Option('--agent-command <json>', 'JSON array: the agent container\'s command').env('AGENT_COMMAND'))
     .addOption(new Option('--resync-seconds <n>', 'requeue every swarm this often').default(300).argParser(int))
     .addOption(new Option('--progress-interval-seconds <n>', 'how often agents\' /metrics are sampled for status').env('PROGRESS_INTERVAL_SECONDS').default(15).argParser(int))

@@ -2,11 +2,11 @@ import { appendFileSync, mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { seededRandom } from '../../agent/util/random.js'
 import { startStaticDns } from '../../cli/local/dns.js'
-import { AgentProcess, stopAgents } from './agent-processes.js'
+import { AgentProcess, stopAgents } from '../../agent/process/agent-process.js'
 import { buildSidecarSwarm, type SwarmTiming } from './sidecar-swarm.js'
 import { runTrainer, type StartRecord, type StepRecord } from './sidecar-trainer.js'
 import { spread, rises } from './consensus.js'
-import { freePorts } from './free-ports.js'
+import { freePorts } from '../../agent/util/ports.js'
 
 export type FaultKind = 'kill' | 'stop'
 
@@ -96,7 +96,7 @@ export interface ChaosResult {
 export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const started = Date.now()
   mkdirSync(o.outDir, { recursive: true })
-  const random = seededRandom(new TextEncoder().encode(`chaos-${o.seed}`))
+  const random = seededRandom(`chaos-${o.seed}`)
   const records = new Map<string, string>()
   const dns = await startStaticDns(records)
   const ips = Array.from({ length: o.agents }, (_, i) => `127.77.${o.subnet}.${10 + i}`)
@@ -104,7 +104,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     name: 'chaos', replicas: o.agents, bootstrapReplicas: o.bootstrap, timing: o.timing, ips,
     sidecarPorts: await freePorts(o.agents), p2pPort: 31337, metricsPort: 9400, dnsServer: dns.address
   }).then(r => { for (const [k, v] of r.dnsRecords) records.set(k, v); return r })
-  const procs = agents.map(a => new AgentProcess(a, o.outDir))
+  const procs = agents.map(a => new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir }))
   const t = o.timing
   // The averager's step timeout bounds matchmaking; a formed group then has the all-reduce timeout.
   const stepTimeoutMs = (2 * t.averagingExpiration + t.allreduceTimeout) * 1000

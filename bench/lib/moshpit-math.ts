@@ -2,6 +2,7 @@
  * Pure parts of the Moshpit convergence benchmark (npm run bench:moshpit): the grid's initial group
  * bits, the seeded initial vectors, and how far the live peers are from agreeing.
  */
+import { seededRandom } from '../../agent/util/random.js'
 
 /**
  * Initial group bits of a rank on a Moshpit grid of `world` peers in groups of `groupSize`, as
@@ -24,21 +25,9 @@ export function gridDimensions (world: number, groupSize: number): number {
   return Math.round(Math.log(world) / Math.log(groupSize))
 }
 
-/** mulberry32: a tiny seeded PRNG, so a run's vectors are reproducible from its seed. */
-function mulberry32 (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-
 /** Every rank's initial vector: uniform in [-1, 1), rounded to float32 so every implementation starts from the same bits. */
 export function initialVectors (world: number, elements: number, seed: number): number[][] {
-  const random = mulberry32(seed)
+  const random = seededRandom(seed)
   return Array.from({ length: world }, () => Array.from({ length: elements }, () => Math.fround(random() * 2 - 1)))
 }
 
@@ -71,7 +60,7 @@ export function maxDifference (a: readonly number[], b: readonly number[]): numb
 /** `count` distinct ranks to crash, drawn with the run's seed from 1..world-1 (rank 0, the first DHT peer, is spared). */
 export function chooseVictims (world: number, count: number, seed: number): number[] {
   if (count > world - 1) throw new Error(`cannot crash ${count} of ${world} peers and keep rank 0`)
-  const random = mulberry32(seed ^ 0x5eed)
+  const random = seededRandom(seed ^ 0x5eed)
   const ranks = Array.from({ length: world - 1 }, (_, i) => i + 1)
   for (let i = ranks.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1))

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { decodeFloat32 } from '../../agent/workloads/sidecar/tensor-codec.js'
-import { AgentProcess, stopAgents } from './agent-processes.js'
+import { AgentProcess, stopAgents } from '../../agent/process/agent-process.js'
 import { buildSidecarSwarm, type SwarmTiming } from './sidecar-swarm.js'
 import { createTwoHalves, type TwoHalves } from './two-halves.js'
 import type { TrainerMainConfig } from './trainer-main.js'
@@ -95,7 +95,7 @@ export async function runPartition (o: PartitionOptions): Promise<PartitionResul
       sidecarPorts: Array.from({ length: n }, (_, i) => 9401 + Math.floor(i / 2)),
       p2pPort: 31337, metricsPort: 9400
     })
-    for (const a of agents) { const p = new AgentProcess(a, o.outDir, halves.namespaces[halfOf(a.index)]); procs.push(p); p.start() }
+    for (const a of agents) { const p = new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir, netns: halves.namespaces[halfOf(a.index)] }); procs.push(p); p.start() }
     o.log(`agents in ${halves.namespaces[0]} (${halves.addrs[0].join(', ')}) and ${halves.namespaces[1]} (${halves.addrs[1].join(', ')}); logs in ${o.outDir}`)
     const t = o.timing
     const stepLimitMs = 3 * (2 * t.averagingExpiration + 2 * t.allreduceTimeout) * 1000

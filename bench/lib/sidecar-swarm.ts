@@ -5,6 +5,8 @@ import { buildDesired } from '../../operator/builders/desired.js'
 import { ensureIdentityKeys } from '../../operator/builders/identity.js'
 import { DEFAULT_BUILDER_CONFIG } from '../../operator/builders/config.js'
 import { expandPods, type LocalPod } from '../../cli/local/pods.js'
+import { AGENT_ENV } from '../../api/agent-env.js'
+import { agentEnv } from '../../agent/process/agent-process.js'
 
 /** The averaging settings of a reliability run (durations in seconds). */
 export interface SwarmTiming {
@@ -78,9 +80,10 @@ export async function buildSidecarSwarm (o: SidecarSwarmOptions): Promise<{ swar
   const dnsRecords = new Map<string, string>()
   pods.forEach((p, i) => { dnsRecords.set(p.hostname, o.ips[i]) })
   const agents = pods.map((p, i): SwarmAgent => {
-    const env: Record<string, string> = { ...p.env, AVS_POD_IP: o.ips[i], AVS_SIDECAR_PORT: String(o.sidecarPorts[i]) }
-    if (o.dnsServer === undefined && env.AVS_BOOTSTRAP_PEERS !== undefined) {
-      env.AVS_BOOTSTRAP_PEERS = env.AVS_BOOTSTRAP_PEERS.replace(/\/dns4\/([^/]+)\//g, (_m, host: string) => `/ip4/${dnsRecords.get(host.toLowerCase()) ?? host}/`)
+    const env: Record<string, string> = { ...p.env, ...agentEnv({ podIP: o.ips[i], sidecarPort: o.sidecarPorts[i] }) }
+    const bootstrap = AGENT_ENV.bootstrapPeers.name
+    if (o.dnsServer === undefined && env[bootstrap] !== undefined) {
+      env[bootstrap] = env[bootstrap].replace(/\/dns4\/([^/]+)\//g, (_m, host: string) => `/ip4/${dnsRecords.get(host.toLowerCase()) ?? host}/`)
     }
     return { ...p, index: i, ip: o.ips[i], env, sidecarPort: o.sidecarPorts[i] }
   })

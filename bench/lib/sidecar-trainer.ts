@@ -75,7 +75,7 @@ export interface TrainerOptions {
 
 /** The initial values of agent `seed`: normal noise around `offset`, deterministic. */
 export function initialValues (seed: string, elements: number, offset = 0): Float32Array {
-  const random = seededRandom(new TextEncoder().encode(seed))
+  const random = seededRandom(seed)
   const out = new Float32Array(elements)
   for (let i = 0; i < elements; i++) out[i] = offset + Math.sqrt(-2 * Math.log(random() + 1e-12)) * Math.cos(2 * Math.PI * random())
   return out

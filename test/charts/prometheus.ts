@@ -2,7 +2,7 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process'
 import { mkdirSync, openSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { freePort } from '../operator/e2e/operator-process.js'
+import { freePort } from '../../agent/util/ports.js'
 
 /** honorLabels: keep the target's own labels on a clash (the operator's per-swarm `namespace`), as the chart's ServiceMonitor does. */
 export interface ScrapeTarget { job: string, address: string, labels: Record<string, string>, honorLabels?: boolean }

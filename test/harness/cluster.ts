@@ -20,6 +20,7 @@ import { onTeardown } from './cleanup.js'
 import { watchDir, unwatchDir } from './reaper.js'
 import { binary } from './paths.js'
 import { sleep } from './time.js'
+import { agentEnv } from '../../agent/process/agent-process.js'
 
 export interface ClusterOptions {
   /** Nodes run by the test kubelet with `gpusPerNode` nvidia.com/gpu each and the GPU taint. Default 2. */
@@ -155,7 +156,7 @@ export async function startCluster (options: ClusterOptions = {}): Promise<Clust
         addresses: block,
         workDir: join(dir, 'kubelet'),
         injectedEnv: {
-          AVS_DNS_SERVERS: dns.address,
+          ...agentEnv({ dnsServers: dns.address }),
           KUBERNETES_SERVICE_HOST: '127.0.0.1',
           KUBERNETES_SERVICE_PORT: String(controlPlane.apiserverPort)
         },

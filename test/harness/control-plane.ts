@@ -6,7 +6,7 @@
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { binary } from './paths.js'
-import { freePorts } from './ports.js'
+import { freePorts } from '../../agent/util/ports.js'
 import { makePki, type Pki } from './pki.js'
 import { writeKubeconfig } from './kubeconfig.js'
 import { startGroupProcess, type GroupProcess } from './process-group.js'

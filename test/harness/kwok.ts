@@ -6,7 +6,7 @@
 import { join } from 'node:path'
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node'
 import { binary } from './paths.js'
-import { freePort } from './ports.js'
+import { freePort } from '../../agent/util/ports.js'
 import { rfc3339 } from './time.js'
 import { startGroupProcess, type GroupProcess } from './process-group.js'
 import { nodeObject, type NodeShape } from './kubelet/node-object.js'

@@ -17,7 +17,7 @@ export class LocalModel {
 
   constructor (private readonly tf: Tf, seed: number, learningRate = 0.05) {
     // Every agent starts from the same initial weights, as a real swarm does after state download.
-    const init = seededRandom(new TextEncoder().encode('avs-init'))
+    const init = seededRandom('avs-init')
     this.variables = this.shapes.map(([name, shape]) => {
       const n = shape.reduce((a, b) => a * b, 1)
       const values = new Float32Array(n)
@@ -25,7 +25,7 @@ export class LocalModel {
       return tf.variable(tf.tensor(values, shape), true, `${name}-${seed}-${Math.random()}`)
     })
     this.optimizer = tf.train.sgd(learningRate)
-    this.random = seededRandom(new TextEncoder().encode(`avs-batches-${seed}`))
+    this.random = seededRandom(`avs-batches-${seed}`)
   }
 
   private logits (x: ReturnType<Tf['tensor2d']>): ReturnType<Tf['tensor2d']> {

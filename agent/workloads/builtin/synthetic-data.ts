@@ -11,7 +11,7 @@ export interface Dataset {
 
 /** Class centres shared by every shard: one fixed "world" the swarm learns together. */
 function centres (): Float32Array {
-  const random = seededRandom(new TextEncoder().encode('avs-world'))
+  const random = seededRandom('avs-world')
   const c = new Float32Array(CLASSES * FEATURES)
   for (let i = 0; i < c.length; i++) c[i] = (random() * 2 - 1) * 1.5
   return c
@@ -22,7 +22,7 @@ function gaussian (random: () => number): number {
 }
 
 function sample (count: number, classOf: (i: number, r: () => number) => number, seed: string): Dataset {
-  const random = seededRandom(new TextEncoder().encode(seed))
+  const random = seededRandom(seed)
   const c = centres()
   const x = new Float32Array(count * FEATURES)
   const y = new Int32Array(count)

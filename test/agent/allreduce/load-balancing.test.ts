@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { type PeerMode, apportion, spanFractions } from '../../../agent/allreduce/load-balancing.js'
-import { mulberry32 } from '../compression/random.js'
+import { seededRandom } from '../compression/random.js'
 
 
 const nodes = (n: number): PeerMode[] => new Array<PeerMode>(n).fill('node')
@@ -79,7 +79,7 @@ test('all-client or all-zero groups throw one clear sentence', () => {
 })
 
 test('random groups: fractions are valid, deterministic, monotone in bandwidth, and optimal for the LP', () => {
-  const random = mulberry32(31337)
+  const random = seededRandom(31337)
   const modesAll: PeerMode[] = ['node', 'node', 'node', 'client', 'auxiliary']
   for (let iteration = 0; iteration < 2000; iteration++) {
     const n = 1 + Math.floor(random() * 12)
@@ -145,7 +145,7 @@ test('apportion gives integer counts that sum exactly to the total, proportional
 })
 
 test('apportion random property: exact sum, within one of the quota, zero scores get zero, deterministic', () => {
-  const random = mulberry32(7)
+  const random = seededRandom(7)
   for (let iteration = 0; iteration < 3000; iteration++) {
     const k = 1 + Math.floor(random() * 10)
     const scores = Array.from({ length: k }, () => random() < 0.2 ? 0 : random() * 10 ** Math.floor(random() * 6 - 3))

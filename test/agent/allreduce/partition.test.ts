@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { type Part, assignParts, elementsPerPart, planParts } from '../../../agent/allreduce/partition.js'
 import { spanFractions } from '../../../agent/allreduce/load-balancing.js'
-import { mulberry32 } from '../compression/random.js'
+import { seededRandom } from '../compression/random.js'
 
 
 const sum = (xs: readonly number[]): number => xs.reduce((s, x) => s + x, 0)
@@ -24,7 +24,7 @@ test('planParts cuts each tensor separately into parts of at most elementsPerPar
 })
 
 test('planParts random property: parts tile the vector in order and never cross a tensor boundary', () => {
-  const random = mulberry32(1)
+  const random = seededRandom(1)
   for (let iteration = 0; iteration < 500; iteration++) {
     const sizes = Array.from({ length: Math.floor(random() * 8) }, () => random() < 0.2 ? 0 : Math.floor(random() * 1000))
     const per = 1 + Math.floor(random() * 300)
@@ -99,7 +99,7 @@ test('assignParts rejects invalid fractions and parts that do not tile the vecto
 })
 
 test('assignParts random property: sums, contiguity, zero fractions, closeness to the ideal span, determinism', () => {
-  const random = mulberry32(99)
+  const random = seededRandom(99)
   for (let iteration = 0; iteration < 2000; iteration++) {
     const sizes = Array.from({ length: 1 + Math.floor(random() * 6) }, () => Math.floor(random() * 5000))
     const per = 1 + Math.floor(random() * 700)

@@ -4,7 +4,7 @@ import { CodecError, codecFor } from '../../../agent/compression/index.js'
 import {
   BUCKET_BASE, BUCKET_NEEDS_SEARCH, BUCKET_THRESHOLD, DYNAMIC_MAP, DYNAMIC_MAP_THRESHOLDS, DYNAMIC_MAP_ZERO_INDEX, nearestCode
 } from '../../../agent/compression/dynamic-map.js'
-import { mulberry32, normalArray } from './random.js'
+import { seededRandom, normalArray } from './random.js'
 
 const uniform = codecFor('uniform8bit')
 const blockwise = codecFor('blockwise8bit')
@@ -68,7 +68,7 @@ test('dynamic map: 256 sorted distinct codes in [-1, 1], one exact zero, exact 1
 })
 
 test('nearestCode picks the nearest code (brute force check on random and boundary inputs)', () => {
-  const random = mulberry32(77)
+  const random = seededRandom(77)
   const probes: number[] = [-1, 1, 0, -0, 2, -2]
   for (let k = 0; k < 256; k++) probes.push(DYNAMIC_MAP[k], DYNAMIC_MAP[k] * (1 + 1e-7), DYNAMIC_MAP[k] * (1 - 1e-7))
   for (let i = 0; i < 20_000; i++) probes.push((random() * 2 - 1) * 10 ** -Math.floor(random() * 7))
@@ -125,7 +125,7 @@ test('the bucket lookup used by blockwise8bit agrees with the binary search for 
     const key = bits[0] >>> 16
     return BUCKET_NEEDS_SEARCH[key] === 0 ? BUCKET_BASE[key] + (floats[0] > BUCKET_THRESHOLD[key] ? 1 : 0) : nearestCode(floats[0])
   }
-  const random = mulberry32(4242)
+  const random = seededRandom(4242)
   // Every bucket's two ends and a random interior point, for both signs, plus every threshold's float32 neighbours.
   for (let key = 0; key < 65536; key++) {
     for (const low of [0, 0xffff, Math.floor(random() * 0x10000)]) {

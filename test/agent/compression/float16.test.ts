@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { codecFor } from '../../../agent/compression/index.js'
-import { mulberry32 } from './random.js'
+import { seededRandom } from './random.js'
 
 const codec = codecFor('float16')
 
@@ -47,7 +47,7 @@ test('float16 encodes every one of the 65536 half values back to itself (except 
 })
 
 test('float16 rounds to nearest, ties to even, matching a slow reference on random and tie-point inputs', () => {
-  const random = mulberry32(1234)
+  const random = seededRandom(1234)
   const bits = new Uint32Array(200_000)
   for (let i = 0; i < bits.length; i++) {
     const r = random()
@@ -80,7 +80,7 @@ test('float16 clamps large magnitudes and infinities to ±65504 and keeps signed
 })
 
 test('float16 relative error of any normal value is at most 2^-11', () => {
-  const random = mulberry32(99)
+  const random = seededRandom(99)
   const values = new Float32Array(50_000)
   for (let i = 0; i < values.length; i++) values[i] = (random() - 0.5) * 2 ** (Math.floor(random() * 30) - 13)
   const decoded = roundTrip(values)

@@ -1,14 +1,14 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { COMPRESSION_NAMES, CodecError, codecFor } from '../../../agent/compression/index.js'
-import { mulberry32 } from './random.js'
+import { seededRandom } from './random.js'
 
 /**
  * Property: for random bytes and random claimed counts, decode either returns exactly n values or throws
  * CodecError — never another error type, never a wrong length.
  */
 test('decoding random bytes never throws anything but CodecError and never returns the wrong length', () => {
-  const random = mulberry32(20261122)
+  const random = seededRandom(20261122)
   const int = (max: number): number => Math.floor(random() * max)
   let decoded = 0
   let rejected = 0
@@ -50,7 +50,7 @@ test('decoding random bytes never throws anything but CodecError and never retur
 })
 
 test('encode then decode is consistent for random float32 bit patterns (finite ones for 8-bit codecs)', () => {
-  const random = mulberry32(5)
+  const random = seededRandom(5)
   for (let iteration = 0; iteration < 400; iteration++) {
     const n = Math.floor(random() * 5000)
     const bits = new Uint32Array(n)

@@ -4,22 +4,14 @@
  * Deterministic (seeded), so a failure reproduces. Used by the unit property test and by the
  * end-to-end test that asks a real API server (CEL rules included) for the same verdicts.
  */
+import { seededRandom } from '../../../agent/util/random.js'
 import { AVERAGING_KEYS, AVERAGING_PARAMETERS, type AveragingKey } from '../../../api/averaging-parameters.js'
 import { durationNanos, type Bound } from '../../../api/parameter-bounds.js'
 import { DEFAULT_AVERAGING } from '../../../api/v1alpha1/defaults.js'
 
-/** mulberry32: the same "random" specs on every run, so a failure reproduces. */
-function rng (seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6D2B79F5) | 0
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-let random = rng(16)
+let random = seededRandom(16)
 /** Starts the sequence again from a seed. */
-export function reseed (seed: number): void { random = rng(seed) }
+export function reseed (seed: number): void { random = seededRandom(seed) }
 const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]
 const between = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
 

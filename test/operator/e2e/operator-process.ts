@@ -3,9 +3,9 @@
  * reads its /metrics: what end-to-end tests need to start, kill and observe it.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { createServer } from 'node:net'
 import { createWriteStream } from 'node:fs'
 import { join } from 'node:path'
+import { freePort } from '../../../agent/util/ports.js'
 import { parsePrometheusText, sumOf } from '../../../operator/controller/prom-text.js'
 
 export interface OperatorProcess {
@@ -15,14 +15,6 @@ export interface OperatorProcess {
   metric (name: string, labels?: Record<string, string>): Promise<number | undefined>
   ready (): Promise<boolean>
   kill (signal?: NodeJS.Signals): Promise<number | null>
-}
-
-export async function freePort (): Promise<number> {
-  return await new Promise((resolve, reject) => {
-    const s = createServer()
-    s.listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => resolve(p)) })
-    s.on('error', reject)
-  })
 }
 
 export async function startOperator (kubeconfig: string, logDir: string, name: string, extraArgs: string[] = []): Promise<OperatorProcess> {

@@ -1,0 +1,108 @@
+/**
+ * The agent as a process seen from outside: how the local swarm (cli/), the benchmarks and
+ * reliability runs (bench/) and the tests start dist/agent/main.js. One agent is configured by an
+ * env record whose names come from the agent's env contract (api/agent-env.ts), never spelled here.
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { createWriteStream, type WriteStream } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { AGENT_ENV, type AgentEnvKey } from '../../api/agent-env.js'
+
+/** The agent's entry point (dist/agent/main.js). */
+export const AGENT_MAIN = fileURLToPath(new URL('../main.js', import.meta.url))
+
+/** Settings by their key in AGENT_ENV → the env record the agent reads (undefined values are left out). */
+export function agentEnv (values: Partial<Record<AgentEnvKey, string | number | undefined>>): Record<string, string> {
+  const env: Record<string, string> = {}
+  for (const [key, value] of Object.entries(values) as Array<[AgentEnvKey, string | number | undefined]>) {
+    if (value !== undefined) env[AGENT_ENV[key].name] = String(value)
+  }
+  return env
+}
+
+/** The command line that runs the agent, inside a network namespace (`ip netns exec`) when one is named. */
+export function agentCommand (netns?: string): [string, string[]] {
+  return netns !== undefined
+    ? ['ip', ['netns', 'exec', netns, process.execPath, AGENT_MAIN]]
+    : [process.execPath, [AGENT_MAIN]]
+}
+
+export interface AgentProcessOptions {
+  /** The agent's name: its log is <logDir>/<name>.log. */
+  readonly name: string
+  /** Its settings (see agentEnv), over this process's own env. */
+  readonly env: Record<string, string>
+  readonly logDir: string
+  /** A network namespace to run it in (`ip netns exec` execs node itself, so our pid is the agent's). */
+  readonly netns?: string
+  /** Called when an incarnation exits, with its exit code or signal. */
+  readonly onExit?: (code: number | null, signal: NodeJS.Signals | null) => void
+}
+
+/**
+ * One agent as a real OS process (dist/agent/main.js), optionally inside a network namespace. A
+ * restart starts a new process with the same env, as a kubelet restarts a pod's container. Every
+ * incarnation appends to the same log file, so "loaded the swarm state" lines can be counted.
+ */
+export class AgentProcess {
+  private child: ChildProcess | undefined
+  private exited: Promise<void> = Promise.resolve()
+  private readonly log: WriteStream
+  incarnation = 0
+  stopped = false
+
+  constructor (readonly options: AgentProcessOptions) {
+    this.log = createWriteStream(this.logPath, { flags: 'a' })
+  }
+
+  get name (): string { return this.options.name }
+  get logPath (): string { return join(this.options.logDir, `${this.options.name}.log`) }
+  get pid (): number | undefined { return this.child?.pid }
+  get running (): boolean { return this.child != null && this.child.exitCode === null && this.child.signalCode === null }
+
+  start (): void {
+    if (this.running) throw new Error(`agent ${this.name} is already running`)
+    this.incarnation++
+    const [cmd, args] = agentCommand(this.options.netns)
+    const child = spawn(cmd, args, { env: { ...process.env, ...this.options.env }, stdio: ['ignore', 'pipe', 'pipe'] })
+    this.log.write(`--- incarnation ${this.incarnation} (pid ${child.pid ?? '?'}) at ${new Date().toISOString()}\n`)
+    child.stdout?.pipe(this.log, { end: false })
+    child.stderr?.pipe(this.log, { end: false })
+    this.exited = new Promise(resolve => {
+      child.once('exit', (code, signal) => { resolve(); this.options.onExit?.(code, signal) })
+    })
+    this.child = child
+    this.stopped = false
+  }
+
+  /** Sends a signal to the agent process (SIGKILL, SIGSTOP, SIGCONT, SIGTERM). */
+  signal (sig: NodeJS.Signals): void {
+    if (this.child?.pid === undefined || !this.running) throw new Error(`agent ${this.name} is not running`)
+    process.kill(this.child.pid, sig)
+    if (sig === 'SIGSTOP') this.stopped = true
+    if (sig === 'SIGCONT') this.stopped = false
+  }
+
+  async killAndWait (): Promise<void> {
+    if (this.running) this.signal('SIGKILL')
+    await this.exited
+  }
+
+  /** SIGTERM (after SIGCONT, in case it is frozen), then SIGKILL if it has not left within graceMs. */
+  async stop (graceMs = 10_000): Promise<void> {
+    if (!this.running) return
+    try { this.signal('SIGCONT') } catch { /* gone meanwhile */ }
+    try { this.signal('SIGTERM') } catch { /* gone meanwhile */ }
+    const timer = setTimeout(() => { if (this.running) this.signal('SIGKILL') }, graceMs)
+    await this.exited
+    clearTimeout(timer)
+  }
+
+  close (): void { this.log.end() }
+}
+
+/** Stops every agent, whatever state each is in, and closes their logs; never throws. */
+export async function stopAgents (agents: readonly AgentProcess[], graceMs?: number): Promise<void> {
+  await Promise.all(agents.map(async a => { await a.stop(graceMs).catch(() => {}); a.close() }))
+}

@@ -34,6 +34,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NODE = os.path.join(ROOT, "node_modules", ".bin", "node")
 AGENT = os.path.join(ROOT, "dist", "agent", "main.js")
 CHUNK = 1 << 22
+JSON_MAX_ELEMENTS = 64 * 1024 * 1024  # the sidecar API's limit for base64 JSON (agent/workloads/sidecar/request-parsing.ts)
 
 
 def free_port() -> int:
@@ -83,6 +84,8 @@ class Base64Trainer:
     """The path every trainer had before issue 15, kept here as the 'before' row."""
 
     def __init__(self, url: str, elements: int) -> None:
+        if elements > JSON_MAX_ELEMENTS:
+            raise RuntimeError(f"the API before issue 15 carried at most {JSON_MAX_ELEMENTS} values (base64 inside one JSON document) and refused to register {elements}")
         self.url = url
         self.values = np.zeros(elements, np.float32)
         self.call("/v1/register", {"tensors": [{"name": "x", "shape": [elements]}]})

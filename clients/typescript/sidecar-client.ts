@@ -232,7 +232,7 @@ export class SharedRegion {
       const t = tensors[place.name]
       if (t === undefined) continue
       if (t.byteLength !== place.bytes) throw new Error(`tensor "${place.name}" has ${t.byteLength} bytes but the region holds ${place.bytes}`)
-      writeSync(this.fd, new Uint8Array(t.buffer, t.byteOffset, t.byteLength), 0, t.byteLength, place.offset)
+      writeFully(this.fd, new Uint8Array(t.buffer, t.byteOffset, t.byteLength), place.offset)
     }
     this.writeU64(8, odd + 1)
   }
@@ -242,7 +242,7 @@ export class SharedRegion {
     const layout = regionLayout(this.specs).offsets
     return Object.fromEntries(this.specs.map((t, i) => {
       const bytes = new Uint8Array(layout[i].bytes)
-      readSync(this.fd, bytes, 0, bytes.byteLength, layout[i].offset)
+      readFully(this.fd, bytes, layout[i].offset)
       return [t.name, itemSize(t.dtype) === 4 ? new Float32Array(bytes.buffer) : new Uint16Array(bytes.buffer)]
     }))
   }
@@ -275,4 +275,21 @@ export function decodeFloat32 (text: string): Float32Array {
 
 function decodeAll (tensors: Record<string, string>): Record<string, Float32Array> {
   return Object.fromEntries(Object.entries(tensors).map(([name, text]) => [name, decodeFloat32(text)]))
+}
+
+/** Node's readSync/writeSync coerce the length to an int32 and may move fewer bytes than asked: loop in calls of at most 1 GiB. */
+const MAX_IO_BYTES = 1 << 30
+
+function writeFully (fd: number, from: Uint8Array, position: number): void {
+  let done = 0
+  while (done < from.byteLength) done += writeSync(fd, from, done, Math.min(from.byteLength - done, MAX_IO_BYTES), position + done)
+}
+
+function readFully (fd: number, into: Uint8Array, position: number): void {
+  let done = 0
+  while (done < into.byteLength) {
+    const n = readSync(fd, into, done, Math.min(into.byteLength - done, MAX_IO_BYTES), position + done)
+    if (n === 0) throw new Error(`the region ended at byte ${position + done}`)
+    done += n
+  }
 }

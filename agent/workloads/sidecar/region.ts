@@ -8,6 +8,9 @@ import type { DistanceSum } from './distance.js'
 import { createRegionKernels, type KernelBackend, type RegionKernels } from '../../kernels/reduce-kernels.js'
 
 /** The bounded buffers an agent converts 16-bit tensors through and checks region values in. */
+/** Node's readSync/writeSync coerce the length to an int32: a tensor of 2 GiB or more moves in calls of at most this. */
+const MAX_IO_BYTES = 1 << 30
+
 export const SCRATCH_BYTES = 4 * 1024 * 1024
 
 /**
@@ -226,7 +229,7 @@ export class Region {
   private readFully (into: Uint8Array, position: number): void {
     let done = 0
     while (done < into.byteLength) {
-      const n = readSync(this.fd, into, done, into.byteLength - done, position + done)
+      const n = readSync(this.fd, into, done, Math.min(into.byteLength - done, MAX_IO_BYTES), position + done)
       if (n === 0) throw new RequestError(400, `region "${this.name}" ended at byte ${position + done}; it shrank after register`)
       done += n
     }
@@ -234,7 +237,7 @@ export class Region {
 
   private writeFully (from: Uint8Array, position: number): void {
     let done = 0
-    while (done < from.byteLength) done += writeSync(this.fd, from, done, from.byteLength - done, position + done)
+    while (done < from.byteLength) done += writeSync(this.fd, from, done, Math.min(from.byteLength - done, MAX_IO_BYTES), position + done)
   }
 
   private readU64 (offset: number): number {

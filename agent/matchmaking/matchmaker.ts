@@ -212,7 +212,12 @@ export class Matchmaker {
           groupKey: search.groupKey,
           info: search.info
         }))
-        const first = await framed.read(requestMs)
+        // Wait for the answer as long as the leader may still assemble with us (its expiration plus
+        // one request timeout, as for its second message): a follower that gave up after a bare
+        // request timeout while its ACCEPTED was under way was counted by the leader and listed in a
+        // group it never ran in (16 peers on two busy cores: groups of 4 listing 3 such ghosts).
+        const answerMs = Math.max(requestMs, (leaderExpiration - this.now()) * 1000 + requestMs)
+        const first = await framed.read(answerMs)
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')

@@ -41,6 +41,10 @@ export const AGENT_ENV = {
   workload: { name: 'AVS_WORKLOAD', description: 'builtin (tfjs training on a synthetic shard) or sidecar (a trainer drives the agent through its local API).', default: 'builtin' },
   sidecarPort: { name: 'AVS_SIDECAR_PORT', description: 'Loopback TCP port of the sidecar API (workload=sidecar).', default: '9401' },
   shmDir: { name: 'AVS_SHM_DIR', description: 'Memory-backed folder shared with the trainer container, holding its tensor regions (workload=sidecar, docs/trainer-api.md); unset, trainers hand tensors over in HTTP bodies.' },
+  checkpointDir: { name: 'AVS_CHECKPOINT_DIR', description: 'Folder the swarm\'s checkpoints live in, shared by its agents (spec.checkpoint.volume, mounted at /var/lib/avs/checkpoints; a folder of this machine in the local runtime): safetensors files and manifests under <folder>/<swarm>/. An agent that finds no live peer to download state from restores the newest complete checkpoint. Unset, nothing is written or restored.' },
+  checkpointEvery: { name: 'AVS_CHECKPOINT_EVERY', description: 'Averaging rounds between checkpoints (1 to 1000000000); in each group that completes such a round, its member with the smallest peer id writes.', default: '100' },
+  checkpointKeep: { name: 'AVS_CHECKPOINT_KEEP', description: 'Newest complete checkpoints kept (1 to 1000); older ones are deleted once a newer one is complete.', default: '3' },
+  completionRounds: { name: 'AVS_COMPLETION_ROUNDS', description: 'The run ends after this many averaging rounds (1 to 1000000000000): the agents write a final checkpoint (when checkpoints are on), report averaging_completed 1 and stop averaging. Unset, the swarm averages until it is deleted.' },
   shardIndex: { name: 'AVS_SHARD_INDEX', description: 'Data shard of the builtin workload; defaults to the pod ordinal parsed from AVS_POD_NAME.' },
   logLevel: { name: 'AVS_LOG_LEVEL', description: 'trace | debug | info | warn | error.', default: 'info' }
 } as const satisfies Record<string, EnvVarSpec>

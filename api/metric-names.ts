@@ -61,6 +61,17 @@ export const AGENT_METRICS = {
   trainerLoss: agent.gauge('averaging_trainer_loss'),
   trainerSamples: agent.counter('averaging_trainer_samples_total'),
   paramsHash: agent.gauge('averaging_params_hash'),
+  /** Checkpoints (agent/checkpoint/): outcome written | refused (another writer had the round) | failed. */
+  checkpointWrites: agent.counter('averaging_checkpoint_writes_total', ['outcome']),
+  checkpointSeconds: agent.histogram('averaging_checkpoint_write_duration_seconds'),
+  checkpointBytes: agent.gauge('averaging_checkpoint_bytes'),
+  /** The newest round this agent knows to be durably checkpointed (written, seen complete, or restored). */
+  checkpointRound: agent.gauge('averaging_checkpoint_round'),
+  checkpointTimestamp: agent.gauge('averaging_checkpoint_timestamp_seconds'),
+  /** Newer checkpoints restore passed over (torn, corrupt, wrong schema), each logged with its reason. */
+  checkpointSkipped: agent.counter('averaging_checkpoint_skipped_total'),
+  /** 1 once this agent reached the swarm's completion and the final checkpoint is durable. */
+  completed: agent.gauge('averaging_completed'),
   info: agent.gauge('averaging_agent_info', ['backend', 'mode', 'workload', 'version'])
 } as const
 

@@ -100,6 +100,7 @@ export class Matchmaker {
       return group
     } finally {
       signal?.removeEventListener('abort', onAbort)
+      clearTimeout(search.expiryTimer)
       this.search = null
       search.disband(null, 'search ended')
       this.wakeup.notify()
@@ -120,6 +121,7 @@ export class Matchmaker {
           search.disband(null, 'too few peers before the leader expired')
         }
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
+        this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
         this.config.log?.(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
         pollMs = POLL_MIN_MS
@@ -145,6 +147,24 @@ export class Matchmaker {
       pollMs = Math.min(POLL_MAX_MS, pollMs * 2)
     }
     return search.group
+  }
+
+  /**
+   * A leader assembles at its expiration on a timer, not when the search loop next comes round:
+   * a rendezvous lookup stuck on slow replicas held a leader 6 s past its expiration, its
+   * followers gave up on it meanwhile, and it listed them in a group they never ran in.
+   */
+  private assembleOnExpiry (search: Search): void {
+    clearTimeout(search.expiryTimer)
+    const expiration = search.declaredExpiration
+    if (expiration == null) return
+    search.expiryTimer = setTimeout(() => {
+      if (search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return
+      if (search.followers.size > 0 && search.followers.size + 1 >= this.config.minGroupSize) {
+        search.assemble()
+        this.wakeup.notify()
+      }
+    }, Math.max(0, (expiration - this.now()) * 1000))
   }
 
   private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
@@ -227,6 +247,8 @@ export class Matchmaker {
           if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
           return null
         }
+        // Our own group assembled at our expiration while we waited: leave, so this leader drops us.
+        if (search.assembled) { await framed.closeWrite(); return null }
         search.currentLeader = leaderId
         search.disband(leaderId, 'our leader joined another group')
         return framed

@@ -22,6 +22,8 @@ export class Search {
   readonly followers = new Map<string, Follower>()
   readonly tried = new Set<string>()
   readonly rejections: string[] = []
+  /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
+  expiryTimer: NodeJS.Timeout | undefined
   private outcome: GroupInfo | null = null
   private finish!: (group: GroupInfo) => void
   readonly done: Promise<GroupInfo>

@@ -32,6 +32,13 @@ export class AgentMetrics {
   readonly trainerSamples: Counter
   readonly paramsHash: Gauge
   readonly info: Gauge<'backend' | 'mode' | 'workload' | 'version'>
+  readonly checkpointWrites: Counter<'outcome'>
+  readonly checkpointSeconds: Histogram
+  readonly checkpointBytes: Gauge
+  readonly checkpointRound: Gauge
+  readonly checkpointTimestamp: Gauge
+  readonly checkpointSkipped: Counter
+  readonly completed: Gauge
 
   constructor (swarm: string) {
     const registers = [this.registry]
@@ -62,6 +69,13 @@ export class AgentMetrics {
     this.trainerLoss = new Gauge({ name: M.trainerLoss.name, help: 'Last loss the sidecar trainer reported.', registers })
     this.trainerSamples = new Counter({ name: M.trainerSamples.name, help: 'Samples the sidecar trainer reported training on.', registers })
     this.paramsHash = new Gauge({ name: M.paramsHash.name, help: 'Low 48 bits of the hash of the trainer\'s parameters: peers holding the same parameters show the same value.', registers })
+    this.checkpointWrites = new Counter({ name: M.checkpointWrites.name, help: 'Checkpoint writes by outcome: written, refused (another writer had the round) or failed.', labelNames: M.checkpointWrites.labels, registers })
+    this.checkpointSeconds = new Histogram({ name: M.checkpointSeconds.name, help: 'Seconds a checkpoint write took (snapshot excluded), fsyncs included.', buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300], registers })
+    this.checkpointBytes = new Gauge({ name: M.checkpointBytes.name, help: 'Bytes of the last checkpoint this agent wrote.', registers })
+    this.checkpointRound = new Gauge({ name: M.checkpointRound.name, help: 'Newest round this agent knows to be durably checkpointed (written, seen complete or restored).', registers })
+    this.checkpointTimestamp = new Gauge({ name: M.checkpointTimestamp.name, help: 'Unix seconds of that checkpoint.', registers })
+    this.checkpointSkipped = new Counter({ name: M.checkpointSkipped.name, help: 'Newer checkpoints a restore passed over (torn, corrupt or another schema).', registers })
+    this.completed = new Gauge({ name: M.completed.name, help: '1 once this agent reached the swarm\'s completion and the final checkpoint is durable.', registers })
     this.info = new Gauge({ name: M.info.name, help: 'Constant 1, labelled with the tensor backend, peer mode, workload and version.', labelNames: M.info.labels, registers })
   }
 

@@ -14,6 +14,8 @@ const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 const REPLICAS = 3
 const CLOSEST_CACHE_MS = 60_000
 const SUSPECT_MS = 30_000
+/** A settled find waits this many request timeouts at most for the key's network lookup. */
+const SETTLE_REQUEST_TIMEOUTS = 3
 /** Addresses kept per entry, and the longest one accepted. */
 const MAX_ADDRS = 16
 const MAX_ADDR_BYTES = 256
@@ -67,12 +69,18 @@ export class Rendezvous {
     return await this.exchange(key, entry)
   }
 
-  async find (key: string): Promise<StoredEntry[]> {
-    return await this.exchange(key, undefined)
+  /**
+   * What the key's replicas hold. `settled` waits (a bounded while) for the network lookup of the
+   * key's closest peers first: for a one-off question of a peer that just joined, whose routing
+   * table may hold only its bootstrap peers, which need not be the key's replicas (seen: a
+   * restarted agent found no state donor in a swarm full of them).
+   */
+  async find (key: string, options: { settled?: boolean } = {}): Promise<StoredEntry[]> {
+    return await this.exchange(key, undefined, options.settled === true)
   }
 
-  private async exchange (key: string, entry: StoredEntry | undefined): Promise<StoredEntry[]> {
-    const replicas = await this.replicasFor(key)
+  private async exchange (key: string, entry: StoredEntry | undefined, settled = false): Promise<StoredEntry[]> {
+    const replicas = await this.replicasFor(key, settled)
     const request = RendezvousRequest.encode({ key, store: entry != null ? toWire(entry) : undefined })
     const results = await Promise.allSettled(replicas.map(async (peer) => {
       if (peer.equals(this.node.peerId)) return this.serveLocally(key, entry)
@@ -131,7 +139,7 @@ export class Rendezvous {
    * k-bucket's reach); a network lookup, too slow to wait for (~1 s on loopback), refines the
    * set in the background for later rounds on the same key.
    */
-  private async replicasFor (key: string): Promise<PeerId[]> {
+  private async replicasFor (key: string, settled = false): Promise<PeerId[]> {
     const keyBytes = new TextEncoder().encode(key)
     const target = (await sha256.digest(keyBytes)).digest
     // The local table answers at once; a network lookup (in the background) finds the true
@@ -139,6 +147,7 @@ export class Rendezvous {
     // subsets of a small swarm wrote and read one key on different replicas and never met (seen:
     // 16 peers on a 4x4 Moshpit grid forming groups of 2 and 3).
     this.refreshClosest(key, keyBytes)
+    if (settled) await this.settleLookup(key)
     const cached = this.closestCache.get(key)
     const table = (this.node.services.dht as unknown as { routingTable?: { closestPeers: (id: Uint8Array, o: { count: number }) => PeerId[] } }).routingTable
     const candidates: PeerId[] = [this.node.peerId, ...(table?.closestPeers(target, { count: REPLICAS * 2 }) ?? []), ...(cached?.peers ?? [])]
@@ -157,6 +166,15 @@ export class Rendezvous {
   /** Starts finding a key's closest peers ahead of its first use (e.g. the next round's group key). */
   prefetch (key: string): void {
     this.refreshClosest(key, new TextEncoder().encode(key))
+  }
+
+  /** Waits for the key's pending lookup, at most a few request timeouts (a lookup ends at 30 s). */
+  private async settleLookup (key: string): Promise<void> {
+    const pending = this.closestCache.get(key)?.pending
+    if (pending == null) return
+    let timer: NodeJS.Timeout | undefined
+    const bound = new Promise<void>(resolve => { timer = setTimeout(resolve, SETTLE_REQUEST_TIMEOUTS * this.options.requestTimeoutMs) })
+    await Promise.race([pending, bound]).finally(() => { clearTimeout(timer) })
   }
 
   private refreshClosest (key: string, keyBytes: Uint8Array): void {

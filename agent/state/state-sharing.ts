@@ -110,7 +110,7 @@ export class StateSharing {
     const self = this.node.peerId.toString()
     let entries: StoredEntry[]
     try {
-      entries = (await this.rendezvous.find(this.key)).filter(e => e.looking && e.peerId !== self)
+      entries = (await this.rendezvous.find(this.key, { settled: true })).filter(e => e.looking && e.peerId !== self)
     } catch (err) {
       this.options.log?.(`looking up state donors failed: ${describeError(err)}`)
       entries = []

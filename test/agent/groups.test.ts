@@ -8,21 +8,33 @@ const small = (peer: number) => [{ name: 'x', shape: [2000], data: fill(2000, pe
 test('16 peers with targetGroupSize 4 form groups of at most 4, nobody in two groups', { timeout: 120_000 }, async () => {
   const swarm = await startSwarm(16, { tensors: small, config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 3, averagingExpiration: 6 }) })
   try {
-    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+    const outcomes = await Promise.allSettled(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+    // A leader whose declaration runs out assembles below target (minGroupSize 2), as hivemind's
+    // does: 4+4+4+3 leaves one peer that nobody can take in this round, and its step fails
+    // cleanly (seen in a clean-clone CI run on a loaded machine). Two or more left over can
+    // still pair, so at most one may fail, and only so.
+    const failed = outcomes.flatMap((o, i) => o.status === 'rejected' ? [{ i, reason: o.reason as unknown }] : [])
+    for (const f of failed) assert.ok(f.reason instanceof MatchmakingError, `peer ${f.i} failed otherwise: ${String(f.reason)}`)
+    assert.ok(failed.length <= 1, `${failed.length} peers found no group; two or more could have paired`)
+    const results = outcomes.flatMap((o, i) => o.status === 'fulfilled' ? [{ i, r: o.value }] : [])
     const members = new Map<string, Set<string>>()
-    results.forEach((r, i) => {
+    for (const { i, r } of results) {
       assert.ok(r.peers.length >= 2 && r.peers.length <= 4, `group of ${r.peers.length}`)
       const set = members.get(r.groupId) ?? new Set()
       set.add(swarm.nodes[i].peerId.toString())
       members.set(r.groupId, set)
-    })
+    }
     for (const [groupId, set] of members) {
-      const claimed = results.find(r => r.groupId === groupId)!.peers
+      const claimed = results.find(({ r }) => r.groupId === groupId)!.r.peers
       assert.deepEqual([...set].sort(), [...claimed].sort(), 'every listed member ran in that group, and only there')
     }
+    if (failed.length === 1) {
+      const sizes = [...members.values()].map(s => s.size)
+      assert.ok(sizes.some(n => n < 4), `a peer was left over although every group filled (${sizes.join('+')})`)
+    }
     const seen = new Set<string>()
-    for (const r of results) for (const p of r.peers) if (r.groupId === [...members.keys()].find(g => members.get(g)!.has(p))) seen.add(p)
-    assert.equal(seen.size, 16, 'each peer is in exactly one group')
+    for (const { r } of results) for (const p of r.peers) if (r.groupId === [...members.keys()].find(g => members.get(g)!.has(p))) seen.add(p)
+    assert.equal(seen.size, 16 - failed.length, 'each peer that averaged is in exactly one group')
   } finally { await swarm.stop() }
 })
 

@@ -6,7 +6,8 @@
  * catch anything else. See README.md for the argument.
  */
 import { randomBytes } from 'node:crypto'
-import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises'
+import { link, mkdir, open, readFile, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises'
+import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { isDtype, type StorageDtype } from '../workloads/sidecar/dtypes.js'
 import { SafetensorsReader, writeSafetensors, type TensorSource } from './safetensors.js'
@@ -20,6 +21,9 @@ export const DEFAULT_KEEP = 3
 export class CheckpointError extends Error {
   override readonly name = 'CheckpointError'
 }
+
+/** Another writer has (or is writing) this round: not a failure, the round is or will be durable. */
+export class CheckpointTakenError extends CheckpointError {}
 
 export interface ManifestTensor {
   readonly name: string
@@ -69,23 +73,33 @@ export interface LoadedCheckpoint {
 }
 
 const SWARM_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/
-const ROUND_FILE = /^round-(0|[1-9][0-9]{0,15})\.(json|safetensors)$/
+const ROUND_FILE = /^round-(0|[1-9][0-9]{0,15})(?:-[0-9a-f]{12})?\.(json|safetensors)$/
 const TMP_FILE = /^\..+\.([0-9]+)\.[0-9a-f]{12}\.tmp$/
+const CLAIM_FILE = /^\.round-(0|[1-9][0-9]{0,15})\.claim$/
+/** A claim older than this is a dead writer's: the round may be written again (its manifest link still decides). */
+const CLAIM_STALE_MS = 10 * 60_000
 
 export function swarmDir (dir: string, swarm: string): string {
   if (!SWARM_NAME.test(swarm)) throw new CheckpointError(`Swarm name ${JSON.stringify(swarm)} is not a valid folder name.`)
   return join(dir, swarm)
 }
-export const dataName = (round: number): string => `round-${round}.safetensors`
+/** A data file's name: `round-<n>-<writer tag>.safetensors`, so that concurrent writers of one round never share a file. */
+export const dataName = (round: number, tag?: string): string => tag === undefined ? `round-${round}.safetensors` : `round-${round}-${tag}.safetensors`
 export const manifestName = (round: number): string => `round-${round}.json`
+const claimName = (round: number): string => `.round-${round}.claim`
+const isDataOf = (name: string, round: number): boolean => name === dataName(round) || new RegExp(`^round-${round}-[0-9a-f]{12}\\.safetensors$`).test(name)
 
 async function fsyncDir (path: string): Promise<void> {
   const fh = await open(path, 'r')
   try { await fh.sync() } finally { await fh.close() }
 }
 
-/** Writes `fill`'s output under a temporary name in `folder`, fsyncs it, renames it to `name`, fsyncs the folder. */
-async function writeAtomically<T> (folder: string, name: string, fill: (fh: FileHandle) => Promise<T>): Promise<T> {
+/**
+ * Writes `fill`'s output under a temporary name in `folder`, fsyncs it, puts it in place as `name`,
+ * fsyncs the folder. `exclusive`: put in place with link(2), which fails when `name` exists, so of
+ * several writers exactly one wins (POSIX, NFS included); otherwise rename(2), which replaces.
+ */
+async function writeAtomically<T> (folder: string, name: string, fill: (fh: FileHandle) => Promise<T>, exclusive = false): Promise<T> {
   const tmp = join(folder, `.${name}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`)
   let renamed = false
   try {
@@ -97,7 +111,17 @@ async function writeAtomically<T> (folder: string, name: string, fill: (fh: File
     } finally {
       await fh.close()
     }
-    await rename(tmp, join(folder, name))
+    if (exclusive) {
+      try {
+        await link(tmp, join(folder, name))
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw new CheckpointTakenError(`${name} was written by another agent first.`)
+        throw err
+      }
+      await unlink(tmp)
+    } else {
+      await rename(tmp, join(folder, name))
+    }
     renamed = true
     await fsyncDir(folder)
     return result
@@ -144,6 +168,10 @@ export async function listCheckpoints (dir: string, swarm: string): Promise<Arra
 async function removeStaleTemporaries (folder: string): Promise<string[]> {
   const removed: string[] = []
   for (const name of await readdir(folder)) {
+    if (CLAIM_FILE.test(name)) {
+      if (!await claimIsLive(join(folder, name))) await unlink(join(folder, name)).then(() => removed.push(name), () => {})
+      continue
+    }
     const m = TMP_FILE.exec(name)
     if (m === null) continue
     const pid = Number(m[1])
@@ -153,9 +181,50 @@ async function removeStaleTemporaries (folder: string): Promise<string[]> {
   return removed
 }
 
+/** Tells this process's claims from a previous incarnation's (a restarted container is often pid 1 again). */
+const INCARNATION = randomBytes(8).toString('hex')
+
+/** Whether a claim (`<host> <pid> <incarnation>`) still belongs to a live writer. */
+async function claimIsLive (path: string): Promise<boolean> {
+  const [text, age] = await Promise.all([
+    readFile(path, 'utf8').catch(() => ''),
+    stat(path).then(s => Date.now() - s.mtimeMs, () => 0)
+  ])
+  const [host, pidText, incarnation] = text.trim().split(' ')
+  const pid = Number(pidText)
+  if (host === hostname() && Number.isSafeInteger(pid)) {
+    if (incarnation === INCARNATION) return true
+    return pid !== process.pid && isAlive(pid)
+  }
+  return age < CLAIM_STALE_MS
+}
+
+/**
+ * Claims a round for this writer (O_EXCL), so that the other groups finishing the same round skip
+ * the write instead of all writing it. A dead writer's claim (same host and its process gone, or
+ * older than CLAIM_STALE_MS) is taken over; the manifest's link still decides who wins.
+ */
+async function claimRound (folder: string, round: number): Promise<() => Promise<void>> {
+  const path = join(folder, claimName(round))
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const fh = await open(path, 'wx', 0o644)
+      try { await fh.writeFile(`${hostname()} ${process.pid} ${INCARNATION}\n`) } finally { await fh.close() }
+      return async () => { await unlink(path).catch(() => {}) }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err
+      if (await claimIsLive(path)) throw new CheckpointTakenError(`Round ${round} is being written by another agent.`)
+      await unlink(path).catch(() => {})
+    }
+  }
+}
+
 /**
  * Writes checkpoint `round` atomically (data, then manifest, then `latest`), then deletes checkpoints
- * older than the newest `keep` complete ones. One writer per swarm folder at a time.
+ * older than the newest `keep` complete ones. Several agents may call it for one folder at once
+ * (every group that completes a checkpoint round has a writer): each writes its own data file, and
+ * the manifest is put in place with link(2), so exactly one wins. The others get CheckpointTakenError,
+ * as does a round already checkpointed, being written, or older than the newest checkpoint.
  */
 export async function writeCheckpoint (opts: WriteCheckpointOptions): Promise<{ manifest: Manifest, path: string, removed: string[] }> {
   const { dir, swarm, round, samples } = opts
@@ -167,45 +236,59 @@ export async function writeCheckpoint (opts: WriteCheckpointOptions): Promise<{ 
   await mkdir(folder, { recursive: true })
   const removed = await removeStaleTemporaries(folder)
   const existing = await listCheckpoints(dir, swarm)
-  if (existing.some(c => c.round === round && c.manifest)) throw new CheckpointError(`Round ${round} of swarm "${swarm}" is already checkpointed.`)
-  const time = (opts.time ?? new Date()).toISOString()
-  const metadata: Record<string, string> = {
-    format: 'pt',
-    'averaging_swarm.swarm': swarm,
-    'averaging_swarm.round': String(round),
-    'averaging_swarm.samples': String(samples),
-    'averaging_swarm.time': time,
-    ...opts.metadata
-  }
-  const written = await writeAtomically(folder, dataName(round), async fh => await writeSafetensors(fh, opts.tensors, metadata))
-  const manifest: Manifest = {
-    format: MANIFEST_FORMAT,
-    swarm,
-    round,
-    samples,
-    time,
-    file: { name: dataName(round), bytes: written.bytes, headerBytes: written.headerBytes },
-    tensors: opts.tensors.map((t, i) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], sha256: written.sha256[i] })),
-    trainerState: opts.trainerState ?? {}
-  }
-  await writeAtomically(folder, manifestName(round), writeText(JSON.stringify(manifest, null, 1) + '\n'))
-  const complete = [...existing.filter(c => c.manifest).map(c => c.round), round].sort((a, b) => b - a)
-  if (complete[0] === round) {
-    await writeAtomically(folder, 'latest', writeText(JSON.stringify({ round, manifest: manifestName(round), data: dataName(round) }) + '\n'))
-  }
-  // Prune: everything older than the oldest of the newest `keep` complete checkpoints; manifest first,
-  // so an interrupted delete leaves an orphan data file (ignored, deleted next time), never a manifest without data.
-  const oldestKept = complete[Math.min(keep, complete.length) - 1]
-  for (const c of existing) {
-    if (c.round >= oldestKept) continue
-    for (const name of [manifestName(c.round), dataName(c.round)]) {
-      await unlink(join(folder, name)).then(() => removed.push(name), (err: NodeJS.ErrnoException) => {
-        if (err.code !== 'ENOENT') throw err
-      })
+  if (existing.some(c => c.round === round && c.manifest)) throw new CheckpointTakenError(`Round ${round} of swarm "${swarm}" is already checkpointed.`)
+  const newest = existing.find(c => c.manifest)
+  if (newest !== undefined && newest.round > round) throw new CheckpointTakenError(`Round ${round} of swarm "${swarm}" is older than its checkpoint of round ${newest.round}.`)
+  const release = await claimRound(folder, round)
+  try {
+    const time = (opts.time ?? new Date()).toISOString()
+    const metadata: Record<string, string> = {
+      format: 'pt',
+      'averaging_swarm.swarm': swarm,
+      'averaging_swarm.round': String(round),
+      'averaging_swarm.samples': String(samples),
+      'averaging_swarm.time': time,
+      ...opts.metadata
     }
+    const file = dataName(round, randomBytes(6).toString('hex'))
+    const written = await writeAtomically(folder, file, async fh => await writeSafetensors(fh, opts.tensors, metadata))
+    const manifest: Manifest = {
+      format: MANIFEST_FORMAT,
+      swarm,
+      round,
+      samples,
+      time,
+      file: { name: file, bytes: written.bytes, headerBytes: written.headerBytes },
+      tensors: opts.tensors.map((t, i) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], sha256: written.sha256[i] })),
+      trainerState: opts.trainerState ?? {}
+    }
+    try {
+      await writeAtomically(folder, manifestName(round), writeText(JSON.stringify(manifest, null, 1) + '\n'), true)
+    } catch (err) {
+      await unlink(join(folder, file)).catch(() => {})
+      throw err
+    }
+    const complete = [...existing.filter(c => c.manifest).map(c => c.round), round].sort((a, b) => b - a)
+    if (complete[0] === round) {
+      await writeAtomically(folder, 'latest', writeText(JSON.stringify({ round, manifest: manifestName(round), data: file }) + '\n'))
+    }
+    // Prune: everything older than the oldest of the newest `keep` complete checkpoints; manifest first,
+    // so an interrupted delete leaves an orphan data file (ignored, deleted next time), never a manifest without data.
+    const oldestKept = complete[Math.min(keep, complete.length) - 1]
+    const names = await readdir(folder)
+    for (const c of existing) {
+      if (c.round >= oldestKept) continue
+      for (const name of [manifestName(c.round), ...names.filter(n => isDataOf(n, c.round))]) {
+        await unlink(join(folder, name)).then(() => removed.push(name), (err: NodeJS.ErrnoException) => {
+          if (err.code !== 'ENOENT') throw err
+        })
+      }
+    }
+    if (removed.length > 0) await fsyncDir(folder)
+    return { manifest, path: join(folder, file), removed }
+  } finally {
+    await release()
   }
-  if (removed.length > 0) await fsyncDir(folder)
-  return { manifest, path: join(folder, dataName(round)), removed }
 }
 
 /** Reads and validates a manifest file; bounded by MAX_MANIFEST_BYTES. */
@@ -225,7 +308,7 @@ export async function readManifest (folder: string, round: number, swarm: string
   if (m.round !== round) bad('round')
   if (typeof m.samples !== 'number' || !Number.isFinite(m.samples)) bad('samples')
   if (typeof m.time !== 'string') bad('time')
-  if (typeof m.file !== 'object' || m.file === null || m.file.name !== dataName(round) ||
+  if (typeof m.file !== 'object' || m.file === null || typeof m.file.name !== 'string' || !isDataOf(m.file.name, round) ||
     !Number.isSafeInteger(m.file.bytes) || !Number.isSafeInteger(m.file.headerBytes)) bad('file')
   if (!Array.isArray(m.tensors)) bad('tensors')
   for (const t of m.tensors) {
@@ -285,7 +368,7 @@ Promise<{ ok: true, manifest: Manifest, tensors?: Map<string, Float32Array> } | 
     const why = schemaMismatch(manifest, opts.schema)
     if (why !== undefined) return { ok: false, file: manifestName(round), reason: `does not match the schema: ${why}` }
   }
-  const file = dataName(round)
+  const file = manifest.file.name
   let reader: SafetensorsReader
   try {
     reader = await SafetensorsReader.open(join(folder, file))
@@ -334,7 +417,7 @@ Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }> {
     }
     const result = await verifyCheckpoint(dir, swarm, c.round, { schema, load: true })
     if (result.ok) {
-      return { checkpoint: { manifest: result.manifest, path: join(swarmDir(dir, swarm), dataName(c.round)), tensors: result.tensors! }, skipped }
+      return { checkpoint: { manifest: result.manifest, path: join(swarmDir(dir, swarm), result.manifest.file.name), tensors: result.tensors! }, skipped }
     }
     skipped.push({ file: result.file, reason: result.reason })
     log(`checkpoint: skipping ${swarm}/${result.file}: ${result.reason}`)

@@ -3,7 +3,7 @@ export type { Header, SafetensorsDtype, TensorEntry } from './format.js'
 export { SafetensorsReader, writeSafetensors } from './safetensors.js'
 export type { TensorSource, WriteResult } from './safetensors.js'
 export {
-  CheckpointError, DEFAULT_KEEP, MANIFEST_FORMAT, dataName, listCheckpoints, loadNewestCheckpoint, manifestName, readManifest,
+  CheckpointError, CheckpointTakenError, DEFAULT_KEEP, MANIFEST_FORMAT, dataName, listCheckpoints, loadNewestCheckpoint, manifestName, readManifest,
   swarmDir, verifyCheckpoint, writeCheckpoint
 } from './checkpoint.js'
 export type { CheckpointSchema, LoadedCheckpoint, Manifest, ManifestTensor, Skipped, WriteCheckpointOptions } from './checkpoint.js'

@@ -4,7 +4,7 @@ import { mkdtemp, open, readFile, readdir, rm, truncate, writeFile } from 'node:
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
-  CheckpointError, SafetensorsReader, loadNewestCheckpoint, verifyCheckpoint, writeCheckpoint, type CheckpointSchema
+  CheckpointError, CheckpointTakenError, SafetensorsReader, loadNewestCheckpoint, verifyCheckpoint, writeCheckpoint, type CheckpointSchema
 } from '../../../agent/checkpoint/index.js'
 import { floatBitsToBfloat, floatBitsToHalf, widen } from '../../../agent/workloads/sidecar/dtypes.js'
 import { roundTensors } from './tensors.js'
@@ -31,6 +31,18 @@ function expected (dtype: string, data: Float32Array): Float32Array {
   return out
 }
 
+/** The data file a round's manifest names (`round-<n>-<writer tag>.safetensors`). */
+async function dataFile (folder: string, round: number): Promise<string> {
+  const name = JSON.parse(await readFile(join(folder, `round-${round}.json`), 'utf8')).file.name as string
+  assert.match(name, new RegExp(`^round-${round}-[0-9a-f]{12}\\.safetensors$`))
+  return name
+}
+
+/** A folder's files with the writer tags of data files replaced by `*`. */
+async function listing (folder: string): Promise<string[]> {
+  return (await readdir(folder)).map(n => n.replace(/-[0-9a-f]{12}\.safetensors$/, '-*.safetensors')).sort()
+}
+
 async function writeRounds (dir: string, rounds: number[], keep = 3): Promise<void> {
   for (const round of rounds) {
     await writeCheckpoint({ dir, swarm: 'sw', round, samples: round * 100, tensors: roundTensors(round, SIZES), keep, trainerState: { outerMomentum: ['w.m'] } })
@@ -40,9 +52,8 @@ async function writeRounds (dir: string, rounds: number[], keep = 3): Promise<vo
 test('a checkpoint round-trips every dtype (16-bit narrowed exactly as the sidecar does) with its manifest and latest', async () => {
   await withDir(async dir => {
     await writeRounds(dir, [4])
-    const files = (await readdir(join(dir, 'sw'))).sort()
-    assert.deepEqual(files, ['latest', 'round-4.json', 'round-4.safetensors'])
-    assert.deepEqual(JSON.parse(await readFile(join(dir, 'sw', 'latest'), 'utf8')), { round: 4, manifest: 'round-4.json', data: 'round-4.safetensors' })
+    assert.deepEqual(await listing(join(dir, 'sw')), ['latest', 'round-4-*.safetensors', 'round-4.json'])
+    assert.deepEqual(JSON.parse(await readFile(join(dir, 'sw', 'latest'), 'utf8')), { round: 4, manifest: 'round-4.json', data: await dataFile(join(dir, 'sw'), 4) })
     const { checkpoint, skipped } = await loadNewestCheckpoint(dir, 'sw', SCHEMA, quiet)
     assert.deepEqual(skipped, [])
     assert.ok(checkpoint !== null)
@@ -68,28 +79,29 @@ test('16-bit tensors may be given as stored bits; float32 must be a Float32Array
   await withDir(async dir => {
     const bits = Uint16Array.from([0x3c00, 0x7e01, 0xfc00, 0x0001])
     await writeCheckpoint({ dir, swarm: 'sw', round: 1, samples: 1, tensors: [{ name: 'x', dtype: 'float16', shape: [4], data: bits }] })
-    const reader = await SafetensorsReader.open(join(dir, 'sw', 'round-1.safetensors'))
+    const reader = await SafetensorsReader.open(join(dir, 'sw', await dataFile(join(dir, 'sw'), 1)))
     try { assert.deepEqual(new Uint16Array((await reader.readRaw('x')).buffer), bits) } finally { await reader.close() }
     await assert.rejects(writeCheckpoint({ dir, swarm: 'sw', round: 2, samples: 1, tensors: [{ name: 'x', dtype: 'float32', shape: [4], data: bits }] }), /must be given as a Float32Array/)
     await assert.rejects(writeCheckpoint({ dir, swarm: 'sw', round: 2, samples: 1, tensors: [{ name: 'x', dtype: 'float32', shape: [5], data: new Float32Array(4) }] }), /4 values for shape \[5\]/)
-    await assert.rejects(writeCheckpoint({ dir, swarm: 'sw', round: 1, samples: 1, tensors: [] }), /already checkpointed/)
+    await assert.rejects(writeCheckpoint({ dir, swarm: 'sw', round: 1, samples: 1, tensors: [] }), (e: unknown) => e instanceof CheckpointTakenError && /already checkpointed/.test(e.message))
+    await assert.rejects(writeCheckpoint({ dir, swarm: 'sw', round: 0, samples: 1, tensors: [] }), (e: unknown) => e instanceof CheckpointTakenError && /older than its checkpoint of round 1/.test(e.message))
     await assert.rejects(writeCheckpoint({ dir, swarm: '../x', round: 3, samples: 1, tensors: [] }), CheckpointError)
     // A failed write leaves no temporary file behind and round 1 intact.
-    assert.deepEqual((await readdir(join(dir, 'sw'))).sort(), ['latest', 'round-1.json', 'round-1.safetensors'])
+    assert.deepEqual(await listing(join(dir, 'sw')), ['latest', 'round-1-*.safetensors', 'round-1.json'])
   })
 })
 
 test('only the newest K complete checkpoints are kept', async () => {
   await withDir(async dir => {
     await writeRounds(dir, [1, 2, 3, 4, 5], 2)
-    assert.deepEqual((await readdir(join(dir, 'sw'))).sort(), ['latest', 'round-4.json', 'round-4.safetensors', 'round-5.json', 'round-5.safetensors'])
+    assert.deepEqual(await listing(join(dir, 'sw')), ['latest', 'round-4-*.safetensors', 'round-4.json', 'round-5-*.safetensors', 'round-5.json'])
   })
 })
 
 test('a corrupt or partial newest checkpoint is skipped with its reason and the one before it is used', async () => {
   const corruptions: Array<[string, (folder: string) => Promise<void>, RegExp]> = [
     ['flipped data byte', async f => {
-      const fh = await open(join(f, 'round-3.safetensors'), 'r+')
+      const fh = await open(join(f, await dataFile(f, 3)), 'r+')
       const { size } = await fh.stat()
       const b = Buffer.alloc(1)
       await fh.read(b, 0, 1, size - 5)
@@ -97,13 +109,13 @@ test('a corrupt or partial newest checkpoint is skipped with its reason and the 
       await fh.write(b, 0, 1, size - 5)
       await fh.close()
     }, /tensor "b" has sha256 [0-9a-f]{12}… where the manifest has/],
-    ['truncated data', async f => { await truncate(join(f, 'round-3.safetensors'), 5000) }, /past the \d+ bytes of data/],
+    ['truncated data', async f => { await truncate(join(f, await dataFile(f, 3)), 5000) }, /past the \d+ bytes of data/],
     ['garbage header', async f => {
-      const fh = await open(join(f, 'round-3.safetensors'), 'r+')
+      const fh = await open(join(f, await dataFile(f, 3)), 'r+')
       await fh.write(Buffer.from('garbage!garbage!'), 0, 16, 0)
       await fh.close()
     }, /header length \d+ exceeds the limit/],
-    ['data file missing', async f => { await rm(join(f, 'round-3.safetensors')) }, /data file named by the manifest is missing/],
+    ['data file missing', async f => { await rm(join(f, await dataFile(f, 3))) }, /data file named by the manifest is missing/],
     ['manifest missing', async f => { await rm(join(f, 'round-3.json')) }, /no manifest: the write did not complete/],
     ['manifest garbage', async f => { await writeFile(join(f, 'round-3.json'), '{"format": ') }, /manifest is not valid JSON/],
     ['manifest of another round', async f => { await writeFile(join(f, 'round-3.json'), await readFile(join(f, 'round-2.json'))) }, /manifest's round is missing or invalid/]
@@ -116,10 +128,10 @@ test('a corrupt or partial newest checkpoint is skipped with its reason and the 
       const { checkpoint, skipped } = await loadNewestCheckpoint(dir, 'sw', SCHEMA, { log: l => lines.push(l) })
       assert.equal(checkpoint?.manifest.round, 2, what)
       assert.equal(skipped.length, 1, what)
-      assert.match(skipped[0].file, /^round-3\.(json|safetensors)$/, what)
+      assert.match(skipped[0].file, /^round-3(-[0-9a-f]{12})?\.(json|safetensors)$/, what)
       assert.match(skipped[0].reason, reason, what)
       assert.equal(lines.length, 1)
-      assert.match(lines[0], /^checkpoint: skipping sw\/round-3\./)
+      assert.match(lines[0], /^checkpoint: skipping sw\/round-3[.-]/)
       const v = await verifyCheckpoint(dir, 'sw', 3)
       assert.equal(v.ok, false, what)
       assert.equal((await verifyCheckpoint(dir, 'sw', 2)).ok, true)
@@ -137,5 +149,23 @@ test('a checkpoint that does not match the schema is skipped; with none valid th
     assert.deepEqual(skipped, [{ file: 'round-1.json', reason: 'does not match the schema: tensor "w" has shape [300, 7] where the schema has [7, 300]' }])
     const dtypes = await loadNewestCheckpoint(dir, 'sw', SCHEMA.map(t => ({ ...t, dtype: 'float32' as const })), quiet)
     assert.match(dtypes.skipped[0].reason, /tensor "h" is float16 where the schema has float32/)
+  })
+})
+
+test('agents writing one round at once: exactly one checkpoint is written, the others hear CheckpointTakenError', async () => {
+  await withDir(async dir => {
+    await writeRounds(dir, [1])
+    const writers = [10, 20, 30, 40].map(async (seed) => await writeCheckpoint({ dir, swarm: 'sw', round: 2, samples: seed, tensors: roundTensors(seed, SIZES) }))
+    const outcomes = await Promise.allSettled(writers)
+    const won = outcomes.flatMap((o, i) => o.status === 'fulfilled' ? [i] : [])
+    assert.equal(won.length, 1, 'one writer wins')
+    for (const o of outcomes) if (o.status === 'rejected') assert.ok(o.reason instanceof CheckpointTakenError, String(o.reason))
+    const { checkpoint } = await loadNewestCheckpoint(dir, 'sw', SCHEMA, quiet)
+    const seed = [10, 20, 30, 40][won[0]]
+    assert.equal(checkpoint?.manifest.samples, seed)
+    const w = roundTensors(seed, SIZES)[0]
+    assert.deepEqual(checkpoint.tensors.get('w'), w.data)
+    // The losers left nothing behind: one data file and one manifest per round, no claim, no temporary.
+    assert.deepEqual(await listing(join(dir, 'sw')), ['latest', 'round-1-*.safetensors', 'round-1.json', 'round-2-*.safetensors', 'round-2.json'])
   })
 })

@@ -31,7 +31,24 @@ export interface AgentConfig {
   readonly shmDir?: string
   readonly shardIndex: number
   readonly logLevel: string
+  /** AVS_CHECKPOINT_*: where and how often the swarm's averaged tensors are checkpointed; undefined: never. */
+  readonly checkpoint?: CheckpointPolicy
+  /** AVS_COMPLETION_ROUNDS: rounds after which the run is complete; undefined: it never is. */
+  readonly completionRounds?: number
 }
+
+export interface CheckpointPolicy {
+  readonly dir: string
+  /** Rounds between checkpoints. */
+  readonly every: number
+  /** Newest complete checkpoints kept. */
+  readonly keep: number
+}
+
+/** The bounds the CRD gives spec.checkpoint and spec.completion (api/agent-env.ts says the same). */
+export const CHECKPOINT_EVERY_MAX = 1_000_000_000
+export const CHECKPOINT_KEEP_MAX = 1000
+export const COMPLETION_ROUNDS_MAX = 1_000_000_000_000
 
 /** Parses Go-style durations ("15s", "500ms", "1m30s", "2h") into seconds. */
 export { parseDuration }
@@ -109,6 +126,15 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     if (identityKey.byteLength < 32 || identityKey.byteLength > 256) problems.push(`${AGENT_ENV.identityKey.name} is not a base64 protobuf private key`)
   }
   const ordinal = shardFromPodName(podName)
+  const checkpointDir = raw('checkpointDir')
+  const checkpoint: CheckpointPolicy | undefined = checkpointDir === undefined
+    ? undefined
+    : {
+        dir: checkpointDir,
+        every: parse('checkpointEvery', integer(1, CHECKPOINT_EVERY_MAX), 100),
+        keep: parse('checkpointKeep', integer(1, CHECKPOINT_KEEP_MAX), 3)
+      }
+  const completionRounds = parse<number | undefined>('completionRounds', integer(1, COMPLETION_ROUNDS_MAX), undefined)
   const config: AgentConfig = {
     swarm: raw('swarm') ?? '',
     namespace: raw('namespace') ?? 'default',
@@ -128,7 +154,9 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     sidecarPort: parse('sidecarPort', integer(0, 65535), 9401),
     shmDir: raw('shmDir'),
     shardIndex: parse('shardIndex', integer(0, 1_000_000), ordinal),
-    logLevel: parse('logLevel', oneOf('trace', 'debug', 'info', 'warn', 'error'), 'info')
+    logLevel: parse('logLevel', oneOf('trace', 'debug', 'info', 'warn', 'error'), 'info'),
+    ...(checkpoint === undefined ? {} : { checkpoint }),
+    ...(completionRounds === undefined ? {} : { completionRounds })
   }
   if (problems.length > 0) throw new AveragingError(problems.join('\n'))
   return config

@@ -17,6 +17,7 @@ import { sidecarWorkload } from './workloads/sidecar/workload.js'
 import { StateSharing } from './state/state-sharing.js'
 import type { Workload, WorkloadContext } from './workloads/context.js'
 import { describeError } from './errors.js'
+import { Checkpointer } from './checkpoint/checkpointer.js'
 
 const VERSION = '0.1.0'
 
@@ -154,8 +155,12 @@ async function main (): Promise<number> {
   await rendezvous.start()
   const shutdown = abortOnSignals(log)
   const { joined, watchdog } = await joinSwarm(node, config, shutdown.signal, log)
+  const checkpointer = config.checkpoint !== undefined
+    ? new Checkpointer(config.checkpoint, config.swarm, metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
+    : undefined
   const ctx: WorkloadContext = {
     node, rendezvous, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
+    checkpointer, completionRounds: config.completionRounds,
     createAverager: async (tensors, hooks) => await createAverager(node, rendezvous, config, metrics, log, tensors, hooks),
     setReady: (value) => { ready = value && joined }
   }

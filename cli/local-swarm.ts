@@ -21,6 +21,7 @@ import { LocalModel } from '../agent/workloads/builtin/model.js'
 import { makeHeldOut, makeShard } from '../agent/workloads/builtin/synthetic-data.js'
 import { describeError } from '../agent/errors.js'
 import { AgentProcess, agentEnv, stopAgents } from '../agent/process/agent-process.js'
+import { AGENT_ENV } from '../api/agent-env.js'
 import { expandPods, type LocalPod } from './local/pods.js'
 import { startStaticDns } from './local/dns.js'
 import { sampleSwarm, type SwarmSample } from './local/progress.js'
@@ -28,7 +29,7 @@ import { renderReport, type SoloPoint } from './local/report.js'
 import { startTrainers, stopTrainers, trainerArgv, type TrainerExit } from './local/trainers.js'
 import { UserError } from './local/user-error.js'
 
-interface LocalSwarmOptions { readonly file: string, readonly duration: number, readonly out: string, readonly python?: string }
+interface LocalSwarmOptions { readonly file: string, readonly duration: number, readonly out: string, readonly checkpoints: string, readonly python?: string }
 
 function parseOptions (): LocalSwarmOptions {
   const program = new Command()
@@ -37,12 +38,13 @@ function parseOptions (): LocalSwarmOptions {
     .argument('[file]', 'AveragingSwarm YAML', 'examples/local.yaml')
     .option('-d, --duration <seconds>', 'how long to run before the summary (a sidecar run ends earlier when every trainer has exited)', '60')
     .option('-o, --out <dir>', 'where logs and the report go', 'runs')
+    .option('--checkpoints <dir>', 'the folder that stands in for spec.checkpoint.volume (checkpoints go to <dir>/<swarm>/; a later run of the same swarm resumes from them)', 'runs/checkpoints')
     .option('--python <path>', 'interpreter that runs a sidecar trainer whose command is python or python3 (default: the one on PATH, with <repo>/.venv/bin first when it exists)')
     .parse()
-  const opts = program.opts<{ duration: string, out: string, python?: string }>()
+  const opts = program.opts<{ duration: string, out: string, checkpoints: string, python?: string }>()
   const duration = Number(opts.duration)
   if (!(duration > 0)) throw new UserError(`--duration must be a positive number of seconds, got "${opts.duration}"`)
-  return { file: program.args[0] ?? 'examples/local.yaml', duration, out: opts.out, python: opts.python }
+  return { file: program.args[0] ?? 'examples/local.yaml', duration, out: opts.out, checkpoints: resolve(opts.checkpoints), python: opts.python }
 }
 
 function loadSwarm (file: string): AveragingSwarm {
@@ -139,6 +141,8 @@ interface RunningSwarm {
   /** Wakes the watch loop early (an exit or an interrupt). */
   wake: () => void
   stop: () => Promise<void>
+  /** The folder standing in for the checkpoint volume, when the swarm has spec.checkpoint. */
+  checkpointDir?: string
 }
 
 function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
@@ -159,8 +163,15 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
       if (shmRoot !== undefined) rmSync(shmRoot, { recursive: true, force: true })
     }
   }
+  // The checkpoint volume of a cluster is a folder of this machine, shared by the agents as the volume is.
+  const checkpointDir = pods.some(p => p.env[AGENT_ENV.checkpointDir.name] !== undefined) ? makeDir(opts.checkpoints) : undefined
+  if (checkpointDir !== undefined) console.log(`Checkpoints go to ${join(checkpointDir, swarm.metadata.name)}`)
+  run.checkpointDir = checkpointDir
   const agents = pods.map((pod, i) => {
-    const extra = shmRoot === undefined ? {} : agentEnv({ sidecarPort: plan.sidecarPorts[i], shmDir: makeDir(join(shmRoot, pod.name)) })
+    const extra = {
+      ...(shmRoot === undefined ? {} : agentEnv({ sidecarPort: plan.sidecarPorts[i], shmDir: makeDir(join(shmRoot, pod.name)) })),
+      ...(pod.env[AGENT_ENV.checkpointDir.name] === undefined ? {} : agentEnv({ checkpointDir }))
+    }
     agentEnvOf.set(pod.name, extra)
     const agent = new AgentProcess({
       name: pod.name, env: { ...pod.env, ...extra }, logDir: runDir,
@@ -210,7 +221,8 @@ async function watchSwarm (plan: SwarmPlan, run: RunningSwarm, duration: number)
   console.log(sidecar
     ? '   time  ready  rounds  failed  group  trainer-loss  trainers  divergence'
     : '   time  ready  rounds  failed  group  train-loss  held-out  divergence')
-  while (Date.now() < deadline && !run.interrupted && run.exits.length === 0 && !trainersDone()) {
+  const complete = (): boolean => samples.at(-1)?.completed === pods.length
+  while (Date.now() < deadline && !run.interrupted && run.exits.length === 0 && !trainersDone() && !complete()) {
     await new Promise<void>(r => { const timer = setTimeout(r, 2000); run.wake = () => { clearTimeout(timer); r() } })
     const t = (Date.now() - started) / 1000
     const s = await sampleSwarm(pods, metricsPort, t)
@@ -228,7 +240,7 @@ async function watchSwarm (plan: SwarmPlan, run: RunningSwarm, duration: number)
   }
   const ended = run.exits.length > 0
     ? 'an agent exited'
-    : trainersDone() ? 'every trainer exited' : run.interrupted ? 'interrupted' : `--duration ${duration} s reached`
+    : trainersDone() ? 'every trainer exited' : complete() ? 'the run is complete (spec.completion)' : run.interrupted ? 'interrupted' : `--duration ${duration} s reached`
   return { samples, soloPoints, soloSteps, backend, started, ended }
 }
 
@@ -259,6 +271,8 @@ function summarize (plan: SwarmPlan, run: RunningSwarm, w: Watched): Record<stri
           'tensor backend': w.backend
         })
   }
+  const checkpointed = [...w.samples].reverse().find(s => Number.isFinite(s.checkpointRound))
+  if (checkpointed !== undefined) summary['newest checkpoint'] = `round ${checkpointed.checkpointRound} in ${join(run.checkpointDir ?? '', plan.swarm.metadata.name)} (load it: safetensors.torch.load_file on its round-*.safetensors, README "Checkpoints")`
   for (const e of run.trainerExits) {
     summary[`trainer ${e.pod}`] = e.code === 0 ? (e.lastOut !== '' ? e.lastOut : 'finished') : `failed (${e.signal ?? `exit code ${e.code}`}): ${e.lastErr !== '' ? e.lastErr : '(no stderr)'}`
   }

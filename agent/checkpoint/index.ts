@@ -7,3 +7,4 @@ export {
   swarmDir, verifyCheckpoint, writeCheckpoint
 } from './checkpoint.js'
 export type { CheckpointSchema, LoadedCheckpoint, Manifest, ManifestTensor, Skipped, WriteCheckpointOptions } from './checkpoint.js'
+export { Checkpointer, type CheckpointLog, type CompletedRound, type Snapshot } from './checkpointer.js'

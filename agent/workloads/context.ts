@@ -3,6 +3,7 @@ import type { SwarmNode } from '../net/node.js'
 import type { Rendezvous } from '../rendezvous/rendezvous.js'
 import type { AveragerConfig, AveragerHooks, DecentralizedAverager, NamedTensor } from '../averager.js'
 import type { AgentMetrics } from '../metrics/agent-metrics.js'
+import type { Checkpointer } from '../checkpoint/checkpointer.js'
 
 /** What a workload gets from the agent process: everything it needs, passed in explicitly. */
 export interface WorkloadContext {
@@ -18,6 +19,10 @@ export interface WorkloadContext {
   readonly signal: AbortSignal
   /** Creates the averager over these tensors, with the agent's metric hooks attached. */
   createAverager (tensors: readonly NamedTensor[], hooks?: AveragerHooks): Promise<DecentralizedAverager>
+  /** Writes and restores checkpoints when the swarm has them (AVS_CHECKPOINT_DIR). */
+  readonly checkpointer?: Checkpointer
+  /** Rounds after which the run is complete (AVS_COMPLETION_ROUNDS); undefined: never. */
+  readonly completionRounds?: number
   /** Marks the agent ready (joined the DHT and, for a newcomer, state loaded). */
   setReady (ready: boolean): void
 }

@@ -16,6 +16,10 @@ export interface SwarmSample {
   readonly meanTrainerLoss: number
   /** Samples the trainers reported, all agents together (averaging_trainer_samples_total); 0 when none did. */
   readonly trainerSamples: number
+  /** Agents that finished the run (spec.completion) with the final checkpoint durable (averaging_completed). */
+  readonly completed: number
+  /** The newest round any agent knows to be checkpointed (averaging_checkpoint_round); NaN when none. */
+  readonly checkpointRound: number
 }
 
 export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: number, t: number): Promise<SwarmSample> {
@@ -49,7 +53,9 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
     meanDivergence: mean('averaging_parameter_divergence'),
     meanSteps: mean('averaging_training_steps_total'),
     meanTrainerLoss: meanTrainerLoss(live.map(s => s.samples)),
-    trainerSamples: total('averaging_trainer_samples_total')
+    trainerSamples: total('averaging_trainer_samples_total'),
+    completed: total('averaging_completed'),
+    checkpointRound: live.reduce((m, s) => Math.max(m, sumOf(s.samples, 'averaging_checkpoint_round') ?? NaN), NaN)
   }
 }
 

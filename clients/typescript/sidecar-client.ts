@@ -41,6 +41,10 @@ export interface StepResult {
   readonly partsKeptLocal: number
   /** ‖sent − averaged‖ / ‖sent‖. */
   readonly divergence: number
+  /** Rounds behind the agent's state (rounds restored or downloaded count). */
+  readonly round?: number
+  /** The swarm's run is complete (spec.completion): steps no longer average, the trainer may exit. */
+  readonly complete?: boolean
   /** The agent's write-back counter (region path). */
   readonly generation?: number
   /** Time and bytes the agent spent copying tensors between the region/body and its float32 copy. */
@@ -52,8 +56,8 @@ export interface StepResult {
 export type StepSummary = Omit<StepResult, 'tensors'>
 
 export interface StateResult {
-  /** initial: never written; peers: downloaded from a live peer at register; trainer: the values of a step that did not average; averaged: a round's mean. */
-  readonly origin: 'initial' | 'peers' | 'trainer' | 'averaged'
+  /** initial: never written; peers: downloaded from a live peer at register; checkpoint: restored from the swarm's newest checkpoint at register; trainer: the values of a step that did not average; averaged: a round's mean. */
+  readonly origin: 'initial' | 'peers' | 'checkpoint' | 'trainer' | 'averaged'
   readonly tensors: Record<string, Float32Array>
 }
 

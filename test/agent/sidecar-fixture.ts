@@ -10,6 +10,8 @@ import type { WorkloadContext } from '../../agent/workloads/context.js'
 import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
 import { StateSharing } from '../../agent/state/state-sharing.js'
 import { startConnectedNodes } from './swarm-fixture.js'
+import { Checkpointer } from '../../agent/checkpoint/checkpointer.js'
+import type { CheckpointPolicy } from '../../agent/config.js'
 
 export interface SidecarAgent {
   readonly node: SwarmNode
@@ -31,7 +33,7 @@ export interface SidecarSwarm {
  * n agents as the agent process builds them: real libp2p nodes on loopback TCP bootstrapped off
  * the first, one shared Rendezvous per node, metrics, and a sidecar workload on a free port.
  */
-export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number } = {}): Promise<SidecarSwarm> {
+export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number, checkpoint?: CheckpointPolicy, completionRounds?: number } = {}): Promise<SidecarSwarm> {
   const nodes: SwarmNode[] = []
   const rendezvous: Rendezvous[] = []
   const runs: Array<Promise<void>> = []
@@ -73,6 +75,10 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
         metrics,
         log,
         signal: controller.signal,
+        checkpointer: options.checkpoint !== undefined
+          ? new Checkpointer(options.checkpoint, 'sidecar-test', metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
+          : undefined,
+        completionRounds: options.completionRounds,
         async createAverager (tensors, hooks) {
           return await DecentralizedAverager.create(node, tensors, averagerConfig, {
             ...hooks,

@@ -5,6 +5,8 @@ import { describeError } from '../../errors.js'
 import { LocalModel } from './model.js'
 import { makeHeldOut, makeShard } from './synthetic-data.js'
 import type { StateSharing } from '../../state/state-sharing.js'
+import type { TensorSource } from '../../checkpoint/safetensors.js'
+import { Completion } from '../completion.js'
 
 export interface BuiltinOptions {
   readonly shardIndex: number
@@ -37,22 +39,17 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
       const shard = makeShard(options.shardIndex)
       const heldOut = makeHeldOut(512)
       const sharing = options.stateSharing
-      const state = await sharing?.download(model.weights()).catch((err: unknown) => {
-        ctx.log.warn({ err: describeError(err) }, `state download failed, starting from the initial weights: ${describeError(err)}`)
-        return null
-      })
-      if (state != null) {
-        model.loadWeights(state.tensors)
-        ctx.log.info({ donor: state.donor }, 'loaded the swarm state from a peer')
-      }
+      let round = await loadState(ctx, model, sharing)
       const averager: DecentralizedAverager = await ctx.createAverager(model.weights())
       let steps = 0
-      await sharing?.start(async () => ({ tensors: model.weights(), metadata: { steps } }))
+      await sharing?.start(async () => ({ tensors: model.weights(), metadata: { steps, round } }))
       ctx.metrics.heldOutLoss.set(model.evaluate(heldOut))
       ctx.setReady(true)
       const slice = options.stepsPerSlice ?? 10
+      const completion = new Completion(ctx)
       try {
-        while (!ctx.signal.aborted) {
+        const adoptFinal = async (): Promise<void> => { round = await restoreCheckpoint(ctx, model, round) }
+        while (!ctx.signal.aborted && !await completion.swarmFinished(adoptFinal)) {
           const roundEnds = Date.now() + ctx.period * 1000
           while (Date.now() < roundEnds && !ctx.signal.aborted) {
             const loss = model.train(shard, slice)
@@ -72,15 +69,52 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
             const heldOutLoss = model.evaluate(heldOut)
             ctx.metrics.heldOutLoss.set(heldOutLoss)
             void sharing?.setPriority(steps)
-            ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss }, 'averaged')
+            round++
+            ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss, round }, 'averaged')
+            const completed = { round, peers: result.peers, self: ctx.node.peerId.toString(), samples: steps }
+            const snapshot = (): TensorSource[] => after.map(t => ({ name: t.name, dtype: 'float32', shape: t.shape, data: t.data }))
+            await ctx.checkpointer?.afterRound(completed, snapshot)
+            if (await completion.reached(completed, snapshot)) break
           } catch (err) {
             ctx.log.warn({ err: describeError(err) }, `round failed: ${describeError(err)}`)
           }
         }
+        // A finished run keeps serving its final state to late peers until the pod is stopped.
+        if (completion.done && !ctx.signal.aborted) await new Promise(resolve => { ctx.signal.addEventListener('abort', resolve, { once: true }) })
       } finally {
+        await ctx.checkpointer?.drain()
         await averager.shutdown()
         model.dispose()
       }
     }
   }
+}
+
+/**
+ * A newcomer's start: a live peer's weights (and round), else the newest checkpoint, else the
+ * initial weights. Returns the rounds already behind that state.
+ */
+async function loadState (ctx: WorkloadContext, model: LocalModel, sharing: BuiltinOptions['stateSharing']): Promise<number> {
+  const state = await sharing?.download(model.weights()).catch((err: unknown) => {
+    ctx.log.warn({ err: describeError(err) }, `state download failed: ${describeError(err)}`)
+    return null
+  })
+  if (state != null) {
+    model.loadWeights(state.tensors)
+    ctx.log.info({ donor: state.donor }, 'loaded the swarm state from a peer')
+    const round = Number(state.metadata.round)
+    return Number.isSafeInteger(round) && round > 0 ? round : 0
+  }
+  return await restoreCheckpoint(ctx, model, 0)
+}
+
+/** Loads the newest checkpoint into the model; returns its round, or `round` when there is none. */
+async function restoreCheckpoint (ctx: WorkloadContext, model: LocalModel, round: number): Promise<number> {
+  const checkpoint = await ctx.checkpointer?.restore(model.weights().map(t => ({ name: t.name, shape: t.shape }))).catch((err: unknown) => {
+    ctx.log.warn({ err: describeError(err) }, `restoring a checkpoint failed: ${describeError(err)}`)
+    return null
+  })
+  if (checkpoint == null) return round
+  model.loadWeights(model.weights().map(t => ({ ...t, data: checkpoint.tensors.get(t.name)! })))
+  return checkpoint.manifest.round
 }

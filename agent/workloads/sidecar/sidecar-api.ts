@@ -16,12 +16,16 @@ import { packedBytes, regionLayout, type StoredTensor } from './region-layout.js
 import { Region, Scratch, bytesOf } from './region.js'
 import { DistanceSum, relativeDistance } from './distance.js'
 import { MAX_CONTROL_BYTES, TENSORS_CONTENT_TYPE, controlHead, isTensorsBody, packTensors, readTensorsBody } from './binary-body.js'
+import { Completion } from '../completion.js'
+import type { CompletedRound } from '../../checkpoint/checkpointer.js'
+import type { TensorSource } from '../../checkpoint/safetensors.js'
 
 /**
  * Where the averager's tensors came from: never written, downloaded from a peer at register,
- * the trainer's values (a step that did not average, or POST /v1/state), or a round's mean.
+ * restored from the swarm's newest checkpoint at register (no peer offered its state), the
+ * trainer's values (a step that did not average, or POST /v1/state), or a round's mean.
  */
-export type TensorOrigin = 'initial' | 'peers' | 'trainer' | 'averaged'
+export type TensorOrigin = 'initial' | 'peers' | 'checkpoint' | 'trainer' | 'averaged'
 
 /** The part of StateSharing the sidecar uses: download once at register, then serve as a donor. */
 export type SidecarStateSharing = Pick<StateSharing, 'download' | 'start' | 'setPriority' | 'stop'>
@@ -46,6 +50,10 @@ export interface StepSummary {
   readonly matchmakingMs?: number
   readonly allreduceMs?: number
   readonly divergence: number
+  /** Rounds the swarm's state has behind it (restored or downloaded rounds count). */
+  readonly round: number
+  /** The run reached its completion (AVS_COMPLETION_ROUNDS): steps no longer average; the trainer may exit. */
+  readonly complete: boolean
   readonly generation: number
   /** Time and bytes spent moving tensors between the trainer's region or body and the agent's float32 copy. */
   readonly copyMs: number
@@ -79,11 +87,15 @@ export class SidecarApi {
   private closing = false
   private stepsOk = 0
   private stepsFailed = 0
+  /** Rounds behind the averager's state: downloaded or restored, then one more per averaged step. */
+  private rounds = 0
+  private readonly completion: Completion
   private lastStep?: StepSummary & { at: string }
   private readonly memoryBytes: number
 
   constructor (private readonly ctx: WorkloadContext, private readonly sharing?: SidecarStateSharing, private readonly options: SidecarApiOptions = {}) {
     this.memoryBytes = options.memoryBytes ?? containerMemoryBytes()
+    this.completion = new Completion(ctx)
   }
 
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
@@ -159,7 +171,7 @@ export class SidecarApi {
     const tensors: NamedTensor[] = schema.map(t => ({ name: t.name, shape: t.shape, data: new Float32Array(elementCount(t.shape)) }))
     const averager = await this.ctx.createAverager(tensors, { log: msg => { this.ctx.log.debug(msg) } })
     try {
-      if (this.sharing !== undefined) await this.loadState(averager, schema, this.sharing)
+      await this.loadState(averager, schema)
     } catch (err) {
       await averager.shutdown()
       throw err
@@ -167,17 +179,39 @@ export class SidecarApi {
     return averager
   }
 
-  /** A newcomer starts from a live peer's tensors when one offers them. */
-  private async loadState (averager: DecentralizedAverager, schema: readonly StoredTensor[], sharing: SidecarStateSharing): Promise<void> {
-    const downloaded = await sharing.download(schema.map(t => ({ name: t.name, shape: t.shape }))).catch((err: unknown) => {
-      this.ctx.log.warn({ err: describeError(err) }, 'state download failed; starting from zeros')
+  /** A newcomer starts from a live peer's tensors when one offers them, else from the newest checkpoint. */
+  private async loadState (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Promise<void> {
+    const downloaded = await this.sharing?.download(schema.map(t => ({ name: t.name, shape: t.shape }))).catch((err: unknown) => {
+      this.ctx.log.warn({ err: describeError(err) }, 'state download failed')
       return null
     })
-    if (downloaded === null) return
-    const byName = new Map(downloaded.tensors.map(t => [t.name, t.data]))
-    await averager.withTensors(ts => { ts.forEach(t => { const d = byName.get(t.name); if (d !== undefined && d.length === t.data.length) t.data.set(d) }) })
-    this.ctx.log.info({ donor: downloaded.donor }, 'sidecar loaded the swarm state from a peer')
-    await this.setOrigin('peers', averager)
+    if (downloaded != null) {
+      const byName = new Map(downloaded.tensors.map(t => [t.name, t.data]))
+      await averager.withTensors(ts => { ts.forEach(t => { const d = byName.get(t.name); if (d !== undefined && d.length === t.data.length) t.data.set(d) }) })
+      this.ctx.log.info({ donor: downloaded.donor }, 'sidecar loaded the swarm state from a peer')
+      const round = Number(downloaded.metadata.round)
+      this.rounds = Number.isSafeInteger(round) && round > 0 ? round : 0
+      await this.setOrigin('peers', averager)
+      return
+    }
+    if (await this.restoreCheckpoint(averager, schema)) await this.setOrigin('checkpoint', averager)
+  }
+
+  /** Loads the newest checkpoint that fits the schema into the averager; false when there is none. */
+  private async restoreCheckpoint (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Promise<boolean> {
+    const checkpoint = await this.ctx.checkpointer?.restore(schema.map(t => ({ name: t.name, shape: t.shape, dtype: t.dtype }))).catch((err: unknown) => {
+      this.ctx.log.warn({ err: describeError(err) }, `restoring a checkpoint failed: ${describeError(err)}`)
+      return null
+    })
+    if (checkpoint == null) return false
+    await averager.withTensors(ts => { ts.forEach(t => { t.data.set(checkpoint.tensors.get(t.name)!) }) })
+    this.rounds = checkpoint.manifest.round
+    return true
+  }
+
+  /** A stable float32 copy of the averaged tensors, stored in the trainer's dtypes. */
+  private async snapshot (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Promise<TensorSource[]> {
+    return await averager.withTensors(ts => ts.map((t, i) => ({ name: t.name, dtype: schema[i].dtype, shape: t.shape, data: t.data.slice() })))
   }
 
   /**
@@ -190,7 +224,7 @@ export class SidecarApi {
     this.sharingStarted = true
     await this.sharing.start(async () => await averager.withTensors(ts => ({
       tensors: ts.map(t => ({ name: t.name, shape: t.shape, data: t.data.slice() })),
-      metadata: { steps: this.stepsOk, origin: this.origin }
+      metadata: { steps: this.stepsOk, origin: this.origin, round: this.rounds }
     }))).catch((err: unknown) => { this.ctx.log.warn({ err: describeError(err) }, 'sidecar could not start serving its state') })
   }
 
@@ -298,12 +332,20 @@ export class SidecarApi {
 
   /** One averaging round over the tensors as they are; a round that found no group is not an error for the trainer. */
   private async round (averager: DecentralizedAverager, control: StepControl): Promise<Round> {
+    const schema = this.schema!
+    // A finished run averages no more: the trainer gets the final state back and `complete`.
+    if (await this.completion.swarmFinished(async () => { await this.restoreCheckpoint(averager, schema) })) return { error: 'the run is complete' }
     await this.setOrigin('trainer', averager)
     try {
       const result = await averager.step({ weight: control.weight, gather: control.gather, timeout: control.timeout, signal: this.ctx.signal })
       this.stepsOk++
+      this.rounds++
       await this.setOrigin('averaged', averager)
       this.sharing?.setPriority(this.stepsOk).catch(() => {})
+      const completed: CompletedRound = { round: this.rounds, peers: result.peers, self: this.ctx.node.peerId.toString(), samples: this.stepsOk }
+      const snapshot = async (): Promise<TensorSource[]> => await this.snapshot(averager, schema)
+      await this.ctx.checkpointer?.afterRound(completed, snapshot)
+      await this.completion.reached(completed, snapshot)
       return { result }
     } catch (err) {
       const error = describeError(err)
@@ -327,6 +369,8 @@ export class SidecarApi {
       matchmakingMs: result?.matchmakingMs,
       allreduceMs: result?.allreduce.durationMs,
       divergence,
+      round: this.rounds,
+      complete: this.completion.done,
       generation: this.generation,
       copyMs: copy.ms,
       bytesCopied: copy.bytes
@@ -413,6 +457,8 @@ export class SidecarApi {
       origin: this.origin,
       groupBits: this.averager?.groupBits ?? null,
       steps: { averaged: this.stepsOk, failed: this.stepsFailed },
+      round: this.rounds,
+      complete: this.completion.done,
       lastStep: this.lastStep ?? null,
       generation: this.generation
     })
@@ -423,6 +469,7 @@ export class SidecarApi {
     this.closing = true
     await Promise.allSettled([...this.inFlight])
     await this.registering?.catch(() => {})
+    await this.ctx.checkpointer?.drain()
     await this.sharing?.stop()
     await this.averager?.shutdown()
     this.region?.close()

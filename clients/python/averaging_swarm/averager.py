@@ -149,7 +149,7 @@ class DecentralizedAverager:
     def load_state_from_peers(self) -> str:
         """Loads the agent's tensors (a live peer's state for a newcomer) into ours; returns their origin.
 
-        ``origin`` is ``initial`` (nothing yet: the tensors are then the agent's zeros), ``peers``, ``trainer`` or ``averaged``.
+        ``origin`` is ``initial`` (nothing yet: the tensors are then the agent's zeros), ``peers``, ``checkpoint``, ``trainer`` or ``averaged``.
         """
         self._check_idle("load_state_from_peers()")
         if self.transport == "shm":

@@ -39,6 +39,10 @@ class StepResult:
     allreduce_ms: Optional[float] = None
     copy_ms: Optional[float] = None
     """Time the agent spent moving tensors between the trainer's region or body and its own copy."""
+    round: int = 0
+    """Rounds behind the agent's state (restored or downloaded rounds count)."""
+    complete: bool = False
+    """The swarm's run is complete (``spec.completion``): steps no longer average; save and exit."""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
     """The agent's whole answer (groupId, partsKeptLocal, unreachedPeers, generation, bytesCopied, ...)."""
 
@@ -54,6 +58,8 @@ class StepResult:
             matchmaking_ms=body.get("matchmakingMs"),
             allreduce_ms=body.get("allreduceMs"),
             copy_ms=body.get("copyMs"),
+            round=int(body.get("round", 0)),
+            complete=bool(body.get("complete", False)),
             raw={k: v for k, v in body.items() if k != "tensors"},
         )
 

@@ -1,0 +1,146 @@
+/**
+ * The agent's side of checkpoints: after a round that crosses the interval, one member of each
+ * group (the smallest peer id: every member holds the same average, so no message is needed to
+ * choose) writes the averaged tensors in the background; a restarted agent with no live peer to
+ * download from restores the newest complete checkpoint; at completion every agent makes sure the
+ * final round is durable before it says so.
+ */
+import type { CheckpointPolicy } from '../config.js'
+import type { AgentMetrics } from '../metrics/agent-metrics.js'
+import { describeError } from '../errors.js'
+import { CheckpointTakenError, listCheckpoints, loadNewestCheckpoint, writeCheckpoint, type CheckpointSchema, type LoadedCheckpoint } from './checkpoint.js'
+import type { TensorSource } from './safetensors.js'
+
+export interface CheckpointLog {
+  info (msg: string): void
+  warn (msg: string): void
+}
+
+/** A round this agent just completed, and the group it completed it in. */
+export interface CompletedRound {
+  /** Rounds completed so far, this one included (restored or downloaded rounds count). */
+  readonly round: number
+  readonly peers: readonly string[]
+  readonly self: string
+  /** Samples (or steps) behind this state, for the manifest. */
+  readonly samples: number
+}
+
+/** A stable copy of the tensors to write: taken before the next round can change them. */
+export type Snapshot = () => Promise<TensorSource[]> | TensorSource[]
+
+type Metrics = Pick<AgentMetrics, 'checkpointWrites' | 'checkpointSeconds' | 'checkpointBytes' | 'checkpointRound' | 'checkpointTimestamp' | 'checkpointSkipped'>
+
+const FINAL_POLL_MS = 500
+
+/** The group's writer: its smallest peer id (every member holds the same average). */
+const leads = (r: CompletedRound): boolean => r.self === [...r.peers].sort()[0]
+
+export class Checkpointer {
+  private writing: Promise<void> | null = null
+  /** The newest round this agent knows to be durable. */
+  private durable = -1
+
+  constructor (
+    readonly policy: CheckpointPolicy,
+    private readonly swarm: string,
+    private readonly metrics: Metrics,
+    private readonly log: CheckpointLog
+  ) {}
+
+  get durableRound (): number { return this.durable }
+
+  /** Whether this member of the group writes `round`: an interval round, and the smallest peer id. */
+  writes (r: CompletedRound): boolean {
+    return r.round % this.policy.every === 0 && leads(r)
+  }
+
+  /** The newest complete checkpoint that fits the schema; corrupt or foreign ones are skipped and logged. */
+  async restore (schema: CheckpointSchema): Promise<LoadedCheckpoint | null> {
+    const { checkpoint, skipped } = await loadNewestCheckpoint(this.policy.dir, this.swarm, schema, { log: (line) => { this.log.warn(line) } })
+    if (skipped.length > 0) this.metrics.checkpointSkipped.inc(skipped.length)
+    if (checkpoint !== null) {
+      this.known(checkpoint.manifest.round, Date.parse(checkpoint.manifest.time) / 1000)
+      this.log.info(`restored round ${checkpoint.manifest.round} from checkpoint ${checkpoint.path}`)
+    }
+    return checkpoint
+  }
+
+  /**
+   * After each completed round: when this agent writes it, takes the snapshot now and writes in the
+   * background. A round whose predecessor is still being written is skipped (logged), so a slow
+   * volume costs checkpoints, never rounds.
+   */
+  async afterRound (r: CompletedRound, snapshot: Snapshot, trainerState?: Record<string, unknown>): Promise<void> {
+    if (!this.writes(r)) return
+    if (this.writing !== null) {
+      this.log.warn(`not checkpointing round ${r.round}: the previous checkpoint is still being written`)
+      return
+    }
+    const tensors = await snapshot()
+    this.writing = this.write(r, tensors, trainerState).finally(() => { this.writing = null })
+  }
+
+  /** Waits for the write under way, if any. */
+  async drain (): Promise<void> {
+    await this.writing
+  }
+
+  /**
+   * At completion: returns once round `r.round` (or a later one) is durable. The group's writer
+   * writes it; the others wait for its manifest up to `waitMs`, then write it themselves (one of
+   * several writers wins; the rest hear the round is taken). False when it could not be made durable.
+   */
+  async final (r: CompletedRound, snapshot: Snapshot, waitMs: number, trainerState?: Record<string, unknown>): Promise<boolean> {
+    await this.drain()
+    if (this.durable >= r.round) return true
+    if (!leads(r)) {
+      const until = Date.now() + waitMs
+      while (Date.now() < until) {
+        if (await this.seen(r.round)) return true
+        await new Promise(resolve => setTimeout(resolve, FINAL_POLL_MS))
+      }
+      this.log.warn(`the final checkpoint of round ${r.round} did not appear within ${Math.round(waitMs / 1000)} s; writing it here`)
+    }
+    await this.write(r, await snapshot(), trainerState)
+    return this.durable >= r.round || await this.seen(r.round)
+  }
+
+  /** Whether the folder holds a complete checkpoint of `round` or later (its manifest is there). */
+  async seen (round: number): Promise<boolean> {
+    const newest = (await listCheckpoints(this.policy.dir, this.swarm).catch(() => [])).find(c => c.manifest)
+    if (newest === undefined || newest.round < round) return false
+    this.known(newest.round, Date.now() / 1000)
+    return true
+  }
+
+  private async write (r: CompletedRound, tensors: TensorSource[], trainerState?: Record<string, unknown>): Promise<void> {
+    const started = process.hrtime.bigint()
+    try {
+      const { manifest, path } = await writeCheckpoint({
+        dir: this.policy.dir, swarm: this.swarm, round: r.round, samples: r.samples, tensors, keep: this.policy.keep, trainerState
+      })
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9
+      this.metrics.checkpointWrites.labels('written').inc()
+      this.metrics.checkpointSeconds.observe(seconds)
+      this.metrics.checkpointBytes.set(manifest.file.bytes)
+      this.known(r.round, Date.parse(manifest.time) / 1000)
+      this.log.info(`checkpointed round ${r.round} to ${path} (${(manifest.file.bytes / 1e6).toFixed(1)} MB in ${seconds.toFixed(2)} s)`)
+    } catch (err) {
+      if (err instanceof CheckpointTakenError) {
+        this.metrics.checkpointWrites.labels('refused').inc()
+        this.log.info(`not checkpointing round ${r.round}: ${err.message}`)
+        return
+      }
+      this.metrics.checkpointWrites.labels('failed').inc()
+      this.log.warn(`checkpoint of round ${r.round} failed: ${describeError(err)}`)
+    }
+  }
+
+  private known (round: number, unixSeconds: number): void {
+    if (round <= this.durable) return
+    this.durable = round
+    this.metrics.checkpointRound.set(round)
+    this.metrics.checkpointTimestamp.set(unixSeconds)
+  }
+}

@@ -119,6 +119,8 @@ export class ProgressTracker {
   }
 
   private async scrape (key: string, targets: ScrapeTarget[]): Promise<void> {
+    // What status saw last, before this scrape changes the completion count it includes.
+    const beforeView = this.get(key)
     let finish = this.finish.get(key)
     if (finish === undefined) { finish = new FinishTracker(); this.finish.set(key, finish) }
     const f = finish
@@ -131,7 +133,6 @@ export class ProgressTracker {
     const now = summarizeSamples(scraped.map(x => x.samples), facts)
     if (now === undefined) return
     const before = this.progress.get(key)
-    const beforeView = this.get(key)
     const grew = before === undefined ? now.roundsCompleted > 0 : now.roundsCompleted > before.roundsCompleted
     const next: Progress = {
       roundsCompleted: Math.max(now.roundsCompleted, before?.roundsCompleted ?? 0),

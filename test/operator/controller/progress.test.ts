@@ -72,7 +72,8 @@ test('the tracker: completion counted per pod across sampled scrapes, checkpoint
   for (const t of targets) state.set(t.ip, { round: 100, failed: 2, completed: 0 })
   const fetched: string[] = []
   const fetcher = async (url: string) => { const ip = new URL(url).hostname; fetched.push(ip); const s = state.get(ip)!; return checkpointMetrics({ round: s.round, unix: 1700000000 + s.round, failed: s.failed, completed: s.completed }) }
-  const t = new ProgressTracker(() => {}, fetcher, { intervalMs: 60_000, sampleSize: 8, timeoutMs: 1000 })
+  let queued = 0
+  const t = new ProgressTracker(() => { queued++ }, fetcher, { intervalMs: 60_000, sampleSize: 8, timeoutMs: 1000 })
   t.setTargets('ml/job', targets.slice(0, 8)) // all scraped each time, for the failure part
   await t.scrapeAll()
   let p = t.get('ml/job')!
@@ -97,9 +98,14 @@ test('the tracker: completion counted per pod across sampled scrapes, checkpoint
   // Every agent completes: the tracker reaches 40 of 40 in 40/8 = 5 scrapes, preferring agents not yet seen complete.
   for (const s of state.values()) s.completed = 1
   for (let i = 1; i <= 5; i++) {
+    queued = 0
     await t.scrapeAll()
     assert.deepEqual(t.get('ml/job')!.completion, { completed: 8 * i, of: 40 }, `after ${i} scrapes`)
+    assert.equal(queued, 1, 'a change in completion alone queues the swarm')
   }
+  queued = 0
+  await t.scrapeAll()
+  assert.equal(queued, 0, 'nothing new: nothing queued')
   // A pod replaced (new uid) must report again; one seen reporting 0 (its agent restarted) is forgotten.
   t.setTargets('ml/job', [...targets.slice(1), { ...targets[0], id: 'uid-new' }])
   assert.deepEqual(t.get('ml/job')!.completion, { completed: 39, of: 40 })

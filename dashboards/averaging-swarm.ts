@@ -115,6 +115,21 @@ export function buildDashboard (): Dashboard {
         ]
       },
       {
+        title: 'Checkpoints',
+        description: 'The newest round any agent knows durably checkpointed (right axis), how long checkpoint writes take, ' +
+          'and failed writes (a full or unwritable volume; the swarm\'s CheckpointsFailing condition says so too). Swarms without spec.checkpoint report nothing here.',
+        unit: 's',
+        queries: [
+          { expr: `max(${series(A.checkpointRound, BY_SWARM)})`, legend: 'newest checkpointed round' },
+          { expr: quantile(0.95, A.checkpointSeconds, BY_SWARM), legend: 'write p95' },
+          { expr: `sum(${increase(series(A.checkpointWrites, { ...BY_SWARM, outcome: 'failed' }))})`, legend: 'failed writes' }
+        ],
+        overrides: {
+          A: [{ id: 'unit', value: 'short' }, { id: 'decimals', value: 0 }, { id: 'custom.axisPlacement', value: 'right' }],
+          C: [{ id: 'unit', value: 'short' }, { id: 'decimals', value: 0 }]
+        }
+      },
+      {
         title: 'Agents desired / ready',
         description: 'From the operator: agents the swarms want and agents that are Ready.',
         unit: 'short',

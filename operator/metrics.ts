@@ -4,12 +4,13 @@
  * Names and labels come from api/metric-names.ts (the contract the dashboard reads).
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { AveragingSwarm, AveragingSwarmStatus, Phase } from '../api/v1alpha1/types.js'
+import type { AveragingSwarm, AveragingSwarmStatus } from '../api/v1alpha1/types.js'
+import { PHASES } from '../api/v1alpha1/schema.js'
+import { roleReplicas } from './builders/statefulset.js'
 import type { QueueObserver } from './queue/work-queue.js'
 import { CONTROLLER, OPERATOR_METRICS as M } from '../api/metric-names.js'
 
 export { CONTROLLER }
-const PHASES: Phase[] = ['Pending', 'Progressing', 'Ready', 'Degraded', 'Suspended']
 
 export class OperatorMetrics {
   readonly registry = new Registry()
@@ -26,7 +27,7 @@ export class OperatorMetrics {
   readonly requests = new Counter({ name: M.requests.name, help: 'Requests to the API server by method and status code.', labelNames: M.requests.labels, registers: [this.registry] })
   readonly requestTime = new Histogram({ name: M.requestTime.name, help: 'API server request latency.', labelNames: M.requestTime.labels, buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], registers: [this.registry] })
   readonly swarms = new Gauge({ name: M.swarms.name, help: 'AveragingSwarms this operator reconciles.', registers: [this.registry] })
-  readonly desired = new Gauge({ name: M.desired.name, help: 'Agents a swarm wants (0 when suspended).', labelNames: M.desired.labels, registers: [this.registry] })
+  readonly desired = new Gauge({ name: M.desired.name, help: 'Agents a swarm wants (0 when suspended, or Complete with completion.podPolicy Delete).', labelNames: M.desired.labels, registers: [this.registry] })
   readonly ready = new Gauge({ name: M.ready.name, help: 'Agents of a swarm that are Ready.', labelNames: M.ready.labels, registers: [this.registry] })
   readonly phase = new Gauge({ name: M.phase.name, help: '1 for the phase a swarm is in, 0 for the others.', labelNames: M.phase.labels, registers: [this.registry] })
   readonly rounds = new Gauge({ name: M.rounds.name, help: 'Averaging rounds completed, as in status.roundsCompleted.', labelNames: M.rounds.labels, registers: [this.registry] })
@@ -56,7 +57,8 @@ export class OperatorMetrics {
       for (const phase of PHASES) this.phase.remove({ ...labels, phase })
       return
     }
-    this.desired.set(labels, s.spec.suspend ? 0 : s.spec.replicas)
+    const r = roleReplicas({ ...s, status })
+    this.desired.set(labels, r.agent + Array.from({ length: s.spec.bootstrap.replicas }, (_, i) => r.bootstrap(i)).reduce((a, b) => a + b, 0))
     this.ready.set(labels, status.readyReplicas ?? 0)
     this.rounds.set(labels, status.roundsCompleted ?? 0)
     for (const phase of PHASES) this.phase.set({ ...labels, phase }, status.phase === phase ? 1 : 0)

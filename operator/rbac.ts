@@ -10,7 +10,8 @@ export interface PolicyRule { apiGroups: string[], resources: string[], verbs: s
 const OWN = ['get', 'list', 'watch', 'create', 'patch', 'update', 'delete']
 
 export const OPERATOR_CLUSTER_RULES: PolicyRule[] = [
-  { apiGroups: [API_GROUP], resources: ['averagingswarms'], verbs: ['get', 'list', 'watch'] },
+  // delete: ttlSecondsAfterFinished removes a finished swarm, as the TTL controller does a Job.
+  { apiGroups: [API_GROUP], resources: ['averagingswarms'], verbs: ['get', 'list', 'watch', 'delete'] },
   { apiGroups: [API_GROUP], resources: ['averagingswarms/status'], verbs: ['get', 'patch', 'update'] },
   // blockOwnerDeletion on owner references needs update on the owner's finalizers.
   { apiGroups: [API_GROUP], resources: ['averagingswarms/finalizers'], verbs: ['update'] },

@@ -5,6 +5,7 @@
  */
 import type { AveragingSwarmSpec, AveragingSpec } from './types.js'
 import { averagingDefaults } from './averaging-schema.js'
+import { CHECKPOINT_PARAMETERS, DEFAULT_POD_POLICY } from '../checkpoint-parameters.js'
 
 /** Defaults of the averaging parameters, from their table (api/averaging-parameters.ts). */
 export const DEFAULT_AVERAGING = averagingDefaults() as Readonly<Omit<AveragingSpec, 'prefix' | 'bandwidth'>>
@@ -24,7 +25,7 @@ export const DEFAULTS = {
 } as const
 
 /** Input accepted by withDefaults: a spec whose defaulted fields may be missing. */
-export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootstrap' | 'auxiliary' | 'network' | 'workload' | 'metrics'>> & {
+export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootstrap' | 'auxiliary' | 'network' | 'workload' | 'metrics' | 'checkpoint' | 'completion'>> & {
   averaging?: Partial<AveragingSpec>
   bootstrap?: Partial<AveragingSwarmSpec['bootstrap']>
   auxiliary?: Partial<AveragingSwarmSpec['auxiliary']>
@@ -33,13 +34,16 @@ export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootst
   }
   workload?: Partial<AveragingSwarmSpec['workload']>
   metrics?: Partial<AveragingSwarmSpec['metrics']>
+  checkpoint?: Partial<Omit<NonNullable<AveragingSwarmSpec['checkpoint']>, 'volume'>> & { volume: { claimName: string } }
+  completion?: Partial<NonNullable<AveragingSwarmSpec['completion']>> & { rounds: number }
 }
 
 /** Fills every defaulted field the way the API server's structural defaulting does. */
 export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
   const pns = spec.network?.privateNetworkSecret
+  const { checkpoint, completion, ...rest } = spec
   return {
-    ...spec,
+    ...rest,
     replicas: spec.replicas ?? DEFAULTS.replicas,
     imagePullPolicy: spec.imagePullPolicy ?? DEFAULTS.imagePullPolicy,
     averaging: { ...DEFAULT_AVERAGING, ...spec.averaging },
@@ -52,6 +56,9 @@ export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
     workload: { type: DEFAULTS.workloadType, sidecarPort: DEFAULTS.sidecarPort, ...spec.workload },
     metrics: { port: DEFAULTS.metricsPort, podMonitor: DEFAULTS.podMonitor, ...spec.metrics },
     logLevel: spec.logLevel ?? DEFAULTS.logLevel,
-    suspend: spec.suspend ?? false
+    suspend: spec.suspend ?? false,
+    // Optional sections: absent stays absent; present gets its fields' defaults, as the API server does.
+    ...(checkpoint === undefined ? {} : { checkpoint: { every: CHECKPOINT_PARAMETERS.every.default, keep: CHECKPOINT_PARAMETERS.keep.default, ...checkpoint } }),
+    ...(completion === undefined ? {} : { completion: { podPolicy: DEFAULT_POD_POLICY, ...completion } })
   }
 }

@@ -88,6 +88,19 @@ export interface PodTemplateOverrides {
   terminationGracePeriodSeconds?: number
 }
 
+export interface CheckpointSpec {
+  every: number
+  keep: number
+  volume: { claimName: string }
+}
+
+export type PodPolicy = 'Delete' | 'Keep'
+
+export interface CompletionSpec {
+  rounds: number
+  podPolicy: PodPolicy
+}
+
 export interface AveragingSwarmSpec {
   replicas: number
   image?: string
@@ -105,11 +118,21 @@ export interface AveragingSwarmSpec {
   metrics: MetricsSpec
   logLevel: string
   suspend: boolean
+  checkpoint?: CheckpointSpec
+  completion?: CompletionSpec
+  ttlSecondsAfterFinished?: number
 }
 
-export type ConditionType = 'Ready' | 'Progressing' | 'Degraded' | 'Suspended'
+export type ConditionType = 'Ready' | 'Progressing' | 'Degraded' | 'Suspended' | 'Complete' | 'CheckpointsFailing'
 export type ConditionStatus = 'True' | 'False' | 'Unknown'
-export type Phase = 'Pending' | 'Progressing' | 'Ready' | 'Degraded' | 'Suspended'
+export type Phase = 'Pending' | 'Progressing' | 'Ready' | 'Degraded' | 'Suspended' | 'Succeeded'
+
+/** The newest durable checkpoint the agents report. */
+export interface CheckpointStatus {
+  round?: number
+  time?: string
+  location?: string
+}
 
 /** metav1.Condition. */
 export interface Condition {
@@ -134,6 +157,8 @@ export interface AveragingSwarmStatus {
   roundsCompleted?: number
   lastRoundTime?: string
   meanGroupSize?: number
+  checkpoint?: CheckpointStatus
+  completionTime?: string
 }
 
 export interface ObjectMeta {

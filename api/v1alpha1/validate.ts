@@ -4,6 +4,7 @@ import type { Schema } from './schema-builders.js'
 import { AVERAGING_KEYS, AVERAGING_PARAMETERS, AVERAGING_RULES } from '../averaging-parameters.js'
 import { checkValue, DURATION_PATTERN as DURATION_RE } from '../parameter-bounds.js'
 import { DEFAULT_AVERAGING } from './defaults.js'
+import { COMPLETION_RULES } from '../checkpoint-parameters.js'
 
 /**
  * The CRD's OpenAPI schema as plain JSON Schema, so the same schema that the API server
@@ -31,8 +32,9 @@ let compiled: ReturnType<Ajv['compile']> | null = null
 /**
  * The CRD's CEL rules on the averaging section, evaluated by their JavaScript twins from the
  * parameter table (duration ranges, minGroupSize <= targetGroupSize, requestTimeout below
- * averagingExpiration), on the section as the API server's defaulting completes it. The other
- * CEL rules of the CRD (ports, bootstrap counts, name length) only a real API server evaluates.
+ * averagingExpiration), on the section as the API server's defaulting completes it. The
+ * completion rules have twins too (specRuleProblems); the other CEL rules of the CRD (ports,
+ * bootstrap counts, name length) only a real API server evaluates.
  */
 export function averagingRuleProblems (averaging: unknown): string[] {
   if (averaging === null || typeof averaging !== 'object') return []
@@ -52,10 +54,17 @@ export function averagingRuleProblems (averaging: unknown): string[] {
   return out
 }
 
+/** The CRD's CEL rules between spec fields of checkpoint and completion (ttlSecondsAfterFinished needs completion), by their JavaScript twins. */
+export function specRuleProblems (spec: unknown): string[] {
+  if (spec === null || typeof spec !== 'object') return []
+  return COMPLETION_RULES.filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
+}
+
 /** Problems with a swarm object, each one sentence naming the field; empty when valid. */
 export function validateSwarm (obj: unknown): string[] {
   compiled ??= new Ajv({ strict: false, allErrors: true, validateFormats: false }).compile(toJsonSchema(swarmSchema))
-  const cel = averagingRuleProblems((obj as { spec?: { averaging?: unknown } } | null)?.spec?.averaging)
+  const spec = (obj as { spec?: { averaging?: unknown } } | null)?.spec
+  const cel = [...averagingRuleProblems(spec?.averaging), ...specRuleProblems(spec)]
   if (compiled(obj)) return cel
   return [...cel, ...(compiled.errors ?? []).map(e => {
     const path = e.instancePath.slice(1).split('/').filter(p => p !== '').map(p => /^\d+$/.test(p) ? `[${p}]` : `.${p}`).join('').replace(/^\./, '')

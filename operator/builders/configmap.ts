@@ -11,8 +11,17 @@ import { ownedMeta } from './owner.js'
 /** Agent variables that come from the ConfigMap (shared by every agent of the swarm). */
 export const CONFIG_KEYS = [
   'prefix', 'targetGroupSize', 'minGroupSize', 'initialGroupBits', 'averagingExpiration', 'requestTimeout',
-  'allreduceTimeout', 'partSizeBytes', 'averagingAlpha', 'compression', 'period', 'bandwidth', 'dataThreads'
+  'allreduceTimeout', 'partSizeBytes', 'averagingAlpha', 'compression', 'period', 'bandwidth', 'dataThreads',
+  'checkpointEvery', 'checkpointKeep', 'completionRounds'
 ] as const satisfies readonly AgentEnvKey[]
+export type ConfigKey = (typeof CONFIG_KEYS)[number]
+
+/**
+ * Keys of the optional sections: in the ConfigMap, and referenced by the pods, only when the spec
+ * has the section, so a swarm without them (and every swarm made before they existed) keeps
+ * exactly its ConfigMap and pod template: an operator upgrade rolls no agent.
+ */
+export const SECTION_KEYS: readonly ConfigKey[] = ['checkpointEvery', 'checkpointKeep', 'completionRounds']
 
 /** hivemind prefix default: <namespace>_<name>; dots are not allowed in it. */
 export function defaultPrefix (s: AveragingSwarm): string {
@@ -21,7 +30,8 @@ export function defaultPrefix (s: AveragingSwarm): string {
 
 export function configData (s: AveragingSwarm): Record<string, string> {
   const a = s.spec.averaging
-  const values: Record<(typeof CONFIG_KEYS)[number], string | undefined> = {
+  const { checkpoint, completion } = s.spec
+  const values: Record<ConfigKey, string | undefined> = {
     prefix: a.prefix ?? defaultPrefix(s),
     targetGroupSize: String(a.targetGroupSize),
     minGroupSize: String(a.minGroupSize),
@@ -34,7 +44,10 @@ export function configData (s: AveragingSwarm): Record<string, string> {
     compression: a.compression,
     period: a.period,
     bandwidth: a.bandwidth === undefined ? undefined : String(a.bandwidth),
-    dataThreads: String(a.dataThreads)
+    dataThreads: String(a.dataThreads),
+    checkpointEvery: checkpoint === undefined ? undefined : String(checkpoint.every),
+    checkpointKeep: checkpoint === undefined ? undefined : String(checkpoint.keep),
+    completionRounds: completion === undefined ? undefined : String(completion.rounds)
   }
   const data: Record<string, string> = {}
   for (const k of CONFIG_KEYS) { const v = values[k]; if (v !== undefined) data[AGENT_ENV[k].name] = v }

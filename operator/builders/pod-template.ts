@@ -7,7 +7,8 @@
 import { AGENT_ENV } from '../../api/agent-env.js'
 import type { AveragingSwarm, KubeObject, ResourceRequirements } from '../../api/v1alpha1/types.js'
 import type { BuilderConfig } from './config.js'
-import { CONFIG_KEYS } from './configmap.js'
+import { CHECKPOINT_MOUNT_DIR } from '../../api/checkpoint-parameters.js'
+import { CONFIG_KEYS, configData, SECTION_KEYS } from './configmap.js'
 import { ANNOTATION_CONFIG_HASH, names, ownedLabels, roleSelector, type Role } from './names.js'
 
 export const AGENT_CONTAINER = 'agent'
@@ -16,6 +17,8 @@ export const PSK_MOUNT_DIR = '/etc/averaging-swarm/psk'
 /** The memory-backed folder agent and trainer share tensor regions through (docs/trainer-api.md). */
 export const SHM_VOLUME = 'avs-shm'
 export const SHM_MOUNT_DIR = '/var/run/avs/shm'
+/** spec.checkpoint.volume, mounted at CHECKPOINT_MOUNT_DIR (AVS_CHECKPOINT_DIR) in the agent container. */
+export const CHECKPOINT_VOLUME = 'avs-checkpoints'
 const PSK_FILE = 'swarm.key'
 const UID = 65532
 
@@ -67,10 +70,13 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
   if (p.bootstrapPeers.length > 0) env.push(value(AGENT_ENV.bootstrapPeers.name, p.bootstrapPeers.join(',')))
   if (p.config.agentDnsServers !== undefined) env.push(value(AGENT_ENV.dnsServers.name, p.config.agentDnsServers))
   if (s.spec.network.privateNetworkSecret !== undefined) env.push(value(AGENT_ENV.pskFile.name, `${PSK_MOUNT_DIR}/${PSK_FILE}`))
+  const data = configData(s)
   for (const k of CONFIG_KEYS) {
     const name = AGENT_ENV[k].name
+    if (SECTION_KEYS.includes(k) && data[name] === undefined) continue
     env.push({ name, valueFrom: { configMapKeyRef: { name: names.configMap(s), key: name, ...(k === 'bandwidth' ? { optional: true } : {}) } } })
   }
+  if (writesCheckpoints(s, p)) env.push(value(AGENT_ENV.checkpointDir.name, CHECKPOINT_MOUNT_DIR))
   env.push(value(AGENT_ENV.workload.name, s.spec.workload.type))
   if (s.spec.workload.type === 'sidecar') env.push(value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort), value(AGENT_ENV.shmDir.name, SHM_MOUNT_DIR))
   env.push(value(AGENT_ENV.logLevel.name, s.spec.logLevel))
@@ -78,6 +84,17 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
   const ours = new Set(env.map(e => e.name))
   for (const e of (s.spec.podTemplate?.env ?? []) as unknown as EnvVar[]) if (!ours.has(e.name)) env.push(e)
   return env
+}
+
+/**
+ * Whether this role's pods mount the checkpoint volume and get AVS_CHECKPOINT_DIR: bootstrap and
+ * regular agents, which hold the model (weight > 0). Auxiliary agents do not: with weight 0 they
+ * only lend the reduction their CPU, their values are never the result a user takes home, and
+ * they often run on CPU nodes that may not reach a claim bound where the GPU nodes are. They
+ * still get AVS_COMPLETION_ROUNDS (through the ConfigMap) and stop with the rest.
+ */
+export function writesCheckpoints (s: AveragingSwarm, p: Pick<PodInputs, 'role'>): boolean {
+  return s.spec.checkpoint !== undefined && p.role !== 'auxiliary'
 }
 
 /** Auxiliary agents are CPU-only: any GPU-like extended resource is removed. */
@@ -96,6 +113,7 @@ function agentContainer (s: AveragingSwarm, p: PodInputs) {
   const mounts: KubeObject[] = [{ name: 'tmp', mountPath: '/tmp' }]
   if (s.spec.network.privateNetworkSecret !== undefined) mounts.push({ name: 'psk', mountPath: PSK_MOUNT_DIR, readOnly: true })
   if (s.spec.workload.type === 'sidecar') mounts.push({ name: SHM_VOLUME, mountPath: SHM_MOUNT_DIR })
+  if (writesCheckpoints(s, p)) mounts.push({ name: CHECKPOINT_VOLUME, mountPath: CHECKPOINT_MOUNT_DIR })
   return {
     name: AGENT_CONTAINER,
     image: s.spec.image ?? p.config.defaultImage,
@@ -146,11 +164,14 @@ export function buildPodTemplate (s: AveragingSwarm, p: PodInputs) {
   if (psk !== undefined) volumes.push({ name: 'psk', secret: { secretName: psk.name, items: [{ key: psk.key, path: PSK_FILE }] } })
   // Memory-backed: regions are read and written every step; the pod's memory limit bounds them (the tensors' size is the user's).
   if (s.spec.workload.type === 'sidecar') volumes.push({ name: SHM_VOLUME, emptyDir: { medium: 'Memory' } })
+  // The user's claim; fsGroup 65532 (POD_SECURITY_CONTEXT) makes it writable where the volume type supports ownership management.
+  const cp = s.spec.checkpoint
+  if (cp !== undefined && writesCheckpoints(s, p)) volumes.push({ name: CHECKPOINT_VOLUME, persistentVolumeClaim: { claimName: cp.volume.claimName } })
   const containers: KubeObject[] = [agentContainer(s, p)]
   if (s.spec.workload.type === 'sidecar') { const t = trainerContainer(s); if (t !== undefined) containers.push(t) }
   const reserved = new Set([AGENT_CONTAINER, TRAINER_CONTAINER])
   containers.push(...(o.containers ?? []).filter(c => !reserved.has(String(c.name))))
-  const reservedVolumes = new Set(['tmp', 'psk', SHM_VOLUME])
+  const reservedVolumes = new Set(['tmp', 'psk', SHM_VOLUME, CHECKPOINT_VOLUME])
   volumes.push(...(o.volumes ?? []).filter(v => !reservedVolumes.has(String(v.name))))
   const gpuPlacement = p.role !== 'auxiliary'
   return {

@@ -33,9 +33,17 @@ export function buildStatefulSet (s: AveragingSwarm, name: string, replicas: num
   } satisfies StatefulSetShape
 }
 
-/** How many pods each role should run now (suspend scales everything to zero). */
+/**
+ * Complete (status.completionTime, which the operator sets once and never clears) with
+ * completion.podPolicy Delete: every agent is scaled to zero, the swarm and its status stay.
+ */
+export function stoppedAfterCompletion (s: AveragingSwarm): boolean {
+  return s.status?.completionTime !== undefined && (s.spec.completion?.podPolicy ?? 'Delete') === 'Delete'
+}
+
+/** How many pods each role should run now (suspend, and completion with podPolicy Delete, scale everything to zero). */
 export function roleReplicas (s: AveragingSwarm): { bootstrap: (i: number) => number, agent: number, auxiliary: number } {
-  const on = !s.spec.suspend
+  const on = !s.spec.suspend && !stoppedAfterCompletion(s)
   const b = s.spec.bootstrap.replicas
   return {
     bootstrap: (i: number) => on && i < s.spec.replicas ? 1 : 0,

@@ -5,7 +5,8 @@ import { conditionOf } from './conditions.js'
 import { exitSentence, type AgentExit } from './status.js'
 
 /**
- * Events for a status transition (phase changes, Degraded reasons), and one AgentExits Warning
+ * Events for a status transition (phase changes, Degraded reasons, Completed, CheckpointFailed
+ * when CheckpointsFailing turns True), and one AgentExits Warning
  * per exit line of failing agents ("demo-agent-2 exits: ...") that the previous Degraded
  * condition did not already carry.
  */
@@ -26,8 +27,13 @@ export function statusEvents (s: AveragingSwarm, before: AveragingSwarmStatus | 
       case 'Ready': out.push({ swarm: s, type: 'Normal', reason: 'SwarmReady', message: ready?.message ?? 'All agents are Ready.' }); break
       case 'Degraded': out.push({ swarm: s, type: 'Warning', reason: degraded?.reason ?? 'Degraded', message: degraded?.message ?? 'The swarm is degraded.' }); break
       case 'Suspended': out.push({ swarm: s, type: 'Normal', reason: 'Suspended', message: 'spec.suspend is true: every agent is scaled to zero.' }); break
+      case 'Succeeded': out.push({ swarm: s, type: 'Normal', reason: 'Completed', message: conditionOf(after.conditions, 'Complete')?.message ?? 'The run is complete.' }); break
       default: if (before?.phase === 'Suspended') out.push({ swarm: s, type: 'Normal', reason: 'Resumed', message: 'spec.suspend is false: agents are starting again.' })
     }
+  }
+  const failing = conditionOf(after.conditions, 'CheckpointsFailing')
+  if (failing?.status === 'True' && conditionOf(before?.conditions, 'CheckpointsFailing')?.status !== 'True') {
+    out.push({ swarm: s, type: 'Warning', reason: 'CheckpointFailed', message: failing.message })
   }
   if ((after.roundsCompleted ?? 0) > 0 && (before?.roundsCompleted ?? 0) === 0) {
     out.push({ swarm: s, type: 'Normal', reason: 'AveragingStarted', message: `The agents completed their first averaging round${after.meanGroupSize === undefined ? '' : ` (mean group size ${after.meanGroupSize})`}.` })

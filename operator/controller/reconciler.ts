@@ -2,6 +2,7 @@
  * reconcile(namespace/name), level-triggered (nothing depends on which event queued the key), in
  * phases over one scope, as cluster-api and jobset reconcile:
  *
+ *   expireFinished  a Complete swarm past completionTime + ttlSecondsAfterFinished is deleted, and that is all
  *   ensureSecrets   the identity keys (and a generated PSK), read fresh from the server before any is made
  *   applyDesired    build every desired object (pure builders), server-side apply those that drifted
  *   pruneUnwanted   delete owned objects no longer desired
@@ -54,6 +55,15 @@ export interface ReconcilerDeps {
 }
 
 const REQUEUE_WHILE_PROGRESSING_MS = 15_000
+/** A ttlSecondsAfterFinished far off is looked at again at least this often (a Node timer holds at most 24.8 days). */
+const MAX_TTL_REQUEUE_MS = 3_600_000
+
+/** Milliseconds until a finished swarm is to be deleted (≤ 0: now); undefined without a TTL or before completion. */
+export function ttlLeftMs (s: AveragingSwarm, completionTime: string | undefined, nowMs: number): number | undefined {
+  const ttl = s.spec.ttlSecondsAfterFinished
+  if (ttl === undefined || completionTime === undefined) return undefined
+  return Date.parse(completionTime) + ttl * 1000 - nowMs
+}
 
 function ownedBy (o: KubeObj, uid: string | undefined): boolean {
   return ((o.metadata.ownerReferences ?? []) as Array<{ uid: string, controller?: boolean }>).some(r => r.uid === uid && r.controller === true)
@@ -85,6 +95,7 @@ export class Reconciler {
     const cached = this.d.cache.get('AveragingSwarm', namespace, name) as unknown as AveragingSwarm | undefined
     if (cached === undefined || cached.metadata.deletionTimestamp != null) return this.forget(key)
     const sc = newScope(key, cached)
+    if ((ttlLeftMs(sc.swarm, sc.swarm.status?.completionTime, this.nowMs()) ?? 1) <= 0) return await this.expireFinished(sc)
     try {
       await this.ensureSecrets(sc)
       await this.applyDesired(sc)
@@ -106,6 +117,20 @@ export class Reconciler {
     this.lastStatusWrite.delete(key)
     this.d.onStatus?.({ metadata: { name, namespace } } as AveragingSwarm, undefined)
     return { writes: 0 }
+  }
+
+  /**
+   * ttlSecondsAfterFinished passed: delete the swarm (uid precondition, so a new swarm of the same
+   * name is safe); the garbage collector removes what it owned. The checkpoint claim is the user's
+   * and carries no owner reference, so it stays. The Event goes first, while its object exists.
+   */
+  private async expireFinished (sc: SwarmScope): Promise<ReconcileResult> {
+    const s = sc.swarm
+    const message = `Deleting the swarm: ttlSecondsAfterFinished (${String(s.spec.ttlSecondsAfterFinished)} s) passed since it completed at ${String(s.status?.completionTime)}.`
+    try { await this.d.api.event({ swarm: s, type: 'Normal', reason: 'TTLExpired', message }) } catch (err) { this.d.log.warn({ swarm: sc.key, err: describeError(err) }, 'could not record event') }
+    await this.d.api.delete({ kind: 'AveragingSwarm', namespace: sc.namespace, name: sc.name, uid: s.metadata.uid })
+    this.d.log.info({ swarm: sc.key }, message)
+    return { writes: 1 }
   }
 
   private async ensureSecrets (sc: SwarmScope): Promise<void> {
@@ -153,7 +178,7 @@ export class Reconciler {
     sc.statefulSets = this.d.cache.listForSwarm('StatefulSet', sc.namespace, sc.name)
     this.d.progress?.setTargets(sc.key, sc.pods.filter(p => isReady(p) && p.metadata.deletionTimestamp == null).flatMap(p => {
       const ip = (p as any).status?.podIP
-      return ip === undefined || (p.metadata.labels?.[LABEL_ROLE] === 'auxiliary') ? [] : [{ ip, port: s.spec.metrics.port }]
+      return ip === undefined || (p.metadata.labels?.[LABEL_ROLE] === 'auxiliary') ? [] : [{ ip, port: s.spec.metrics.port, id: String(p.metadata.uid ?? p.metadata.name) }]
     }))
     sc.status = deriveStatus(s, { statefulSets: sc.statefulSets, pods: sc.pods, progress: this.d.progress?.get(sc.key), bootstrapPeers: sc.bootstrapPeers, reconcileError: sc.error }, this.now())
   }
@@ -194,9 +219,13 @@ export class Reconciler {
 
   private result (sc: SwarmScope): ReconcileResult {
     const status = must(sc.status, 'status')
-    if (sc.statusDeferredMs !== undefined) return { writes: sc.writes, status, requeueAfterMs: sc.statusDeferredMs }
     const progressing = status.conditions?.find(c => c.type === 'Progressing')?.status === 'True'
-    return { writes: sc.writes, status, ...(progressing ? { requeueAfterMs: REQUEUE_WHILE_PROGRESSING_MS } : {}) }
+    const ttl = ttlLeftMs(sc.swarm, status.completionTime, this.nowMs())
+    const after = [
+      sc.statusDeferredMs ?? (progressing ? REQUEUE_WHILE_PROGRESSING_MS : undefined),
+      ttl === undefined ? undefined : Math.min(Math.max(ttl, 0), MAX_TTL_REQUEUE_MS)
+    ].filter(ms => ms !== undefined)
+    return { writes: sc.writes, status, ...(after.length === 0 ? {} : { requeueAfterMs: Math.min(...after) }) }
   }
 
   /** Keys of the bootstrap agents; read fresh from the server before generating, never from a stale cache. */

@@ -7,8 +7,22 @@ import type { AveragingSwarm, AveragingSwarmStatus, Phase } from '../../api/v1al
 import { agentSelectorString, LABEL_ROLE } from '../builders/names.js'
 import type { KubeObj } from '../objects.js'
 import { toCondition, type ConditionInput } from './conditions.js'
+import { stoppedAfterCompletion } from '../builders/statefulset.js'
+import { checkpointsFailingCondition, checkpointStatus, completeCondition, completionTimeOf } from './completion.js'
 
-export interface Progress { roundsCompleted: number, meanGroupSize?: number, lastRoundTime?: string }
+export interface Progress {
+  roundsCompleted: number
+  meanGroupSize?: number
+  lastRoundTime?: string
+  /** The newest checkpoint an agent reported durable. */
+  checkpoint?: { round: number, time: string }
+  /** Ready agents seen reporting averaging_completed 1, of the Ready agents now (checkpoint-progress.ts). */
+  completion?: { completed: number, of: number }
+  /** A checkpoint write failed and no newer checkpoint is durable since; absent until a scrape tells. */
+  checkpointFailing?: boolean
+  /** Failed writes seen since the operator started. */
+  checkpointFailures?: number
+}
 
 export interface Observed {
   statefulSets: KubeObj[]
@@ -105,8 +119,11 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const live = pods.filter(p => !p.terminating)
   const agents = live.filter(p => p.role === 'agent' || p.role === 'bootstrap')
   const aux = live.filter(p => p.role === 'auxiliary')
-  const desired = s.spec.suspend ? 0 : s.spec.replicas
-  const auxDesired = s.spec.suspend ? 0 : s.spec.auxiliary.replicas
+  // Suspended, or Complete with podPolicy Delete: every agent is scaled to zero.
+  const finished = stoppedAfterCompletion(s)
+  const stopped = s.spec.suspend || finished
+  const desired = stopped ? 0 : s.spec.replicas
+  const auxDesired = stopped ? 0 : s.spec.auxiliary.replicas
   const ready = agents.filter(p => p.ready).length
   const auxReady = aux.filter(p => p.ready).length
   const failing = live.filter(p => p.problem !== undefined)
@@ -124,7 +141,7 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
         : { type: 'Degraded', status: 'False', reason: 'AsExpected', message: 'No agent is failing.' }
 
   let progressing: ConditionInput
-  if (settled) progressing = { type: 'Progressing', status: 'False', reason: 'Complete', message: s.spec.suspend ? 'All agents are stopped.' : `All ${desired} agents run the current spec.` }
+  if (settled) progressing = { type: 'Progressing', status: 'False', reason: 'Complete', message: stopped ? 'All agents are stopped.' : `All ${desired} agents run the current spec.` }
   else if (isRolling) progressing = { type: 'Progressing', status: 'True', reason: 'RollingUpdate', message: 'Agents are being replaced with the current spec.' }
   else if (agents.length < desired) progressing = { type: 'Progressing', status: 'True', reason: 'ScalingUp', message: `${agents.length} of ${desired} agents exist.` }
   else if (agents.length > desired || pods.length > live.length) progressing = { type: 'Progressing', status: 'True', reason: 'ScalingDown', message: `${live.length} agents, ${desired} wanted; extra agents are stopping.` }
@@ -133,7 +150,9 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const rounds = o.progress?.roundsCompleted ?? s.status?.roundsCompleted
   const readyCond: ConditionInput = s.spec.suspend
     ? { type: 'Ready', status: 'False', reason: 'Suspended', message: 'The swarm is suspended.' }
-    : desired > 0 && ready === desired && auxReady === auxDesired
+    : finished
+      ? { type: 'Ready', status: 'False', reason: 'Completed', message: 'The run is complete; its agents are scaled to zero (completion.podPolicy Delete).' }
+      : desired > 0 && ready === desired && auxReady === auxDesired
       ? { type: 'Ready', status: 'True', reason: 'AllAgentsReady', message: `${ready} of ${desired} agents are Ready${rounds !== undefined ? `; ${rounds} averaging rounds completed` : ''}.` }
       : { type: 'Ready', status: 'False', reason: desired === 0 ? 'NoAgentsWanted' : 'AgentsNotReady', message: `${ready} of ${desired} agents are Ready.` }
 
@@ -141,8 +160,12 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
     ? { type: 'Suspended', status: 'True', reason: 'SuspendedBySpec', message: live.length === 0 ? 'spec.suspend is true; no agent runs.' : `spec.suspend is true; ${live.length} agent(s) still stopping.` }
     : { type: 'Suspended', status: 'False', reason: 'NotSuspended', message: 'spec.suspend is false.' }
 
+  const completionTime = completionTimeOf(s, o.progress, now)
+  const extra = [completeCondition(s, completionTime, o.progress), checkpointsFailingCondition(s, o.progress)].filter(c => c !== undefined)
+
   let phase: Phase
-  if (s.spec.suspend) phase = 'Suspended'
+  if (completionTime !== undefined) phase = 'Succeeded' // final, as a Job's; Degraded still tells of a failing agent
+  else if (s.spec.suspend) phase = 'Suspended'
   else if (degraded.status === 'True') phase = 'Degraded'
   else if (readyCond.status === 'True') phase = 'Ready'
   else if (ready > 0 || isRolling) phase = 'Progressing'
@@ -159,12 +182,15 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
     auxiliaryReadyReplicas: auxReady,
     selector: agentSelectorString(s),
     bootstrapPeers: o.bootstrapPeers,
-    conditions: [readyCond, progressing, degraded, suspended].map(c => toCondition(c, prev, gen, now))
+    conditions: [readyCond, progressing, degraded, suspended, ...extra].map(c => toCondition(c, prev, gen, now))
   }
   if (rounds !== undefined) status.roundsCompleted = rounds
   const lastRound = o.progress?.lastRoundTime ?? s.status?.lastRoundTime
   if (lastRound !== undefined) status.lastRoundTime = lastRound
   const mean = o.progress?.meanGroupSize ?? s.status?.meanGroupSize
   if (mean !== undefined) status.meanGroupSize = Math.round(mean * 100) / 100
+  const checkpoint = checkpointStatus(s, o.progress)
+  if (checkpoint !== undefined) status.checkpoint = checkpoint
+  if (completionTime !== undefined) status.completionTime = completionTime
   return status
 }

@@ -152,6 +152,15 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.match(out, /averagingswarm.averaging.swarm.io\/finetune created \(server dry run\)/)
   })
 
+  test('checkpoint and completion: examples/job.yaml passes the API server, which defaults every, keep and podPolicy as withDefaults() does', async () => {
+    const out = await kubectl('apply', '--dry-run=server', '-n', NS, '-f', 'examples/job.yaml')
+    assert.match(out, /averagingswarm.averaging.swarm.io\/job created \(server dry run\)/)
+    const body = { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: 'defaults', namespace: NS }, spec: { checkpoint: { volume: { claimName: 'c' } }, completion: { rounds: 1000000000000 } } }
+    const created = await rest.request('POST', resourcePath('AveragingSwarm', NS), { body, query: { dryRun: 'All' } })
+    assert.deepEqual(created.spec.checkpoint, { every: 100, keep: 3, volume: { claimName: 'c' } })
+    assert.deepEqual(created.spec.completion, { rounds: 1000000000000, podPolicy: 'Delete' })
+  })
+
   test('examples/demo.yaml becomes owned objects, 8 scheduled agent pods passing Pod Security restricted, and a derived status', async () => {
     await kubectl('apply', '-n', NS, '-f', 'examples/demo.yaml')
     const s = await swarm('demo')

@@ -112,7 +112,8 @@ describe('the Grafana dashboard', () => {
       'averaging_group_size_sum', 'averaging_sent_bytes_total', 'averaging_received_bytes_total', 'averaging_peers_connected',
       'averaging_parameter_divergence', 'averaging_training_loss', 'averaging_state_downloads_total',
       'controller_runtime_reconcile_total', 'controller_runtime_reconcile_errors_total',
-      'averaging_trainer_loss', 'averaging_trainer_samples_total', 'averaging_params_hash']) assert.ok(used.has(m), `a panel uses ${m}`)
+      'averaging_trainer_loss', 'averaging_trainer_samples_total', 'averaging_params_hash',
+      'averaging_checkpoint_round', 'averaging_checkpoint_write_duration_seconds_bucket', 'averaging_checkpoint_writes_total']) assert.ok(used.has(m), `a panel uses ${m}`)
     const ids = dashboard.panels.map((p: { id: number }) => p.id)
     assert.equal(new Set(ids).size, ids.length, 'panel ids are unique')
     assert.equal(dashboard.uid, 'averaging-swarm')

@@ -37,7 +37,9 @@ test('the CRD has status and scale subresources, short name avs and the printer 
   assert.deepEqual(crd.spec.names.shortNames, ['avs'])
   assert.ok(crd.spec.names.categories.includes('averaging'))
   const cols = v.additionalPrinterColumns.filter((c: { priority?: number }) => c.priority === undefined).map((c: { name: string }) => c.name)
-  assert.deepEqual(cols, ['Desired', 'Ready', 'Rounds', 'Phase', 'Age'])
+  assert.deepEqual(cols, ['Desired', 'Ready', 'Rounds', 'Checkpoint', 'Phase', 'Age'])
+  const wide = v.additionalPrinterColumns.find((c: { name: string }) => c.name === 'Completed')
+  assert.deepEqual(wide, { name: 'Completed', type: 'date', jsonPath: '.status.completionTime', description: 'When the swarm became Complete.', priority: 1 })
   assert.equal(crd.metadata.name, 'averagingswarms.averaging.swarm.io')
 })
 

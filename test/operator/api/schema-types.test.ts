@@ -25,14 +25,18 @@ const fullSpec: Complete<AveragingSwarmSpec> = {
   workload: { type: 'sidecar', sidecarPort: 9401, trainer: { image: 't', imagePullPolicy: 'Always', command: [], args: [], env: [], resources: { limits: {}, requests: {} } } },
   metrics: { port: 9400, podMonitor: true },
   logLevel: 'info',
-  suspend: false
+  suspend: false,
+  checkpoint: { every: 100, keep: 3, volume: { claimName: 'c' } },
+  completion: { rounds: 1000, podPolicy: 'Delete' },
+  ttlSecondsAfterFinished: 3600
 }
 
 const fullStatus: Complete<AveragingSwarmStatus> = {
   observedGeneration: 1, phase: 'Ready', replicas: 1, readyReplicas: 1, auxiliaryReplicas: 0, auxiliaryReadyReplicas: 0,
   selector: 's', bootstrapPeers: [],
   conditions: [{ type: 'Ready', status: 'True', reason: 'r', message: 'm', lastTransitionTime: 't', observedGeneration: 1 }],
-  roundsCompleted: 1, lastRoundTime: 't', meanGroupSize: 4
+  roundsCompleted: 1, lastRoundTime: 't', meanGroupSize: 4,
+  checkpoint: { round: 100, time: 't', location: 'pvc/c/demo/round-100.safetensors' }, completionTime: 't'
 }
 
 /** Keys of the schema's object nodes that the operator types (opaque Kubernetes types excluded). */

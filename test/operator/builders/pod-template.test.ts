@@ -33,7 +33,10 @@ function restrictedViolations (pod: any): string[] {
 const envOf = (c: any) => Object.fromEntries(c.env.map((e: any) => [e.name, e]))
 
 test('every agent pod template passes Pod Security restricted, with /tmp writable on a read-only root', async () => {
-  const s = swarm({ auxiliary: { replicas: 1 }, workload: { type: 'sidecar', trainer: { image: 'trainer:1' } }, network: { privateNetworkSecret: { name: 'psk' } } })
+  const s = swarm({
+    auxiliary: { replicas: 1 }, workload: { type: 'sidecar', trainer: { image: 'trainer:1' } }, network: { privateNetworkSecret: { name: 'psk' } },
+    checkpoint: { volume: { claimName: 'ckpt' } }, completion: { rounds: 100 }
+  })
   for (const o of (await desiredFor(s)).objects.filter(o => o.kind === 'StatefulSet') as any[]) {
     const pod = o.spec.template
     assert.deepEqual(restrictedViolations(pod), [], o.metadata.name)
@@ -49,7 +52,8 @@ test('every agent pod template passes Pod Security restricted, with /tmp writabl
 test('the agent environment uses only the contract\'s variables and fills every required one', async () => {
   const known = new Set(Object.values(AGENT_ENV).map(e => e.name))
   const required = Object.values(AGENT_ENV).filter(e => 'required' in e && e.required).map(e => e.name)
-  for (const o of (await desiredFor(swarm())).objects.filter(o => o.kind === 'StatefulSet') as any[]) {
+  const sections = swarm({ auxiliary: { replicas: 1 }, checkpoint: { volume: { claimName: 'ckpt' } }, completion: { rounds: 100 } })
+  for (const o of [...(await desiredFor(swarm())).objects, ...(await desiredFor(sections)).objects].filter(o => o.kind === 'StatefulSet') as any[]) {
     const env = o.spec.template.spec.containers[0].env
     for (const e of env) assert.ok(known.has(e.name), `${e.name} is not in api/agent-env.ts`)
     for (const r of required) assert.ok(env.some((e: any) => e.name === r), `${o.metadata.name} lacks ${r}`)

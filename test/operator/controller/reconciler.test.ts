@@ -11,6 +11,7 @@ import { Reconciler, type ReconcilerDeps } from '../../../operator/controller/re
 import { ApiError } from '../../../operator/kube/rest.js'
 import { swarm } from '../builders/fixture.js'
 import { MemoryCluster } from './memory-cluster.js'
+import { ProgressTracker } from '../../../operator/controller/progress.js'
 
 const KEY = 'ml/demo'
 const silent = { info () {}, warn () {}, debug () {} }
@@ -193,4 +194,88 @@ test('a deleted swarm: nothing written, metrics forget it', async () => {
   assert.deepEqual(await r.reconcile(KEY), { writes: 0 })
   assert.deepEqual(cluster.takeCalls(), [])
   assert.equal(reported.at(-1), undefined)
+})
+
+/** A swarm that checkpoints and ends after 100 rounds; its agents' /metrics say what `agentsDone` says. */
+function finishingSwarm (completion: { rounds: number, podPolicy?: 'Delete' | 'Keep' }, ttlSecondsAfterFinished?: number) {
+  let agentsDone = false
+  const fetcher = async () => [
+    'averaging_rounds_total{swarm="demo",outcome="success"} 100',
+    'averaging_checkpoint_round{swarm="demo"} 100',
+    'averaging_checkpoint_timestamp_seconds{swarm="demo"} 1795000000',
+    'averaging_checkpoint_writes_total{swarm="demo",outcome="failed"} 0',
+    `averaging_completed{swarm="demo"} ${agentsDone ? 1 : 0}`
+  ].join('\n') + '\n'
+  const progress = new ProgressTracker(() => {}, fetcher, { intervalMs: 60_000, sampleSize: 32, timeoutMs: 1000 })
+  const env = setup({ replicas: 4, bootstrap: { replicas: 1 }, auxiliary: { replicas: 1 }, checkpoint: { volume: { claimName: 'ckpt' } }, completion, ttlSecondsAfterFinished }, { progress })
+  return { ...env, progress, finish () { agentsDone = true } }
+}
+
+const replicasOf = (c: MemoryCluster) => Object.fromEntries(c.list('StatefulSet').map((o: any) => [o.metadata.name, o.spec.replicas]))
+
+test('completion: Complete once every Ready agent reports it, then the agents scaled to zero (Delete), the status kept, nothing more written', async () => {
+  const { cluster, r, later, progress, finish } = finishingSwarm({ rounds: 100 })
+  await r.reconcile(KEY)
+  cluster.settle()
+  later()
+  await r.reconcile(KEY)
+  await progress.scrapeAll()
+  later()
+  const running = await r.reconcile(KEY)
+  assert.equal(running.status?.phase, 'Ready')
+  assert.equal(cond(running.status, 'Complete')?.message, '0 of 4 Ready agents completed 100 averaging rounds.')
+  assert.deepEqual(running.status?.checkpoint, { round: 100, time: '2026-11-18T11:06:40Z', location: 'pvc/ckpt/demo/round-100.safetensors' })
+
+  finish()
+  await progress.scrapeAll()
+  cluster.takeEvents()
+  later()
+  const done = await r.reconcile(KEY)
+  assert.equal(done.status?.phase, 'Succeeded')
+  assert.equal(cond(done.status, 'Complete')?.status, 'True')
+  const completionTime = cluster.swarmStatus('ml', 'demo')?.completionTime
+  assert.equal(completionTime, '2026-11-22T04:03:00Z')
+  assert.deepEqual(reasons(cluster), ['Normal/Completed'])
+
+  // The written completionTime scales every agent to zero (the status write queues this reconcile in production).
+  cluster.takeCalls()
+  later()
+  await r.reconcile(KEY)
+  assert.deepEqual(replicasOf(cluster), { 'demo-agent': 0, 'demo-aux': 0, 'demo-bootstrap-0': 0 })
+  cluster.settle()
+  later()
+  const stopped = await r.reconcile(KEY)
+  assert.equal(stopped.status?.phase, 'Succeeded')
+  assert.equal(cond(stopped.status, 'Ready')?.reason, 'Completed')
+  assert.equal(stopped.status?.completionTime, completionTime)
+  assert.equal(stopped.requeueAfterMs, undefined, 'no TTL: nothing left to wait for')
+  assert.deepEqual(stopped.status?.checkpoint?.round, 100)
+  cluster.takeCalls()
+  later()
+  assert.equal((await r.reconcile(KEY)).writes, 0)
+  assert.deepEqual(cluster.takeCalls(), [], 'a finished swarm is at steady state')
+})
+
+test('completion with podPolicy Keep leaves the agents running; ttlSecondsAfterFinished deletes the swarm once it passes, after an event', async () => {
+  const { cluster, r, later, progress, finish } = finishingSwarm({ rounds: 100, podPolicy: 'Keep' }, 120)
+  await r.reconcile(KEY)
+  cluster.settle()
+  later()
+  await r.reconcile(KEY)
+  finish()
+  await progress.scrapeAll()
+  later()
+  const done = await r.reconcile(KEY)
+  assert.equal(done.status?.phase, 'Succeeded')
+  assert.equal(done.requeueAfterMs, 120_000, 'looked at again when the TTL passes')
+  later(60_000)
+  const waiting = await r.reconcile(KEY)
+  assert.equal(waiting.requeueAfterMs, 60_000)
+  assert.deepEqual(replicasOf(cluster), { 'demo-agent': 3, 'demo-aux': 1, 'demo-bootstrap-0': 1 }, 'Keep: agents stay')
+  cluster.takeCalls(); cluster.takeEvents()
+  later(60_000)
+  assert.deepEqual(await r.reconcile(KEY), { writes: 1 })
+  assert.deepEqual(cluster.takeCalls(), ['event Normal/TTLExpired', 'delete AveragingSwarm/demo'])
+  assert.equal(cluster.get('AveragingSwarm', 'ml', 'demo'), undefined)
+  assert.match(cluster.takeEvents()[0].message, /ttlSecondsAfterFinished \(120 s\) passed since it completed at 2026-11-22T04:02:00Z\.$/)
 })

@@ -55,6 +55,18 @@ export const MALFORMED: MalformedCase[] = [
   { what: 'bandwidth of zero', field: 'spec.averaging.bandwidth', spec: { averaging: { bandwidth: 0 } } },
   { what: 'negative auxiliary CPU request', field: 'spec.auxiliary.resources.requests', spec: { auxiliary: { replicas: 1, resources: { requests: { cpu: '-1' } } } } },
   { what: 'negative GPU limit as a number', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': -1 } } } },
+  { what: 'checkpoint every 0 rounds', field: 'spec.checkpoint.every', spec: { checkpoint: { every: 0, volume: { claimName: 'ckpt' } } } },
+  { what: 'checkpoint keeping none', field: 'spec.checkpoint.keep', spec: { checkpoint: { keep: 0, volume: { claimName: 'ckpt' } } } },
+  { what: 'checkpoint keeping more than 1000', field: 'spec.checkpoint.keep', spec: { checkpoint: { keep: 1001, volume: { claimName: 'ckpt' } } } },
+  { what: 'checkpoint without a volume', field: 'spec.checkpoint.volume', spec: { checkpoint: { every: 10 } } },
+  { what: 'checkpoint volume without a claim name', field: 'spec.checkpoint.volume.claimName', spec: { checkpoint: { volume: {} } } },
+  { what: 'checkpoint claim name that is not a DNS-1123 subdomain', field: 'spec.checkpoint.volume.claimName', spec: { checkpoint: { volume: { claimName: 'My_Claim' } } } },
+  { what: 'completion after 0 rounds', field: 'spec.completion.rounds', spec: { completion: { rounds: 0 } } },
+  { what: 'completion past 1e12 rounds', field: 'spec.completion.rounds', spec: { completion: { rounds: 1000000000001 } } },
+  { what: 'completion without rounds', field: 'spec.completion.rounds', spec: { completion: { podPolicy: 'Keep' } } },
+  { what: 'unknown completion pod policy', field: 'spec.completion.podPolicy', spec: { completion: { rounds: 10, podPolicy: 'Retain' } } },
+  { what: 'negative ttlSecondsAfterFinished', field: 'spec.ttlSecondsAfterFinished', spec: { completion: { rounds: 10 }, ttlSecondsAfterFinished: -1 } },
+  { what: 'ttlSecondsAfterFinished without completion', field: 'spec.ttlSecondsAfterFinished', cel: true, spec: { ttlSecondsAfterFinished: 60 } },
   { what: 'negative trainer memory limit', field: 'spec.workload.trainer.resources.limits', spec: { workload: { type: 'sidecar', trainer: { image: 'trainer:1', resources: { limits: { memory: '-8Gi' } } } } } }
 ]
 

@@ -1,0 +1,115 @@
+/**
+ * Complete, Succeeded, status.checkpoint and CheckpointsFailing derived from what the agents
+ * report (Progress) and from the status already written: Complete only once every Ready agent
+ * reported completion, then sticky on status.completionTime whatever the agents say after.
+ */
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { deriveStatus, type Observed, type Progress } from '../../../operator/controller/status.js'
+import { statusEvents } from '../../../operator/controller/events.js'
+import type { PartialSpec } from '../../../api/v1alpha1/defaults.js'
+import type { AveragingSwarm } from '../../../api/v1alpha1/types.js'
+import type { KubeObj } from '../../../operator/objects.js'
+import { swarm } from '../builders/fixture.js'
+
+const NOW = '2026-11-22T04:00:00Z'
+const LATER = '2026-11-22T05:00:00Z'
+
+const pod = (name: string, role: string): KubeObj => ({
+  apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { 'averaging.swarm.io/role': role } },
+  status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] }
+})
+const agents = (n: number) => Array.from({ length: n }, (_, i) => pod(`job-agent-${i}`, i < 2 ? 'bootstrap' : 'agent'))
+const set = (replicas: number): KubeObj => ({
+  apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: 'job-agent', generation: 1 }, spec: { replicas },
+  status: { observedGeneration: 1, replicas, updatedReplicas: replicas, currentRevision: 'a', updateRevision: 'a' }
+} as KubeObj)
+const observed = (pods: KubeObj[], progress?: Progress): Observed => ({ statefulSets: [set(pods.length)], pods, bootstrapPeers: [], ...(progress === undefined ? {} : { progress }) })
+const cond = (st: any, type: string) => st.conditions.find((c: any) => c.type === type)
+const job = (extra: PartialSpec = {}): AveragingSwarm => swarm({ checkpoint: { volume: { claimName: 'ckpt' } }, completion: { rounds: 500 }, ...extra }, 'job')
+const progress = (completed: number, of: number, extra: Partial<Progress> = {}): Progress => ({ roundsCompleted: 500, completion: { completed, of }, ...extra })
+
+test('not every Ready agent completed: Complete=False with the count, phase Ready, no completionTime', () => {
+  const st = deriveStatus(job(), observed(agents(8), progress(7, 8)), NOW)
+  assert.deepEqual(cond(st, 'Complete'), { type: 'Complete', status: 'False', reason: 'Running', message: '7 of 8 Ready agents completed 500 averaging rounds.', lastTransitionTime: NOW, observedGeneration: 1 })
+  assert.equal(st.phase, 'Ready')
+  assert.equal(st.completionTime, undefined)
+  assert.equal(cond(deriveStatus(job(), observed(agents(8)), NOW), 'Complete').message, 'Runs until 500 averaging rounds.')
+  assert.equal(deriveStatus(job(), observed(agents(8), progress(0, 0)), NOW).completionTime, undefined, 'no Ready agent: nothing to call complete')
+})
+
+test('every Ready agent completed: Complete=True, completionTime now, phase Succeeded, a Completed event', () => {
+  const before = deriveStatus(job(), observed(agents(8), progress(7, 8)), NOW)
+  const st = deriveStatus({ ...job(), status: before }, observed(agents(8), progress(8, 8)), LATER)
+  assert.equal(cond(st, 'Complete').status, 'True')
+  assert.equal(cond(st, 'Complete').reason, 'RoundsReached')
+  assert.equal(cond(st, 'Complete').lastTransitionTime, LATER)
+  assert.equal(st.completionTime, LATER)
+  assert.equal(st.phase, 'Succeeded')
+  const events = statusEvents(job(), before, st)
+  assert.deepEqual(events.map(e => `${e.type}/${e.reason}`), ['Normal/Completed'])
+  assert.match(events[0].message, /final checkpoint durable; the agents are scaled to zero \(completion\.podPolicy Delete\)\.$/)
+})
+
+test('Complete is sticky: once completionTime is written, agents that restart, stop answering or are gone change nothing', () => {
+  const done = deriveStatus(job(), observed(agents(8), progress(8, 8)), NOW)
+  const s = { ...job(), status: done }
+  for (const [what, o] of [
+    ['an agent restarted and reports 0', observed(agents(8), progress(7, 8))],
+    ['no scrape since the operator restarted', observed(agents(8))],
+    ['every agent scaled to zero', observed([])]
+  ] as const) {
+    const st = deriveStatus(s, o, LATER)
+    assert.equal(st.completionTime, NOW, what)
+    assert.equal(cond(st, 'Complete').status, 'True', what)
+    assert.equal(cond(st, 'Complete').lastTransitionTime, NOW, what)
+    assert.equal(st.phase, 'Succeeded', what)
+  }
+  // Even a spec edit (more rounds) does not reopen a finished run.
+  const edited = { ...job({ completion: { rounds: 900 } }), status: done }
+  assert.equal(deriveStatus(edited, observed(agents(8), progress(0, 8)), LATER).phase, 'Succeeded')
+})
+
+test('Complete with podPolicy Delete and the agents gone: Ready=False Completed, nothing Progressing, nothing Degraded; Keep stays Ready', () => {
+  const s = { ...job(), status: { completionTime: NOW } }
+  const st = deriveStatus(s, { statefulSets: [set(0)], pods: [], bootstrapPeers: [] }, LATER)
+  assert.equal(cond(st, 'Ready').reason, 'Completed')
+  assert.equal(cond(st, 'Progressing').status, 'False')
+  assert.equal(cond(st, 'Progressing').message, 'All agents are stopped.')
+  assert.equal(cond(st, 'Degraded').status, 'False')
+  assert.equal(st.phase, 'Succeeded')
+  const kept = deriveStatus({ ...job({ completion: { rounds: 500, podPolicy: 'Keep' } }), status: { completionTime: NOW } }, observed(agents(8)), LATER)
+  assert.equal(cond(kept, 'Ready').status, 'True')
+  assert.equal(kept.phase, 'Succeeded')
+  assert.match(cond(kept, 'Complete').message, /kept, idle \(completion\.podPolicy Keep\)/)
+})
+
+test('without spec.completion there is no Complete condition, whatever the agents report', () => {
+  const st = deriveStatus(swarm({}, 'job'), observed(agents(8), progress(8, 8)), NOW)
+  assert.equal(cond(st, 'Complete'), undefined)
+  assert.equal(cond(st, 'CheckpointsFailing'), undefined)
+  assert.equal(st.completionTime, undefined)
+  assert.equal(st.phase, 'Ready')
+  assert.ok(st.conditions!.length <= 8, 'the schema allows 8 conditions')
+})
+
+test('status.checkpoint: the newest checkpoint, located in the claim under the swarm\'s name; kept while no scrape says more', () => {
+  const st = deriveStatus(job(), observed(agents(8), progress(0, 8, { checkpoint: { round: 200, time: NOW } })), NOW)
+  assert.deepEqual(st.checkpoint, { round: 200, time: NOW, location: 'pvc/ckpt/job/round-200.safetensors' })
+  assert.deepEqual(deriveStatus({ ...job(), status: st }, observed(agents(8)), LATER).checkpoint, st.checkpoint)
+})
+
+test('CheckpointsFailing: True with a CheckpointFailed event when writes fail, kept over an operator restart, False once a newer checkpoint is durable', () => {
+  const ok = deriveStatus(job(), observed(agents(8), progress(0, 8, { checkpointFailing: false })), NOW)
+  assert.equal(cond(ok, 'CheckpointsFailing').status, 'False')
+  const failing = deriveStatus({ ...job(), status: ok }, observed(agents(8), progress(0, 8, { checkpointFailing: true, checkpointFailures: 2 })), LATER)
+  assert.equal(cond(failing, 'CheckpointsFailing').status, 'True')
+  assert.equal(cond(failing, 'CheckpointsFailing').reason, 'WriteFailed')
+  assert.match(cond(failing, 'CheckpointsFailing').message, /claim ckpt is bound, writable and not full/)
+  assert.equal(cond(failing, 'Degraded').status, 'False', 'averaging goes on: not Degraded')
+  assert.equal(failing.phase, 'Ready')
+  assert.deepEqual(statusEvents(job(), ok, failing).map(e => `${e.type}/${e.reason}`), ['Warning/CheckpointFailed'])
+  assert.deepEqual(statusEvents(job(), failing, failing), [], 'one event per episode')
+  assert.equal(cond(deriveStatus({ ...job(), status: failing }, observed(agents(8)), LATER), 'CheckpointsFailing').status, 'True', 'no scrape yet: kept')
+  assert.equal(cond(deriveStatus({ ...job(), status: failing }, observed(agents(8), progress(0, 8, { checkpointFailing: false })), LATER), 'CheckpointsFailing').status, 'False')
+})

@@ -86,6 +86,8 @@ export interface StepResult {
   readonly groupKey: string
   /** Member peer ids in group order. */
   readonly peers: readonly string[]
+  /** The members in auxiliary mode: they reduce but keep no state of their own (no checkpoints either). */
+  readonly auxiliary: readonly string[]
   /** Each member's `gather` value, by peer id. */
   readonly gathered: ReadonlyMap<string, unknown>
   readonly matchmakingMs: number
@@ -288,6 +290,7 @@ export class DecentralizedAverager {
           groupId: groupIdHex(group.groupId),
           groupKey: key,
           peers: group.peerIds,
+          auxiliary: group.peerIds.filter((_, i) => group.infos[i].mode === PeerMode.AUXILIARY),
           gathered: new Map(group.peerIds.map((peer, i) => [peer, parseGather(group.infos[i].userData)])),
           matchmakingMs,
           allreduce: result

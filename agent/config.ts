@@ -3,6 +3,7 @@ import { decodeSwarmKey } from './net/pnet/swarm-key.js'
 import { readFileSync } from 'node:fs'
 import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
 import { AVERAGING_KEYS, AVERAGING_PARAMETERS, type AveragingKey } from '../api/averaging-parameters.js'
+import { CHECKPOINT_PARAMETERS } from '../api/checkpoint-parameters.js'
 import { checkValue, formatRange, fromEnv, parseDuration, toAgent } from '../api/parameter-bounds.js'
 import { validateConfig, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerMode } from './averager.js'
 import { AveragingError, describeError } from './errors.js'
@@ -45,10 +46,10 @@ export interface CheckpointPolicy {
   readonly keep: number
 }
 
-/** The bounds the CRD gives spec.checkpoint and spec.completion (api/agent-env.ts says the same). */
-export const CHECKPOINT_EVERY_MAX = 1_000_000_000
-export const CHECKPOINT_KEEP_MAX = 1000
-export const COMPLETION_ROUNDS_MAX = 1_000_000_000_000
+/** The bounds the CRD gives spec.checkpoint and spec.completion (api/checkpoint-parameters.ts). */
+export const CHECKPOINT_EVERY_MAX = CHECKPOINT_PARAMETERS.every.bound.max
+export const CHECKPOINT_KEEP_MAX = CHECKPOINT_PARAMETERS.keep.bound.max
+export const COMPLETION_ROUNDS_MAX = CHECKPOINT_PARAMETERS.completionRounds.bound.max
 
 /** Parses Go-style durations ("15s", "500ms", "1m30s", "2h") into seconds. */
 export { parseDuration }
@@ -131,10 +132,10 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     ? undefined
     : {
         dir: checkpointDir,
-        every: parse('checkpointEvery', integer(1, CHECKPOINT_EVERY_MAX), 100),
-        keep: parse('checkpointKeep', integer(1, CHECKPOINT_KEEP_MAX), 3)
+        every: parse('checkpointEvery', integer(CHECKPOINT_PARAMETERS.every.bound.min, CHECKPOINT_EVERY_MAX), CHECKPOINT_PARAMETERS.every.default),
+        keep: parse('checkpointKeep', integer(CHECKPOINT_PARAMETERS.keep.bound.min, CHECKPOINT_KEEP_MAX), CHECKPOINT_PARAMETERS.keep.default)
       }
-  const completionRounds = parse<number | undefined>('completionRounds', integer(1, COMPLETION_ROUNDS_MAX), undefined)
+  const completionRounds = parse<number | undefined>('completionRounds', integer(CHECKPOINT_PARAMETERS.completionRounds.bound.min, COMPLETION_ROUNDS_MAX), undefined)
   const config: AgentConfig = {
     swarm: raw('swarm') ?? '',
     namespace: raw('namespace') ?? 'default',

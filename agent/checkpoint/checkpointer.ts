@@ -26,6 +26,11 @@ export interface CompletedRound {
   readonly samples: number
 }
 
+/** The members of a round's group that keep the state and may write it: all but auxiliary peers (no volume, weight 0). */
+export function stateHolders (result: { readonly peers: readonly string[], readonly auxiliary: readonly string[] }): string[] {
+  return result.peers.filter(p => !result.auxiliary.includes(p))
+}
+
 /** A stable copy of the tensors to write: taken before the next round can change them. */
 export type Snapshot = () => Promise<TensorSource[]> | TensorSource[]
 

@@ -8,7 +8,7 @@ import { int, obj, str, type CelRule, type Schema } from './schema-builders.js'
 const bounded = (description: string, b: { min: number, max: number }, dflt?: number): Schema =>
   int(`${description} ${b.min} to ${b.max}.`, { minimum: b.min, maximum: b.max, ...(dflt === undefined ? {} : { default: dflt }) })
 
-export const checkpoint = obj(`Checkpoints of the averaged tensors in safetensors, written into a volume shared by the agents (mounted at ${CHECKPOINT_MOUNT_DIR}, files under <swarm name>/round-<n>.safetensors with a manifest each). An agent that finds no live peer to download state from restores the newest complete one. Absent: nothing is written or restored.`, {
+export const checkpoint = obj(`Checkpoints of the averaged tensors in safetensors, written into a volume shared by the agents (mounted at ${CHECKPOINT_MOUNT_DIR}, files under <swarm name>/: round-<n>.json, the manifest, naming its round-<n>-<writer tag>.safetensors). An agent that finds no live peer to download state from restores the newest complete one. Absent: nothing is written or restored.`, {
   every: bounded('Averaging rounds between checkpoints;', P.every.bound, P.every.default),
   keep: bounded('Newest complete checkpoints kept; older ones are deleted once a newer one is complete;', P.keep.bound, P.keep.default),
   volume: obj('Where checkpoints are written: an existing PersistentVolumeClaim in the swarm\'s namespace, shared by every agent (ReadWriteMany when agents run on more than one node). The operator never creates, changes or deletes it.', {
@@ -26,7 +26,7 @@ export const ttlSecondsAfterFinished = int('Seconds after completionTime at whic
 export const checkpointStatus = obj('The newest checkpoint the agents report durable, read from their metrics.', {
   round: int('Averaging round of the checkpoint.', { minimum: 0 }),
   time: str('When it was written.', { format: 'date-time' }),
-  location: str('Where it is: pvc/<claim>/<swarm>/round-<n>.safetensors.', { maxLength: 1024 })
+  location: str('Where it is: pvc/<claim>/<swarm>/round-<n>.json, the manifest that names the data file.', { maxLength: 1024 })
 })
 
 export function completionRules (): CelRule[] {

@@ -60,6 +60,6 @@ export function checkpointStatus (s: AveragingSwarm, progress: Progress | undefi
   const cp = progress?.checkpoint
   if (cp === undefined) return s.status?.checkpoint
   const claim = s.spec.checkpoint?.volume.claimName
-  // The agents' folder layout (agent/checkpoint/README.md): <AVS_CHECKPOINT_DIR>/<AVS_SWARM>/round-<n>.safetensors, AVS_SWARM being the swarm's name.
-  return { round: cp.round, time: cp.time, ...(claim === undefined ? {} : { location: `pvc/${claim}/${s.metadata.name}/round-${cp.round}.safetensors` }) }
+  // The agents' folder layout (agent/checkpoint/README.md): <AVS_CHECKPOINT_DIR>/<AVS_SWARM>/round-<n>.json, the manifest naming its data file (round-<n>-<writer tag>.safetensors), AVS_SWARM being the swarm name.
+  return { round: cp.round, time: cp.time, ...(claim === undefined ? {} : { location: `pvc/${claim}/${s.metadata.name}/round-${cp.round}.json` }) }
 }

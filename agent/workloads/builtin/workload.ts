@@ -7,6 +7,7 @@ import { makeHeldOut, makeShard } from './synthetic-data.js'
 import type { StateSharing } from '../../state/state-sharing.js'
 import type { TensorSource } from '../../checkpoint/safetensors.js'
 import { Completion } from '../completion.js'
+import { stateHolders } from '../../checkpoint/checkpointer.js'
 
 export interface BuiltinOptions {
   readonly shardIndex: number
@@ -71,7 +72,7 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
             void sharing?.setPriority(steps)
             round++
             ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss, round }, 'averaged')
-            const completed = { round, peers: result.peers, self: ctx.node.peerId.toString(), samples: steps }
+            const completed = { round, peers: stateHolders(result), self: ctx.node.peerId.toString(), samples: steps }
             const snapshot = (): TensorSource[] => after.map(t => ({ name: t.name, dtype: 'float32', shape: t.shape, data: t.data }))
             await ctx.checkpointer?.afterRound(completed, snapshot)
             if (await completion.reached(completed, snapshot)) break

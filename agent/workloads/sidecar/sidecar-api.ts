@@ -17,7 +17,7 @@ import { Region, Scratch, bytesOf } from './region.js'
 import { DistanceSum, relativeDistance } from './distance.js'
 import { MAX_CONTROL_BYTES, TENSORS_CONTENT_TYPE, controlHead, isTensorsBody, packTensors, readTensorsBody } from './binary-body.js'
 import { Completion } from '../completion.js'
-import type { CompletedRound } from '../../checkpoint/checkpointer.js'
+import { stateHolders, type CompletedRound } from '../../checkpoint/checkpointer.js'
 import type { TensorSource } from '../../checkpoint/safetensors.js'
 
 /**
@@ -342,7 +342,7 @@ export class SidecarApi {
       this.rounds++
       await this.setOrigin('averaged', averager)
       this.sharing?.setPriority(this.stepsOk).catch(() => {})
-      const completed: CompletedRound = { round: this.rounds, peers: result.peers, self: this.ctx.node.peerId.toString(), samples: this.stepsOk }
+      const completed: CompletedRound = { round: this.rounds, peers: stateHolders(result), self: this.ctx.node.peerId.toString(), samples: this.stepsOk }
       const snapshot = async (): Promise<TensorSource[]> => await this.snapshot(averager, schema)
       await this.ctx.checkpointer?.afterRound(completed, snapshot)
       await this.completion.reached(completed, snapshot)

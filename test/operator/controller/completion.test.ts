@@ -95,7 +95,7 @@ test('without spec.completion there is no Complete condition, whatever the agent
 
 test('status.checkpoint: the newest checkpoint, located in the claim under the swarm\'s name; kept while no scrape says more', () => {
   const st = deriveStatus(job(), observed(agents(8), progress(0, 8, { checkpoint: { round: 200, time: NOW } })), NOW)
-  assert.deepEqual(st.checkpoint, { round: 200, time: NOW, location: 'pvc/ckpt/job/round-200.safetensors' })
+  assert.deepEqual(st.checkpoint, { round: 200, time: NOW, location: 'pvc/ckpt/job/round-200.json' })
   assert.deepEqual(deriveStatus({ ...job(), status: st }, observed(agents(8)), LATER).checkpoint, st.checkpoint)
 })
 

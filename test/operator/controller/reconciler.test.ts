@@ -224,7 +224,7 @@ test('completion: Complete once every Ready agent reports it, then the agents sc
   const running = await r.reconcile(KEY)
   assert.equal(running.status?.phase, 'Ready')
   assert.equal(cond(running.status, 'Complete')?.message, '0 of 4 Ready agents completed 100 averaging rounds.')
-  assert.deepEqual(running.status?.checkpoint, { round: 100, time: '2026-11-18T11:06:40Z', location: 'pvc/ckpt/demo/round-100.safetensors' })
+  assert.deepEqual(running.status?.checkpoint, { round: 100, time: '2026-11-18T11:06:40Z', location: 'pvc/ckpt/demo/round-100.json' })
 
   finish()
   await progress.scrapeAll()

@@ -55,7 +55,7 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
     meanTrainerLoss: meanTrainerLoss(live.map(s => s.samples)),
     trainerSamples: total('averaging_trainer_samples_total'),
     completed: total('averaging_completed'),
-    checkpointRound: live.reduce((m, s) => Math.max(m, sumOf(s.samples, 'averaging_checkpoint_round') ?? NaN), NaN)
+    checkpointRound: newest(live.map(s => sumOf(s.samples, 'averaging_checkpoint_round')))
   }
 }
 
@@ -72,4 +72,10 @@ function meanTrainerLoss (agents: ReadonlyArray<ReturnType<typeof parsePrometheu
     values.push(loss)
   }
   return values.length > 0 ? values.reduce((a, b) => a + b, 0) / values.length : NaN
+}
+
+/** The largest finite value above 0 (a gauge never set reads 0), NaN when there is none. */
+function newest (values: ReadonlyArray<number | undefined>): number {
+  const set = values.filter((v): v is number => v !== undefined && Number.isFinite(v) && v > 0)
+  return set.length > 0 ? Math.max(...set) : NaN
 }

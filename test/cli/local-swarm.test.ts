@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { AGENT_MAIN } from '../../agent/process/agent-process.js'
+import { loadNewestCheckpoint } from '../../agent/checkpoint/index.js'
 
 const CLI = fileURLToPath(new URL('../../cli/local-swarm.js', import.meta.url))
 
@@ -65,18 +66,26 @@ test('local runtime: malformed YAML, an unknown field and a taken port each end 
   }
 })
 
-test('local runtime: a 4-agent swarm averages, prints progress and writes its report', { timeout: 180_000 }, async () => {
-  writeFileSync(join(dir, 'run.yaml'), swarm())
-  const { code, out, err } = await run(CLI, [join(dir, 'run.yaml'), '--duration', '25', '--out', join(dir, 'runs')], {}, 170_000)
+test('local runtime: a 4-agent swarm with checkpoints and completion averages, prints progress, ends complete, and leaves its checkpoints and report', { timeout: 180_000 }, async () => {
+  writeFileSync(join(dir, 'run.yaml'), swarm('  checkpoint: {every: 2, keep: 2, volume: {claimName: ckpt}}\n  completion: {rounds: 3}\n'))
+  const checkpoints = join(dir, 'checkpoints')
+  const { code, out, err } = await run(CLI, [join(dir, 'run.yaml'), '--duration', '120', '--out', join(dir, 'runs'), '--checkpoints', checkpoints], {}, 170_000)
   assert.equal(code, 0, err)
   assert.match(out, /time {2}ready {2}rounds/)
+  assert.match(out, /run ended because +the run is complete/, out)
+  assert.match(out, /newest checkpoint +round 3 in /, out)
   const runDir = join(dir, 'runs', readdirSync(join(dir, 'runs'))[0])
   assert.ok(existsSync(join(runDir, 'report.html')))
-  const summary = JSON.parse(readFileSync(join(runDir, 'summary.json'), 'utf8')) as { samples: Array<{ rounds: number, ready: number }> }
+  const summary = JSON.parse(readFileSync(join(runDir, 'summary.json'), 'utf8')) as { samples: Array<{ rounds: number, ready: number, completed: number }> }
   const last = summary.samples.at(-1)!
   assert.equal(last.ready, 4, 'every agent became ready')
-  assert.ok(last.rounds > 0, 'the agents completed averaging rounds')
+  assert.equal(last.completed, 4, 'every agent completed the run')
+  assert.ok(last.rounds >= 4 * 3, 'the agents completed their 3 rounds each')
   assert.match(readFileSync(join(runDir, 'report.html'), 'utf8'), /<svg/)
+  // The folder standing in for the claim holds the final checkpoint, which verifies.
+  const { checkpoint } = await loadNewestCheckpoint(checkpoints, 'tiny', undefined, { log: () => {} })
+  assert.equal(checkpoint?.manifest.round, 3)
+  assert.deepEqual(checkpoint.manifest.tensors.map(t => t.name), ['dense1/kernel', 'dense1/bias', 'dense2/kernel', 'dense2/bias'])
 })
 
 // A tiny trainer for the sidecar runs: it pulls a 4-value "model" towards its own target (its

@@ -134,3 +134,35 @@ def test_get_tensors_holds_the_seqlock(start_swarm):
             avg.step()
     assert seq() == before + 2
     avg.close()
+
+
+def test_a_run_with_completion_ends_complete_and_its_final_checkpoint_loads_with_safetensors(start_swarm, tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+    import json
+    folder = tmp_path / "checkpoints"
+    swarm = start_swarm(2, AVS_CHECKPOINT_DIR=str(folder), AVS_CHECKPOINT_EVERY="1", AVS_COMPLETION_ROUNDS="2")
+    averagers = [make(a.url, shm_dir=a.shm_dir) for a in swarm.agents]
+    for round_ in range(2):
+        inputs = [values_for(50 + 10 * round_ + i) for i in range(2)]
+        for avg, vals in zip(averagers, inputs):
+            write(avg, vals)
+        results = in_threads(*[lambda a=a: a.step(timeout=30) for a in averagers])
+        for r in results:
+            assert r.averaged, r.error
+            assert r.round == round_ + 1
+            assert r.complete is (round_ == 1), f"complete only after the last round (round {r.round})"
+    # The final checkpoint is the trainers' last mean, in their dtypes, readable without our code.
+    latest = json.loads((folder / "pytest" / "latest").read_text())
+    assert latest["round"] == 2
+    saved = load_file(str(folder / "pytest" / latest["data"]))
+    torch_dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    for name, values in read(averagers[0]).items():
+        assert saved[name].dtype == torch_dtypes[DTYPES[name]], name
+        np.testing.assert_array_equal(saved[name].float().numpy(), values, err_msg=name)
+    # A step after completion averages no more and says why.
+    after = averagers[0].step(timeout=5)
+    assert not after.averaged and after.complete
+    assert "complete" in (after.error or "")
+    for avg in averagers:
+        avg.close()

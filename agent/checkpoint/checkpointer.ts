@@ -8,6 +8,7 @@
 import type { CheckpointPolicy } from '../config.js'
 import type { AgentMetrics } from '../metrics/agent-metrics.js'
 import { describeError } from '../errors.js'
+import { containerMemoryBytes } from '../util/memory.js'
 import { CheckpointTakenError, listCheckpoints, loadNewestCheckpoint, writeCheckpoint, type CheckpointSchema, type LoadedCheckpoint } from './checkpoint.js'
 import type { TensorSource } from './safetensors.js'
 
@@ -31,8 +32,20 @@ export function stateHolders (result: { readonly peers: readonly string[], reado
   return result.peers.filter(p => !result.auxiliary.includes(p))
 }
 
-/** A stable copy of the tensors to write: taken before the next round can change them. */
-export type Snapshot = () => Promise<TensorSource[]> | TensorSource[]
+/**
+ * The tensors a checkpoint is written from. `copy` takes a stable copy now (the write then runs in
+ * the background); `hold`, when given, runs the write over the live tensors while nothing can change
+ * them, for a model whose copy would not fit in the container's memory beside the agent.
+ */
+export interface Snapshot {
+  /** Bytes a copy takes (0: the values handed over are a copy already). */
+  readonly bytes: number
+  copy (): Promise<TensorSource[]> | TensorSource[]
+  hold? (write: (tensors: TensorSource[]) => Promise<void>): Promise<void>
+}
+
+/** The share of the container's memory the agent may fill, its own use and a snapshot together. */
+const SNAPSHOT_MEMORY_SHARE = 0.85
 
 type Metrics = Pick<AgentMetrics, 'checkpointWrites' | 'checkpointSeconds' | 'checkpointBytes' | 'checkpointRound' | 'checkpointTimestamp' | 'checkpointSkipped'>
 
@@ -45,12 +58,16 @@ export class Checkpointer {
   private writing: Promise<void> | null = null
   /** The newest round this agent knows to be durable. */
   private durable = -1
+  private toldInPlace = false
 
   constructor (
     readonly policy: CheckpointPolicy,
     private readonly swarm: string,
     private readonly metrics: Metrics,
-    private readonly log: CheckpointLog
+    private readonly log: CheckpointLog,
+    /** The container's memory limit (default: cgroup memory.max, else the machine's). */
+    private readonly memoryBytes: number = containerMemoryBytes(),
+    private readonly usedBytes: () => number = () => process.memoryUsage().rss
   ) {}
 
   get durableRound (): number { return this.durable }
@@ -82,8 +99,35 @@ export class Checkpointer {
       this.log.warn(`not checkpointing round ${r.round}: the previous checkpoint is still being written`)
       return
     }
-    const tensors = await snapshot()
-    this.writing = this.write(r, tensors, trainerState).finally(() => { this.writing = null })
+    if (this.inPlace(snapshot)) {
+      await snapshot.hold!(async tensors => { await this.write(r, tensors, trainerState) })
+      return
+    }
+    // Busy from the copy on; the caller waits for the copy only, so the next round cannot change what is written.
+    const copy = Promise.resolve().then(async () => await snapshot.copy())
+    this.writing = copy.then(async tensors => { await this.write(r, tensors, trainerState) }, (err: unknown) => {
+      this.metrics.checkpointWrites.labels('failed').inc()
+      this.log.warn(`checkpoint of round ${r.round} failed: copying the tensors failed: ${describeError(err)}`)
+    }).finally(() => { this.writing = null })
+    await copy.catch(() => {})
+  }
+
+  /** Whether a copy would not fit: then the write holds the live tensors and the next round waits for it. */
+  private inPlace (snapshot: Snapshot): boolean {
+    if (snapshot.hold === undefined || snapshot.bytes === 0) return false
+    const fits = this.usedBytes() + snapshot.bytes <= SNAPSHOT_MEMORY_SHARE * this.memoryBytes
+    if (!fits && !this.toldInPlace) {
+      this.toldInPlace = true
+      const gib = (b: number): string => (b / 2 ** 30).toFixed(1)
+      this.log.warn(`checkpoints are written in place, holding up the next round: a ${gib(snapshot.bytes)} GiB copy does not fit beside the agent's ${gib(this.usedBytes())} GiB in its ${gib(this.memoryBytes)} GiB of memory`)
+    }
+    return !fits
+  }
+
+  /** Writes from a copy or in place, whichever fits, and waits for it. */
+  private async writeNow (r: CompletedRound, snapshot: Snapshot, trainerState?: Record<string, unknown>): Promise<void> {
+    if (this.inPlace(snapshot)) await snapshot.hold!(async tensors => { await this.write(r, tensors, trainerState) })
+    else await this.write(r, await snapshot.copy(), trainerState)
   }
 
   /** Waits for the write under way, if any. */
@@ -107,7 +151,7 @@ export class Checkpointer {
       }
       this.log.warn(`the final checkpoint of round ${r.round} did not appear within ${Math.round(waitMs / 1000)} s; writing it here`)
     }
-    await this.write(r, await snapshot(), trainerState)
+    await this.writeNow(r, snapshot, trainerState)
     return this.durable >= r.round || await this.seen(r.round)
   }
 

@@ -7,7 +7,7 @@ import { makeHeldOut, makeShard } from './synthetic-data.js'
 import type { StateSharing } from '../../state/state-sharing.js'
 import type { TensorSource } from '../../checkpoint/safetensors.js'
 import { Completion } from '../completion.js'
-import { stateHolders } from '../../checkpoint/checkpointer.js'
+import { stateHolders, type Snapshot } from '../../checkpoint/checkpointer.js'
 
 export interface BuiltinOptions {
   readonly shardIndex: number
@@ -73,7 +73,8 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
             round++
             ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss, round }, 'averaged')
             const completed = { round, peers: stateHolders(result), self: ctx.node.peerId.toString(), samples: steps }
-            const snapshot = (): TensorSource[] => after.map(t => ({ name: t.name, dtype: 'float32', shape: t.shape, data: t.data }))
+            // `after` is a copy already, and nothing changes it: no second copy.
+            const snapshot: Snapshot = { bytes: 0, copy: (): TensorSource[] => after.map(t => ({ name: t.name, dtype: 'float32', shape: t.shape, data: t.data })) }
             await ctx.checkpointer?.afterRound(completed, snapshot)
             if (await completion.reached(completed, snapshot)) break
           } catch (err) {

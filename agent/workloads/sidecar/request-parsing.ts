@@ -1,9 +1,9 @@
-import { totalmem } from 'node:os'
-import { readFileSync } from 'node:fs'
 import { elementCount, type TensorSchema } from '../../schema.js'
 import { base64Length, decodeFloat32, firstNonFinite } from './tensor-codec.js'
 import { isDtype, DTYPES } from './dtypes.js'
 import type { StoredTensor } from './region-layout.js'
+
+export { containerMemoryBytes } from '../../util/memory.js'
 
 /** A request the trainer got wrong: the HTTP status and one sentence it can act on. */
 export class RequestError extends Error {
@@ -67,18 +67,6 @@ export function parseRegister (body: unknown, memoryBytes: number): RegisterRequ
 
 const gib = (bytes: number): string => (bytes / 2 ** 30).toFixed(2)
 
-/**
- * The agent container's memory limit: cgroup v2 `memory.max` when it holds a number, else the
- * machine's memory (a container without a limit can use all of it).
- */
-export function containerMemoryBytes (cgroupFile = '/sys/fs/cgroup/memory.max'): number {
-  try {
-    const text = readFileSync(cgroupFile, 'utf8').trim()
-    const limit = Number(text)
-    if (text !== 'max' && Number.isFinite(limit) && limit > 0) return Math.min(limit, totalmem())
-  } catch {}
-  return totalmem()
-}
 
 /** Same names, shapes and storage dtypes in the same order. */
 export function sameSchema (a: readonly StoredTensor[], b: readonly StoredTensor[]): boolean {

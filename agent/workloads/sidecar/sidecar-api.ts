@@ -17,7 +17,7 @@ import { Region, Scratch, bytesOf } from './region.js'
 import { DistanceSum, relativeDistance } from './distance.js'
 import { MAX_CONTROL_BYTES, TENSORS_CONTENT_TYPE, controlHead, isTensorsBody, packTensors, readTensorsBody } from './binary-body.js'
 import { Completion } from '../completion.js'
-import { stateHolders, type CompletedRound } from '../../checkpoint/checkpointer.js'
+import { stateHolders, type CompletedRound, type Snapshot } from '../../checkpoint/checkpointer.js'
 import type { TensorSource } from '../../checkpoint/safetensors.js'
 
 /**
@@ -343,7 +343,11 @@ export class SidecarApi {
       await this.setOrigin('averaged', averager)
       this.sharing?.setPriority(this.stepsOk).catch(() => {})
       const completed: CompletedRound = { round: this.rounds, peers: stateHolders(result), self: this.ctx.node.peerId.toString(), samples: this.stepsOk }
-      const snapshot = async (): Promise<TensorSource[]> => await this.snapshot(averager, schema)
+      const snapshot: Snapshot = {
+        bytes: this.floatBytes(schema),
+        copy: async () => await this.snapshot(averager, schema),
+        hold: async (write) => { await averager.withTensors(async ts => { await write(ts.map((t, i) => ({ name: t.name, dtype: schema[i].dtype, shape: t.shape, data: t.data }))) }) }
+      }
       await this.ctx.checkpointer?.afterRound(completed, snapshot)
       await this.completion.reached(completed, snapshot)
       return { result }

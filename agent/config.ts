@@ -36,6 +36,8 @@ export interface AgentConfig {
   readonly checkpoint?: CheckpointPolicy
   /** AVS_COMPLETION_ROUNDS: rounds after which the run is complete; undefined: it never is. */
   readonly completionRounds?: number
+  /** AVS_COMPLETION_DEADLINE as unix milliseconds: the run ends at the first round ending after it. */
+  readonly completionDeadline?: number
 }
 
 export interface CheckpointPolicy {
@@ -135,6 +137,11 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
         every: parse('checkpointEvery', integer(CHECKPOINT_PARAMETERS.every.bound.min, CHECKPOINT_EVERY_MAX), CHECKPOINT_PARAMETERS.every.default),
         keep: parse('checkpointKeep', integer(CHECKPOINT_PARAMETERS.keep.bound.min, CHECKPOINT_KEEP_MAX), CHECKPOINT_PARAMETERS.keep.default)
       }
+  const completionDeadline = parse<number | undefined>('completionDeadline', (s) => {
+    const ms = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/.test(s) ? Date.parse(s) : NaN
+    if (!Number.isFinite(ms)) throw new Error(`"${s}" is not an RFC 3339 time such as 2026-11-24T18:00:00Z`)
+    return ms
+  }, undefined)
   const completionRounds = parse<number | undefined>('completionRounds', integer(CHECKPOINT_PARAMETERS.completionRounds.bound.min, COMPLETION_ROUNDS_MAX), undefined)
   const config: AgentConfig = {
     swarm: raw('swarm') ?? '',
@@ -157,7 +164,8 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     shardIndex: parse('shardIndex', integer(0, 1_000_000), ordinal),
     logLevel: parse('logLevel', oneOf('trace', 'debug', 'info', 'warn', 'error'), 'info'),
     ...(checkpoint === undefined ? {} : { checkpoint }),
-    ...(completionRounds === undefined ? {} : { completionRounds })
+    ...(completionRounds === undefined ? {} : { completionRounds }),
+    ...(completionDeadline === undefined ? {} : { completionDeadline })
   }
   if (problems.length > 0) throw new AveragingError(problems.join('\n'))
   return config

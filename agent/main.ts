@@ -160,7 +160,7 @@ async function main (): Promise<number> {
     : undefined
   const ctx: WorkloadContext = {
     node, rendezvous, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
-    checkpointer, completionRounds: config.completionRounds,
+    checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline,
     createAverager: async (tensors, hooks) => await createAverager(node, rendezvous, config, metrics, log, tensors, hooks),
     setReady: (value) => { ready = value && joined }
   }

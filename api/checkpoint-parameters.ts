@@ -6,7 +6,7 @@
  * The agent's parser of these variables (agent/config.ts) can check against the same bounds.
  */
 import { AGENT_ENV } from './agent-env.js'
-import type { Bound } from './parameter-bounds.js'
+import { DURATION_PATTERN, checkValue, formatRange, type Bound } from './parameter-bounds.js'
 
 export interface CheckpointParameter {
   readonly env: string
@@ -20,6 +20,9 @@ export const CHECKPOINT_PARAMETERS = {
   /** No default: without spec.completion the swarm runs until deleted. */
   completionRounds: { env: AGENT_ENV.completionRounds.name, bound: { kind: 'int', min: 1, max: 1_000_000_000_000 } }
 } as const satisfies Record<string, CheckpointParameter>
+
+/** spec.completion.duration: a Go duration from a minute to a year, counted from the swarm's creation. */
+export const COMPLETION_DURATION: Bound & { kind: 'duration' } = { kind: 'duration', min: '1m', max: '8760h' }
 
 /** What happens to the agents once the swarm is Complete. */
 export const POD_POLICIES = ['Delete', 'Keep'] as const
@@ -40,6 +43,25 @@ export interface SpecRule {
 }
 
 export const COMPLETION_RULES: readonly SpecRule[] = [
+  {
+    field: 'completion',
+    message: 'completion needs rounds or duration (or both): the run ends at whichever comes first',
+    cel: '!has(self.completion) || has(self.completion.rounds) || has(self.completion.duration)',
+    holds: s => {
+      const c = s.completion as Record<string, unknown> | undefined
+      return c === undefined || c === null || typeof c !== 'object' || c.rounds !== undefined || c.duration !== undefined
+    }
+  },
+  {
+    field: 'completion.duration',
+    message: `completion.duration must be ${formatRange(COMPLETION_DURATION)}`,
+    // OpenAPI cannot compare durations; a value the pattern already rejects is left to it.
+    cel: `!has(self.completion) || !has(self.completion.duration) || !self.completion.duration.matches('${DURATION_PATTERN}') || (duration(self.completion.duration) >= duration('${COMPLETION_DURATION.min}') && duration(self.completion.duration) <= duration('${COMPLETION_DURATION.max}'))`,
+    holds: s => {
+      const d = (s.completion as Record<string, unknown> | undefined)?.duration
+      return typeof d !== 'string' || !new RegExp(DURATION_PATTERN).test(d) || checkValue(COMPLETION_DURATION, d) === undefined
+    }
+  },
   {
     field: 'ttlSecondsAfterFinished',
     message: 'ttlSecondsAfterFinished needs completion: a swarm without completion never finishes',

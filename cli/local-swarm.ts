@@ -56,7 +56,8 @@ function loadSwarm (file: string): AveragingSwarm {
   if (problems.length > 0) throw new UserError(`${file} is not a valid AveragingSwarm: ${problems.join('; ')}`)
   const swarm = obj as AveragingSwarm
   // A local uid stands in for the one the API server assigns, so owner references build as in a cluster.
-  return { ...swarm, metadata: { namespace: 'default', uid: randomUUID(), ...swarm.metadata }, spec: withDefaults(swarm.spec as never) }
+  // The run starts now, as the API server's creationTimestamp says in a cluster (spec.completion.duration counts from it).
+  return { ...swarm, metadata: { namespace: 'default', uid: randomUUID(), creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'), ...swarm.metadata }, spec: withDefaults(swarm.spec as never) }
 }
 
 async function checkPortFree (ip: string, port: number): Promise<void> {

@@ -13,14 +13,19 @@ const RETRY_MS = 30_000
 export class Completion {
   private finished = false
 
-  constructor (private readonly ctx: Pick<WorkloadContext, 'checkpointer' | 'completionRounds' | 'averagerConfig' | 'metrics' | 'log' | 'signal'>) {}
+  constructor (
+    private readonly ctx: Pick<WorkloadContext, 'checkpointer' | 'completionRounds' | 'completionDeadline' | 'averagerConfig' | 'metrics' | 'log' | 'signal'>,
+    private readonly now: () => number = Date.now
+  ) {}
 
   get done (): boolean { return this.finished }
 
   /** After a round: at the completion round, waits until the final checkpoint is durable and reports completion. */
   async reached (r: CompletedRound, snapshot: Snapshot): Promise<boolean> {
-    const target = this.ctx.completionRounds
-    if (target === undefined || r.round < target) return false
+    const { completionRounds: target, completionDeadline: deadline } = this.ctx
+    const byRounds = target !== undefined && r.round >= target
+    const byTime = deadline !== undefined && this.now() >= deadline
+    if (!byRounds && !byTime) return false
     const checkpointer = this.ctx.checkpointer
     if (checkpointer !== undefined) {
       const { averagingExpiration, allreduceTimeout } = this.ctx.averagerConfig
@@ -39,13 +44,27 @@ export class Completion {
    * folder). `adopt` loads that checkpoint as our state.
    */
   async swarmFinished (adopt: () => Promise<void>): Promise<boolean> {
-    const { completionRounds: target, checkpointer } = this.ctx
+    const { completionRounds: target, completionDeadline: deadline, checkpointer } = this.ctx
     if (this.finished) return true
+    // Past the deadline by more than a round's worth of time, and no round of ours ended since:
+    // stop trying to average (the others have finished) and take the swarm's newest checkpoint.
+    if (deadline !== undefined && this.now() >= deadline + this.roundMs()) {
+      this.ctx.log.info(`the run's time is up (${new Date(deadline).toISOString()}) and no round ended since: this agent's run is complete`)
+      if (checkpointer !== undefined) await adopt()
+      this.finish(checkpointer?.durableRound ?? 0)
+      return true
+    }
     if (target === undefined || checkpointer === undefined || !await checkpointer.seen(target)) return false
     this.ctx.log.info(`the swarm's final checkpoint (round ${checkpointer.durableRound}) is there: this agent's run is complete too`)
     await adopt()
     this.finish(checkpointer.durableRound)
     return true
+  }
+
+  /** The longest a round may take: finding a group twice over, then the all-reduce. */
+  private roundMs (): number {
+    const { averagingExpiration, allreduceTimeout } = this.ctx.averagerConfig
+    return 1000 * (2 * averagingExpiration + allreduceTimeout)
   }
 
   private finish (round: number): void {

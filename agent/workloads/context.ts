@@ -23,6 +23,8 @@ export interface WorkloadContext {
   readonly checkpointer?: Checkpointer
   /** Rounds after which the run is complete (AVS_COMPLETION_ROUNDS); undefined: never. */
   readonly completionRounds?: number
+  /** Unix milliseconds after which the run ends at the end of the round under way (AVS_COMPLETION_DEADLINE). */
+  readonly completionDeadline?: number
   /** Marks the agent ready (joined the DHT and, for a newcomer, state loaded). */
   setReady (ready: boolean): void
 }

@@ -2,7 +2,8 @@
  * The CRD's checkpoint and completion fields (spec.checkpoint, spec.completion,
  * spec.ttlSecondsAfterFinished, status.checkpoint), from the rows of api/checkpoint-parameters.ts.
  */
-import { CHECKPOINT_MOUNT_DIR, CHECKPOINT_PARAMETERS as P, COMPLETION_RULES, DEFAULT_POD_POLICY, DNS1123_SUBDOMAIN, POD_POLICIES } from '../checkpoint-parameters.js'
+import { CHECKPOINT_MOUNT_DIR, CHECKPOINT_PARAMETERS as P, COMPLETION_DURATION, COMPLETION_RULES, DEFAULT_POD_POLICY, DNS1123_SUBDOMAIN, POD_POLICIES } from '../checkpoint-parameters.js'
+import { DURATION_PATTERN, formatRange } from '../parameter-bounds.js'
 import { int, obj, str, type CelRule, type Schema } from './schema-builders.js'
 
 const bounded = (description: string, b: { min: number, max: number }, dflt?: number): Schema =>
@@ -16,10 +17,11 @@ export const checkpoint = obj(`Checkpoints of the averaged tensors in safetensor
   }, { required: ['claimName'] })
 }, { required: ['volume'] })
 
-export const completion = obj('When the run ends. The agents stop averaging after rounds rounds and write a final checkpoint (with spec.checkpoint); once every Ready agent reports it, the swarm is Complete (condition Complete=True, phase Succeeded), for good. Absent: the swarm averages until it is deleted.', {
+export const completion = obj('When the run ends: after rounds rounds or once duration has passed since the swarm was created, whichever comes first (one of them is required). The agents stop averaging and write a final checkpoint (with spec.checkpoint); once every Ready agent reports it, the swarm is Complete (condition Complete=True, phase Succeeded), for good. Absent: the swarm averages until it is deleted.', {
   rounds: bounded('Averaging rounds after which the run ends;', P.completionRounds.bound),
+  duration: str(`Time after the swarm's creation at which the run ends, at the end of the round under way (Go duration, ${formatRange(COMPLETION_DURATION)}).`, { pattern: DURATION_PATTERN, maxLength: 32 }),
   podPolicy: str('What happens to the agents once the swarm is Complete: Delete scales them to zero (the swarm and its status stay), Keep leaves them running, idle.', { enum: POD_POLICIES, default: DEFAULT_POD_POLICY })
-}, { required: ['rounds'] })
+})
 
 export const ttlSecondsAfterFinished = int('Seconds after completionTime at which the operator deletes this AveragingSwarm, and with it everything it owns, as a Job\'s TTL does; the checkpoint volume is the user\'s and is never touched. Needs completion.', { minimum: 0, maximum: 2147483647 })
 

@@ -35,7 +35,7 @@ export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootst
   workload?: Partial<AveragingSwarmSpec['workload']>
   metrics?: Partial<AveragingSwarmSpec['metrics']>
   checkpoint?: Partial<Omit<NonNullable<AveragingSwarmSpec['checkpoint']>, 'volume'>> & { volume: { claimName: string } }
-  completion?: Partial<NonNullable<AveragingSwarmSpec['completion']>> & { rounds: number }
+  completion?: Partial<NonNullable<AveragingSwarmSpec['completion']>>
 }
 
 /** Fills every defaulted field the way the API server's structural defaulting does. */

@@ -97,7 +97,9 @@ export interface CheckpointSpec {
 export type PodPolicy = 'Delete' | 'Keep'
 
 export interface CompletionSpec {
-  rounds: number
+  rounds?: number
+  /** Go duration counted from the swarm's creation. */
+  duration?: string
   podPolicy: PodPolicy
 }
 
@@ -166,6 +168,8 @@ export interface ObjectMeta {
   namespace?: string
   uid?: string
   generation?: number
+  /** Set by the API server; spec.completion.duration counts from it. */
+  creationTimestamp?: string
   resourceVersion?: string
   labels?: Record<string, string>
   annotations?: Record<string, string>

@@ -33,7 +33,7 @@ export interface SidecarSwarm {
  * n agents as the agent process builds them: real libp2p nodes on loopback TCP bootstrapped off
  * the first, one shared Rendezvous per node, metrics, and a sidecar workload on a free port.
  */
-export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number, checkpoint?: CheckpointPolicy, completionRounds?: number } = {}): Promise<SidecarSwarm> {
+export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number, checkpoint?: CheckpointPolicy, completionRounds?: number, completionDeadline?: number } = {}): Promise<SidecarSwarm> {
   const nodes: SwarmNode[] = []
   const rendezvous: Rendezvous[] = []
   const runs: Array<Promise<void>> = []
@@ -79,6 +79,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
           ? new Checkpointer(options.checkpoint, 'sidecar-test', metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
           : undefined,
         completionRounds: options.completionRounds,
+        completionDeadline: options.completionDeadline,
         async createAverager (tensors, hooks) {
           return await DecentralizedAverager.create(node, tensors, averagerConfig, {
             ...hooks,

@@ -24,3 +24,11 @@ test('the bounds the CRD admits load, and one past each is refused naming its va
     assert.throws(() => loadAgentConfig({ ...base, AVS_CHECKPOINT_DIR: '/c', [name]: value }), (err: Error) => err.message.startsWith(`${name}: "${value}" is not an integer`), `${name}=${value}`)
   }
 })
+
+test('AVS_COMPLETION_DEADLINE is an RFC 3339 time, refused otherwise naming the variable', () => {
+  assert.equal(loadAgentConfig({ ...base, AVS_COMPLETION_DEADLINE: '2026-11-24T11:30:00Z' }).completionDeadline, Date.parse('2026-11-24T11:30:00Z'))
+  assert.equal(loadAgentConfig({ ...base, AVS_COMPLETION_DEADLINE: '2026-11-24T11:30:00.5+01:00' }).completionDeadline, Date.parse('2026-11-24T10:30:00.5Z'))
+  for (const bad of ['tomorrow', '2026-11-24', '1795521946']) {
+    assert.throws(() => loadAgentConfig({ ...base, AVS_COMPLETION_DEADLINE: bad }), (err: Error) => err.message.startsWith(`AVS_COMPLETION_DEADLINE: "${bad}" is not an RFC 3339 time`), bad)
+  }
+})

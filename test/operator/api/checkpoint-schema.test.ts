@@ -45,13 +45,24 @@ test('defaults: CRD = withDefaults() = the agent\'s env contract; absent section
   assert.equal(spec.completion.properties.podPolicy.default, 'Delete')
   assert.equal(spec.completion.properties.rounds.default, undefined)
   assert.deepEqual(spec.checkpoint.required, ['volume'])
-  assert.deepEqual(spec.completion.required, ['rounds'])
+  assert.equal(spec.completion.required, undefined, 'rounds or duration: a CEL rule says which is missing')
   const d = withDefaults({ checkpoint: { volume: { claimName: 'c' } }, completion: { rounds: 7 } })
   assert.deepEqual(d.checkpoint, { every: 100, keep: 3, volume: { claimName: 'c' } })
   assert.deepEqual(d.completion, { rounds: 7, podPolicy: 'Delete' })
   const none = withDefaults({})
   assert.ok(!('checkpoint' in none) && !('completion' in none) && !('ttlSecondsAfterFinished' in none))
   assert.equal(CHECKPOINT_PARAMETERS.completionRounds.bound.max, 1e12)
+})
+
+test('completion by duration: admitted from 1m to 8760h, neither rounds nor duration refused, each naming the field', () => {
+  const base = { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: 'd' } }
+  const problems = (completion: unknown): string[] => validateSwarm({ ...base, spec: { completion } })
+  assert.deepEqual(problems({ duration: '1m' }), [])
+  assert.deepEqual(problems({ duration: '8760h', rounds: 5 }), [])
+  assert.deepEqual(problems({ duration: '59s' }), ['spec.completion.duration: completion.duration must be a duration from 1m to 8760h'])
+  assert.deepEqual(problems({ duration: '8761h' }), ['spec.completion.duration: completion.duration must be a duration from 1m to 8760h'])
+  assert.deepEqual(problems({ podPolicy: 'Keep' }), ['spec.completion: completion needs rounds or duration (or both): the run ends at whichever comes first'])
+  assert.ok(problems({ duration: 'soon' }).some(p => p.startsWith('spec.completion.duration')))
 })
 
 test('the claim name pattern is Kubernetes\' DNS-1123 subdomain', () => {

@@ -27,7 +27,7 @@ const fullSpec: Complete<AveragingSwarmSpec> = {
   logLevel: 'info',
   suspend: false,
   checkpoint: { every: 100, keep: 3, volume: { claimName: 'c' } },
-  completion: { rounds: 1000, podPolicy: 'Delete' },
+  completion: { rounds: 1000, duration: '24h', podPolicy: 'Delete' },
   ttlSecondsAfterFinished: 3600
 }
 

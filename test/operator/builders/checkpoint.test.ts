@@ -81,3 +81,11 @@ test('Complete with podPolicy Delete scales every StatefulSet to zero; Keep and 
   assert.deepEqual(await replicas({ ...withSections(), status: done }), { 'demo-agent': 0, 'demo-aux': 0, 'demo-bootstrap-0': 0, 'demo-bootstrap-1': 0 })
   assert.deepEqual(await replicas({ ...withSections({ completion: { rounds: 10, podPolicy: 'Keep' } }), status: done }), running)
 })
+
+test('completion.duration becomes AVS_COMPLETION_DEADLINE: the swarm\'s creation time plus the duration, in RFC 3339', async () => {
+  const s = swarm({ completion: { duration: '90m' } } as PartialSpec)
+  const created = { ...s, metadata: { ...s.metadata, creationTimestamp: '2026-11-24T10:00:00Z' } } as AveragingSwarm
+  const cm = find((await desiredFor(created)).objects, 'ConfigMap', 'demo-config') as { data: Record<string, string> }
+  assert.equal(cm.data.AVS_COMPLETION_DEADLINE, '2026-11-24T11:30:00Z')
+  assert.equal(cm.data.AVS_COMPLETION_ROUNDS, undefined, 'no rounds given, none set')
+})

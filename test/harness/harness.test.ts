@@ -1,8 +1,13 @@
 /** Unit tests of the harness's pure parts (no cluster needed). */
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
+import { mkdtempSync, rmSync, existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { V1PersistentVolume, V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node'
 import { parseClusterName, inClusterZone } from './dns/names.js'
-import { rewritePaths, mountTable } from './kubelet/volumes.js'
+import { rewritePaths, mountTable, materialiseVolumes, VolumeMountError } from './kubelet/volumes.js'
+import type { PodSources } from './kubelet/pod-sources.js'
 import { expandVars } from './kubelet/env.js'
 import { ownedConditionsDiffering, podPhase, podStatusPatch, type ContainerRecord, type PodRuntime } from './kubelet/pod-status.js'
 import { resolveCommand, DEFAULT_IMAGES } from './kubelet/images.js'
@@ -28,6 +33,70 @@ describe('volume mount path rewriting', () => {
     assert.equal(rewritePaths('--config=/etc/avs/config.yaml', table), '--config=/tmp/p/etc/config.yaml')
     assert.equal(rewritePaths('/etc/avsx/file', table), '/etc/avsx/file')
     assert.equal(rewritePaths('/data/etc/avs', table), '/data/etc/avs')
+  })
+})
+
+describe('persistentVolumeClaim volumes', () => {
+  const claim = (name: string, over: { phase?: string, volumeName?: string } = {}): V1PersistentVolumeClaim => ({
+    metadata: { name, namespace: 'ml', uid: `uid-${name}` },
+    spec: over.volumeName === undefined ? {} : { volumeName: over.volumeName },
+    status: over.phase === undefined ? {} : { phase: over.phase }
+  })
+  const pv = (name: string, claimName: string, source: Partial<NonNullable<V1PersistentVolume['spec']>>): V1PersistentVolume => ({
+    metadata: { name }, spec: { claimRef: { namespace: 'ml', name: claimName, uid: `uid-${claimName}` }, ...source }
+  })
+  const sources = (claims: V1PersistentVolumeClaim[], pvs: V1PersistentVolume[]): PodSources => ({
+    secret: async () => undefined,
+    configMap: async () => undefined,
+    serviceAccountToken: async () => 'token',
+    persistentVolumeClaim: async (_ns, name) => claims.find(c => c.metadata?.name === name),
+    persistentVolume: async (name) => pvs.find(p => p.metadata?.name === name)
+  })
+  const pod = (name: string, claimName: string): V1Pod => ({
+    metadata: { name, namespace: 'ml', uid: `uid-${name}` },
+    spec: {
+      containers: [{ name: 'agent', volumeMounts: [{ name: 'ckpt', mountPath: '/var/lib/avs/checkpoints' }] }],
+      volumes: [{ name: 'ckpt', persistentVolumeClaim: { claimName } }]
+    }
+  })
+  const addresses = { podIP: '127.2.1.1', hostIP: '127.2.0.1' }
+  const api = { server: 'https://127.0.0.1:1', caCertFile: '/dev/null' }
+
+  it('mounts the bound PersistentVolume\'s hostPath, one folder shared by every pod of the claim, rewritten in env values', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'avs-pvc-'))
+    try {
+      const shared = join(root, 'pv', 'ckpt')
+      const src = sources([claim('ckpt', { phase: 'Bound', volumeName: 'pv-1' })], [pv('pv-1', 'ckpt', { hostPath: { path: shared } })])
+      const a = await materialiseVolumes(pod('a', 'ckpt'), join(root, 'a'), addresses, src, api)
+      const b = await materialiseVolumes(pod('b', 'ckpt'), join(root, 'b'), addresses, src, api)
+      assert.equal(a.dirs.get('ckpt'), shared)
+      assert.equal(b.dirs.get('ckpt'), shared)
+      assert.ok(existsSync(shared), 'a hostPath of type "" is created, as the container runtime does')
+      const table = mountTable(pod('a', 'ckpt').spec!.containers[0], a)
+      assert.equal(rewritePaths('/var/lib/avs/checkpoints', table), shared)
+      const local = join(root, 'local')
+      await assert.rejects(materialiseVolumes(pod('c', 'l'), join(root, 'c'), addresses, sources([claim('l', { phase: 'Bound', volumeName: 'pv-l' })], [pv('pv-l', 'l', { local: { path: local } })]), api),
+        (e: Error) => e instanceof VolumeMountError && /local volume path .* does not exist/.test(e.message))
+    } finally {
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
+
+  it('refuses, naming why, a missing or unbound claim, a PV bound elsewhere, and a PV it cannot mount', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'avs-pvc-'))
+    const failure = async (src: PodSources): Promise<string> => {
+      try { await materialiseVolumes(pod('p', 'ckpt'), join(root, 'p'), addresses, src, api) } catch (e) { assert.ok(e instanceof VolumeMountError, String(e)); return e.message }
+      assert.fail('mounted')
+    }
+    try {
+      assert.match(await failure(sources([], [])), /volume "ckpt": persistentvolumeclaim "ckpt" not found/)
+      assert.match(await failure(sources([claim('ckpt', { phase: 'Pending' })], [])), /non-bound phase \("Pending"\) or empty pvc.Spec.VolumeName \(""\)/)
+      assert.match(await failure(sources([claim('ckpt', { phase: 'Bound', volumeName: 'gone' })], [])), /persistentvolume "gone" .* not found/)
+      assert.match(await failure(sources([claim('ckpt', { phase: 'Bound', volumeName: 'pv-1' })], [pv('pv-1', 'other', { hostPath: { path: root } })])), /not bound to PVC ml\/ckpt \(its claimRef: ml\/other\)/)
+      assert.match(await failure(sources([claim('ckpt', { phase: 'Bound', volumeName: 'pv-1' })], [pv('pv-1', 'ckpt', { nfs: { server: 'x', path: '/' } })])), /has neither hostPath nor local/)
+    } finally {
+      rmSync(root, { recursive: true, force: true })
+    }
   })
 })
 

@@ -1,4 +1,4 @@
-/** Pod Events as the kubelet records them (Started, Killing, Unhealthy, BackOff, Failed), for `kubectl describe`. */
+/** Pod Events as the kubelet records them (Started, Killing, Unhealthy, BackOff, Failed, FailedMount), for `kubectl describe`. */
 import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node'
 import { rfc3339 } from '../time.js'
 

@@ -12,7 +12,7 @@ import { ContainerRunner, type Backoff } from './container.js'
 import { ContainerConfigError } from './env.js'
 import type { ImageTable } from './images.js'
 import type { PodSources } from './pod-sources.js'
-import { materialiseVolumes, type ApiServerAccess, type MaterialisedVolumes } from './volumes.js'
+import { materialiseVolumes, VolumeMountError, type ApiServerAccess, type MaterialisedVolumes } from './volumes.js'
 import { ownedConditionsDiffering, podStatusPatch, type PodRuntime } from './pod-status.js'
 import { podEventRecorder } from './events.js'
 
@@ -110,8 +110,12 @@ export class PodWorker {
     this.requestStatus()
   }
 
-  /** Retries until Secrets/ConfigMaps exist; reports the wait as CreateContainerConfigError. */
+  /**
+   * Retries until Secrets/ConfigMaps exist (reported as CreateContainerConfigError) and claims are
+   * bound to a mountable PersistentVolume (ContainerCreating, with a FailedMount Event).
+   */
   private async prepareVolumes (): Promise<MaterialisedVolumes | undefined> {
+    const event = podEventRecorder(this.ctx.kc, () => this.pod, this.ctx.log)
     for (;;) {
       if (this.terminating) return undefined
       try {
@@ -120,6 +124,7 @@ export class PodWorker {
         const message = (error as Error).message
         const reason = error instanceof ContainerConfigError ? 'CreateContainerConfigError' : 'ContainerCreating'
         this.waiting = { reason, message }
+        if (error instanceof VolumeMountError) event('Warning', 'FailedMount', message)
         this.requestStatus()
         await new Promise((resolve) => setTimeout(resolve, 2000))
       }

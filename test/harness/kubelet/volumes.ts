@@ -3,17 +3,63 @@
  * mountPath to one of them. Containers are plain processes, so they cannot see /etc/foo: the
  * kubelet rewrites each mountPath prefix that occurs in env values, command, args and workingDir
  * to the local directory (see rewritePaths). Supported: secret, configMap, emptyDir, downwardAPI,
- * projected (serviceAccountToken, secret, configMap, downwardAPI), hostPath (used as is); any
- * other kind becomes an empty directory.
+ * projected (serviceAccountToken, secret, configMap, downwardAPI), hostPath (used as is),
+ * persistentVolumeClaim (the claim's bound PersistentVolume's hostPath or local path, so every pod
+ * using the claim shares one folder); any other kind becomes an empty directory.
  */
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import type { V1Pod, V1Container, V1KeyToPath, V1DownwardAPIVolumeFile } from '@kubernetes/client-node'
+import type { V1Pod, V1Container, V1KeyToPath, V1DownwardAPIVolumeFile, V1PersistentVolumeClaimVolumeSource } from '@kubernetes/client-node'
 import { ContainerConfigError, fieldRefValue, type PodAddresses } from './env.js'
 import type { PodSources } from './pod-sources.js'
 import { kubeconfigYaml } from '../kubeconfig.js'
 
 export const SERVICE_ACCOUNT_MOUNT = '/var/run/secrets/kubernetes.io/serviceaccount'
+
+/**
+ * A volume that cannot be mounted yet (claim missing or unbound, its PersistentVolume missing or of
+ * a kind this kubelet cannot mount): the pod stays ContainerCreating with a FailedMount Event, and
+ * the kubelet tries again, as the real volume manager does.
+ */
+export class VolumeMountError extends Error {
+  constructor (readonly volume: string, detail: string) {
+    super(`MountVolume.SetUp failed for volume "${volume}": ${detail}`)
+    this.name = 'VolumeMountError'
+  }
+}
+
+/**
+ * The local folder behind a persistentVolumeClaim volume, as a node sees it: the claim (Bound, with
+ * spec.volumeName) → its PersistentVolume (bound back to this claim) → the PV's hostPath (created
+ * when its type is unset or DirectoryOrCreate) or local path (must exist).
+ */
+export async function claimPath (namespace: string, volume: string, source: V1PersistentVolumeClaimVolumeSource, sources: Pick<PodSources, 'persistentVolumeClaim' | 'persistentVolume'>): Promise<string> {
+  const claimName = source.claimName
+  const claim = await sources.persistentVolumeClaim(namespace, claimName)
+  if (claim === undefined) throw new VolumeMountError(volume, `persistentvolumeclaim "${claimName}" not found`)
+  const pvName = claim.spec?.volumeName ?? ''
+  const phase = claim.status?.phase ?? ''
+  if (phase !== 'Bound' || pvName === '') throw new VolumeMountError(volume, `PVC ${namespace}/${claimName} has non-bound phase ("${phase}") or empty pvc.Spec.VolumeName ("${pvName}")`)
+  const pv = await sources.persistentVolume(pvName)
+  if (pv === undefined) throw new VolumeMountError(volume, `persistentvolume "${pvName}" (bound to PVC ${namespace}/${claimName}) not found`)
+  const ref = pv.spec?.claimRef
+  if (ref?.name !== claimName || ref.namespace !== namespace || (ref.uid !== undefined && ref.uid !== claim.metadata?.uid)) {
+    throw new VolumeMountError(volume, `persistentvolume "${pvName}" is not bound to PVC ${namespace}/${claimName} (its claimRef: ${ref === undefined ? 'none' : `${ref.namespace ?? ''}/${ref.name ?? ''}`})`)
+  }
+  const hostPath = pv.spec?.hostPath
+  if (hostPath !== undefined) {
+    const type = hostPath.type ?? ''
+    if (type === '' || type === 'DirectoryOrCreate') mkdirSync(hostPath.path, { recursive: true })
+    else if (type === 'Directory' && !(existsSync(hostPath.path) && statSync(hostPath.path).isDirectory())) throw new VolumeMountError(volume, `hostPath type check failed: ${hostPath.path} is not a directory`)
+    return hostPath.path
+  }
+  const local = pv.spec?.local
+  if (local !== undefined) {
+    if (!existsSync(local.path)) throw new VolumeMountError(volume, `local volume path ${local.path} of persistentvolume "${pvName}" does not exist`)
+    return local.path
+  }
+  throw new VolumeMountError(volume, `persistentvolume "${pvName}" has neither hostPath nor local: the test kubelet mounts only those`)
+}
 
 export interface ApiServerAccess { readonly server: string, readonly caCertFile: string }
 
@@ -68,6 +114,7 @@ export async function materialiseVolumes (pod: V1Pod, podDir: string, addresses:
 
   for (const volume of pod.spec?.volumes ?? []) {
     if (volume.hostPath !== undefined) { dirs.set(volume.name, volume.hostPath.path); continue }
+    if (volume.persistentVolumeClaim !== undefined) { dirs.set(volume.name, await claimPath(namespace, volume.name, volume.persistentVolumeClaim, sources)); continue }
     const dir = join(podDir, 'volumes', volume.name)
     mkdirSync(dir, { recursive: true })
     dirs.set(volume.name, dir)

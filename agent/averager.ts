@@ -1,6 +1,7 @@
 import type { SwarmNode } from './net/node.js'
 import { Rendezvous } from './rendezvous/rendezvous.js'
 import { Matchmaker } from './matchmaking/matchmaker.js'
+import { MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
 import { AggregateDialer, type DataPathName } from './allreduce/aggregate-dialer.js'
@@ -79,6 +80,8 @@ export interface StepOptions {
   /** Keep looking after a failed search until the timeout (default true). */
   readonly allowRetries?: boolean
   readonly signal?: AbortSignal
+  /** Rounds behind our state (a workload's count); the group agrees on one (StepResult.groupRound). */
+  readonly round?: number
 }
 
 export interface StepResult {
@@ -88,6 +91,8 @@ export interface StepResult {
   readonly peers: readonly string[]
   /** The members in auxiliary mode: they reduce but keep no state of their own (no checkpoints either). */
   readonly auxiliary: readonly string[]
+  /** Rounds behind the group's state as most members count them (ties: the highest); +1 after this round. */
+  readonly groupRound: number
   /** Each member's `gather` value, by peer id. */
   readonly gathered: ReadonlyMap<string, unknown>
   readonly matchmakingMs: number
@@ -255,12 +260,14 @@ export class DecentralizedAverager {
     const { config } = this
     const weight = config.mode === 'auxiliary' ? 0 : options.weight ?? 1
     if (!(weight >= 0) || !Number.isFinite(weight)) throw new AveragingError(`weight must be a finite number >= 0, got ${weight}`)
+    if (options.round !== undefined && !validRound(options.round)) throw new AveragingError(`round must be an integer from 0 to ${MAX_ROUND}, got ${options.round}`)
     const userData = options.gather === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(options.gather))
     if (userData.byteLength > 16 * 1024) throw new AveragingError('gathered data must serialise to at most 16 KiB of JSON')
     const info: PeerInfo = {
       mode: wireMode(config.mode), bandwidth: config.bandwidth, weight, userData: userData as Uint8Array<ArrayBuffer>,
       dataPort: this.directServer?.port ?? 0,
-      addrs: ownAddrBytes(this.node).slice(0, 16) as Array<Uint8Array<ArrayBuffer>>
+      addrs: ownAddrBytes(this.node).slice(0, 16) as Array<Uint8Array<ArrayBuffer>>,
+      round: options.round ?? 0
     }
     const timeout = options.timeout ?? 2 * config.averagingExpiration + config.allreduceTimeout
     const deadline = Date.now() / 1000 + timeout
@@ -291,6 +298,7 @@ export class DecentralizedAverager {
           groupKey: key,
           peers: group.peerIds,
           auxiliary: group.peerIds.filter((_, i) => group.infos[i].mode === PeerMode.AUXILIARY),
+          groupRound: agreedRound(group.infos.filter(i => i.mode !== PeerMode.AUXILIARY).map(i => i.round)),
           gathered: new Map(group.peerIds.map((peer, i) => [peer, parseGather(group.infos[i].userData)])),
           matchmakingMs,
           allreduce: result
@@ -360,6 +368,20 @@ async function hasConnection (node: SwarmNode, peer: string, waitMs: number): Pr
 
 function senderTimeoutSeconds (config: AveragerConfig): number {
   return config.senderTimeout ?? Math.max(config.requestTimeout, config.allreduceTimeout / 4)
+}
+
+/**
+ * The round most members report (ties: the highest). A member that joined from a stale donor
+ * catches up with the others, and one peer cannot move a group of three or more to a round of its
+ * choosing (a forged round would end a run early or label its checkpoints wrongly).
+ */
+export function agreedRound (rounds: readonly number[]): number {
+  const counts = new Map<number, number>()
+  for (const r of rounds) counts.set(r, (counts.get(r) ?? 0) + 1)
+  let best = 0
+  let bestCount = 0
+  for (const [r, n] of counts) if (n > bestCount || (n === bestCount && r > best)) { best = r; bestCount = n }
+  return best
 }
 
 function wireMode (mode: AveragerMode): PeerMode {

@@ -152,7 +152,13 @@ export class Checkpointer {
       this.log.warn(`the final checkpoint of round ${r.round} did not appear within ${Math.round(waitMs / 1000)} s; writing it here`)
     }
     await this.writeNow(r, snapshot, trainerState)
-    return this.durable >= r.round || await this.seen(r.round)
+    // Refused because another agent is writing it: wait for its manifest rather than retry later.
+    const until = Date.now() + waitMs
+    for (;;) {
+      if (this.durable >= r.round || await this.seen(r.round)) return true
+      if (Date.now() >= until) return false
+      await new Promise(resolve => setTimeout(resolve, FINAL_POLL_MS))
+    }
   }
 
   /** Whether the folder holds a complete checkpoint of `round` or later (its manifest is there). */

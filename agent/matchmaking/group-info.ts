@@ -18,3 +18,10 @@ export const MAX_GROUP_SIZE = 1024
 export function groupIdHex (groupId: Uint8Array): string {
   return Buffer.from(groupId).toString('hex')
 }
+
+/** The most rounds a peer may claim (past the CRD's completion bound, and exact in a double). */
+export const MAX_ROUND = 1e15
+
+export function validRound (round: number): boolean {
+  return Number.isInteger(round) && round >= 0 && round <= MAX_ROUND
+}

@@ -5,6 +5,7 @@ import { ProtocolError, describeError } from '../errors.js'
 import { MAX_JOIN_REQUEST_BYTES, MAX_JOIN_STREAMS_PER_PEER } from './join-protocol.js'
 import { PerPeerStreamLimit, peerIdToBytes, refuseStream } from '../net/rpc.js'
 import type { Search } from './search.js'
+import { validRound } from './group-info.js'
 import type { Mutex } from '../util/mutex.js'
 
 export interface JoinHandlerContext {
@@ -73,7 +74,7 @@ function check (ctx: JoinHandlerContext, search: Search | null, request: JoinReq
   if (search == null || search.assembled) return message(MatchCode.NOT_LOOKING_FOR_GROUP, 'not looking for a group')
   if (ctx.mode === PeerMode.CLIENT) return message(MatchCode.PROTOCOL_VIOLATION, 'a client-mode peer cannot lead')
   if (request.info == null || !Number.isFinite(request.expiration) || request.schemaHash.byteLength === 0 ||
-      !Number.isFinite(request.info.weight) || request.info.weight < 0 ||
+      !Number.isFinite(request.info.weight) || request.info.weight < 0 || !validRound(request.info.round) ||
       (request.info.bandwidth != null && !(request.info.bandwidth >= 0 && Number.isFinite(request.info.bandwidth))) ||
       request.info.userData.byteLength > 16 * 1024) {
     return message(MatchCode.PROTOCOL_VIOLATION, 'malformed join request')

@@ -12,7 +12,7 @@ import { ConnectingError, connectPatiently } from '../rendezvous/connect.js'
 import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
-import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
+import { MAX_GROUP_SIZE, validRound, type GroupInfo } from './group-info.js'
 
 export interface MatchmakerConfig {
   readonly prefix: string
@@ -309,7 +309,7 @@ export function outranks (expA: number, idA: string, expB: number, idB: string):
 
 /** What every member's plan relies on: a finite weight and bandwidth, at most 16 KiB of gathered data. */
 export function validInfo (info: PeerInfo): boolean {
-  return Number.isFinite(info.weight) && info.weight >= 0 &&
+  return Number.isFinite(info.weight) && info.weight >= 0 && validRound(info.round) &&
     (info.bandwidth == null || (Number.isFinite(info.bandwidth) && info.bandwidth >= 0)) &&
     info.userData.byteLength <= 16 * 1024
 }

@@ -30,6 +30,7 @@ export interface PeerInfo {
   userData: Uint8Array
   dataPort: number
   addrs: Uint8Array[]
+  round: number
 }
 
 export namespace PeerInfo {
@@ -74,6 +75,11 @@ export namespace PeerInfo {
           }
         }
 
+        if ((obj.round != null && obj.round !== 0)) {
+          w.uint32(57)
+          w.double(obj.round)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -83,7 +89,8 @@ export namespace PeerInfo {
           weight: 0,
           userData: uint8ArrayAlloc(0),
           dataPort: 0,
-          addrs: []
+          addrs: [],
+          round: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -118,6 +125,10 @@ export namespace PeerInfo {
               }
 
               obj.addrs.push(reader.bytes())
+              break
+            }
+            case 7: {
+              obj.round = reader.double()
               break
             }
             default: {
@@ -189,6 +200,13 @@ export namespace PeerInfo {
 
               break
             }
+            case 7: {
+              yield {
+                field: `${prefix}.round`,
+                value: reader.double()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -232,6 +250,11 @@ export namespace PeerInfo {
     value: Uint8Array
   }
 
+  export interface PeerInfoRoundFieldEvent {
+    field: '$.round'
+    value: number
+  }
+
   export function encode (obj: Partial<PeerInfo>): Uint8Array {
     return encodeMessage(obj, PeerInfo.codec())
   }
@@ -240,7 +263,7 @@ export namespace PeerInfo {
     return decodeMessage(buf, PeerInfo.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent> {
     return streamMessage(buf, PeerInfo.codec(), opts)
   }
 }
@@ -953,6 +976,11 @@ export namespace JoinRequest {
     value: Uint8Array
   }
 
+  export interface JoinRequestInfoRoundFieldEvent {
+    field: '$.info.round'
+    value: number
+  }
+
   export function encode (obj: Partial<JoinRequest>): Uint8Array {
     return encodeMessage(obj, JoinRequest.codec())
   }
@@ -961,7 +989,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1217,6 +1245,12 @@ export namespace MessageFromLeader {
     value: Uint8Array
   }
 
+  export interface MessageFromLeaderGatheredRoundFieldEvent {
+    field: '$.gathered[].round'
+    value: number
+    index: number
+  }
+
   export interface MessageFromLeaderSuggestedLeaderFieldEvent {
     field: '$.suggestedLeader'
     value: Uint8Array
@@ -1235,7 +1269,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

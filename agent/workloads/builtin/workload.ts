@@ -63,14 +63,15 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
           const before = model.weights()
           await averager.withTensors(tensors => { model.copyWeightsInto(tensors) })
           try {
-            const result = await averager.step({ timeout: ctx.averagerConfig.averagingExpiration * 2 + ctx.averagerConfig.allreduceTimeout, signal: ctx.signal })
+            const result = await averager.step({ timeout: ctx.averagerConfig.averagingExpiration * 2 + ctx.averagerConfig.allreduceTimeout, signal: ctx.signal, round })
             const after = await averager.withTensors(tensors => tensors.map(t => ({ ...t, data: t.data.slice() })))
             model.loadWeights(after)
             ctx.metrics.divergence.set(divergence(before, after))
             const heldOutLoss = model.evaluate(heldOut)
             ctx.metrics.heldOutLoss.set(heldOutLoss)
             void sharing?.setPriority(steps)
-            round++
+            // The group agrees on its round, so members that joined from a stale donor catch up.
+            round = result.groupRound + 1
             ctx.log.info({ group: result.groupId.slice(0, 8), size: result.peers.length, heldOutLoss, round }, 'averaged')
             const completed = { round, peers: stateHolders(result), self: ctx.node.peerId.toString(), samples: steps }
             // `after` is a copy already, and nothing changes it: no second copy.

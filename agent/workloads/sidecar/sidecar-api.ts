@@ -337,9 +337,10 @@ export class SidecarApi {
     if (await this.completion.swarmFinished(async () => { await this.restoreCheckpoint(averager, schema) })) return { error: 'the run is complete' }
     await this.setOrigin('trainer', averager)
     try {
-      const result = await averager.step({ weight: control.weight, gather: control.gather, timeout: control.timeout, signal: this.ctx.signal })
+      const result = await averager.step({ weight: control.weight, gather: control.gather, timeout: control.timeout, signal: this.ctx.signal, round: this.rounds })
       this.stepsOk++
-      this.rounds++
+      // The group agrees on its round, so members that joined from a stale donor catch up.
+      this.rounds = result.groupRound + 1
       await this.setOrigin('averaged', averager)
       this.sharing?.setPriority(this.stepsOk).catch(() => {})
       const completed: CompletedRound = { round: this.rounds, peers: stateHolders(result), self: this.ctx.node.peerId.toString(), samples: this.stepsOk }

@@ -9,45 +9,15 @@ import { randomBytes } from 'node:crypto'
 import { link, mkdir, open, readFile, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
-import { isDtype, type StorageDtype } from '../workloads/sidecar/dtypes.js'
 import { SafetensorsReader, writeSafetensors, type TensorSource } from './safetensors.js'
-import { toStorageDtype } from './format.js'
+import {
+  CheckpointError, CheckpointTakenError, DEFAULT_KEEP, MANIFEST_FORMAT, MAX_MANIFEST_BYTES, checkSwarmName, checkWriteOptions, dataName, describeWrite, isDataOf,
+  manifestName, oneLine, parseManifest, pruneBound, refuseTaken, roundsOf, schemaMismatch, verifyData, type CheckpointSchema, type LoadedCheckpoint, type Manifest, type RoundEntry,
+  type Skipped, type VerifyResult
+} from './manifest.js'
 
-export const MANIFEST_FORMAT = 'averaging-swarm-checkpoint/1'
-/** A manifest larger than this is not read (a 100k-tensor model's manifest is ~20 MB). */
-export const MAX_MANIFEST_BYTES = 64 << 20
-export const DEFAULT_KEEP = 3
-
-export class CheckpointError extends Error {
-  override readonly name = 'CheckpointError'
-}
-
-/** Another writer has (or is writing) this round: not a failure, the round is or will be durable. */
-export class CheckpointTakenError extends CheckpointError {}
-
-export interface ManifestTensor {
-  readonly name: string
-  readonly dtype: StorageDtype
-  readonly shape: readonly number[]
-  readonly sha256: string
-}
-
-export interface Manifest {
-  readonly format: typeof MANIFEST_FORMAT
-  readonly swarm: string
-  readonly round: number
-  /** Samples averaged into this state (the swarm's running count), as the writer reported it. */
-  readonly samples: number
-  /** ISO 8601 time the checkpoint was written. */
-  readonly time: string
-  readonly file: { readonly name: string, readonly bytes: number, readonly headerBytes: number }
-  readonly tensors: readonly ManifestTensor[]
-  /** Free-form, JSON-serializable trainer state description (e.g. DiLoCo's outer momentum tensor names). */
-  readonly trainerState: Readonly<Record<string, unknown>>
-}
-
-/** What restore expects: the tensors in order, with their shapes and, when given, dtypes. */
-export type CheckpointSchema = ReadonlyArray<{ readonly name: string, readonly shape: readonly number[], readonly dtype?: StorageDtype }>
+export { CheckpointError, CheckpointTakenError, DEFAULT_KEEP, MANIFEST_FORMAT, MAX_MANIFEST_BYTES, dataName, manifestName }
+export type { CheckpointSchema, LoadedCheckpoint, Manifest, ManifestTensor, Skipped } from './manifest.js'
 
 export interface WriteCheckpointOptions {
   readonly dir: string
@@ -63,31 +33,16 @@ export interface WriteCheckpointOptions {
   readonly time?: Date
 }
 
-export interface Skipped { readonly file: string, readonly reason: string }
-
-export interface LoadedCheckpoint {
-  readonly manifest: Manifest
-  readonly path: string
-  /** Float32 values (16-bit dtypes widened exactly), in manifest order. */
-  readonly tensors: Map<string, Float32Array>
-}
-
-const SWARM_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/
-const ROUND_FILE = /^round-(0|[1-9][0-9]{0,15})(?:-[0-9a-f]{12})?\.(json|safetensors)$/
 const TMP_FILE = /^\..+\.([0-9]+)\.[0-9a-f]{12}\.tmp$/
 const CLAIM_FILE = /^\.round-(0|[1-9][0-9]{0,15})\.claim$/
 /** A claim older than this is a dead writer's: the round may be written again (its manifest link still decides). */
 const CLAIM_STALE_MS = 10 * 60_000
 
 export function swarmDir (dir: string, swarm: string): string {
-  if (!SWARM_NAME.test(swarm)) throw new CheckpointError(`Swarm name ${JSON.stringify(swarm)} is not a valid folder name.`)
+  checkSwarmName(swarm)
   return join(dir, swarm)
 }
-/** A data file's name: `round-<n>-<writer tag>.safetensors`, so that concurrent writers of one round never share a file. */
-export const dataName = (round: number, tag?: string): string => tag === undefined ? `round-${round}.safetensors` : `round-${round}-${tag}.safetensors`
-export const manifestName = (round: number): string => `round-${round}.json`
 const claimName = (round: number): string => `.round-${round}.claim`
-const isDataOf = (name: string, round: number): boolean => name === dataName(round) || new RegExp(`^round-${round}-[0-9a-f]{12}\\.safetensors$`).test(name)
 
 async function fsyncDir (path: string): Promise<void> {
   const fh = await open(path, 'r')
@@ -142,7 +97,7 @@ function isAlive (pid: number): boolean {
 }
 
 /** Rounds present in the folder: whether each has a manifest and a data file. Temporary files are ignored. */
-export async function listCheckpoints (dir: string, swarm: string): Promise<Array<{ round: number, manifest: boolean, data: boolean }>> {
+export async function listCheckpoints (dir: string, swarm: string): Promise<RoundEntry[]> {
   let names: string[]
   try {
     names = await readdir(swarmDir(dir, swarm))
@@ -150,18 +105,7 @@ export async function listCheckpoints (dir: string, swarm: string): Promise<Arra
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return []
     throw err
   }
-  const rounds = new Map<number, { round: number, manifest: boolean, data: boolean }>()
-  for (const name of names) {
-    const m = ROUND_FILE.exec(name)
-    if (m === null) continue
-    const round = Number(m[1])
-    if (!Number.isSafeInteger(round)) continue
-    const r = rounds.get(round) ?? { round, manifest: false, data: false }
-    if (m[2] === 'json') r.manifest = true
-    else r.data = true
-    rounds.set(round, r)
-  }
-  return [...rounds.values()].sort((a, b) => b.round - a.round)
+  return roundsOf(names)
 }
 
 /** Deletes temporary files left by writers that no longer run (a killed writer's half-written file). */
@@ -229,52 +173,29 @@ async function claimRound (folder: string, round: number): Promise<() => Promise
 export async function writeCheckpoint (opts: WriteCheckpointOptions): Promise<{ manifest: Manifest, path: string, removed: string[] }> {
   const { dir, swarm, round, samples } = opts
   const keep = opts.keep ?? DEFAULT_KEEP
-  if (!Number.isSafeInteger(round) || round < 0) throw new CheckpointError(`Round ${round} is not a non-negative integer.`)
-  if (!Number.isSafeInteger(keep) || keep < 1) throw new CheckpointError(`keep must be a positive integer, not ${keep}.`)
-  if (!Number.isFinite(samples) || samples < 0) throw new CheckpointError(`samples must be a non-negative number, not ${samples}.`)
+  checkWriteOptions(round, keep, samples)
   const folder = swarmDir(dir, swarm)
   await mkdir(folder, { recursive: true })
   const removed = await removeStaleTemporaries(folder)
   const existing = await listCheckpoints(dir, swarm)
-  if (existing.some(c => c.round === round && c.manifest)) throw new CheckpointTakenError(`Round ${round} of swarm "${swarm}" is already checkpointed.`)
-  const newest = existing.find(c => c.manifest)
-  if (newest !== undefined && newest.round > round) throw new CheckpointTakenError(`Round ${round} of swarm "${swarm}" is older than its checkpoint of round ${newest.round}.`)
+  refuseTaken(existing, swarm, round)
   const release = await claimRound(folder, round)
   try {
-    const time = (opts.time ?? new Date()).toISOString()
-    const metadata: Record<string, string> = {
-      format: 'pt',
-      'averaging_swarm.swarm': swarm,
-      'averaging_swarm.round': String(round),
-      'averaging_swarm.samples': String(samples),
-      'averaging_swarm.time': time,
-      ...opts.metadata
-    }
-    const file = dataName(round, randomBytes(6).toString('hex'))
+    const { file, metadata, manifest: describe } = describeWrite(opts)
     const written = await writeAtomically(folder, file, async fh => await writeSafetensors(fh, opts.tensors, metadata))
-    const manifest: Manifest = {
-      format: MANIFEST_FORMAT,
-      swarm,
-      round,
-      samples,
-      time,
-      file: { name: file, bytes: written.bytes, headerBytes: written.headerBytes },
-      tensors: opts.tensors.map((t, i) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], sha256: written.sha256[i] })),
-      trainerState: opts.trainerState ?? {}
-    }
+    const manifest = describe(written)
     try {
       await writeAtomically(folder, manifestName(round), writeText(JSON.stringify(manifest, null, 1) + '\n'), true)
     } catch (err) {
       await unlink(join(folder, file)).catch(() => {})
       throw err
     }
-    const complete = [...existing.filter(c => c.manifest).map(c => c.round), round].sort((a, b) => b - a)
-    if (complete[0] === round) {
+    const { newest, oldestKept } = pruneBound(existing, round, keep)
+    if (newest) {
       await writeAtomically(folder, 'latest', writeText(JSON.stringify({ round, manifest: manifestName(round), data: file }) + '\n'))
     }
     // Prune: everything older than the oldest of the newest `keep` complete checkpoints; manifest first,
     // so an interrupted delete leaves an orphan data file (ignored, deleted next time), never a manifest without data.
-    const oldestKept = complete[Math.min(keep, complete.length) - 1]
     const names = await readdir(folder)
     for (const c of existing) {
       if (c.round >= oldestKept) continue
@@ -299,55 +220,7 @@ export async function readManifest (folder: string, round: number, swarm: string
   const fh = await open(path, 'r')
   let text: string
   try { text = await fh.readFile('utf8') } finally { await fh.close() }
-  let m: any
-  try { m = JSON.parse(text) } catch { throw new CheckpointError('The manifest is not valid JSON.') }
-  const bad = (what: string): never => { throw new CheckpointError(`The manifest's ${what} is missing or invalid.`) }
-  if (typeof m !== 'object' || m === null || Array.isArray(m)) bad('top-level object')
-  if (m.format !== MANIFEST_FORMAT) bad('format')
-  if (m.swarm !== swarm) bad('swarm')
-  if (m.round !== round) bad('round')
-  if (typeof m.samples !== 'number' || !Number.isFinite(m.samples)) bad('samples')
-  if (typeof m.time !== 'string') bad('time')
-  if (typeof m.file !== 'object' || m.file === null || typeof m.file.name !== 'string' || !isDataOf(m.file.name, round) ||
-    !Number.isSafeInteger(m.file.bytes) || !Number.isSafeInteger(m.file.headerBytes)) bad('file')
-  if (!Array.isArray(m.tensors)) bad('tensors')
-  for (const t of m.tensors) {
-    if (typeof t !== 'object' || t === null || typeof t.name !== 'string' || !isDtype(t.dtype) || !Array.isArray(t.shape) ||
-      !t.shape.every((d: unknown) => Number.isSafeInteger(d) && (d as number) >= 0) || typeof t.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(t.sha256)) {
-      bad('tensor entry')
-    }
-  }
-  if (typeof m.trainerState !== 'object' || m.trainerState === null || Array.isArray(m.trainerState)) bad('trainerState')
-  return m as Manifest
-}
-
-function schemaMismatch (manifest: Manifest, schema: CheckpointSchema): string | undefined {
-  if (manifest.tensors.length !== schema.length) return `it has ${manifest.tensors.length} tensors where the schema has ${schema.length}`
-  for (let i = 0; i < schema.length; i++) {
-    const want = schema[i]
-    const got = manifest.tensors[i]
-    if (got.name !== want.name) return `tensor ${i} is "${got.name}" where the schema has "${want.name}"`
-    if (got.shape.length !== want.shape.length || got.shape.some((d, j) => d !== want.shape[j])) {
-      return `tensor "${got.name}" has shape [${got.shape.join(', ')}] where the schema has [${want.shape.join(', ')}]`
-    }
-    if (want.dtype !== undefined && got.dtype !== want.dtype) return `tensor "${got.name}" is ${got.dtype} where the schema has ${want.dtype}`
-  }
-  return undefined
-}
-
-/** The file's size and header must agree with the manifest; returns why not, or undefined. */
-function headerMismatch (reader: SafetensorsReader, manifest: Manifest): string | undefined {
-  if (reader.fileBytes !== manifest.file.bytes) return `the data file is ${reader.fileBytes} bytes where the manifest says ${manifest.file.bytes}`
-  const entries = reader.tensors
-  if (entries.length !== manifest.tensors.length) return `the data file has ${entries.length} tensors where the manifest has ${manifest.tensors.length}`
-  for (let i = 0; i < entries.length; i++) {
-    const e = entries[i]
-    const t = manifest.tensors[i]
-    if (e.name !== t.name || toStorageDtype(e.dtype) !== t.dtype || e.shape.length !== t.shape.length || e.shape.some((d, j) => d !== t.shape[j])) {
-      return `the data file's tensor ${i} ("${e.name}") differs from the manifest's ("${t.name}")`
-    }
-  }
-  return undefined
+  return parseManifest(text, round, swarm)
 }
 
 /**
@@ -355,7 +228,7 @@ function headerMismatch (reader: SafetensorsReader, manifest: Manifest): string 
  * With `load`, returns the values too (read and hashed in one pass). Never throws for a bad checkpoint.
  */
 export async function verifyCheckpoint (dir: string, swarm: string, round: number, opts: { schema?: CheckpointSchema, load?: boolean } = {}):
-Promise<{ ok: true, manifest: Manifest, tensors?: Map<string, Float32Array> } | { ok: false, file: string, reason: string }> {
+Promise<VerifyResult> {
   const folder = swarmDir(dir, swarm)
   let manifest: Manifest
   try {
@@ -377,24 +250,7 @@ Promise<{ ok: true, manifest: Manifest, tensors?: Map<string, Float32Array> } | 
     return { ok: false, file, reason: code === 'ENOENT' ? 'the data file named by the manifest is missing' : oneLine(err) }
   }
   try {
-    const why = headerMismatch(reader, manifest)
-    if (why !== undefined) return { ok: false, file, reason: why }
-    const tensors = opts.load === true ? new Map<string, Float32Array>() : undefined
-    const scratch = opts.load === true ? undefined : new Uint8Array(4 << 20)
-    for (const t of manifest.tensors) {
-      let sha: string
-      if (tensors !== undefined) {
-        const { values, sha256 } = await reader.readFloat32(t.name)
-        tensors.set(t.name, values)
-        sha = sha256
-      } else {
-        sha = await reader.sha256(t.name, scratch)
-      }
-      if (sha !== t.sha256) return { ok: false, file, reason: `tensor "${t.name}" has sha256 ${sha.slice(0, 12)}… where the manifest has ${t.sha256.slice(0, 12)}…` }
-    }
-    return { ok: true, manifest, tensors }
-  } catch (err) {
-    return { ok: false, file, reason: oneLine(err) }
+    return await verifyData(reader, manifest, file, opts.load === true)
   } finally {
     await reader.close()
   }
@@ -423,8 +279,4 @@ Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }> {
     log(`checkpoint: skipping ${swarm}/${result.file}: ${result.reason}`)
   }
   return { checkpoint: null, skipped }
-}
-
-function oneLine (err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split('\n')[0]
 }

@@ -55,9 +55,10 @@ for (const elements of sizes) {
       const r: ModeResult = await runMode(pair, {
         mode, rounds, warmup, parent: mode === 'shm' ? o.shmDir : mode === 'disk' ? o.diskDir : undefined, keep: o.keep, log: o.verbose === true ? progress : undefined
       })
+      progress(`${label(elements)} ${mode}: rounds ms ${r.roundMs.map(x => x.toFixed(0)).join(' ')}; writes s ${r.writeSeconds.map(x => x.toFixed(2)).join(' ')}; snapshots ms ${r.snapshotMs.map(x => x.toFixed(0)).join(' ')}`)
       if (r.folder !== null && o.keep === true) progress(`kept ${r.folder}`)
       const round = median(r.roundMs)
-      if (mode === 'none') baseline = round
+      if (mode === 'none' && baseline === null) baseline = round
       const ckpt = mode !== 'none'
       rows.push([
         label(elements), mode, r.folder === null ? '–' : mode === 'shm' ? o.shmDir : o.diskDir,

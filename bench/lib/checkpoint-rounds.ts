@@ -158,14 +158,15 @@ export async function runMode (pair: Pair, o: ModeOptions): Promise<ModeResult> 
         const completed: CompletedRound = { round: r, peers: result.peers, self: pair.nodes[p].peerId.toString(), samples: r }
         let took = false
         // The sidecar workload's snapshot (sidecar-api.ts): a copy of the averaged tensors under the tensor lock.
-        const snapshot = async (): Promise<TensorSource[]> => {
+        const copy = async (): Promise<TensorSource[]> => {
           took = true
           const s0 = performance.now()
-          const copy = await averager.withTensors(ts => ts.map(t => ({ name: t.name, dtype: 'float32' as const, shape: t.shape, data: t.data.slice() })))
+          const tensors = await averager.withTensors(ts => ts.map(t => ({ name: t.name, dtype: 'float32' as const, shape: t.shape, data: t.data.slice() })))
           if (r >= firstMeasured) snapshotMs.push(performance.now() - s0)
-          return copy
+          return tensors
         }
-        await checkpointer.afterRound(completed, snapshot)
+        // No `hold`: a copy is always taken, so this measures the copy-and-write-behind path whatever the memory.
+        await checkpointer.afterRound(completed, { bytes: 1, copy })
         // The writer whose snapshot was not taken skipped the round: its previous write was still running.
         if (checkpointer.writes(completed) && !took && r >= firstMeasured) skipped++
       }))

@@ -16,7 +16,7 @@ import { controlPlaneBuilt, startCluster, waitFor, type Cluster } from '../harne
 import { RestClient } from '../../operator/kube/rest.js'
 import { resourcePath } from '../../operator/kube/resources.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
-import { OPERATOR_CLUSTER_RULES, OPERATOR_LEASE_RULES } from '../../operator/rbac.js'
+import { operatorKubeconfig } from './operator-identity.js'
 import { listCheckpoints, loadNewestCheckpoint } from '../../agent/checkpoint/index.js'
 import { AGENT_CONTAINER } from '../../operator/builders/pod-template.js'
 import { loadTensorBackend } from '../../agent/tensors/backend.js'
@@ -50,24 +50,6 @@ describe('checkpoints and completion on a real cluster', { skip, timeout: 600_00
     (await rest.request('GET', resourcePath(kind, NS), { query: { labelSelector: `averaging.swarm.io/swarm=${SWARM}` } })).items as any[]
   const claimPhase = async (ns: string, name: string) => (await rest.request('GET', `/api/v1/namespaces/${ns}/persistentvolumeclaims/${name}`)).status?.phase
 
-  /** The operator as the chart runs it: a ServiceAccount token bound to operator/rbac.ts's rules only. */
-  async function operatorKubeconfig (): Promise<string> {
-    await apply({ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'avs-operator', namespace: 'default' } })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: 'avs-operator' }, rules: OPERATOR_CLUSTER_RULES })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'avs-operator' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'avs-operator' }, subjects: [{ kind: 'ServiceAccount', name: 'avs-operator', namespace: 'default' }] })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'avs-operator-leases', namespace: 'default' }, rules: OPERATOR_LEASE_RULES })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: 'avs-operator-leases', namespace: 'default' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'avs-operator-leases' }, subjects: [{ kind: 'ServiceAccount', name: 'avs-operator', namespace: 'default' }] })
-    const token = (await kubectl('create', 'token', 'avs-operator', '-n', 'default', '--duration=1h')).trim()
-    const c = cluster.kc.getCurrentCluster()!
-    const path = join(cluster.dir, 'operator.kubeconfig')
-    writeFileSync(path, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'op',
-      clusters: [{ name: 'c', cluster: { server: c.server, ...(c.caData !== undefined ? { 'certificate-authority-data': c.caData } : {}), ...(c.caFile !== undefined ? { 'certificate-authority': c.caFile } : {}) } }],
-      users: [{ name: 'op', user: { token } }],
-      contexts: [{ name: 'op', context: { cluster: 'c', user: 'op' } }]
-    }))
-    return path
-  }
 
   /** A hostPath PV (ReadWriteMany, no storage class) and a claim naming it, bound by kube-controller-manager. */
   async function claimOnHostPath (ns: string, claim: string, pv: string, path: string): Promise<void> {
@@ -89,7 +71,7 @@ describe('checkpoints and completion on a real cluster', { skip, timeout: 600_00
     await kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
     await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
       .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
-    op = await startOperator(await operatorKubeconfig(), cluster.logDir, 'operator-a')
+    op = await startOperator(await operatorKubeconfig(cluster), cluster.logDir, 'operator-a')
     await waitFor('the operator to become ready', async () => await op!.ready(), 60_000)
   })
 

@@ -17,9 +17,7 @@ import { AVERAGING_KEYS } from '../../api/averaging-parameters.js'
 import { validateSwarm } from '../../api/v1alpha1/validate.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
 import { peerIdOf } from '../../operator/builders/identity.js'
-import { OPERATOR_CLUSTER_RULES, OPERATOR_LEASE_RULES } from '../../operator/rbac.js'
-import { writeFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { operatorKubeconfig } from './operator-identity.js'
 
 const NS = 'ml'
 const AGENT_BUILT = existsSync('dist/agent/main.js')
@@ -31,26 +29,6 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
   let op: OperatorProcess
   /** A kubeconfig with a ServiceAccount token bound to operator/rbac.ts's rules only. */
   let kubeconfig: string
-
-  async function operatorKubeconfig (): Promise<string> {
-    let n = 0
-    const apply = async (obj: object) => { const f = join(cluster.dir, `rbac-${n++}.json`); writeFileSync(f, JSON.stringify(obj)); await kubectl('apply', '-f', f) }
-    await apply({ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'avs-operator', namespace: 'default' } })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: 'avs-operator' }, rules: OPERATOR_CLUSTER_RULES })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'avs-operator' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'avs-operator' }, subjects: [{ kind: 'ServiceAccount', name: 'avs-operator', namespace: 'default' }] })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'avs-operator-leases', namespace: 'default' }, rules: OPERATOR_LEASE_RULES })
-    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: 'avs-operator-leases', namespace: 'default' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'avs-operator-leases' }, subjects: [{ kind: 'ServiceAccount', name: 'avs-operator', namespace: 'default' }] })
-    const token = (await kubectl('create', 'token', 'avs-operator', '-n', 'default', '--duration=1h')).trim()
-    const c = cluster.kc.getCurrentCluster()!
-    const path = join(cluster.dir, 'operator.kubeconfig')
-    writeFileSync(path, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'op',
-      clusters: [{ name: 'c', cluster: { server: c.server, ...(c.caData !== undefined ? { 'certificate-authority-data': c.caData } : {}), ...(c.caFile !== undefined ? { 'certificate-authority': c.caFile } : {}) } }],
-      users: [{ name: 'op', user: { token } }],
-      contexts: [{ name: 'op', context: { cluster: 'c', user: 'op' } }]
-    }))
-    return path
-  }
 
   const swarm = async (name: string) => await rest.request('GET', resourcePath('AveragingSwarm', NS, name))
   const list = async (kind: 'Pod' | 'StatefulSet' | 'Service' | 'Secret' | 'ConfigMap' | 'PodDisruptionBudget', swarmName: string) =>
@@ -70,7 +48,7 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     // Poll rather than `kubectl wait`, which fails outright while the CRD has no conditions yet.
     await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
       .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
-    kubeconfig = await operatorKubeconfig()
+    kubeconfig = await operatorKubeconfig(cluster)
     op = await startOperator(kubeconfig, cluster.logDir, 'operator-a')
     await waitFor('the operator to become ready', async () => await op.ready(), 60_000)
   })
@@ -197,7 +175,7 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
       assert.match(d.message, /demo-/)
     }
     const out = await kubectl('get', 'avs', '-n', NS)
-    assert.match(out.split('\n')[0], /NAME\s+DESIRED\s+READY\s+ROUNDS\s+PHASE\s+AGE/)
+    assert.match(out.split('\n')[0], /NAME\s+DESIRED\s+READY\s+ROUNDS\s+CHECKPOINT\s+PHASE\s+AGE/)
     const events = await kubectl('get', 'events', '-n', NS, '--field-selector', 'involvedObject.kind=AveragingSwarm', '-o', 'jsonpath={.items[*].reason}')
     assert.match(events, /Created/)
   })

@@ -68,7 +68,10 @@ export class Checkpointer {
     /** The container's memory limit (default: cgroup memory.max, else the machine's). */
     private readonly memoryBytes: number = containerMemoryBytes(),
     private readonly usedBytes: () => number = () => process.memoryUsage().rss
-  ) {}
+  ) {
+    // Every outcome's series exists from the start at 0, so "failed writes" reads 0, not "no data".
+    for (const outcome of ['written', 'refused', 'failed']) metrics.checkpointWrites.labels(outcome).inc(0)
+  }
 
   get durableRound (): number { return this.durable }
 

@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { controlPlaneBuilt, startCluster, waitFor, type Cluster } from '../harness/index.js'
+import { type Cluster, controlPlaneBuilt, hostPathClaim, startCluster, waitFor } from '../harness/index.js'
 import { RestClient } from '../../operator/kube/rest.js'
 import { resourcePath } from '../../operator/kube/resources.js'
 import { CHART, helmBinary, runHelm } from './helm.js'
@@ -49,7 +49,9 @@ const SWARM = {
     tolerations: [{ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' }],
     averaging: { targetGroupSize: 3, minGroupSize: 2, period: '3s' },
     bootstrap: { replicas: 1 },
-    workload: { type: 'builtin' }
+    workload: { type: 'builtin' },
+    // Every round, so the Checkpoints panel has writes to show within its 1-minute windows.
+    checkpoint: { every: 1, keep: 2, volume: { claimName: 'watched-checkpoints' } }
   }
 }
 
@@ -62,6 +64,7 @@ describe('the dashboard on a real Prometheus scraping a real swarm', { skip, tim
     cluster = await startCluster({ gpuNodes: 1, gpusPerNode: 4, cpuNodes: 1 })
     rest = new RestClient(cluster.kc)
     for (const ns of [OP_NS, NS]) await cluster.createNamespace(ns, { 'pod-security.kubernetes.io/enforce': 'restricted' })
+    await hostPathClaim(cluster, { namespace: NS, claim: 'watched-checkpoints', pv: 'watched-checkpoints', path: join(cluster.dir, 'volumes', 'watched-checkpoints') })
     const home = join(cluster.dir, 'helm')
     const env = { KUBECONFIG: cluster.kubeconfigPath, HELM_CACHE_HOME: join(home, 'cache'), HELM_CONFIG_HOME: join(home, 'config'), HELM_DATA_HOME: join(home, 'data') }
     const r = await runHelm(helm!, ['install', 'avs', CHART, '-n', OP_NS, '--set', 'progressIntervalSeconds=2', '--wait', '--timeout', '3m'], env)

@@ -10,9 +10,9 @@
  */
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { basename, join } from 'node:path'
-import { controlPlaneBuilt, startCluster, waitFor, type Cluster } from '../harness/index.js'
+import { controlPlaneBuilt, hostPathClaim, startCluster, waitFor, type Cluster } from '../harness/index.js'
 import { RestClient } from '../../operator/kube/rest.js'
 import { resourcePath } from '../../operator/kube/resources.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
@@ -43,25 +43,9 @@ describe('checkpoints and completion on a real cluster', { skip, timeout: 600_00
     assert.equal(r.code, 0, `kubectl ${args.join(' ')}: ${r.stderr}`)
     return r.stdout
   }
-  let applied = 0
-  const apply = async (obj: object) => { const f = join(cluster.dir, `apply-${applied++}.json`); writeFileSync(f, JSON.stringify(obj)); await kubectl('apply', '-f', f) }
   const swarm = async () => await rest.request('GET', resourcePath('AveragingSwarm', NS, SWARM))
   const list = async (kind: 'Pod' | 'StatefulSet') =>
     (await rest.request('GET', resourcePath(kind, NS), { query: { labelSelector: `averaging.swarm.io/swarm=${SWARM}` } })).items as any[]
-  const claimPhase = async (ns: string, name: string) => (await rest.request('GET', `/api/v1/namespaces/${ns}/persistentvolumeclaims/${name}`)).status?.phase
-
-
-  /** A hostPath PV (ReadWriteMany, no storage class) and a claim naming it, bound by kube-controller-manager. */
-  async function claimOnHostPath (ns: string, claim: string, pv: string, path: string): Promise<void> {
-    await apply({
-      apiVersion: 'v1', kind: 'PersistentVolume', metadata: { name: pv },
-      spec: { capacity: { storage: '1Gi' }, accessModes: ['ReadWriteMany'], persistentVolumeReclaimPolicy: 'Retain', storageClassName: '', hostPath: { path, type: 'DirectoryOrCreate' } }
-    })
-    await apply({
-      apiVersion: 'v1', kind: 'PersistentVolumeClaim', metadata: { name: claim, namespace: ns },
-      spec: { accessModes: ['ReadWriteMany'], resources: { requests: { storage: '1Gi' } }, storageClassName: '', volumeName: pv }
-    })
-  }
 
   before(async () => {
     cluster = await startCluster({ gpuNodes: 3, gpusPerNode: 1, cpuNodes: 1 })
@@ -103,16 +87,14 @@ describe('checkpoints and completion on a real cluster', { skip, timeout: 600_00
     assert.match(event.message, /volume "data": persistentvolumeclaim "late" not found/)
     const waiting = (await rest.request('GET', '/api/v1/namespaces/vol/pods/writer')).status?.containerStatuses?.[0]?.state?.waiting
     assert.equal(waiting?.reason, 'ContainerCreating')
-    await claimOnHostPath('vol', 'late', 'late-pv', dir)
-    await waitFor('claim late to be Bound', async () => await claimPhase('vol', 'late') === 'Bound', 60_000, 500)
+    await hostPathClaim(cluster, { namespace: 'vol', claim: 'late', pv: 'late-pv', path: dir })
     await waitFor('the pod to succeed', async () => (await rest.request('GET', '/api/v1/namespaces/vol/pods/writer')).status?.phase === 'Succeeded', 60_000, 500)
     assert.equal(readFileSync(join(dir, 'hello'), 'utf8'), 'from the pod\n', 'the pod wrote into the PersistentVolume\'s hostPath')
   })
 
   test(`a swarm with checkpoint.every 2 and completion.rounds ${ROUNDS} reaches Complete; its final checkpoint in the claim is the agents' average; kubectl wait --for=condition=Complete returns`, async (t) => {
     const started = Date.now()
-    await claimOnHostPath(NS, CLAIM, PV, pvDir)
-    await waitFor(`claim ${CLAIM} to be Bound`, async () => await claimPhase(NS, CLAIM) === 'Bound', 60_000, 500)
+    await hostPathClaim(cluster, { namespace: NS, claim: CLAIM, pv: PV, path: pvDir })
     await rest.request('POST', resourcePath('AveragingSwarm', NS), {
       body: {
         apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: SWARM, namespace: NS },

@@ -18,7 +18,9 @@ export const CHECKPOINT_PARAMETERS = {
   every: { env: AGENT_ENV.checkpointEvery.name, bound: { kind: 'int', min: 1, max: 1_000_000_000 }, default: Number(AGENT_ENV.checkpointEvery.default) },
   keep: { env: AGENT_ENV.checkpointKeep.name, bound: { kind: 'int', min: 1, max: 1000 }, default: Number(AGENT_ENV.checkpointKeep.default) },
   /** No default: without spec.completion the swarm runs until deleted. */
-  completionRounds: { env: AGENT_ENV.completionRounds.name, bound: { kind: 'int', min: 1, max: 1_000_000_000_000 } }
+  completionRounds: { env: AGENT_ENV.completionRounds.name, bound: { kind: 'int', min: 1, max: 1_000_000_000_000 } },
+  /** No default: without it, the newest complete checkpoint of spec.restoreFrom.swarm. */
+  restoreFromRound: { env: AGENT_ENV.restoreFromRound.name, bound: { kind: 'int', min: 1, max: 1_000_000_000_000 } }
 } as const satisfies Record<string, CheckpointParameter>
 
 /** spec.completion.duration: a Go duration from a minute to a year, counted from the swarm's creation. */

@@ -4,6 +4,8 @@ import { readFileSync } from 'node:fs'
 import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
 import { AVERAGING_KEYS, AVERAGING_PARAMETERS, type AveragingKey } from '../api/averaging-parameters.js'
 import { CHECKPOINT_PARAMETERS } from '../api/checkpoint-parameters.js'
+import type { CheckpointStoreConfig } from './checkpoint/store.js'
+import { checkSwarmName } from './checkpoint/manifest.js'
 import { checkValue, formatRange, fromEnv, parseDuration, toAgent } from '../api/parameter-bounds.js'
 import { validateConfig, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerMode } from './averager.js'
 import { AveragingError, describeError } from './errors.js'
@@ -38,10 +40,15 @@ export interface AgentConfig {
   readonly completionRounds?: number
   /** AVS_COMPLETION_DEADLINE as unix milliseconds: the run ends at the first round ending after it. */
   readonly completionDeadline?: number
+  /** AVS_COMPLETION_ON_TRAINER_EXIT: the run ends once the sidecar's trainer says it has finished. */
+  readonly completionOnTrainerExit: boolean
 }
 
 export interface CheckpointPolicy {
-  readonly dir: string
+  /** A folder (AVS_CHECKPOINT_DIR) or a bucket (AVS_CHECKPOINT_S3_*). */
+  readonly store: CheckpointStoreConfig
+  /** AVS_RESTORE_FROM_*: another swarm's checkpoint in the same store to start from. */
+  readonly restoreFrom?: { readonly swarm: string, readonly round?: number }
   /** Rounds between checkpoints. */
   readonly every: number
   /** Newest complete checkpoints kept. */
@@ -130,12 +137,42 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
   }
   const ordinal = shardFromPodName(podName)
   const checkpointDir = raw('checkpointDir')
-  const checkpoint: CheckpointPolicy | undefined = checkpointDir === undefined
+  const bucket = raw('checkpointS3Bucket')
+  let store: CheckpointStoreConfig | undefined
+  if (bucket !== undefined) {
+    const accessKeyId = env.AWS_ACCESS_KEY_ID ?? ''
+    const secretAccessKey = env.AWS_SECRET_ACCESS_KEY ?? ''
+    if (accessKeyId === '' || secretAccessKey === '') problems.push(`${AGENT_ENV.checkpointS3Bucket.name} is set, but AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (the bucket's credentials, from spec.checkpoint.s3.secretRef) are not`)
+    const endpoint = parse<string | undefined>('checkpointS3Endpoint', (s) => {
+      if (!/^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/.test(s)) throw new Error(`"${s}" is not an http(s) URL such as https://s3.example.com:9000`)
+      return s
+    }, undefined)
+    const sessionToken = env.AWS_SESSION_TOKEN
+    store = {
+      kind: 's3',
+      bucket,
+      region: raw('checkpointS3Region') ?? 'us-east-1',
+      prefix: raw('checkpointS3Prefix'),
+      forcePathStyle: parse('checkpointS3PathStyle', (s) => oneOf('true', 'false')(s) === 'true', false),
+      ...(endpoint === undefined ? {} : { endpoint }),
+      credentials: { accessKeyId, secretAccessKey, ...(sessionToken === undefined || sessionToken === '' ? {} : { sessionToken }) }
+    }
+    if (checkpointDir !== undefined) problems.push(`${AGENT_ENV.checkpointDir.name} and ${AGENT_ENV.checkpointS3Bucket.name} are both set: checkpoints go to a folder or a bucket, not both`)
+  } else if (checkpointDir !== undefined) {
+    store = { kind: 'folder', dir: checkpointDir }
+  }
+  const restoreSwarm = raw('restoreFromSwarm')
+  const restoreRound = parse<number | undefined>('restoreFromRound', integer(CHECKPOINT_PARAMETERS.restoreFromRound.bound.min, CHECKPOINT_PARAMETERS.restoreFromRound.bound.max), undefined)
+  if (restoreSwarm !== undefined && store === undefined) problems.push(`${AGENT_ENV.restoreFromSwarm.name} needs a checkpoint store (${AGENT_ENV.checkpointDir.name} or ${AGENT_ENV.checkpointS3Bucket.name}): the checkpoint is read from there`)
+  if (restoreSwarm !== undefined) { try { checkSwarmName(restoreSwarm) } catch (err) { problems.push(`${AGENT_ENV.restoreFromSwarm.name}: ${describeError(err)}`) } }
+  if (restoreRound !== undefined && restoreSwarm === undefined) problems.push(`${AGENT_ENV.restoreFromRound.name} needs ${AGENT_ENV.restoreFromSwarm.name}`)
+  const checkpoint: CheckpointPolicy | undefined = store === undefined
     ? undefined
     : {
-        dir: checkpointDir,
+        store,
         every: parse('checkpointEvery', integer(CHECKPOINT_PARAMETERS.every.bound.min, CHECKPOINT_EVERY_MAX), CHECKPOINT_PARAMETERS.every.default),
-        keep: parse('checkpointKeep', integer(CHECKPOINT_PARAMETERS.keep.bound.min, CHECKPOINT_KEEP_MAX), CHECKPOINT_PARAMETERS.keep.default)
+        keep: parse('checkpointKeep', integer(CHECKPOINT_PARAMETERS.keep.bound.min, CHECKPOINT_KEEP_MAX), CHECKPOINT_PARAMETERS.keep.default),
+        ...(restoreSwarm === undefined ? {} : { restoreFrom: { swarm: restoreSwarm, ...(restoreRound === undefined ? {} : { round: restoreRound }) } })
       }
   const completionDeadline = parse<number | undefined>('completionDeadline', (s) => {
     const ms = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/.test(s) ? Date.parse(s) : NaN
@@ -165,7 +202,8 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     logLevel: parse('logLevel', oneOf('trace', 'debug', 'info', 'warn', 'error'), 'info'),
     ...(checkpoint === undefined ? {} : { checkpoint }),
     ...(completionRounds === undefined ? {} : { completionRounds }),
-    ...(completionDeadline === undefined ? {} : { completionDeadline })
+    ...(completionDeadline === undefined ? {} : { completionDeadline }),
+    completionOnTrainerExit: parse('completionOnTrainerExit', (s) => oneOf('true', 'false')(s) === 'true', false)
   }
   if (problems.length > 0) throw new AveragingError(problems.join('\n'))
   return config

@@ -160,7 +160,7 @@ async function main (): Promise<number> {
     : undefined
   const ctx: WorkloadContext = {
     node, rendezvous, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
-    checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline,
+    checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline, completionOnTrainerExit: config.completionOnTrainerExit,
     createAverager: async (tensors, hooks) => await createAverager(node, rendezvous, config, metrics, log, tensors, hooks),
     setReady: (value) => { ready = value && joined }
   }
@@ -172,6 +172,7 @@ async function main (): Promise<number> {
     clearInterval(gauges)
     clearInterval(watchdog)
     await stateSharing?.stop().catch(() => {})
+    checkpointer?.close()
     await rendezvous.stop()
     await node.stop()
     server.close()

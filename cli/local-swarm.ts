@@ -138,6 +138,8 @@ interface RunningSwarm {
   /** One line for each agent that exited on its own. */
   readonly exits: string[]
   readonly trainerExits: TrainerExit[]
+  /** POST /v1/finish calls under way for trainers that exited 0 (spec.completion.onTrainerExit). */
+  readonly finishing: Array<Promise<void>>
   interrupted: boolean
   /** Wakes the watch loop early (an exit or an interrupt). */
   wake: () => void
@@ -155,7 +157,7 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
   let stopping = false
   const agentEnvOf = new Map<string, Record<string, string>>()
   const run: RunningSwarm = {
-    runDir, agents: [], trainerChildren: [], exits: [], trainerExits: [], interrupted: false, wake: () => {},
+    runDir, agents: [], trainerChildren: [], exits: [], trainerExits: [], finishing: [], interrupted: false, wake: () => {},
     stop: async () => {
       stopping = true
       await stopTrainers(run.trainerChildren)
@@ -187,11 +189,25 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
       trainers, python: opts.python, repoRoot: fileURLToPath(new URL('../..', import.meta.url)), runDir, metricsPort: plan.metricsPort, agentEnvOf, stopping: () => stopping,
       onExit: (exit, logPath) => {
         run.trainerExits.push(exit)
+        // A kubelet cannot tell the agent its trainer exited 0 (the Python client's finish() does);
+        // here the runtime can, so a trainer that just returns ends its agent's run as well.
+        const i = pods.findIndex(p => p.name === exit.pod)
+        if (exit.code === 0 && i >= 0 && pods[i].env[AGENT_ENV.completionOnTrainerExit.name] === 'true') run.finishing.push(finishAgent(plan.sidecarPorts[i], exit.pod))
         if (exit.code !== 0) console.log(`trainer of ${exit.pod} failed (${exit.signal ?? `exit code ${exit.code}`}): ${exit.lastErr !== '' ? exit.lastErr : '(no stderr)'}; see ${logPath}`)
         if (run.trainerExits.length === trainers.length) run.wake()
       }
     })
   return Object.assign(run, { agents, trainerChildren })
+}
+
+/** POST /v1/finish to a pod's agent (idempotent: a trainer that called finish() itself gets the same answer). */
+async function finishAgent (port: number, pod: string): Promise<void> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/finish`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+    if (!res.ok) console.log(`the agent of ${pod} did not take its trainer's exit as the end of its run: ${res.status} ${await res.text()}`)
+  } catch (err) {
+    console.log(`the agent of ${pod} could not be told that its trainer finished: ${(err as Error).message}`)
+  }
 }
 
 /** What the watch loop saw, sample by sample, with the single-agent baseline of a builtin swarm. */
@@ -239,9 +255,14 @@ async function watchSwarm (plan: SwarmPlan, run: RunningSwarm, duration: number)
       ? `${head}  ${f(s.meanTrainerLoss, 4).padStart(12)}  ${`${run.trainerChildren.length - run.trainerExits.length}/${trainers.length}`.padStart(8)}  ${f(s.meanDivergence, 4).padStart(10)}`
       : `${head}  ${f(s.meanLoss).padStart(10)}  ${f(s.meanHeldOutLoss).padStart(8)}  ${f(s.meanDivergence, 4).padStart(10)}`)
   }
+  if (trainersDone() && run.finishing.length > 0) {
+    // Their agents answer once the final checkpoint is durable: the last sample shows them complete.
+    await Promise.all(run.finishing)
+    samples.push(await sampleSwarm(pods, metricsPort, (Date.now() - started) / 1000))
+  }
   const ended = run.exits.length > 0
     ? 'an agent exited'
-    : trainersDone() ? 'every trainer exited' : complete() ? 'the run is complete (spec.completion)' : run.interrupted ? 'interrupted' : `--duration ${duration} s reached`
+    : trainersDone() ? (complete() ? 'every trainer finished and the run is complete (spec.completion.onTrainerExit)' : 'every trainer exited') : complete() ? 'the run is complete (spec.completion)' : run.interrupted ? 'interrupted' : `--duration ${duration} s reached`
   return { samples, soloPoints, soloSteps, backend, started, ended }
 }
 

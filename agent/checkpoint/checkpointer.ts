@@ -9,8 +9,16 @@ import type { CheckpointPolicy } from '../config.js'
 import type { AgentMetrics } from '../metrics/agent-metrics.js'
 import { describeError } from '../errors.js'
 import { containerMemoryBytes } from '../util/memory.js'
-import { CheckpointTakenError, listCheckpoints, loadNewestCheckpoint, writeCheckpoint, type CheckpointSchema, type LoadedCheckpoint } from './checkpoint.js'
+import { CheckpointError, CheckpointTakenError, type CheckpointSchema, type LoadedCheckpoint } from './checkpoint.js'
 import type { TensorSource } from './safetensors.js'
+import { openCheckpointStore, type CheckpointStore } from './store.js'
+
+/**
+ * spec.restoreFrom names a checkpoint that is not there (or does not verify): the swarm must not
+ * quietly start from initial values instead, the one thing a user who asked to continue a run
+ * does not want. The workloads let it end the agent (or fail the trainer's register).
+ */
+export class RestoreSourceError extends CheckpointError {}
 
 export interface CheckpointLog {
   info (msg: string): void
@@ -55,6 +63,7 @@ const FINAL_POLL_MS = 500
 const leads = (r: CompletedRound): boolean => r.self === [...r.peers].sort()[0]
 
 export class Checkpointer {
+  readonly store: CheckpointStore
   private writing: Promise<void> | null = null
   /** The newest round this agent knows to be durable. */
   private durable = -1
@@ -69,6 +78,7 @@ export class Checkpointer {
     private readonly memoryBytes: number = containerMemoryBytes(),
     private readonly usedBytes: () => number = () => process.memoryUsage().rss
   ) {
+    this.store = openCheckpointStore(policy.store)
     // Every outcome's series exists from the start at 0, so "failed writes" reads 0, not "no data".
     for (const outcome of ['written', 'refused', 'failed']) metrics.checkpointWrites.labels(outcome).inc(0)
   }
@@ -80,13 +90,42 @@ export class Checkpointer {
     return r.round % this.policy.every === 0 && leads(r)
   }
 
-  /** The newest complete checkpoint that fits the schema; corrupt or foreign ones are skipped and logged. */
+  /**
+   * The newest complete checkpoint of this swarm that fits the schema (corrupt or foreign ones are
+   * skipped and logged); without one, spec.restoreFrom's checkpoint of another swarm, which must be
+   * there (RestoreSourceError otherwise).
+   */
   async restore (schema: CheckpointSchema): Promise<LoadedCheckpoint | null> {
-    const { checkpoint, skipped } = await loadNewestCheckpoint(this.policy.dir, this.swarm, schema, { log: (line) => { this.log.warn(line) } })
+    const { checkpoint, skipped } = await this.store.loadNewest(this.swarm, schema, (line) => { this.log.warn(line) })
     if (skipped.length > 0) this.metrics.checkpointSkipped.inc(skipped.length)
-    if (checkpoint !== null) {
-      this.known(checkpoint.manifest.round, Date.parse(checkpoint.manifest.time) / 1000)
-      this.log.info(`restored round ${checkpoint.manifest.round} from checkpoint ${checkpoint.path}`)
+    const restored = checkpoint ?? await this.restoreFrom(schema)
+    if (restored !== null) {
+      this.known(restored.manifest.round, Date.parse(restored.manifest.time) / 1000, restored.manifest.swarm === this.swarm)
+      this.log.info(`restored round ${restored.manifest.round} from checkpoint ${restored.path}`)
+    }
+    return restored
+  }
+
+  /** spec.restoreFrom: a given round of another swarm, or its newest complete checkpoint. */
+  private async restoreFrom (schema: CheckpointSchema): Promise<LoadedCheckpoint | null> {
+    const from = this.policy.restoreFrom
+    if (from === undefined) return null
+    const where = this.store.where(from.swarm)
+    if (from.round !== undefined) {
+      const complete = (await this.store.list(from.swarm)).filter(c => c.manifest).map(c => c.round)
+      if (!complete.includes(from.round)) {
+        const present = complete.length === 0 ? 'it has none' : `its complete ones are round ${complete.join(', ')}`
+        throw new RestoreSourceError(`restoreFrom: swarm ${from.swarm} has no checkpoint of round ${from.round} at ${where} (${present})`)
+      }
+      const r = await this.store.load(from.swarm, from.round, schema)
+      if ('reason' in r) throw new RestoreSourceError(`restoreFrom: round ${from.round} of swarm ${from.swarm} cannot be restored from ${where}: ${r.reason}`)
+      return r.checkpoint
+    }
+    const { checkpoint, skipped } = await this.store.loadNewest(from.swarm, schema, (line) => { this.log.warn(line) })
+    if (skipped.length > 0) this.metrics.checkpointSkipped.inc(skipped.length)
+    if (checkpoint === null) {
+      const why = skipped.length === 0 ? 'there is none' : `none of its ${skipped.length} verifies or fits the registered tensors`
+      throw new RestoreSourceError(`restoreFrom: swarm ${from.swarm} has no checkpoint to restore at ${where}: ${why}`)
     }
     return checkpoint
   }
@@ -166,7 +205,7 @@ export class Checkpointer {
 
   /** Whether the folder holds a complete checkpoint of `round` or later (its manifest is there). */
   async seen (round: number): Promise<boolean> {
-    const newest = (await listCheckpoints(this.policy.dir, this.swarm).catch(() => [])).find(c => c.manifest)
+    const newest = (await this.store.list(this.swarm).catch(() => [])).find(c => c.manifest)
     if (newest === undefined || newest.round < round) return false
     this.known(newest.round, Date.now() / 1000)
     return true
@@ -175,15 +214,15 @@ export class Checkpointer {
   private async write (r: CompletedRound, tensors: TensorSource[], trainerState?: Record<string, unknown>): Promise<void> {
     const started = process.hrtime.bigint()
     try {
-      const { manifest, path } = await writeCheckpoint({
-        dir: this.policy.dir, swarm: this.swarm, round: r.round, samples: r.samples, tensors, keep: this.policy.keep, trainerState
+      const { manifest, location } = await this.store.write({
+        swarm: this.swarm, round: r.round, samples: r.samples, tensors, keep: this.policy.keep, trainerState
       })
       const seconds = Number(process.hrtime.bigint() - started) / 1e9
       this.metrics.checkpointWrites.labels('written').inc()
       this.metrics.checkpointSeconds.observe(seconds)
       this.metrics.checkpointBytes.set(manifest.file.bytes)
       this.known(r.round, Date.parse(manifest.time) / 1000)
-      this.log.info(`checkpointed round ${r.round} to ${path} (${(manifest.file.bytes / 1e6).toFixed(1)} MB in ${seconds.toFixed(2)} s)`)
+      this.log.info(`checkpointed round ${r.round} to ${location} (${(manifest.file.bytes / 1e6).toFixed(1)} MB in ${seconds.toFixed(2)} s)`)
     } catch (err) {
       if (err instanceof CheckpointTakenError) {
         this.metrics.checkpointWrites.labels('refused').inc()
@@ -195,10 +234,13 @@ export class Checkpointer {
     }
   }
 
-  private known (round: number, unixSeconds: number): void {
-    if (round <= this.durable) return
+  /** `ours`: a checkpoint of this swarm (one restored from spec.restoreFrom's swarm is not in this swarm's store). */
+  private known (round: number, unixSeconds: number, ours = true): void {
+    if (!ours || round <= this.durable) return
     this.durable = round
     this.metrics.checkpointRound.set(round)
     this.metrics.checkpointTimestamp.set(unixSeconds)
   }
+
+  close (): void { this.store.close() }
 }

@@ -1,5 +1,6 @@
 /**
- * The end of a run (AVS_COMPLETION_ROUNDS): after its last round an agent makes sure the final
+ * The end of a run (AVS_COMPLETION_ROUNDS, AVS_COMPLETION_DEADLINE, or the sidecar's trainer
+ * finishing with AVS_COMPLETION_ON_TRAINER_EXIT): after its last round an agent makes sure the final
  * checkpoint is durable, then reports averaging_completed 1 and stops averaging. An agent that
  * fell behind (restarted late, or left without peers) finishes too once the swarm's final
  * checkpoint is in the folder, taking that state as its own.
@@ -14,7 +15,7 @@ export class Completion {
   private finished = false
 
   constructor (
-    private readonly ctx: Pick<WorkloadContext, 'checkpointer' | 'completionRounds' | 'completionDeadline' | 'averagerConfig' | 'metrics' | 'log' | 'signal'>,
+    private readonly ctx: Pick<WorkloadContext, 'checkpointer' | 'completionRounds' | 'completionDeadline' | 'completionOnTrainerExit' | 'averagerConfig' | 'metrics' | 'log' | 'signal'>,
     private readonly now: () => number = Date.now
   ) {}
 
@@ -26,8 +27,23 @@ export class Completion {
     const byRounds = target !== undefined && r.round >= target
     const byTime = deadline !== undefined && this.now() >= deadline
     if (!byRounds && !byTime) return false
+    return await this.complete(r, snapshot)
+  }
+
+  /**
+   * The trainer has finished (AVS_COMPLETION_ON_TRAINER_EXIT): its last averaged round is this
+   * agent's final one. `snapshot` is undefined when it never registered tensors (nothing to save).
+   */
+  async trainerFinished (r: CompletedRound, snapshot: Snapshot | undefined): Promise<boolean> {
+    if (this.finished) return true
+    this.ctx.log.info(`the trainer has finished after round ${r.round}: this agent's run ends`)
+    return await this.complete(r, snapshot)
+  }
+
+  /** Makes round `r` durable (retrying while it cannot be), then reports completion; false when the agent stops first. */
+  private async complete (r: CompletedRound, snapshot: Snapshot | undefined): Promise<boolean> {
     const checkpointer = this.ctx.checkpointer
-    if (checkpointer !== undefined) {
+    if (checkpointer !== undefined && snapshot !== undefined) {
       const { averagingExpiration, allreduceTimeout } = this.ctx.averagerConfig
       const waitMs = Math.max(30_000, 2_000 * (averagingExpiration + allreduceTimeout))
       while (!await checkpointer.final(r, snapshot, waitMs)) {

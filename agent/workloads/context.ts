@@ -19,12 +19,14 @@ export interface WorkloadContext {
   readonly signal: AbortSignal
   /** Creates the averager over these tensors, with the agent's metric hooks attached. */
   createAverager (tensors: readonly NamedTensor[], hooks?: AveragerHooks): Promise<DecentralizedAverager>
-  /** Writes and restores checkpoints when the swarm has them (AVS_CHECKPOINT_DIR). */
+  /** Writes and restores checkpoints when the swarm has them (AVS_CHECKPOINT_DIR or AVS_CHECKPOINT_S3_*). */
   readonly checkpointer?: Checkpointer
   /** Rounds after which the run is complete (AVS_COMPLETION_ROUNDS); undefined: never. */
   readonly completionRounds?: number
   /** Unix milliseconds after which the run ends at the end of the round under way (AVS_COMPLETION_DEADLINE). */
   readonly completionDeadline?: number
+  /** The run ends once the sidecar's trainer says it has finished (AVS_COMPLETION_ON_TRAINER_EXIT). */
+  readonly completionOnTrainerExit?: boolean
   /** Marks the agent ready (joined the DHT and, for a newcomer, state loaded). */
   setReady (ready: boolean): void
 }

@@ -122,7 +122,7 @@ export async function runMode (pair: Pair, o: ModeOptions): Promise<ModeResult> 
       const metrics = new AgentMetrics(SWARM)
       const observe = metrics.checkpointSeconds.observe.bind(metrics.checkpointSeconds) as (v: number) => void
       metrics.checkpointSeconds.observe = ((v: number) => { observed = v; observe(v) }) as typeof metrics.checkpointSeconds.observe
-      return new Checkpointer({ dir: folder, every: 1, keep: 3 }, SWARM, metrics, {
+      return new Checkpointer({ store: { kind: 'folder', dir: folder }, every: 1, keep: 3 }, SWARM, metrics, {
         info: (m) => {
           const written = /^checkpointed round (\d+) /.exec(m)
           if (written !== null) writes.push({ round: Number(written[1]), seconds: observed })

@@ -131,6 +131,14 @@ export class SidecarClient {
     return { origin: (control as { origin: StateResult['origin'] }).origin, tensors: unpack(specs, bytes) }
   }
 
+  /**
+   * This trainer is done (POST /v1/finish). With spec.completion.onTrainerExit the agent's run ends at
+   * its newest averaged round; the answer comes once the final checkpoint is durable.
+   */
+  async finish (): Promise<{ complete: boolean, round: number, checkpointRound?: number, message?: string }> {
+    return await this.call('POST', '/v1/finish', {}) as { complete: boolean, round: number, checkpointRound?: number, message?: string }
+  }
+
   async status (): Promise<Record<string, unknown>> {
     return await this.call('GET', '/v1/status') as Record<string, unknown>
   }

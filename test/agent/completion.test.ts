@@ -17,7 +17,7 @@ const gauge = async (text: string, name: string): Promise<number | undefined> =>
 
 test('a sidecar swarm with completion after 3 rounds checkpoints every 2, ends complete, and its final checkpoint holds the agents\' state', { timeout: 120_000 }, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'avs-complete-'))
-  const swarm = await startSidecarSwarm(N, { targetGroupSize: N, minGroupSize: N }, { checkpoint: { dir, every: 2, keep: 5 }, completionRounds: 3 })
+  const swarm = await startSidecarSwarm(N, { targetGroupSize: N, minGroupSize: N }, { checkpoint: { store: { kind: 'folder', dir }, every: 2, keep: 5 }, completionRounds: 3 })
   try {
     const clients = swarm.agents.map(a => new SidecarClient(a.url))
     await Promise.all(clients.map(async c => await c.register(SPECS)))

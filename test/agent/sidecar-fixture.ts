@@ -19,6 +19,8 @@ export interface SidecarAgent {
   readonly metrics: AgentMetrics
   ctx?: WorkloadContext
   ready: boolean
+  /** Settles when the agent's workload ends: rejects with what ended it (e.g. spec.restoreFrom's checkpoint missing). */
+  run?: Promise<void>
   /** The agent's AVS_SHM_DIR (a fresh folder under /dev/shm), when started with `shm: true`. */
   readonly shmDir?: string
 }
@@ -33,10 +35,11 @@ export interface SidecarSwarm {
  * n agents as the agent process builds them: real libp2p nodes on loopback TCP bootstrapped off
  * the first, one shared Rendezvous per node, metrics, and a sidecar workload on a free port.
  */
-export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number, checkpoint?: CheckpointPolicy, completionRounds?: number, completionDeadline?: number } = {}): Promise<SidecarSwarm> {
+export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number, checkpoint?: CheckpointPolicy, completionRounds?: number, completionDeadline?: number, completionOnTrainerExit?: boolean, swarm?: string } = {}): Promise<SidecarSwarm> {
   const nodes: SwarmNode[] = []
   const rendezvous: Rendezvous[] = []
   const runs: Array<Promise<void>> = []
+  const swarmName = options.swarm ?? 'sidecar-test'
   const controller = new AbortController()
   const agents: SidecarAgent[] = []
   const stop = async (): Promise<void> => {
@@ -44,6 +47,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
     await Promise.allSettled(runs)
     await Promise.allSettled(rendezvous.map(async r => { await r.stop() }))
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
+    for (const a of agents) a.ctx?.checkpointer?.close()
     for (const a of agents) if (a.shmDir !== undefined) rmSync(a.shmDir, { recursive: true, force: true })
   }
   try {
@@ -76,10 +80,11 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
         log,
         signal: controller.signal,
         checkpointer: options.checkpoint !== undefined
-          ? new Checkpointer(options.checkpoint, 'sidecar-test', metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
+          ? new Checkpointer(options.checkpoint, swarmName, metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
           : undefined,
         completionRounds: options.completionRounds,
         completionDeadline: options.completionDeadline,
+        completionOnTrainerExit: options.completionOnTrainerExit,
         async createAverager (tensors, hooks) {
           return await DecentralizedAverager.create(node, tensors, averagerConfig, {
             ...hooks,
@@ -94,8 +99,9 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
           ? new StateSharing(node, r, { prefix: averagerConfig.prefix, requestTimeoutMs: averagerConfig.requestTimeout * 1000, log: msg => { log.debug(msg) } })
           : undefined
         const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve, stateSharing, shmDir, memoryBytes: options.memoryBytes }).run()
+        agent.run = run
         // Before listening the error fails the start; after it, a failed shutdown shows in the output.
-        runs.push(run.catch(err => { reject(err); console.error(`sidecar agent ${i} failed: ${String(err)}`) }))
+        runs.push(run.catch(err => { reject(err); if (process.env.AVS_TEST_LOG != null) console.error(`sidecar agent ${i} failed: ${String(err)}`) }))
       })
       agent.url = await listening
       agents.push(agent)

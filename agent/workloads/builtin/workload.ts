@@ -7,7 +7,7 @@ import { makeHeldOut, makeShard } from './synthetic-data.js'
 import type { StateSharing } from '../../state/state-sharing.js'
 import type { TensorSource } from '../../checkpoint/safetensors.js'
 import { Completion } from '../completion.js'
-import { stateHolders, type Snapshot } from '../../checkpoint/checkpointer.js'
+import { RestoreSourceError, stateHolders, type Snapshot } from '../../checkpoint/checkpointer.js'
 
 export interface BuiltinOptions {
   readonly shardIndex: number
@@ -114,6 +114,8 @@ async function loadState (ctx: WorkloadContext, model: LocalModel, sharing: Buil
 /** Loads the newest checkpoint into the model; returns its round, or `round` when there is none. */
 async function restoreCheckpoint (ctx: WorkloadContext, model: LocalModel, round: number): Promise<number> {
   const checkpoint = await ctx.checkpointer?.restore(model.weights().map(t => ({ name: t.name, shape: t.shape }))).catch((err: unknown) => {
+    // spec.restoreFrom's checkpoint is missing: end the agent with that sentence rather than train from initial values.
+    if (err instanceof RestoreSourceError) throw err
     ctx.log.warn({ err: describeError(err) }, `restoring a checkpoint failed: ${describeError(err)}`)
     return null
   })

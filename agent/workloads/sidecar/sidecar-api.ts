@@ -17,7 +17,7 @@ import { Region, Scratch, bytesOf } from './region.js'
 import { DistanceSum, relativeDistance } from './distance.js'
 import { MAX_CONTROL_BYTES, TENSORS_CONTENT_TYPE, controlHead, isTensorsBody, packTensors, readTensorsBody } from './binary-body.js'
 import { Completion } from '../completion.js'
-import { stateHolders, type CompletedRound, type Snapshot } from '../../checkpoint/checkpointer.js'
+import { RestoreSourceError, stateHolders, type CompletedRound, type Snapshot } from '../../checkpoint/checkpointer.js'
 import type { TensorSource } from '../../checkpoint/safetensors.js'
 
 /**
@@ -35,6 +35,8 @@ export interface SidecarApiOptions {
   readonly shmDir?: string
   /** Bound of the agent's float32 copy (default: the container's memory, see containerMemoryBytes). */
   readonly memoryBytes?: number
+  /** An error the agent cannot go on after (spec.restoreFrom's checkpoint is missing): the workload ends with it. */
+  readonly onFatal?: (err: Error) => void
 }
 
 export interface StepSummary {
@@ -89,6 +91,8 @@ export class SidecarApi {
   private stepsFailed = 0
   /** Rounds behind the averager's state: downloaded or restored, then one more per averaged step. */
   private rounds = 0
+  /** The newest round this agent averaged, and its group: the final round when the trainer finishes. */
+  private lastCompleted?: CompletedRound
   private readonly completion: Completion
   private lastStep?: StepSummary & { at: string }
   private readonly memoryBytes: number
@@ -115,10 +119,11 @@ export class SidecarApi {
       '/v1/step': { POST: async () => { await this.step(req, res) } },
       '/v1/state': { GET: async () => { await this.getState(req, res) }, POST: async () => { await this.setState(req, res) } },
       '/v1/report': { POST: async () => { await this.report(req, res) } },
+      '/v1/finish': { POST: async () => { await this.finish(res) } },
       '/v1/status': { GET: async () => { this.status(res) } }
     }
     const route = routes[path]
-    if (route === undefined) throw new RequestError(404, `no endpoint ${path}; the API serves /v1/register, /v1/step, /v1/state, /v1/report and /v1/status`)
+    if (route === undefined) throw new RequestError(404, `no endpoint ${path}; the API serves /v1/register, /v1/step, /v1/state, /v1/report, /v1/finish and /v1/status`)
     const handler = route[req.method ?? '']
     if (handler === undefined) {
       res.setHeader('allow', Object.keys(route).join(', '))
@@ -141,7 +146,7 @@ export class SidecarApi {
         region?.close()
         this.schema = undefined
         this.registering = undefined
-        throw new Error(`the averager could not start: ${describeError(err)}`)
+        throw err instanceof RequestError ? err : new Error(`the averager could not start: ${describeError(err)}`)
       }
       this.region = region
       this.ctx.log.info({ tensors: describeSchema(schema), region: regionName }, 'sidecar trainer registered its tensors')
@@ -200,6 +205,10 @@ export class SidecarApi {
   /** Loads the newest checkpoint that fits the schema into the averager; false when there is none. */
   private async restoreCheckpoint (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Promise<boolean> {
     const checkpoint = await this.ctx.checkpointer?.restore(schema.map(t => ({ name: t.name, shape: t.shape, dtype: t.dtype }))).catch((err: unknown) => {
+      if (err instanceof RestoreSourceError) {
+        this.options.onFatal?.(err)
+        throw new RequestError(503, err.message)
+      }
       this.ctx.log.warn({ err: describeError(err) }, `restoring a checkpoint failed: ${describeError(err)}`)
       return null
     })
@@ -207,6 +216,35 @@ export class SidecarApi {
     await averager.withTensors(ts => { ts.forEach(t => { t.data.set(checkpoint.tensors.get(t.name)!) }) })
     this.rounds = checkpoint.manifest.round
     return true
+  }
+
+  /** The averaged tensors for a checkpoint: a copy, or held in place while written. */
+  private snapshotOf (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Snapshot {
+    return {
+      bytes: this.floatBytes(schema),
+      copy: async () => await this.snapshot(averager, schema),
+      hold: async (write) => { await averager.withTensors(async ts => { await write(ts.map((t, i) => ({ name: t.name, dtype: schema[i].dtype, shape: t.shape, data: t.data }))) }) }
+    }
+  }
+
+  /**
+   * POST /v1/finish: the trainer is done. With AVS_COMPLETION_ON_TRAINER_EXIT the agent's run ends
+   * at its newest averaged round (final checkpoint, then averaging_completed 1); otherwise the agent
+   * goes on serving its state and says so. Answers once the final checkpoint is durable.
+   */
+  private async finish (res: ServerResponse): Promise<void> {
+    if (this.ctx.completionOnTrainerExit !== true) {
+      sendJson(res, 200, { complete: this.completion.done, round: this.rounds, message: 'this swarm does not end when its trainers finish (spec.completion.onTrainerExit is not set): the agent goes on serving its state' })
+      return
+    }
+    await this.stepLock.run(async () => {
+      const self = this.ctx.node.peerId.toString()
+      const last: CompletedRound = this.lastCompleted ?? { round: this.rounds, peers: [self], self, samples: this.stepsOk }
+      const snapshot = this.schema !== undefined && this.averager !== undefined ? this.snapshotOf(this.averager, this.schema) : undefined
+      await this.completion.trainerFinished(last, snapshot)
+    })
+    const durable = this.ctx.checkpointer?.durableRound
+    sendJson(res, 200, { complete: this.completion.done, round: this.rounds, ...(durable === undefined || durable < 0 ? {} : { checkpointRound: durable }) })
   }
 
   /** A stable float32 copy of the averaged tensors, stored in the trainer's dtypes. */
@@ -344,11 +382,8 @@ export class SidecarApi {
       await this.setOrigin('averaged', averager)
       this.sharing?.setPriority(this.stepsOk).catch(() => {})
       const completed: CompletedRound = { round: this.rounds, peers: stateHolders(result), self: this.ctx.node.peerId.toString(), samples: this.stepsOk }
-      const snapshot: Snapshot = {
-        bytes: this.floatBytes(schema),
-        copy: async () => await this.snapshot(averager, schema),
-        hold: async (write) => { await averager.withTensors(async ts => { await write(ts.map((t, i) => ({ name: t.name, dtype: schema[i].dtype, shape: t.shape, data: t.data }))) }) }
-      }
+      this.lastCompleted = completed
+      const snapshot = this.snapshotOf(averager, schema)
       await this.ctx.checkpointer?.afterRound(completed, snapshot)
       await this.completion.reached(completed, snapshot)
       return { result }

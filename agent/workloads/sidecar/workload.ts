@@ -28,7 +28,10 @@ export interface SidecarOptions {
 export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions): Workload {
   return {
     async run (): Promise<void> {
-      const api = new SidecarApi(ctx, options.stateSharing, { shmDir: options.shmDir, memoryBytes: options.memoryBytes })
+      let fail: (err: Error) => void = () => {}
+      const fatal = new Promise<never>((_resolve, reject) => { fail = reject })
+      fatal.catch(() => {})
+      const api = new SidecarApi(ctx, options.stateSharing, { shmDir: options.shmDir, memoryBytes: options.memoryBytes, onFatal: (err) => { fail(err) } })
       const server = createServer(api.handle)
       await listen(server, options.host, options.port)
       const { port } = server.address() as AddressInfo
@@ -37,7 +40,8 @@ export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions):
       ctx.log.info({ url: baseUrl }, 'sidecar API listening')
       ctx.setReady(true)
       options.onListening?.(baseUrl)
-      await aborted(ctx.signal)
+      let error: Error | undefined
+      await Promise.race([aborted(ctx.signal), fatal]).catch((err: Error) => { error = err })
       ctx.setReady(false)
       const closed = new Promise<void>(resolve => { server.close(() => { resolve() }) })
       server.closeIdleConnections()
@@ -45,6 +49,7 @@ export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions):
       server.closeAllConnections()
       await closed
       ctx.log.info('sidecar API closed')
+      if (error !== undefined) throw error
     }
   }
 }

@@ -166,6 +166,11 @@ class DecentralizedAverager:
         else:
             self.client.request("POST", "/v1/state", frame=encode_frame({}, self._payload()))
 
+    def finish(self) -> Dict[str, Any]:
+        """Tells the agent this trainer is done (``POST /v1/finish``). With ``spec.completion.onTrainerExit`` the
+        agent's run ends at its newest averaged round and this returns once the final checkpoint is durable."""
+        return self.client.finish()
+
     def close(self) -> None:
         """Unmaps and deletes the region file; the agent refuses steps until a new averager registers."""
         views = getattr(self, "_views", None)

@@ -128,6 +128,12 @@ class AgentClient:
             body["paramsHash"] = params_hash
         self.request("POST", "/v1/report", body)
 
+    def finish(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """``POST /v1/finish``: this trainer is done. With ``spec.completion.onTrainerExit`` the agent's run ends at its
+        newest averaged round; the answer comes once the final checkpoint is durable (``complete``, ``round``,
+        ``checkpointRound``). Without it, the agent goes on serving its state and ``complete`` stays false."""
+        return self.request("POST", "/v1/finish", {}, timeout=timeout)[0]
+
     def request(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None, *,
                 frame: Optional[Sequence[Buffer]] = None, accept_binary: bool = False,
                 timeout: Optional[float] = None) -> Tuple[Dict[str, Any], Optional[memoryview]]:

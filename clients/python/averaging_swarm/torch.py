@@ -129,6 +129,10 @@ class ParameterAverager:
             self._host.copy(p.data, r, s)
         _sync(self.params)
 
+    def finish(self) -> Dict[str, Any]:
+        """This trainer is done: see :meth:`DecentralizedAverager.finish`."""
+        return self.averager.finish()
+
     def close(self) -> None:
         self._host.close()
         self._region.clear()
@@ -269,6 +273,10 @@ class DiLoCoOptimizer:
                 theta[...] = state["outer"][n].detach().cpu().float().numpy()
                 m[...] = state["momentum"][n].detach().cpu().float().numpy()
         self.averager.publish_state()
+
+    def finish(self) -> Dict[str, Any]:
+        """This trainer is done: see :meth:`DecentralizedAverager.finish`. Call it after the last outer step."""
+        return self.averager.finish()
 
     def close(self) -> None:
         self._theta.clear()

@@ -166,3 +166,28 @@ def test_a_run_with_completion_ends_complete_and_its_final_checkpoint_loads_with
     assert "complete" in (after.error or "")
     for avg in averagers:
         avg.close()
+
+
+def test_finish_ends_the_run_when_the_swarm_ends_on_trainer_exit_and_is_harmless_otherwise(start_swarm, tmp_path):
+    folder = tmp_path / "checkpoints"
+    swarm = start_swarm(2, AVS_CHECKPOINT_DIR=str(folder), AVS_CHECKPOINT_EVERY="100", AVS_COMPLETION_ON_TRAINER_EXIT="true")
+    averagers = [make(a.url, shm_dir=a.shm_dir) for a in swarm.agents]
+    inputs = [values_for(70 + i) for i in range(2)]
+    for avg, vals in zip(averagers, inputs):
+        write(avg, vals)
+    results = in_threads(*[lambda a=a: a.step(timeout=30) for a in averagers])
+    assert all(r.averaged for r in results), [r.error for r in results]
+    answers = in_threads(*[lambda a=a: a.finish() for a in averagers])
+    for answer in answers:
+        assert answer["complete"] is True
+        assert answer["checkpointRound"] == results[0].round, answer
+    # The final round is durable although no interval checkpoint was due (every 100 rounds).
+    assert (folder / "pytest" / f"round-{results[0].round}.json").exists()
+    assert averagers[0].step(timeout=5).complete
+    for avg in averagers:
+        avg.close()
+    plain = start_swarm(1)
+    with make(plain[0].url, shm_dir=plain[0].shm_dir) as lone:
+        answer = lone.finish()
+        assert answer["complete"] is False
+        assert "onTrainerExit" in answer["message"]

@@ -29,7 +29,7 @@ const quiet = { info: () => {}, warn: () => {} }
 test('only interval rounds are written, by the smallest state-holding peer id of the group', async () => {
   await withDir(async dir => {
     const metrics = new AgentMetrics('t')
-    const cp = new Checkpointer({ dir, every: 2, keep: 5 }, 'sw', metrics, quiet)
+    const cp = new Checkpointer({ store: { kind: 'folder', dir }, every: 2, keep: 5 }, 'sw', metrics, quiet)
     const peers = stateHolders({ peers: ['c', 'a', 'b'], auxiliary: ['a'] })
     assert.deepEqual(peers, ['c', 'b'], 'auxiliary peers keep no state and never write')
     const taken: string[] = []
@@ -47,7 +47,7 @@ test('only interval rounds are written, by the smallest state-holding peer id of
 test('a copy that does not fit beside the agent is not taken: the write holds the live tensors instead', async () => {
   await withDir(async dir => {
     const lines: string[] = []
-    const cp = new Checkpointer({ dir, every: 1, keep: 5 }, 'sw', new AgentMetrics('t'), { info: () => {}, warn: l => lines.push(l) }, 8 * GiB, () => 6 * GiB)
+    const cp = new Checkpointer({ store: { kind: 'folder', dir }, every: 1, keep: 5 }, 'sw', new AgentMetrics('t'), { info: () => {}, warn: l => lines.push(l) }, 8 * GiB, () => 6 * GiB)
     const taken: string[] = []
     const live = values(7)
     await cp.afterRound({ round: 1, peers: ['a'], self: 'a', samples: 1 }, snapshotOf(live, 2 * GiB, taken))
@@ -62,7 +62,7 @@ test('a copy that does not fit beside the agent is not taken: the write holds th
 test('a round that ends while the previous checkpoint is still being written is skipped, and said so', async () => {
   await withDir(async dir => {
     const lines: string[] = []
-    const cp = new Checkpointer({ dir, every: 1, keep: 5 }, 'sw', new AgentMetrics('t'), { info: () => {}, warn: l => lines.push(l) })
+    const cp = new Checkpointer({ store: { kind: 'folder', dir }, every: 1, keep: 5 }, 'sw', new AgentMetrics('t'), { info: () => {}, warn: l => lines.push(l) })
     let release!: () => void
     const gate = new Promise<void>(resolve => { release = resolve })
     const slow: Snapshot = { bytes: 4000, copy: async () => { await gate; return [{ name: 'w', dtype: 'float32', shape: [1000], data: values(1) }] } }
@@ -79,8 +79,8 @@ test('a round that ends while the previous checkpoint is still being written is 
 
 test('at completion a member that does not write waits for the writer\'s manifest, and writes itself if it never comes', async () => {
   await withDir(async dir => {
-    const writer = new Checkpointer({ dir, every: 10, keep: 5 }, 'sw', new AgentMetrics('t'), quiet)
-    const member = new Checkpointer({ dir, every: 10, keep: 5 }, 'sw', new AgentMetrics('t'), quiet)
+    const writer = new Checkpointer({ store: { kind: 'folder', dir }, every: 10, keep: 5 }, 'sw', new AgentMetrics('t'), quiet)
+    const member = new Checkpointer({ store: { kind: 'folder', dir }, every: 10, keep: 5 }, 'sw', new AgentMetrics('t'), quiet)
     const round = { round: 3, peers: ['a', 'b'], samples: 3 }
     const memberTaken: string[] = []
     const waiting = member.final({ ...round, self: 'b' }, snapshotOf(values(3), 4000, memberTaken), 10_000)
@@ -89,7 +89,7 @@ test('at completion a member that does not write waits for the writer\'s manifes
     assert.deepEqual(memberTaken, [], 'the member saw the writer\'s checkpoint and wrote nothing')
     assert.equal(member.durableRound, 3)
     // With no writer at all, the member writes the final round itself after the wait.
-    const alone = new Checkpointer({ dir, every: 10, keep: 5 }, 'other', new AgentMetrics('t'), quiet)
+    const alone = new Checkpointer({ store: { kind: 'folder', dir }, every: 10, keep: 5 }, 'other', new AgentMetrics('t'), quiet)
     const taken: string[] = []
     assert.equal(await alone.final({ ...round, self: 'b' }, snapshotOf(values(4), 4000, taken), 600), true)
     assert.deepEqual(taken, ['copy'])

@@ -1,0 +1,90 @@
+/**
+ * Where a swarm's checkpoints live, behind one interface: a folder shared by the agents (a
+ * PersistentVolumeClaim in a cluster, a local folder in `npm start`) or an S3-compatible bucket.
+ * Both keep the same layout (`<swarm>/round-<n>.json` naming `round-<n>-<tag>.safetensors`) and the
+ * same guarantees: exactly one writer of a round wins (link(2) / If-None-Match), a manifest is
+ * visible only once its data is complete, restore verifies every tensor's sha256.
+ */
+import { join } from 'node:path'
+import { listCheckpoints, loadNewestCheckpoint, swarmDir, verifyCheckpoint, writeCheckpoint, type WriteCheckpointOptions } from './checkpoint.js'
+import { S3CheckpointStore, type S3StoreOptions } from './s3-store.js'
+import type { CheckpointSchema, LoadedCheckpoint, Manifest, RoundEntry, Skipped } from './manifest.js'
+
+export type StoreWriteOptions = Omit<WriteCheckpointOptions, 'dir'>
+
+export interface CheckpointStore {
+  /** A person's name for a swarm's checkpoints: a folder path or an s3:// URL. */
+  where (swarm: string): string
+  /** Writes one round; CheckpointTakenError when another writer has it (not a failure). */
+  write (opts: StoreWriteOptions): Promise<{ manifest: Manifest, location: string }>
+  /** Rounds present, newest first. */
+  list (swarm: string): Promise<RoundEntry[]>
+  /** The newest checkpoint that verifies and fits `schema`; the newer ones that do not are skipped with a reason. */
+  loadNewest (swarm: string, schema: CheckpointSchema, log: (line: string) => void): Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }>
+  /** One round, verified and loaded; the reason when it is missing, torn, corrupt or another schema. */
+  load (swarm: string, round: number, schema: CheckpointSchema): Promise<{ checkpoint: LoadedCheckpoint } | { reason: string }>
+  close (): void
+}
+
+export type CheckpointStoreConfig =
+  | { readonly kind: 'folder', readonly dir: string }
+  | ({ readonly kind: 's3' } & S3StoreOptions)
+
+export class FolderStore implements CheckpointStore {
+  constructor (readonly dir: string) {}
+
+  where (swarm: string): string { return swarmDir(this.dir, swarm) }
+
+  async write (opts: StoreWriteOptions): Promise<{ manifest: Manifest, location: string }> {
+    const { manifest, path } = await writeCheckpoint({ ...opts, dir: this.dir })
+    return { manifest, location: path }
+  }
+
+  async list (swarm: string): Promise<RoundEntry[]> { return await listCheckpoints(this.dir, swarm) }
+
+  async loadNewest (swarm: string, schema: CheckpointSchema, log: (line: string) => void): Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }> {
+    return await loadNewestCheckpoint(this.dir, swarm, schema, { log })
+  }
+
+  async load (swarm: string, round: number, schema: CheckpointSchema): Promise<{ checkpoint: LoadedCheckpoint } | { reason: string }> {
+    const r = await verifyCheckpoint(this.dir, swarm, round, { schema, load: true })
+    if (!r.ok) return { reason: `${r.file}: ${r.reason}` }
+    return { checkpoint: { manifest: r.manifest, path: join(swarmDir(this.dir, swarm), r.manifest.file.name), tensors: r.tensors! } }
+  }
+
+  close (): void {}
+}
+
+/** The S3 store under the same interface. */
+export class BucketStore implements CheckpointStore {
+  readonly s3: S3CheckpointStore
+
+  constructor (options: S3StoreOptions) { this.s3 = new S3CheckpointStore(options) }
+
+  where (swarm: string): string { return this.s3.url(this.s3.folderKey(swarm)) }
+
+  async write (opts: StoreWriteOptions): Promise<{ manifest: Manifest, location: string }> {
+    const { manifest, key } = await this.s3.write(opts)
+    return { manifest, location: this.s3.url(key) }
+  }
+
+  async list (swarm: string): Promise<RoundEntry[]> { return await this.s3.list(swarm) }
+
+  async loadNewest (swarm: string, schema: CheckpointSchema, log: (line: string) => void): Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }> {
+    return await this.s3.loadNewest(swarm, schema, { log })
+  }
+
+  async load (swarm: string, round: number, schema: CheckpointSchema): Promise<{ checkpoint: LoadedCheckpoint } | { reason: string }> {
+    const r = await this.s3.verify(swarm, round, { schema, load: true })
+    if (!r.ok) return { reason: `${r.file}: ${r.reason}` }
+    return { checkpoint: { manifest: r.manifest, path: this.s3.url(this.s3.folderKey(swarm) + r.manifest.file.name), tensors: r.tensors! } }
+  }
+
+  close (): void { this.s3.destroy() }
+}
+
+export function openCheckpointStore (config: CheckpointStoreConfig): CheckpointStore {
+  if (config.kind === 'folder') return new FolderStore(config.dir)
+  const { kind: _, ...options } = config
+  return new BucketStore(options)
+}

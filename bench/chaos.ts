@@ -4,18 +4,22 @@
 import { join, resolve } from 'node:path'
 import { cpus, loadavg } from 'node:os'
 import { Command } from 'commander'
-import { runChaos, type ChaosResult, type FaultKind } from './lib/chaos-run.js'
+import { FAULT_KINDS, runChaos, type ChaosOptions, type ChaosResult, type FaultKind } from './lib/chaos-run.js'
 import { formatTable, ms, sci } from './lib/table.js'
 
-function report (r: ChaosResult, command: string, load: string): string {
+function report (r: ChaosResult, command: string, load: string, baseline?: ChaosResult): string {
   const agents = formatTable(
     ['agent', 'role', 'processes', 'attempted', 'averaged', 'failed', 'mean group', 'max step', 'parts kept', 'NaN', 'state loads'],
     r.agents.map(a => [a.name, a.role, String(a.incarnations), String(a.attempted), String(a.averaged), String(a.failed),
       Number.isFinite(a.meanGroupSize) ? a.meanGroupSize.toFixed(1) : '-', ms(a.maxStepMs), String(a.partsKeptLocal), String(a.nonFinite), String(a.stateLoadLogLines)]))
+  const kindName: Record<FaultKind, string> = { kill: 'SIGKILL+restart', term: 'SIGTERM+restart', stop: 'SIGSTOP/SIGCONT' }
+  const hit = (f: ChaosResult['faults'][number]): string => f.peersHit === undefined || f.peersHit.steps === 0
+    ? '-'
+    : `${f.peersHit.steps}: ${f.peersHit.averagedWith} with, ${f.peersHit.averagedWithout} without, ${f.peersHit.failed} failed; ${ms(f.peersHit.maxWallMs)}`
   const faults = formatTable(
-    ['fault', 'agent', 'at step', 'down', 'recovered in', 'state origin', 'bytes lost'],
-    r.faults.map(f => [f.kind === 'kill' ? 'SIGKILL+restart' : 'SIGSTOP/SIGCONT', r.agents[f.agent].name, String(f.duringAttempt), ms(f.downMs), ms(f.recoverMs),
-      f.origin ?? '-', f.bytesLost === undefined ? '-' : String(f.bytesLost)]))
+    ['fault', 'agent', 'at step', 'left in', 'down', 'recovered in', 'restart to averaged', 'state origin', 'bytes lost', 'group\'s steps under way: with/without it, failed; slowest'],
+    r.faults.map(f => [kindName[f.kind], r.agents[f.agent].name, String(f.duringAttempt), ms(f.leaveMs), ms(f.downMs), ms(f.recoverMs), ms(f.rejoinMs),
+      f.origin ?? '-', f.bytesLost === undefined ? '-' : String(f.bytesLost), hit(f)]))
   const first = r.spreadSeries[0]?.spread ?? NaN
   const last = r.spreadSeries.at(-1)?.spread ?? NaN
   const total = r.agents.reduce((n, a) => n + a.attempted, 0)
@@ -27,6 +31,7 @@ function report (r: ChaosResult, command: string, load: string): string {
     `spread between agents (max range):      ${sci(first)} -> ${sci(last)}, rose ${r.spreadRises} times in ${r.spreadSeries.length} samples`,
     `state per agent:                        ${r.stateBytes} bytes`,
     `run time:                               ${ms(r.wallMs)}`,
+    `averaged steps per minute (all agents): ${r.averagedPerMinute.toFixed(1)}${baseline === undefined ? '' : ` against ${baseline.averagedPerMinute.toFixed(1)} without faults in the same run: ${(100 * r.averagedPerMinute / baseline.averagedPerMinute).toFixed(1)} %`}`,
     `violations:                             ${r.violations.length === 0 ? 'none' : ''}`,
     ...r.violations.map(v => `  - ${v}`),
     `machine load (1-min average, start/end): ${load}`,
@@ -46,6 +51,8 @@ async function main (): Promise<void> {
     .option('--elements <n>', 'float32 values per agent', '65536')
     .option('--period <ms>', 'trainer time between steps', '1500')
     .option('--fault-gap <ms>', 'mean pause between faults', '6000')
+    .option('--fixed-cadence', 'a fault every --fault-gap ms on a fixed clock (the anchors\' one every 15 s), not a random gap after the previous one')
+    .option('--baseline', 'first run the same swarm without faults, and report the throughput against it')
     .option('--freeze <ms>', 'SIGSTOP length', '5000')
     .option('--restart-delay <ms>', 'time a killed agent stays down', '1000')
     .option('--allreduce-timeout <s>', 'the swarm\'s allreduceTimeout', '10')
@@ -54,18 +61,26 @@ async function main (): Promise<void> {
     .parse()
   const o = program.opts<Record<string, string>>()
   const faults: FaultKind[] | number = /^\d+$/.test(o.faults) ? Number(o.faults) : o.faults.split(',').map(f => {
-    if (f !== 'kill' && f !== 'stop') throw new Error(`--faults takes kill and stop, not "${f}"`)
-    return f
+    if (!(FAULT_KINDS as readonly string[]).includes(f)) throw new Error(`--faults takes ${FAULT_KINDS.join(', ')}, not "${f}"`)
+    return f as FaultKind
   })
   const outDir = resolve(o.out, `chaos-${new Date().toISOString().replace(/[:.]/g, '-')}`)
   const loadAtStart = loadavg()[0]
-  const result = await runChaos({
+  const options: ChaosOptions = {
     agents: Number(o.agents), bootstrap: Number(o.bootstrap), rounds: Number(o.rounds), seed: o.seed, elements: Number(o.elements),
-    periodMs: Number(o.period), faults, warmupLimitMs: 120_000, faultGapMs: Number(o.faultGap), freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
+    periodMs: Number(o.period), faults, warmupLimitMs: 120_000, faultGapMs: Number(o.faultGap), fixedCadence: o.fixedCadence !== undefined,
+    freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: Number(o.allreduceTimeout) },
     subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, log: (l) => { console.log(l) }
-  })
-  console.log('\n' + report(result, `npm run chaos -- ${process.argv.slice(2).join(' ')}`.trim(), `${loadAtStart.toFixed(1)} / ${loadavg()[0].toFixed(1)} on ${cpus().length} cores`))
+  }
+  let baseline: ChaosResult | undefined
+  if (o.baseline !== undefined) {
+    console.log('baseline: the same swarm and rounds without faults')
+    baseline = await runChaos({ ...options, faults: [], outDir: join(outDir, 'baseline') })
+    console.log(`baseline: ${baseline.averagedPerMinute.toFixed(1)} averaged steps per minute, ${ms(baseline.wallMs)}`)
+  }
+  const result = await runChaos(options)
+  console.log('\n' + report(result, `npm run chaos -- ${process.argv.slice(2).join(' ')}`.trim(), `${loadAtStart.toFixed(1)} / ${loadavg()[0].toFixed(1)} on ${cpus().length} cores`, baseline))
   console.log(`\nagent logs: ${join(outDir)}`)
   if (result.violations.length > 0) process.exitCode = 1
 }

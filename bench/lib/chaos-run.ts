@@ -8,7 +8,9 @@ import { runTrainer, type StartRecord, type StepRecord } from './sidecar-trainer
 import { spread, rises } from './consensus.js'
 import { freePorts } from '../../agent/util/ports.js'
 
-export type FaultKind = 'kill' | 'stop'
+/** kill: SIGKILL, then a new process; term: SIGTERM (a spot or preemption notice: graceful leave), then a new process; stop: SIGSTOP, then SIGCONT. */
+export type FaultKind = 'kill' | 'term' | 'stop'
+export const FAULT_KINDS: readonly FaultKind[] = ['kill', 'term', 'stop']
 
 export interface ChaosOptions {
   readonly agents: number
@@ -26,6 +28,8 @@ export interface ChaosOptions {
   readonly warmupLimitMs: number
   /** Pause between one fault's end and the next one's start (ms, randomised ±50%). */
   readonly faultGapMs: number
+  /** Faults start every faultGapMs from the first one, on a fixed clock (the anchors' "one every 15 s"), instead of a random gap after the previous one ended. */
+  readonly fixedCadence?: boolean
   /** How long SIGSTOP lasts before SIGCONT (ms, randomised ±30%). */
   readonly freezeMs: number
   /** How long a killed agent stays down before its new process starts (ms). */
@@ -50,8 +54,14 @@ export interface FaultRecord {
   recoverMs?: number
   /** kill: origin the restarted agent's API reported ("peers" = loaded the swarm's state). */
   origin?: string
-  /** kill: float32 bytes the restarted agent could not take from its peers (aim 0). */
+  /** kill/term: float32 bytes the restarted agent could not take from its peers (aim 0). */
   bytesLost?: number
+  /** term: from SIGTERM to the process's exit (it finishes the round under way first). */
+  leaveMs?: number
+  /** kill/term: from the new process's start to the end of its first averaged step. */
+  rejoinMs?: number
+  /** The other agents' steps under way at the fault whose group held the victim: how they ended. */
+  peersHit?: { steps: number, averagedWith: number, averagedWithout: number, failed: number, maxWallMs: number }
   /** kill: the new process logged "loaded the swarm state from a peer". */
   loadedLogLine?: boolean
   ended?: number
@@ -85,6 +95,8 @@ export interface ChaosResult {
   readonly violations: string[]
   readonly wallMs: number
   readonly stateBytes: number
+  /** Averaged steps of all agents per minute, from the moment every agent had averaged (faults start then) to the end. */
+  readonly averagedPerMinute: number
 }
 
 /**
@@ -125,6 +137,8 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const controllers = new Map<number, AbortController>()
   const trainers = new Map<number, Promise<void>>()
   const violations: string[] = []
+  let warmAt = started
+  let endAt = started
 
   const note = (): void => {
     if (seriesStart === 0 && latest.size < o.agents) return
@@ -148,7 +162,10 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
         appendFileSync(join(o.outDir, 'steps.jsonl'), JSON.stringify({ ...r, values: undefined, peers: r.peers.map(p => p.slice(-6)) }) + '\n')
         if (!r.nonFinite && r.transportError === undefined) { latest.set(i, r.values); note() }
         for (const f of faults) {
-          if (f.agent === i && f.recoverMs === undefined && f.ended !== undefined && r.averaged && r.startedAt + r.wallMs > f.ended) f.recoverMs = r.startedAt + r.wallMs - f.at
+          if (f.agent === i && f.recoverMs === undefined && f.ended !== undefined && r.averaged && r.startedAt + r.wallMs > f.ended) {
+            f.recoverMs = r.startedAt + r.wallMs - f.at
+            if (f.kind !== 'stop') f.rejoinMs = r.startedAt + r.wallMs - f.ended
+          }
         }
       }
     }).catch((err: unknown) => { if (!controller.signal.aborted) violations.push(`${agents[i].name}'s trainer stopped: ${(err as Error).message}`) })
@@ -162,15 +179,22 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     const kinds: FaultKind[] = typeof o.faults === 'number'
       ? alternating(o.faults, random() < 0.5 ? 'kill' : 'stop')
       : [...o.faults]
+    let nextAt = 0
     const done = allDone
     // Faults begin once every agent has averaged, and hit only agents with rounds left to recover in.
     // (at most warmupLimitMs: an agent that never averages must not stall the run, it shows in the table).
     const warmUntil = Date.now() + o.warmupLimitMs
     while (!done() && Date.now() < warmUntil && agents.some((_, i) => !steps.some(s => s.agent === i && s.averaged))) await sleep(250)
+    warmAt = Date.now()
     const never = agents.filter((_, i) => !steps.some(s => s.agent === i && s.averaged))
     if (never.length > 0) o.log(`${elapsed(started)} not averaged yet, faults start anyway: ${never.map(a => a.name).join(', ')}`)
     for (const kind of kinds) {
-      await sleep(o.faultGapMs * (0.5 + random()))
+      if (o.fixedCadence === true) {
+        nextAt = nextAt === 0 ? Date.now() + o.faultGapMs : nextAt + o.faultGapMs
+        await sleep(Math.max(0, nextAt - Date.now()))
+      } else {
+        await sleep(o.faultGapMs * (0.5 + random()))
+      }
       let victim: number | undefined
       const until = Date.now() + 30_000
       const spare = (i: number): boolean => budgets[i].rounds - budgets[i].attempts >= 2
@@ -182,12 +206,20 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
       if (victim === undefined) { o.log(`no agent left mid-round with rounds to spare: skipping the remaining ${kind} fault`); continue }
       const fault: FaultRecord = { kind, agent: victim, at: Date.now(), downMs: 0, duringAttempt: inFlight.get(victim) ?? 0 }
       faults.push(fault)
-      if (kind === 'kill') {
+      if (kind === 'kill' || kind === 'term') {
+        // A pod's containers get the signal together: the trainer stops; its agent dies (kill) or
+        // finishes the round under way and leaves (term).
         controllers.get(victim)?.abort()
-        await procs[victim].killAndWait()
+        if (kind === 'kill') {
+          await procs[victim].killAndWait()
+        } else {
+          const leaving = Date.now()
+          await procs[victim].stop(30_000)
+          fault.leaveMs = Date.now() - leaving
+        }
         latest.delete(victim)
         inFlight.delete(victim)
-        o.log(`${elapsed(started)} SIGKILL ${agents[victim].name} during its step ${fault.duringAttempt}`)
+        o.log(`${elapsed(started)} ${kind === 'kill' ? 'SIGKILL' : `SIGTERM (left after ${fault.leaveMs} ms)`} ${agents[victim].name} during its step ${fault.duringAttempt}`)
         await trainers.get(victim)
         await sleep(o.restartDelayMs)
         procs[victim].start()
@@ -213,6 +245,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     await Promise.all([...trainers.values()])
     // Trainers restarted late may have registered meanwhile: wait for every budget's last step.
     while (!done()) { await sleep(200); await Promise.all([...trainers.values()]) }
+    endAt = Date.now()
     await sleep(500)
   } finally {
     for (const c of controllers.values()) c.abort()
@@ -232,17 +265,18 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     if (s.wallMs > bound + o.slackMs) violations.push(`${agents[s.agent].name} step ${s.attempt} took ${s.wallMs} ms, above its bound of ${bound} ms (matchmaking ${s.matchmakingMs ?? '-'} ms + all-reduce timeout) by more than ${o.slackMs} ms`)
     if (s.transportError !== undefined) violations.push(`${agents[s.agent].name} step ${s.attempt} failed in transport: ${s.transportError}`)
   }
+  for (const f of faults) f.peersHit = peersHit(f, steps, starts)
   for (const f of faults) {
-    if (f.kind === 'kill') {
+    if (f.kind !== 'stop') {
       let log = ''
       try { log = readFileSync(procs[f.agent].logPath, 'utf8') } catch { /* no log */ }
       // The part of the log written by the process that started after this kill.
-      const restartsBefore = faults.filter(g => g.kind === 'kill' && g.agent === f.agent && g.at <= f.at).length
+      const restartsBefore = faults.filter(g => g.kind !== 'stop' && g.agent === f.agent && g.at <= f.at).length
       const part = log.split(/^--- incarnation /m)[restartsBefore + 1] ?? ''
       f.loadedLogLine = /loaded the swarm state from a peer/.test(part)
       if (!f.loadedLogLine) violations.push(`${agents[f.agent].name}'s new process never logged "loaded the swarm state from a peer"`)
     }
-    if (f.kind === 'kill' && f.origin !== 'peers') violations.push(`${agents[f.agent].name} restarted without the swarm's state (origin "${f.origin ?? '?'}")`)
+    if (f.kind !== 'stop' && f.origin !== 'peers') violations.push(`${agents[f.agent].name} restarted without the swarm's state (origin "${f.origin ?? '?'}")`)
     if (f.recoverMs === undefined) violations.push(`${agents[f.agent].name} never averaged again after its ${f.kind}`)
   }
   for (const [i, a] of agents.entries()) if (!steps.some(s => s.agent === i && s.averaged)) violations.push(`${a.name} never averaged in the whole run`)
@@ -264,7 +298,28 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
       meanGroupSize: ok.length > 0 ? ok.reduce((n, s) => n + s.groupSize, 0) / ok.length : NaN
     }
   })
-  return { agents: summaries, faults, spreadSeries, spreadRises: up.length, stepBoundMs, maxStepMs, violations, wallMs: Date.now() - started, stateBytes: o.elements * 4 }
+  const useful = steps.filter(s => s.averaged && s.startedAt >= warmAt).length
+  const averagedPerMinute = endAt > warmAt ? useful / ((endAt - warmAt) / 60_000) : NaN
+  return { agents: summaries, faults, spreadSeries, spreadRises: up.length, stepBoundMs, maxStepMs, violations, wallMs: Date.now() - started, stateBytes: o.elements * 4, averagedPerMinute }
+}
+
+/**
+ * How the victim's group fared: the other agents' steps under way at the fault whose group held the
+ * victim (by its peer id at the time) or that failed; averaged with it (its data arrived), without
+ * it (it was left out of the round), or failed.
+ */
+function peersHit (f: FaultRecord, steps: readonly StepRecord[], starts: readonly StartRecord[]): NonNullable<FaultRecord['peersHit']> {
+  const victimId = starts.filter(s => s.agent === f.agent && s.at <= f.at).at(-1)?.peerId
+  const hit = steps.filter(s => s.agent !== f.agent && s.startedAt <= f.at && s.startedAt + s.wallMs >= f.at &&
+    (!s.averaged || (victimId !== undefined && s.peers.includes(victimId))))
+  const without = (s: StepRecord): boolean => victimId !== undefined && s.unreachedPeers.includes(victimId)
+  return {
+    steps: hit.length,
+    averagedWith: hit.filter(s => s.averaged && !without(s)).length,
+    averagedWithout: hit.filter(s => s.averaged && without(s)).length,
+    failed: hit.filter(s => !s.averaged).length,
+    maxWallMs: Math.max(0, ...hit.map(s => s.wallMs))
+  }
 }
 
 /** n faults, kills and freezes taking turns (a random count of each could leave one kind out). */

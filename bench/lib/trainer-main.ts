@@ -42,4 +42,8 @@ await Promise.all(config.agents.map(async (a, k) => {
     onStep: (r) => { out({ type: 'step', ...r, values: encodeFloat32(r.values) }) }
   }).catch((err: unknown) => { out({ type: 'error', agent: a.agent, message: (err as Error).message }) })
 }))
+// stdout is a pipe, which Node writes asynchronously on Linux: exiting at once cut the last step's
+// line off at the pipe's 64 KiB (seen twice in one partition run, both trainers' final lines cut at
+// 73,088 characters, under load). Exit once everything written has reached the pipe.
+await new Promise<void>(resolve => { process.stdout.write('', () => { resolve() }) })
 process.exit(0)

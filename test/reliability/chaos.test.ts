@@ -5,29 +5,36 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { runChaos } from '../../bench/lib/chaos-run.js'
 
-// Issue 8, faults: a smaller chaos run than `npm run chaos` (6 real agent processes, one SIGKILL
-// then restart, one SIGSTOP then SIGCONT, both aimed at agents in the middle of a step).
-test('chaos: 6 agents survive a SIGKILL+restart and a SIGSTOP/SIGCONT mid-round', { timeout: 300_000 }, async () => {
+// Issues 8 and 20, faults: a smaller chaos run than `npm run chaos` (6 real agent processes, one
+// SIGKILL then restart, one SIGTERM (graceful leave) then restart, one SIGSTOP then SIGCONT, each
+// aimed at an agent in the middle of a step).
+test('chaos: 6 agents survive a SIGKILL+restart, a SIGTERM+restart and a SIGSTOP/SIGCONT mid-round', { timeout: 300_000 }, async () => {
   const outDir = mkdtempSync(join(tmpdir(), 'avs-chaos-'))
   const rounds = 10
   const slackMs = 5000
   const r = await runChaos({
     agents: 6, bootstrap: 2, rounds, seed: 'test', elements: 16384, periodMs: 1000,
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: 10 },
-    faults: ['kill', 'stop'], warmupLimitMs: 120_000, faultGapMs: 2000, freezeMs: 4000, restartDelayMs: 500,
+    faults: ['kill', 'term', 'stop'], warmupLimitMs: 120_000, faultGapMs: 2000, freezeMs: 4000, restartDelayMs: 500,
     subnet: 1 + (process.pid % 200), slackMs, outDir, log: () => {}
   })
   const detail = `${JSON.stringify(r.faults)}\n${r.violations.join('\n')}\nlogs: ${outDir}`
-  assert.equal(r.faults.length, 2, `both faults were injected\n${detail}`)
+  assert.equal(r.faults.length, 3, `every fault was injected\n${detail}`)
   for (const a of r.agents) {
     assert.ok(a.attempted >= rounds, `${a.name} attempted ${a.attempted} of ${rounds} rounds`)
     assert.ok(a.averaged > 0, `${a.name} averaged`)
     assert.equal(a.nonFinite, 0, `${a.name} never got a NaN back`)
   }
-  const kill = r.faults.find(f => f.kind === 'kill')!
-  assert.equal(kill.origin, 'peers', `the restarted agent loaded the swarm's state from a peer\n${detail}`)
-  assert.equal(kill.loadedLogLine, true, 'the restarted agent logged loading the state')
-  assert.equal(kill.bytesLost, 0)
+  for (const kind of ['kill', 'term'] as const) {
+    const f = r.faults.find(f => f.kind === kind)!
+    assert.equal(f.origin, 'peers', `the restarted ${kind} victim loaded the swarm's state from a peer\n${detail}`)
+    assert.equal(f.loadedLogLine, true, `the restarted ${kind} victim logged loading the state`)
+    assert.equal(f.bytesLost, 0)
+    assert.ok(f.rejoinMs !== undefined, `the ${kind} victim's new process averaged\n${detail}`)
+  }
+  // SIGTERM: the agent finished the round under way and left by itself, well before the 30 s grace period.
+  const term = r.faults.find(f => f.kind === 'term')!
+  assert.ok(term.leaveMs !== undefined && term.leaveMs < 30_000, `left in ${term.leaveMs} ms\n${detail}`)
   for (const f of r.faults) assert.ok(f.recoverMs !== undefined, `the ${f.kind} victim averaged again\n${detail}`)
   assert.ok(r.maxStepMs <= r.stepBoundMs + slackMs, `slowest step ${r.maxStepMs} ms within ${r.stepBoundMs} + ${slackMs} ms`)
   assert.equal(r.spreadRises, 0, 'the spread between agents never rose')

@@ -15,6 +15,13 @@ const ROUNDS = 5
 const SPECS = [{ name: 'w', shape: [20_000] }, { name: 'b', shape: [16] }]
 const initial = (peer: number, name: string, n: number): Float32Array => Float32Array.from({ length: n }, (_, i) => Math.cos(peer * 3.1 + i * 0.001 + name.length) * (peer + 2))
 
+/** averaging_checkpoint_round of the agent at `ip` (metrics on port 9400): the newest round it knows durable. */
+async function durableRound (ip: string): Promise<number> {
+  const text = await (await fetch(`http://${ip}:9400/metrics`)).text()
+  const line = text.split('\n').find(l => l.startsWith('averaging_checkpoint_round'))
+  return line === undefined ? -1 : Number(line.split(' ').at(-1))
+}
+
 /** Registers, retrying while the agent process is still starting (connection refused). */
 async function register (client: SidecarClient): Promise<void> {
   const until = Date.now() + 60_000
@@ -27,7 +34,8 @@ async function register (client: SidecarClient): Promise<void> {
 }
 
 // Issue 17's proof: every agent of a swarm is SIGKILLed at once mid-run; started again, the swarm
-// comes back from the newest checkpoint, having lost at most one interval of rounds.
+// comes back from the newest checkpoint, having lost at most one interval of rounds (plus the write
+// that was under way at the kill, if any), and nothing that an agent had reported durable.
 test('a swarm whose every agent is killed at once comes back from its newest checkpoint', { timeout: 300_000 }, async () => {
   const outDir = mkdtempSync(join(tmpdir(), 'avs-restore-'))
   const checkpoints = join(outDir, 'checkpoints')
@@ -52,12 +60,18 @@ test('a swarm whose every agent is killed at once comes back from its newest che
       current = results.map(r => r.tensors)
     }
     assert.ok(last.every(r => r >= ROUNDS), `every agent averaged ${ROUNDS} rounds (${last.join(', ')})\n${detail}`)
+    // What the agents report durable just before the kill: a checkpoint they said was written must survive it.
+    const durable = Math.max(...await Promise.all(ips.map(async ip => await durableRound(ip))))
     // Every agent at once, with no warning; a write may be under way.
     await Promise.all(procs.map(async p => { await p.killAndWait() }))
     const { checkpoint: newest } = await loadNewestCheckpoint(checkpoints, 'restore', SPECS, { log: () => {} })
     assert.ok(newest !== null, `a checkpoint survived the kill\n${detail}`)
     const saved = newest.manifest.round
-    assert.ok(saved >= Math.max(...last) - EVERY && saved % EVERY === 0, `checkpoint round ${saved} is within one interval of the last round ${Math.max(...last)}\n${detail}`)
+    assert.ok(saved >= durable, `checkpoint round ${saved} is not older than the round ${durable} the agents reported durable before the kill\n${detail}`)
+    // The round-4 write runs in the background while round 5 averages; on a loaded machine it can
+    // still be under way at the kill, and then round 2 is the newest: one interval plus the write in flight.
+    const lost = Math.max(...last) - saved
+    assert.ok(saved % EVERY === 0 && (lost <= EVERY || (lost <= 2 * EVERY && durable < saved + EVERY)), `checkpoint round ${saved} is within one interval (plus the write under way, durable before the kill: ${durable}) of the last round ${Math.max(...last)}\n${detail}`)
 
     for (const p of procs) p.start()
     await Promise.all(clients.map(register))

@@ -108,7 +108,10 @@ async function loadState (ctx: WorkloadContext, model: LocalModel, sharing: Buil
     const round = Number(state.metadata.round)
     return Number.isSafeInteger(round) && round > 0 ? round : 0
   }
-  return await restoreCheckpoint(ctx, model, 0)
+  const round = await restoreCheckpoint(ctx, model, -1)
+  if (round >= 0) return round
+  if (sharing !== undefined) ctx.log.info('no live peer served the swarm\'s state (the debug log says why) and no checkpoint was restored: starting from the initial weights')
+  return 0
 }
 
 /** Loads the newest checkpoint into the model; returns its round, or `round` when there is none. */

@@ -200,6 +200,8 @@ export class SidecarApi {
       return
     }
     if (await this.restoreCheckpoint(averager, schema)) await this.setOrigin('checkpoint', averager)
+    // A restarted agent that finds no donor is the one case where the trainer's own values enter the swarm: say so.
+    else if (this.sharing !== undefined) this.ctx.log.info('no live peer served the swarm\'s state (the debug log says why) and no checkpoint was restored: the trainer\'s values stand')
   }
 
   /** Loads the newest checkpoint that fits the schema into the averager; false when there is none. */

@@ -9,6 +9,7 @@ import { endianness } from 'node:os'
 import { open, type FileHandle } from 'node:fs/promises'
 import { narrow, widen, type StorageDtype } from '../workloads/sidecar/dtypes.js'
 import { elementCount } from '../schema.js'
+import { sha256Hex } from './sha256-off-thread.js'
 import { SafetensorsError, encodeHeader, fromStorageDtype, parseHeader, parseHeaderLength, toStorageDtype, type Header, type TensorEntry } from './format.js'
 
 if (endianness() !== 'LE') throw new Error('The checkpoint code assumes a little-endian machine.')
@@ -68,6 +69,7 @@ export async function writeSafetensors (fh: FileHandle, tensors: readonly Tensor
   for (let i = 0; i < tensors.length; i++) {
     const t = tensors[i]
     const hash = createHash('sha256')
+    let offThread: string | undefined
     const put = async (chunk: Uint8Array): Promise<void> => {
       hash.update(chunk)
       await writeAll(fh, chunk, position)
@@ -80,12 +82,23 @@ export async function writeSafetensors (fh: FileHandle, tensors: readonly Tensor
         narrow(t.dtype, t.data, at, part)
         await put(new Uint8Array(part.buffer, part.byteOffset, part.byteLength))
       }
+    } else if (t.data.buffer instanceof SharedArrayBuffer) {
+      // A snapshot copy: hashed in the worker while this thread only writes it.
+      const all = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)
+      const hashing = sha256Hex(all)
+      hashing.catch(() => {})
+      for (let at = 0; at < all.length; at += SLICE_BYTES) {
+        const chunk = all.subarray(at, Math.min(all.length, at + SLICE_BYTES))
+        await writeAll(fh, chunk, position)
+        position += chunk.length
+      }
+      offThread = await hashing
     } else {
       const all = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)
       for (let at = 0; at < all.length; at += SLICE_BYTES) await put(all.subarray(at, Math.min(all.length, at + SLICE_BYTES)))
     }
     if (position !== header.length + entries[i].end) throw new SafetensorsError(`Tensor "${t.name}" wrote ${position} bytes where ${header.length + entries[i].end} were due.`)
-    sha256.push(hash.digest('hex'))
+    sha256.push(offThread ?? hash.digest('hex'))
   }
   return { bytes: position, headerBytes: header.length, sha256 }
 }

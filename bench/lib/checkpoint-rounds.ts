@@ -13,6 +13,7 @@ import { routingTableSize } from '../../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../../agent/averager.js'
 import { Checkpointer, type CompletedRound } from '../../agent/checkpoint/checkpointer.js'
 import type { TensorSource } from '../../agent/checkpoint/safetensors.js'
+import { sharedCopy } from '../../agent/checkpoint/sha256-off-thread.js'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 
 export const SWARM = 'bench'
@@ -161,7 +162,7 @@ export async function runMode (pair: Pair, o: ModeOptions): Promise<ModeResult> 
         const copy = async (): Promise<TensorSource[]> => {
           took = true
           const s0 = performance.now()
-          const tensors = await averager.withTensors(ts => ts.map(t => ({ name: t.name, dtype: 'float32' as const, shape: t.shape, data: t.data.slice() })))
+          const tensors = await averager.withTensors(ts => ts.map(t => ({ name: t.name, dtype: 'float32' as const, shape: t.shape, data: sharedCopy(t.data) })))
           if (r >= firstMeasured) snapshotMs.push(performance.now() - s0)
           return tensors
         }

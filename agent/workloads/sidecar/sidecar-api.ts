@@ -19,6 +19,7 @@ import { MAX_CONTROL_BYTES, TENSORS_CONTENT_TYPE, controlHead, isTensorsBody, pa
 import { Completion } from '../completion.js'
 import { RestoreSourceError, stateHolders, type CompletedRound, type Snapshot } from '../../checkpoint/checkpointer.js'
 import type { TensorSource } from '../../checkpoint/safetensors.js'
+import { sharedCopy } from '../../checkpoint/sha256-off-thread.js'
 
 /**
  * Where the averager's tensors came from: never written, downloaded from a peer at register,
@@ -251,7 +252,8 @@ export class SidecarApi {
 
   /** A stable float32 copy of the averaged tensors, stored in the trainer's dtypes. */
   private async snapshot (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Promise<TensorSource[]> {
-    return await averager.withTensors(ts => ts.map((t, i) => ({ name: t.name, dtype: schema[i].dtype, shape: t.shape, data: t.data.slice() })))
+    // Shared memory: the writer hashes float32 snapshots on another thread (sha256-off-thread.ts).
+    return await averager.withTensors(ts => ts.map((t, i) => ({ name: t.name, dtype: schema[i].dtype, shape: t.shape, data: schema[i].dtype === 'float32' ? sharedCopy(t.data) : t.data.slice() })))
   }
 
   /**

@@ -95,8 +95,15 @@ describe('checkpoint stores and phase Failed on a real cluster', { skip, timeout
       const sets = await list('StatefulSet', 'crash')
       return sets.length > 0 && sets.every(s => s.spec.replicas === 0) && (await list('Pod', 'crash')).length === 0
     }, 60_000, 500)
-    const phase = await kubectl('get', 'avs', 'crash', '-n', NS, '--no-headers', '-o', 'custom-columns=PHASE:.status.phase')
-    assert.equal(phase.trim(), 'Failed')
+    const wide = (await kubectl('get', 'avs', 'crash', '-n', NS, '-o', 'wide')).trim().split('\n')
+    // Fixed-width columns, some empty: cut the row where the header's columns start.
+    const column = (name: string) => {
+      const start = wide[0].indexOf(name)
+      const next = wide[0].slice(start + name.length).search(/\S/)
+      return wide[1].slice(start, next < 0 ? undefined : start + name.length + next).trim()
+    }
+    assert.equal(column('PHASE'), 'Failed', wide.join('\n'))
+    assert.match(column('FAILED'), /^\d+[smhd]/, 'kubectl get avs -o wide shows when it failed')
     const events = await kubectl('get', 'events', '-n', NS, '--field-selector', 'involvedObject.kind=AveragingSwarm,involvedObject.name=crash', '-o', 'jsonpath={range .items[*]}{.reason}{"\\n"}{end}')
     assert.match(events, /BackoffLimitExceeded/)
   })

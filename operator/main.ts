@@ -7,7 +7,7 @@ import { pino, type Logger as Log } from 'pino'
 import { parseOptions, type OperatorOptions } from './options.js'
 import { RestClient } from './kube/rest.js'
 import { KubeClusterApi } from './kube/api.js'
-import { Informers, swarmKeyOf, type CachedKind } from './kube/informers.js'
+import { Informers, swarmKeysOf, type CachedKind } from './kube/informers.js'
 import { OperatorMetrics, CONTROLLER } from './metrics.js'
 import { WorkQueue, runWorkers } from './queue/work-queue.js'
 import { ExponentialBackoff } from './queue/backoff.js'
@@ -41,8 +41,8 @@ async function buildController (opts: Options, log: Log): Promise<Controller> {
   rest.observer = (method, _path, code, seconds) => { metrics.requests.inc({ method, code: String(code) }); metrics.requestTime.observe({ verb: method }, seconds) }
   const queue = new WorkQueue(new ExponentialBackoff(50, 300_000), metrics.queueObserver())
   const podMonitors = await crdExists(rest, 'podmonitors.monitoring.coreos.com')
-  const kinds: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', ...(podMonitors ? ['PodMonitor' as const] : [])]
-  const informers = new Informers(kc, rest, kinds, (kind, obj) => { const k = swarmKeyOf(kind, obj); if (k !== undefined) queue.add(k) }, log, opts.watchNamespace)
+  const kinds: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', 'PersistentVolumeClaim', ...(podMonitors ? ['PodMonitor' as const] : [])]
+  const informers: Informers = new Informers(kc, rest, kinds, (kind, obj) => { for (const k of swarmKeysOf(kind, obj, () => informers.list('AveragingSwarm'))) queue.add(k) }, log, opts.watchNamespace)
   const progress = new ProgressTracker(key => queue.add(key), undefined, { intervalMs: opts.progressIntervalSeconds * 1000, sampleSize: 32, timeoutMs: 2000 })
   const reconciler = new Reconciler({
     cache: informers,

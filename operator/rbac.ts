@@ -19,6 +19,9 @@ export const OPERATOR_CLUSTER_RULES: PolicyRule[] = [
   { apiGroups: [''], resources: ['services', 'configmaps', 'secrets'], verbs: OWN },
   { apiGroups: ['policy'], resources: ['poddisruptionbudgets'], verbs: OWN },
   { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+  // Watched to see a named checkpoint claim appear; create for claimTemplate. Never update or
+  // delete: a checkpoint claim is the user's result.
+  { apiGroups: [''], resources: ['persistentvolumeclaims'], verbs: ['get', 'list', 'watch', 'create'] },
   { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
   { apiGroups: ['apiextensions.k8s.io'], resources: ['customresourcedefinitions'], verbs: ['get'], resourceNames: ['podmonitors.monitoring.coreos.com'] },
   { apiGroups: ['monitoring.coreos.com'], resources: ['podmonitors'], verbs: OWN }

@@ -34,8 +34,9 @@ export function buildCrd (): Record<string, unknown> {
           { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas', description: 'Agents Ready.' },
           { name: 'Rounds', type: 'integer', jsonPath: '.status.roundsCompleted', description: 'Averaging rounds completed.' },
           { name: 'Checkpoint', type: 'integer', jsonPath: '.status.checkpoint.round', description: 'Round of the newest durable checkpoint.' },
-          { name: 'Phase', type: 'string', jsonPath: '.status.phase', description: 'Summary of the conditions; Succeeded once Complete.' },
+          { name: 'Phase', type: 'string', jsonPath: '.status.phase', description: 'Summary of the conditions; Succeeded once Complete, Failed past spec.backoffLimit.' },
           { name: 'Completed', type: 'date', jsonPath: '.status.completionTime', description: 'When the swarm became Complete.', priority: 1 },
+          { name: 'Failed', type: 'date', jsonPath: '.status.failureTime', description: 'When the swarm became Failed (spec.backoffLimit exceeded).', priority: 1 },
           { name: 'Group', type: 'integer', jsonPath: '.spec.averaging.targetGroupSize', description: 'Target group size.', priority: 1 },
           { name: 'Image', type: 'string', jsonPath: '.spec.image', description: 'Agent image.', priority: 1 },
           { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' }

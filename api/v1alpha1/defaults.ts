@@ -5,7 +5,8 @@
  */
 import type { AveragingSwarmSpec, AveragingSpec } from './types.js'
 import { averagingDefaults } from './averaging-schema.js'
-import { CHECKPOINT_PARAMETERS, DEFAULT_POD_POLICY } from '../checkpoint-parameters.js'
+import { CHECKPOINT_PARAMETERS, DEFAULT_CLAIM_ACCESS_MODES, DEFAULT_POD_POLICY, S3_PATH_STYLE_DEFAULT, S3_REGION, S3_SECRET_KEYS } from '../checkpoint-parameters.js'
+import type { CheckpointS3, CheckpointSpec, ClaimTemplate } from './types.js'
 
 /** Defaults of the averaging parameters, from their table (api/averaging-parameters.ts). */
 export const DEFAULT_AVERAGING = averagingDefaults() as Readonly<Omit<AveragingSpec, 'prefix' | 'bandwidth'>>
@@ -34,8 +35,31 @@ export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootst
   }
   workload?: Partial<AveragingSwarmSpec['workload']>
   metrics?: Partial<AveragingSwarmSpec['metrics']>
-  checkpoint?: Partial<Omit<NonNullable<AveragingSwarmSpec['checkpoint']>, 'volume'>> & { volume: { claimName: string } }
+  checkpoint?: Partial<Omit<CheckpointSpec, 'volume' | 's3'>> & {
+    volume?: { claimName?: string, claimTemplate?: Partial<ClaimTemplate> & { size: string } }
+    s3?: Partial<Omit<CheckpointS3, 'secretRef'>> & { bucket: string, secretRef: Partial<CheckpointS3['secretRef']> & { name: string } }
+  }
   completion?: Partial<NonNullable<AveragingSwarmSpec['completion']>>
+}
+
+/** spec.checkpoint with its nested defaults (claimTemplate.accessModes, the s3 section's), as the API server fills them. */
+function checkpointWithDefaults (c: NonNullable<PartialSpec['checkpoint']>): CheckpointSpec {
+  const { volume, s3, ...rest } = c
+  const out: CheckpointSpec = { every: CHECKPOINT_PARAMETERS.every.default, keep: CHECKPOINT_PARAMETERS.keep.default, ...rest }
+  if (volume !== undefined) {
+    const t = volume.claimTemplate
+    out.volume = { ...volume, claimTemplate: t === undefined ? undefined : { ...t, accessModes: t.accessModes ?? [...DEFAULT_CLAIM_ACCESS_MODES] } }
+    if (t === undefined) delete out.volume.claimTemplate
+  }
+  if (s3 !== undefined) {
+    out.s3 = {
+      region: S3_REGION.default,
+      forcePathStyle: S3_PATH_STYLE_DEFAULT,
+      ...s3,
+      secretRef: { accessKeyIdKey: S3_SECRET_KEYS.accessKeyId, secretAccessKeyKey: S3_SECRET_KEYS.secretAccessKey, ...s3.secretRef }
+    }
+  }
+  return out
 }
 
 /** Fills every defaulted field the way the API server's structural defaulting does. */
@@ -58,7 +82,7 @@ export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
     logLevel: spec.logLevel ?? DEFAULTS.logLevel,
     suspend: spec.suspend ?? false,
     // Optional sections: absent stays absent; present gets its fields' defaults, as the API server does.
-    ...(checkpoint === undefined ? {} : { checkpoint: { every: CHECKPOINT_PARAMETERS.every.default, keep: CHECKPOINT_PARAMETERS.keep.default, ...checkpoint } }),
-    ...(completion === undefined ? {} : { completion: { podPolicy: DEFAULT_POD_POLICY, ...completion } })
+    ...(checkpoint === undefined ? {} : { checkpoint: checkpointWithDefaults(checkpoint) }),
+    ...(completion === undefined ? {} : { completion: { onTrainerExit: false, podPolicy: DEFAULT_POD_POLICY, ...completion } })
   }
 }

@@ -6,7 +6,7 @@
 import { DEFAULTS } from './defaults.js'
 import { averagingSchema } from './averaging-schema.js'
 import { arr, bool, int, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
-import { checkpoint, checkpointStatus, completion, completionRules, ttlSecondsAfterFinished } from './checkpoint-schema.js'
+import { backoffLimit, checkpoint, checkpointStatus, completion, restoreFrom, specRules, ttlSecondsAfterFinished } from './checkpoint-schema.js'
 
 export { DURATION_PATTERN, COMPRESSIONS } from '../averaging-parameters.js'
 /** A dialable libp2p TCP multiaddr ending in /p2p/<peer id>. */
@@ -16,7 +16,7 @@ export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const
 /** Longest swarm name whose derived object names all stay valid. */
 export const MAX_NAME_LENGTH = 39
 const PULL_POLICIES = ['Always', 'IfNotPresent', 'Never'] as const
-export const PHASES = ['Pending', 'Progressing', 'Ready', 'Degraded', 'Suspended', 'Succeeded'] as const
+export const PHASES = ['Pending', 'Progressing', 'Ready', 'Degraded', 'Suspended', 'Succeeded', 'Failed'] as const
 
 const port = (description: string, dflt: number): Schema => int(description, { minimum: 1, maximum: 65535, default: dflt })
 
@@ -121,11 +121,13 @@ export const specSchema: Schema = obj('Desired state of the swarm.', {
   logLevel: str('Log level of the agents.', { enum: LOG_LEVELS, default: DEFAULTS.logLevel }),
   suspend: bool('Scale every agent to zero while keeping identities and configuration; false resumes.', { default: false }),
   checkpoint,
+  restoreFrom,
   completion,
+  backoffLimit,
   ttlSecondsAfterFinished
 }, {
   'x-kubernetes-validations': [
-    ...completionRules(),
+    ...specRules(),
     { rule: 'self.replicas == 0 || self.bootstrap.replicas <= self.replicas', message: 'bootstrap.replicas must not exceed replicas', fieldPath: '.bootstrap.replicas' },
     { rule: 'self.network.port != self.metrics.port', message: 'metrics.port must differ from network.port', fieldPath: '.metrics.port' },
     { rule: 'self.workload.sidecarPort != self.metrics.port && self.workload.sidecarPort != self.network.port', message: 'workload.sidecarPort must differ from network.port and metrics.port', fieldPath: '.workload.sidecarPort' }
@@ -133,7 +135,7 @@ export const specSchema: Schema = obj('Desired state of the swarm.', {
 })
 
 const condition = obj('A metav1.Condition.', {
-  type: str('Ready, Progressing, Degraded, Suspended, Complete or CheckpointsFailing.', { maxLength: 64 }),
+  type: str('Ready, Progressing, Degraded, Suspended, Complete, Failed or CheckpointsFailing.', { maxLength: 64 }),
   status: str('True, False or Unknown.', { enum: ['True', 'False', 'Unknown'] }),
   reason: str('CamelCase reason for the last transition.', { maxLength: 1024 }),
   message: str('What a person should know, in one sentence.', { maxLength: 32768 }),
@@ -143,21 +145,22 @@ const condition = obj('A metav1.Condition.', {
 
 export const statusSchema: Schema = obj('Observed state of the swarm, written by the operator.', {
   observedGeneration: int('metadata.generation of the spec the operator last reconciled.'),
-  phase: str('Summary: Pending, Progressing, Ready, Degraded, Suspended, or Succeeded once the swarm is Complete.', { enum: PHASES }),
+  phase: str('Summary: Pending, Progressing, Ready, Degraded, Suspended, Succeeded once the swarm is Complete, or Failed once spec.backoffLimit is exceeded.', { enum: PHASES }),
   replicas: int('Agent pods that exist (bootstrap and regular).'),
   readyReplicas: int('Agent pods that are Ready.'),
   auxiliaryReplicas: int('Auxiliary pods that exist.'),
   auxiliaryReadyReplicas: int('Auxiliary pods that are Ready.'),
   selector: str('Label selector of the agent pods (for the scale subresource and autoscalers).', { maxLength: 1024 }),
   bootstrapPeers: arr('Multiaddrs of the bootstrap agents, for peers outside the cluster.', str('A libp2p multiaddr.', { maxLength: 512 })),
-  conditions: arr('Ready, Progressing, Degraded and Suspended, each with a reason; Complete with spec.completion, CheckpointsFailing with spec.checkpoint.', condition, {
+  conditions: arr('Ready, Progressing, Degraded and Suspended, each with a reason; Complete with spec.completion, Failed with spec.backoffLimit, CheckpointsFailing with spec.checkpoint.', condition, {
     'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['type'], maxItems: 8
   }),
   roundsCompleted: int('Most successful averaging rounds completed by one agent, read from the agents\' metrics.'),
   lastRoundTime: str('When the operator last saw the round count grow.', { format: 'date-time' }),
   meanGroupSize: num('Mean size of the groups the agents averaged in.'),
   checkpoint: checkpointStatus,
-  completionTime: str('When the operator saw every Ready agent report completion with its final checkpoint durable; set once, never cleared.', { format: 'date-time' })
+  completionTime: str('When the operator saw every Ready agent report completion with its final checkpoint durable; set once, never cleared.', { format: 'date-time' }),
+  failureTime: str('When the operator saw the agent and trainer restarts exceed spec.backoffLimit; set once, never cleared.', { format: 'date-time' })
 })
 
 export const swarmSchema: Schema = obj('AveragingSwarm runs a swarm of agents that repeatedly find small groups through a Kademlia DHT and average their tensors with butterfly all-reduce (Moshpit SGD).', {

@@ -88,10 +88,46 @@ export interface PodTemplateOverrides {
   terminationGracePeriodSeconds?: number
 }
 
+export interface ClaimTemplate {
+  /** Storage quantity, e.g. "10Gi". */
+  size: string
+  storageClassName?: string
+  accessModes: Array<'ReadWriteMany' | 'ReadWriteOnce'>
+}
+
+/** Exactly one of claimName and claimTemplate (a CEL rule). */
+export interface CheckpointVolume {
+  claimName?: string
+  claimTemplate?: ClaimTemplate
+}
+
+export interface S3SecretRef {
+  name: string
+  accessKeyIdKey: string
+  secretAccessKeyKey: string
+  sessionTokenKey?: string
+}
+
+export interface CheckpointS3 {
+  bucket: string
+  endpoint?: string
+  region: string
+  prefix?: string
+  forcePathStyle: boolean
+  secretRef: S3SecretRef
+}
+
+/** Exactly one of volume and s3 (a CEL rule). */
 export interface CheckpointSpec {
   every: number
   keep: number
-  volume: { claimName: string }
+  volume?: CheckpointVolume
+  s3?: CheckpointS3
+}
+
+export interface RestoreFromSpec {
+  swarm: string
+  round?: number
 }
 
 export type PodPolicy = 'Delete' | 'Keep'
@@ -100,6 +136,7 @@ export interface CompletionSpec {
   rounds?: number
   /** Go duration counted from the swarm's creation. */
   duration?: string
+  onTrainerExit: boolean
   podPolicy: PodPolicy
 }
 
@@ -121,13 +158,15 @@ export interface AveragingSwarmSpec {
   logLevel: string
   suspend: boolean
   checkpoint?: CheckpointSpec
+  restoreFrom?: RestoreFromSpec
   completion?: CompletionSpec
+  backoffLimit?: number
   ttlSecondsAfterFinished?: number
 }
 
-export type ConditionType = 'Ready' | 'Progressing' | 'Degraded' | 'Suspended' | 'Complete' | 'CheckpointsFailing'
+export type ConditionType = 'Ready' | 'Progressing' | 'Degraded' | 'Suspended' | 'Complete' | 'Failed' | 'CheckpointsFailing'
 export type ConditionStatus = 'True' | 'False' | 'Unknown'
-export type Phase = 'Pending' | 'Progressing' | 'Ready' | 'Degraded' | 'Suspended' | 'Succeeded'
+export type Phase = 'Pending' | 'Progressing' | 'Ready' | 'Degraded' | 'Suspended' | 'Succeeded' | 'Failed'
 
 /** The newest durable checkpoint the agents report. */
 export interface CheckpointStatus {
@@ -161,6 +200,7 @@ export interface AveragingSwarmStatus {
   meanGroupSize?: number
   checkpoint?: CheckpointStatus
   completionTime?: string
+  failureTime?: string
 }
 
 export interface ObjectMeta {

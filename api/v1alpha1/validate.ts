@@ -4,7 +4,7 @@ import type { Schema } from './schema-builders.js'
 import { AVERAGING_KEYS, AVERAGING_PARAMETERS, AVERAGING_RULES } from '../averaging-parameters.js'
 import { checkValue, DURATION_PATTERN as DURATION_RE } from '../parameter-bounds.js'
 import { DEFAULT_AVERAGING } from './defaults.js'
-import { COMPLETION_RULES } from '../checkpoint-parameters.js'
+import { SPEC_RULES } from '../checkpoint-parameters.js'
 
 /**
  * The CRD's OpenAPI schema as plain JSON Schema, so the same schema that the API server
@@ -54,10 +54,10 @@ export function averagingRuleProblems (averaging: unknown): string[] {
   return out
 }
 
-/** The CRD's CEL rules between spec fields of checkpoint and completion (ttlSecondsAfterFinished needs completion), by their JavaScript twins. */
+/** The CRD's CEL rules between spec fields (checkpoint's store, restoreFrom, completion, ttlSecondsAfterFinished), by their JavaScript twins. */
 export function specRuleProblems (spec: unknown): string[] {
   if (spec === null || typeof spec !== 'object') return []
-  return COMPLETION_RULES.filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
+  return SPEC_RULES.filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
 }
 
 /** Problems with a swarm object, each one sentence naming the field; empty when valid. */

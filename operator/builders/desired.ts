@@ -26,6 +26,8 @@ export interface DesiredInputs {
   podMonitorAvailable: boolean
   /** Data of the PSK Secret to create, only when the spec asks to generate it and the swarm owns it. */
   pskData?: SecretData
+  /** The checkpoint claim or S3 Secret does not exist (yet): the pods are built without checkpoints. */
+  checkpointStoreMissing?: boolean
 }
 
 export interface Desired {
@@ -44,13 +46,13 @@ export function buildDesired (s: AveragingSwarm, inp: DesiredInputs): Desired {
   if (inp.pskData !== undefined) objects.push(buildPskSecret(s, inp.pskData))
   for (let i = 0; i < nb; i++) {
     objects.push(buildStatefulSet(s, names.bootstrapSet(s, i), r.bootstrap(i), {
-      role: 'bootstrap', bootstrapIndex: i, bootstrapPeers: [...own.filter((_, j) => j !== i), ...external], configHash, config: inp.config
+      role: 'bootstrap', bootstrapIndex: i, bootstrapPeers: [...own.filter((_, j) => j !== i), ...external], configHash, config: inp.config, checkpointStoreMissing: inp.checkpointStoreMissing
     }))
   }
   const peers = [...own, ...external]
-  objects.push(buildStatefulSet(s, names.agentSet(s), r.agent, { role: 'agent', bootstrapPeers: peers, configHash, config: inp.config }))
+  objects.push(buildStatefulSet(s, names.agentSet(s), r.agent, { role: 'agent', bootstrapPeers: peers, configHash, config: inp.config, checkpointStoreMissing: inp.checkpointStoreMissing }))
   if (s.spec.auxiliary.replicas > 0) {
-    objects.push(buildStatefulSet(s, names.auxiliarySet(s), r.auxiliary, { role: 'auxiliary', bootstrapPeers: peers, configHash, config: inp.config }))
+    objects.push(buildStatefulSet(s, names.auxiliarySet(s), r.auxiliary, { role: 'auxiliary', bootstrapPeers: peers, configHash, config: inp.config, checkpointStoreMissing: inp.checkpointStoreMissing }))
   }
   objects.push(buildPdb(s))
   if (inp.podMonitorAvailable && s.spec.metrics.podMonitor) objects.push(buildPodMonitor(s))

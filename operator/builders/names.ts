@@ -25,6 +25,8 @@ export const names = {
   auxiliarySet: (s: AveragingSwarm) => `${s.metadata.name}-aux`,
   pdb: (s: AveragingSwarm) => s.metadata.name,
   podMonitor: (s: AveragingSwarm) => s.metadata.name,
+  /** The claim made from spec.checkpoint.volume.claimTemplate (the user's afterwards: no owner reference). */
+  checkpointClaim: (s: AveragingSwarm) => `${s.metadata.name}-checkpoints`,
   /** Secret data key of bootstrap agent i's private key. */
   identityKey: (i: number) => `bootstrap-${i}`
 }

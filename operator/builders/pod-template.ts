@@ -9,6 +9,7 @@ import type { AveragingSwarm, KubeObject, ResourceRequirements } from '../../api
 import type { BuilderConfig } from './config.js'
 import { CHECKPOINT_MOUNT_DIR } from '../../api/checkpoint-parameters.js'
 import { CONFIG_KEYS, configData, SECTION_KEYS } from './configmap.js'
+import { checkpointClaimName, s3Env } from './checkpoint-store.js'
 import { ANNOTATION_CONFIG_HASH, names, ownedLabels, roleSelector, type Role } from './names.js'
 
 export const AGENT_CONTAINER = 'agent'
@@ -33,6 +34,12 @@ export interface PodInputs {
   /** Hash of everything the pods read indirectly (ConfigMap data, PSK reference): a change rolls them. */
   configHash: string
   config: BuilderConfig
+  /**
+   * The checkpoint store is not there yet (the named claim, or the S3 Secret or its keys, do not
+   * exist): the pods are built without it, so they start and average, and CheckpointsFailing says
+   * why. Once it exists the template gains it and the pods roll.
+   */
+  checkpointStoreMissing?: boolean
 }
 
 const field = (name: string, fieldPath: string): EnvVar => ({ name, valueFrom: { fieldRef: { fieldPath } } })
@@ -76,7 +83,14 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
     if (SECTION_KEYS.includes(k) && data[name] === undefined) continue
     env.push({ name, valueFrom: { configMapKeyRef: { name: names.configMap(s), key: name, ...(k === 'bandwidth' ? { optional: true } : {}) } } })
   }
-  if (writesCheckpoints(s, p)) env.push(value(AGENT_ENV.checkpointDir.name, CHECKPOINT_MOUNT_DIR))
+  if (writesCheckpoints(s, p)) {
+    const s3 = s.spec.checkpoint?.s3
+    if (s3 !== undefined) env.push(...s3Env(s3)); else env.push(value(AGENT_ENV.checkpointDir.name, CHECKPOINT_MOUNT_DIR))
+    const from = s.spec.restoreFrom
+    if (from !== undefined) env.push(value(AGENT_ENV.restoreFromSwarm.name, from.swarm), ...(from.round === undefined ? [] : [value(AGENT_ENV.restoreFromRound.name, from.round)]))
+  }
+  // Every role ends its run with its pod's trainer (auxiliary agents stop with the rest).
+  if (s.spec.completion?.onTrainerExit === true) env.push(value(AGENT_ENV.completionOnTrainerExit.name, 'true'))
   env.push(value(AGENT_ENV.workload.name, s.spec.workload.type))
   if (s.spec.workload.type === 'sidecar') env.push(value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort), value(AGENT_ENV.shmDir.name, SHM_MOUNT_DIR))
   env.push(value(AGENT_ENV.logLevel.name, s.spec.logLevel))
@@ -87,14 +101,16 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
 }
 
 /**
- * Whether this role's pods mount the checkpoint volume and get AVS_CHECKPOINT_DIR: bootstrap and
- * regular agents, which hold the model (weight > 0). Auxiliary agents do not: with weight 0 they
- * only lend the reduction their CPU, their values are never the result a user takes home, and
- * they often run on CPU nodes that may not reach a claim bound where the GPU nodes are. They
- * still get AVS_COMPLETION_ROUNDS (through the ConfigMap) and stop with the rest.
+ * Whether this role's pods get the checkpoint store (the volume and AVS_CHECKPOINT_DIR, or the
+ * AVS_CHECKPOINT_S3_* variables and credentials) and spec.restoreFrom: bootstrap and regular
+ * agents, which hold the model (weight > 0). Auxiliary agents do not: with weight 0 they only lend
+ * the reduction their CPU, their values are never the result a user takes home, and they often
+ * run on CPU nodes that may not reach a claim bound where the GPU nodes are. They still get
+ * AVS_COMPLETION_ROUNDS (through the ConfigMap) and stop with the rest. No role gets a store
+ * that does not exist yet (checkpointStoreMissing).
  */
-export function writesCheckpoints (s: AveragingSwarm, p: Pick<PodInputs, 'role'>): boolean {
-  return s.spec.checkpoint !== undefined && p.role !== 'auxiliary'
+export function writesCheckpoints (s: AveragingSwarm, p: Pick<PodInputs, 'role' | 'checkpointStoreMissing'>): boolean {
+  return s.spec.checkpoint !== undefined && p.role !== 'auxiliary' && p.checkpointStoreMissing !== true
 }
 
 /** Auxiliary agents are CPU-only: any GPU-like extended resource is removed. */
@@ -113,7 +129,7 @@ function agentContainer (s: AveragingSwarm, p: PodInputs) {
   const mounts: KubeObject[] = [{ name: 'tmp', mountPath: '/tmp' }]
   if (s.spec.network.privateNetworkSecret !== undefined) mounts.push({ name: 'psk', mountPath: PSK_MOUNT_DIR, readOnly: true })
   if (s.spec.workload.type === 'sidecar') mounts.push({ name: SHM_VOLUME, mountPath: SHM_MOUNT_DIR })
-  if (writesCheckpoints(s, p)) mounts.push({ name: CHECKPOINT_VOLUME, mountPath: CHECKPOINT_MOUNT_DIR })
+  if (writesCheckpoints(s, p) && checkpointClaimName(s) !== undefined) mounts.push({ name: CHECKPOINT_VOLUME, mountPath: CHECKPOINT_MOUNT_DIR })
   return {
     name: AGENT_CONTAINER,
     image: s.spec.image ?? p.config.defaultImage,
@@ -164,9 +180,9 @@ export function buildPodTemplate (s: AveragingSwarm, p: PodInputs) {
   if (psk !== undefined) volumes.push({ name: 'psk', secret: { secretName: psk.name, items: [{ key: psk.key, path: PSK_FILE }] } })
   // Memory-backed: regions are read and written every step; the pod's memory limit bounds them (the tensors' size is the user's).
   if (s.spec.workload.type === 'sidecar') volumes.push({ name: SHM_VOLUME, emptyDir: { medium: 'Memory' } })
-  // The user's claim; fsGroup 65532 (POD_SECURITY_CONTEXT) makes it writable where the volume type supports ownership management.
-  const cp = s.spec.checkpoint
-  if (cp !== undefined && writesCheckpoints(s, p)) volumes.push({ name: CHECKPOINT_VOLUME, persistentVolumeClaim: { claimName: cp.volume.claimName } })
+  // The checkpoint claim; fsGroup 65532 (POD_SECURITY_CONTEXT) makes it writable where the volume type supports ownership management.
+  const claimName = checkpointClaimName(s)
+  if (claimName !== undefined && writesCheckpoints(s, p)) volumes.push({ name: CHECKPOINT_VOLUME, persistentVolumeClaim: { claimName } })
   const containers: KubeObject[] = [agentContainer(s, p)]
   if (s.spec.workload.type === 'sidecar') { const t = trainerContainer(s); if (t !== undefined) containers.push(t) }
   const reserved = new Set([AGENT_CONTAINER, TRAINER_CONTAINER])

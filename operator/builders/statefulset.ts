@@ -34,16 +34,20 @@ export function buildStatefulSet (s: AveragingSwarm, name: string, replicas: num
 }
 
 /**
- * Complete (status.completionTime, which the operator sets once and never clears) with
- * completion.podPolicy Delete: every agent is scaled to zero, the swarm and its status stay.
+ * Finished for good, the agents scaled to zero while the swarm and its status stay: Complete
+ * (status.completionTime, set once, never cleared) with completion.podPolicy Delete, or Failed
+ * (status.failureTime, likewise) whatever the pod policy: a failed run's agents and trainers
+ * would only crash-loop on the GPUs they hold, and their logs tell no more than the Failed
+ * condition already does (Keep is about idle agents of a finished run, not crashing ones).
  */
-export function stoppedAfterCompletion (s: AveragingSwarm): boolean {
+export function stoppedAfterFinish (s: AveragingSwarm): boolean {
+  if (s.status?.failureTime !== undefined) return true
   return s.status?.completionTime !== undefined && (s.spec.completion?.podPolicy ?? 'Delete') === 'Delete'
 }
 
-/** How many pods each role should run now (suspend, and completion with podPolicy Delete, scale everything to zero). */
+/** How many pods each role should run now (suspend, failure, and completion with podPolicy Delete, scale everything to zero). */
 export function roleReplicas (s: AveragingSwarm): { bootstrap: (i: number) => number, agent: number, auxiliary: number } {
-  const on = !s.spec.suspend && !stoppedAfterCompletion(s)
+  const on = !s.spec.suspend && !stoppedAfterFinish(s)
   const b = s.spec.bootstrap.replicas
   return {
     bootstrap: (i: number) => on && i < s.spec.replicas ? 1 : 0,

@@ -11,12 +11,21 @@
  * (podPolicy Delete), restart, or stop answering, and when the spec changes.
  */
 import type { AveragingSwarm, CheckpointStatus } from '../../api/v1alpha1/types.js'
+import { checkpointLocation, storeName } from '../builders/checkpoint-store.js'
+import { completionDeadline } from '../builders/configmap.js'
 import type { ConditionInput } from './conditions.js'
 import type { Progress } from './status.js'
 
-/** status.completionTime: kept once set; set now when every Ready agent reports completion. */
+/** Why the checkpoint store is not usable (the claim or the S3 Secret is missing): a CheckpointsFailing reason and its sentence. */
+export interface StoreProblem {
+  reason: 'ClaimNotFound' | 'SecretNotFound' | 'SecretKeyNotFound'
+  message: string
+}
+
+/** status.completionTime: kept once set; set now when every Ready agent reports completion (never once Failed). */
 export function completionTimeOf (s: AveragingSwarm, progress: Progress | undefined, now: string): string | undefined {
   if (s.status?.completionTime !== undefined) return s.status.completionTime
+  if (s.status?.failureTime !== undefined) return undefined
   const c = progress?.completion
   return s.spec.completion !== undefined && c !== undefined && c.of > 0 && c.completed === c.of ? now : undefined
 }
@@ -24,42 +33,72 @@ export function completionTimeOf (s: AveragingSwarm, progress: Progress | undefi
 const policyText = (s: AveragingSwarm): string =>
   (s.spec.completion?.podPolicy ?? 'Delete') === 'Delete' ? 'the agents are scaled to zero (completion.podPolicy Delete)' : 'the agents are kept, idle (completion.podPolicy Keep)'
 
+/**
+ * Which criterion ended the run, as far as the operator can tell (the agents report only that
+ * they completed): rounds once the round count reached them, duration once its deadline passed,
+ * else the trainers' exit when that is on.
+ */
+function endedBy (s: AveragingSwarm, completionTime: string, rounds: number): { reason: string, what: string } {
+  const c = s.spec.completion
+  if (c?.rounds !== undefined && rounds >= c.rounds) return { reason: 'RoundsReached', what: `completed its ${c.rounds} rounds` }
+  const deadline = c?.duration === undefined ? undefined : completionDeadline(s.metadata.creationTimestamp, c.duration)
+  if (deadline !== undefined && Date.parse(completionTime) >= Date.parse(deadline)) return { reason: 'DurationReached', what: `ran for its duration ${String(c?.duration)}` }
+  if (c?.onTrainerExit === true) return { reason: 'TrainerFinished', what: 'finished with its trainer' }
+  return { reason: 'Completed', what: 'completed its run' }
+}
+
+/** "1000 averaging rounds, 2h after creation or its trainer's exit, whichever comes first": the criteria that are set. */
+function criteria (s: AveragingSwarm): string | undefined {
+  const c = s.spec.completion
+  const parts = [
+    ...(c?.rounds === undefined ? [] : [`${c.rounds} averaging rounds`]),
+    ...(c?.duration === undefined ? [] : [`${c.duration} after creation`]),
+    ...(c?.onTrainerExit === true ? ['its trainer\'s exit'] : [])
+  ]
+  if (parts.length <= 1) return parts[0]
+  return `${parts.slice(0, -1).join(', ')} or ${parts.at(-1) as string}, whichever comes first`
+}
+
 /** Complete, only for a swarm with spec.completion or one that already completed. */
 export function completeCondition (s: AveragingSwarm, completionTime: string | undefined, progress: Progress | undefined): ConditionInput | undefined {
   if (completionTime !== undefined) {
     const saved = s.spec.checkpoint === undefined ? ' (spec.checkpoint is unset: the result was not saved)' : ' with the final checkpoint durable'
-    return { type: 'Complete', status: 'True', reason: 'RoundsReached', message: `Every Ready agent completed its rounds${saved}; ${policyText(s)}.` }
+    const by = endedBy(s, completionTime, progress?.roundsCompleted ?? s.status?.roundsCompleted ?? 0)
+    return { type: 'Complete', status: 'True', reason: by.reason, message: `Every Ready agent ${by.what}${saved}; ${policyText(s)}.` }
   }
-  const rounds = s.spec.completion?.rounds
-  if (rounds === undefined) return undefined
+  const until = criteria(s)
+  if (until === undefined) return undefined
   const c = progress?.completion
   return {
     type: 'Complete',
     status: 'False',
     reason: 'Running',
-    message: c === undefined ? `Runs until ${rounds} averaging rounds.` : `${c.completed} of ${c.of} Ready agents completed ${rounds} averaging rounds.`
+    message: c === undefined ? `Runs until ${until}.` : `${c.completed} of ${c.of} Ready agents completed their run (at ${until}).`
   }
 }
 
 /**
- * CheckpointsFailing, only with spec.checkpoint: True when an agent's failed-write counter grew and
- * no newer checkpoint became durable since. Averaging goes on either way (Degraded is not set).
- * After an operator restart, until a scrape tells, the previous value is kept.
+ * CheckpointsFailing, only with spec.checkpoint: True when the store is missing (the named claim,
+ * or the S3 Secret or one of its keys: the agents then run without checkpoints), or when an
+ * agent's failed-write counter grew and no newer checkpoint became durable since. Averaging goes
+ * on either way (Degraded is not set). After an operator restart, until a scrape tells, the
+ * previous write-failure value is kept.
  */
-export function checkpointsFailingCondition (s: AveragingSwarm, progress: Progress | undefined): ConditionInput | undefined {
+export function checkpointsFailingCondition (s: AveragingSwarm, progress: Progress | undefined, problem?: StoreProblem): ConditionInput | undefined {
   if (s.spec.checkpoint === undefined) return undefined
+  if (problem !== undefined) return { type: 'CheckpointsFailing', status: 'True', reason: problem.reason, message: problem.message }
   const prev = s.status?.conditions?.find(c => c.type === 'CheckpointsFailing')
-  const failing = progress?.checkpointFailing ?? prev?.status === 'True'
+  const failing = progress?.checkpointFailing ?? (prev?.status === 'True' && prev.reason === 'WriteFailed')
+  const check = s.spec.checkpoint.s3 !== undefined ? `Check that ${storeName(s)} exists and that the credentials in Secret ${s.spec.checkpoint.s3.secretRef.name} may write to it.` : `Check that ${storeName(s)} is bound, writable and not full.`
   return failing
-    ? { type: 'CheckpointsFailing', status: 'True', reason: 'WriteFailed', message: `A checkpoint write failed (averaging_checkpoint_writes_total{outcome="failed"} grew) and no newer checkpoint is durable since; the agents' logs say why, and averaging goes on. Check that claim ${s.spec.checkpoint.volume.claimName} is bound, writable and not full.` }
+    ? { type: 'CheckpointsFailing', status: 'True', reason: 'WriteFailed', message: `A checkpoint write failed (averaging_checkpoint_writes_total{outcome="failed"} grew) and no newer checkpoint is durable since; the agents' logs say why, and averaging goes on. ${check}` }
     : { type: 'CheckpointsFailing', status: 'False', reason: 'NoFailures', message: 'No checkpoint write failed since the newest checkpoint.' }
 }
 
-/** status.checkpoint: the newest durable checkpoint the agents reported, where it lies in the claim. */
+/** status.checkpoint: the newest durable checkpoint the agents reported, where it lies in the claim or bucket. */
 export function checkpointStatus (s: AveragingSwarm, progress: Progress | undefined): CheckpointStatus | undefined {
   const cp = progress?.checkpoint
   if (cp === undefined) return s.status?.checkpoint
-  const claim = s.spec.checkpoint?.volume.claimName
-  // The agents' folder layout (agent/checkpoint/README.md): <AVS_CHECKPOINT_DIR>/<AVS_SWARM>/round-<n>.json, the manifest naming its data file (round-<n>-<writer tag>.safetensors), AVS_SWARM being the swarm name.
-  return { round: cp.round, time: cp.time, ...(claim === undefined ? {} : { location: `pvc/${claim}/${s.metadata.name}/round-${cp.round}.json` }) }
+  const location = checkpointLocation(s, cp.round)
+  return { round: cp.round, time: cp.time, ...(location === undefined ? {} : { location }) }
 }

@@ -5,8 +5,8 @@ import { conditionOf } from './conditions.js'
 import { exitSentence, type AgentExit } from './status.js'
 
 /**
- * Events for a status transition (phase changes, Degraded reasons, Completed, CheckpointFailed
- * when CheckpointsFailing turns True), and one AgentExits Warning
+ * Events for a status transition (phase changes, Degraded reasons, Completed, BackoffLimitExceeded,
+ * CheckpointFailed or ClaimNotFound/SecretNotFound/SecretKeyNotFound when CheckpointsFailing turns True), and one AgentExits Warning
  * per exit line of failing agents ("demo-agent-2 exits: ...") that the previous Degraded
  * condition did not already carry.
  */
@@ -28,12 +28,15 @@ export function statusEvents (s: AveragingSwarm, before: AveragingSwarmStatus | 
       case 'Degraded': out.push({ swarm: s, type: 'Warning', reason: degraded?.reason ?? 'Degraded', message: degraded?.message ?? 'The swarm is degraded.' }); break
       case 'Suspended': out.push({ swarm: s, type: 'Normal', reason: 'Suspended', message: 'spec.suspend is true: every agent is scaled to zero.' }); break
       case 'Succeeded': out.push({ swarm: s, type: 'Normal', reason: 'Completed', message: conditionOf(after.conditions, 'Complete')?.message ?? 'The run is complete.' }); break
+      case 'Failed': out.push({ swarm: s, type: 'Warning', reason: 'BackoffLimitExceeded', message: conditionOf(after.conditions, 'Failed')?.message ?? 'The run failed.' }); break
       default: if (before?.phase === 'Suspended') out.push({ swarm: s, type: 'Normal', reason: 'Resumed', message: 'spec.suspend is false: agents are starting again.' })
     }
   }
+  // On turning True, or on a new reason while True: a write failure is CheckpointFailed, a missing store its own reason (ClaimNotFound, ...).
   const failing = conditionOf(after.conditions, 'CheckpointsFailing')
-  if (failing?.status === 'True' && conditionOf(before?.conditions, 'CheckpointsFailing')?.status !== 'True') {
-    out.push({ swarm: s, type: 'Warning', reason: 'CheckpointFailed', message: failing.message })
+  const wasFailing = conditionOf(before?.conditions, 'CheckpointsFailing')
+  if (failing?.status === 'True' && (wasFailing?.status !== 'True' || wasFailing.reason !== failing.reason)) {
+    out.push({ swarm: s, type: 'Warning', reason: failing.reason === 'WriteFailed' ? 'CheckpointFailed' : failing.reason, message: failing.message })
   }
   if ((after.roundsCompleted ?? 0) > 0 && (before?.roundsCompleted ?? 0) === 0) {
     out.push({ swarm: s, type: 'Normal', reason: 'AveragingStarted', message: `The agents completed their first averaging round${after.meanGroupSize === undefined ? '' : ` (mean group size ${after.meanGroupSize})`}.` })

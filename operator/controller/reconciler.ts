@@ -2,8 +2,9 @@
  * reconcile(namespace/name), level-triggered (nothing depends on which event queued the key), in
  * phases over one scope, as cluster-api and jobset reconcile:
  *
- *   expireFinished  a Complete swarm past completionTime + ttlSecondsAfterFinished is deleted, and that is all
+ *   expireFinished  a Complete or Failed swarm past its completionTime or failureTime + ttlSecondsAfterFinished is deleted, and that is all
  *   ensureSecrets   the identity keys (and a generated PSK), read fresh from the server before any is made
+ *   checkpointStore the claim from claimTemplate, created once; or whether the named claim or S3 Secret exists
  *   applyDesired    build every desired object (pure builders), server-side apply those that drifted
  *   pruneUnwanted   delete owned objects no longer desired
  *   observe         the swarm's StatefulSets and pods from the caches → progress targets, derived status
@@ -30,6 +31,8 @@ import { statusEvents } from './events.js'
 import type { ProgressTracker } from './progress.js'
 import { newScope, type SwarmScope } from './scope.js'
 import { agentExits, deriveStatus } from './status.js'
+import { buildCheckpointClaim, checkpointClaimName } from '../builders/checkpoint-store.js'
+import type { StoreProblem } from './completion.js'
 
 export interface ReconcileLog { info (obj: object, msg: string): void, warn (obj: object, msg: string): void, debug (obj: object, msg: string): void }
 
@@ -55,14 +58,21 @@ export interface ReconcilerDeps {
 }
 
 const REQUEUE_WHILE_PROGRESSING_MS = 15_000
+/** While the checkpoint claim or S3 Secret is missing, look again this often (a user's Secret is not watched). */
+export const REQUEUE_WHILE_STORE_MISSING_MS = 30_000
 /** A ttlSecondsAfterFinished far off is looked at again at least this often (a Node timer holds at most 24.8 days). */
 const MAX_TTL_REQUEUE_MS = 3_600_000
 
-/** Milliseconds until a finished swarm is to be deleted (≤ 0: now); undefined without a TTL or before completion. */
-export function ttlLeftMs (s: AveragingSwarm, completionTime: string | undefined, nowMs: number): number | undefined {
+/** When the swarm finished for good: completed, or failed (spec.backoffLimit). */
+export function finishedAt (status: AveragingSwarmStatus | undefined): string | undefined {
+  return status?.completionTime ?? status?.failureTime
+}
+
+/** Milliseconds until a finished swarm is to be deleted (≤ 0: now); undefined without a TTL or before it finished. */
+export function ttlLeftMs (s: AveragingSwarm, finishedTime: string | undefined, nowMs: number): number | undefined {
   const ttl = s.spec.ttlSecondsAfterFinished
-  if (ttl === undefined || completionTime === undefined) return undefined
-  return Date.parse(completionTime) + ttl * 1000 - nowMs
+  if (ttl === undefined || finishedTime === undefined) return undefined
+  return Date.parse(finishedTime) + ttl * 1000 - nowMs
 }
 
 function ownedBy (o: KubeObj, uid: string | undefined): boolean {
@@ -95,9 +105,10 @@ export class Reconciler {
     const cached = this.d.cache.get('AveragingSwarm', namespace, name) as unknown as AveragingSwarm | undefined
     if (cached === undefined || cached.metadata.deletionTimestamp != null) return this.forget(key)
     const sc = newScope(key, cached)
-    if ((ttlLeftMs(sc.swarm, sc.swarm.status?.completionTime, this.nowMs()) ?? 1) <= 0) return await this.expireFinished(sc)
+    if ((ttlLeftMs(sc.swarm, finishedAt(sc.swarm.status), this.nowMs()) ?? 1) <= 0) return await this.expireFinished(sc)
     try {
       await this.ensureSecrets(sc)
+      sc.checkpointProblem = await this.checkpointStore(sc)
       await this.applyDesired(sc)
       await this.pruneUnwanted(sc)
     } catch (e) {
@@ -126,7 +137,8 @@ export class Reconciler {
    */
   private async expireFinished (sc: SwarmScope): Promise<ReconcileResult> {
     const s = sc.swarm
-    const message = `Deleting the swarm: ttlSecondsAfterFinished (${String(s.spec.ttlSecondsAfterFinished)} s) passed since it completed at ${String(s.status?.completionTime)}.`
+    const how = s.status?.completionTime !== undefined ? 'completed' : 'failed'
+    const message = `Deleting the swarm: ttlSecondsAfterFinished (${String(s.spec.ttlSecondsAfterFinished)} s) passed since it ${how} at ${String(finishedAt(s.status))}.`
     try { await this.d.api.event({ swarm: s, type: 'Normal', reason: 'TTLExpired', message }) } catch (err) { this.d.log.warn({ swarm: sc.key, err: describeError(err) }, 'could not record event') }
     await this.d.api.delete({ kind: 'AveragingSwarm', namespace: sc.namespace, name: sc.name, uid: s.metadata.uid })
     this.d.log.info({ swarm: sc.key }, message)
@@ -137,9 +149,45 @@ export class Reconciler {
     sc.secrets = { identity: await this.identityData(sc.swarm), psk: await this.pskData(sc.swarm) }
   }
 
+  /**
+   * The checkpoint store. A claimTemplate's claim is created once (POST, so an existing claim of
+   * that name, ours or a person's, is never changed; it gets no owner reference, so deleting the
+   * swarm leaves it). A named claim is looked up in the claim cache, the S3 Secret on the server
+   * (the user's Secrets are not cached). What is missing is returned, not thrown: the pods are then
+   * built without checkpoints, so they still start and average, and CheckpointsFailing says why.
+   */
+  private async checkpointStore (sc: SwarmScope): Promise<StoreProblem | undefined> {
+    const cp = sc.swarm.spec.checkpoint
+    if (cp === undefined) return undefined
+    const claim = checkpointClaimName(sc.swarm)
+    if (cp.volume?.claimTemplate !== undefined && claim !== undefined) {
+      if (this.d.cache.get('PersistentVolumeClaim', sc.namespace, claim) !== undefined) return undefined
+      if (await this.d.api.get({ kind: 'PersistentVolumeClaim', namespace: sc.namespace, name: claim }) !== undefined) return undefined
+      if (await this.d.api.create(must(buildCheckpointClaim(sc.swarm), 'claim'))) {
+        sc.writes++
+        sc.events.push({ swarm: sc.swarm, type: 'Normal', reason: 'Created', message: `Created PersistentVolumeClaim ${claim} from spec.checkpoint.volume.claimTemplate; it has no owner, so deleting the swarm leaves it and its checkpoints.` })
+      }
+      return undefined
+    }
+    if (claim !== undefined) {
+      // Without a claim cache (a test's) the claim cannot be looked up; the pods then show it.
+      if (!this.d.cache.has('PersistentVolumeClaim') || this.d.cache.get('PersistentVolumeClaim', sc.namespace, claim) !== undefined) return undefined
+      return { reason: 'ClaimNotFound', message: `PersistentVolumeClaim ${claim} (spec.checkpoint.volume.claimName) does not exist in namespace ${sc.namespace}; the agents average without checkpoints until it does.` }
+    }
+    const s3 = cp.s3
+    if (s3 === undefined) return undefined
+    const ref = s3.secretRef
+    const secret = await this.d.api.get({ kind: 'Secret', namespace: sc.namespace, name: ref.name })
+    if (secret === undefined) return { reason: 'SecretNotFound', message: `Secret ${ref.name} (spec.checkpoint.s3.secretRef) does not exist in namespace ${sc.namespace}; the agents average without checkpoints until it does.` }
+    const data = { ...(secret.data as Record<string, string> | undefined), ...(secret.stringData as Record<string, string> | undefined) }
+    const missing = [ref.accessKeyIdKey, ref.secretAccessKeyKey].filter(k => data[k] === undefined)
+    if (missing.length > 0) return { reason: 'SecretKeyNotFound', message: `Secret ${ref.name} (spec.checkpoint.s3.secretRef) has no key ${missing.join(' and no key ')}; the agents average without checkpoints until it does.` }
+    return undefined
+  }
+
   private async applyDesired (sc: SwarmScope): Promise<void> {
     const secrets = must(sc.secrets, 'secrets')
-    const desired = buildDesired(sc.swarm, { config: this.d.config, identityData: secrets.identity, podMonitorAvailable: this.d.cache.has('PodMonitor'), pskData: secrets.psk })
+    const desired = buildDesired(sc.swarm, { config: this.d.config, identityData: secrets.identity, podMonitorAvailable: this.d.cache.has('PodMonitor'), pskData: secrets.psk, checkpointStoreMissing: sc.checkpointProblem !== undefined })
     sc.desired = desired
     sc.bootstrapPeers = [...desired.bootstrapPeers]
     for (const obj of desired.objects) {
@@ -180,7 +228,7 @@ export class Reconciler {
       const ip = (p as any).status?.podIP
       return ip === undefined || (p.metadata.labels?.[LABEL_ROLE] === 'auxiliary') ? [] : [{ ip, port: s.spec.metrics.port, id: String(p.metadata.uid ?? p.metadata.name) }]
     }))
-    sc.status = deriveStatus(s, { statefulSets: sc.statefulSets, pods: sc.pods, progress: this.d.progress?.get(sc.key), bootstrapPeers: sc.bootstrapPeers, reconcileError: sc.error }, this.now())
+    sc.status = deriveStatus(s, { statefulSets: sc.statefulSets, pods: sc.pods, progress: this.d.progress?.get(sc.key), bootstrapPeers: sc.bootstrapPeers, reconcileError: sc.error, checkpointProblem: sc.checkpointProblem }, this.now())
   }
 
   private async writeStatus (sc: SwarmScope): Promise<StatusOutcome> {
@@ -220,9 +268,10 @@ export class Reconciler {
   private result (sc: SwarmScope): ReconcileResult {
     const status = must(sc.status, 'status')
     const progressing = status.conditions?.find(c => c.type === 'Progressing')?.status === 'True'
-    const ttl = ttlLeftMs(sc.swarm, status.completionTime, this.nowMs())
+    const ttl = ttlLeftMs(sc.swarm, finishedAt(status), this.nowMs())
     const after = [
       sc.statusDeferredMs ?? (progressing ? REQUEUE_WHILE_PROGRESSING_MS : undefined),
+      sc.checkpointProblem === undefined ? undefined : REQUEUE_WHILE_STORE_MISSING_MS,
       ttl === undefined ? undefined : Math.min(Math.max(ttl, 0), MAX_TTL_REQUEUE_MS)
     ].filter(ms => ms !== undefined)
     return { writes: sc.writes, status, ...(after.length === 0 ? {} : { requeueAfterMs: Math.min(...after) }) }

@@ -20,6 +20,8 @@ export interface SwarmScope {
 
   /** ensureSecrets: data of the identity Secret (a key per bootstrap agent) and of a PSK Secret to generate, if any. */
   secrets?: { identity: SecretData, psk?: SecretData }
+  /** checkpointStore: what of the checkpoint store is missing (the pods are then built without it). */
+  checkpointProblem?: import('./completion.js').StoreProblem
   /** applyDesired: every object the swarm should own. */
   desired?: Desired
   /** The swarm's own bootstrap multiaddrs: the last status's until applyDesired has built them. */

@@ -7,8 +7,9 @@ import type { AveragingSwarm, AveragingSwarmStatus, Phase } from '../../api/v1al
 import { agentSelectorString, LABEL_ROLE } from '../builders/names.js'
 import type { KubeObj } from '../objects.js'
 import { toCondition, type ConditionInput } from './conditions.js'
-import { stoppedAfterCompletion } from '../builders/statefulset.js'
-import { checkpointsFailingCondition, checkpointStatus, completeCondition, completionTimeOf } from './completion.js'
+import { stoppedAfterFinish } from '../builders/statefulset.js'
+import { checkpointsFailingCondition, checkpointStatus, completeCondition, completionTimeOf, type StoreProblem } from './completion.js'
+import { failedCondition, failureTimeOf, restartsOf } from './failure.js'
 
 export interface Progress {
   roundsCompleted: number
@@ -31,6 +32,8 @@ export interface Observed {
   bootstrapPeers: string[]
   /** A sentence describing why the last apply failed, if it did. */
   reconcileError?: string
+  /** The checkpoint store is missing (the claim, the S3 Secret or its keys). */
+  checkpointProblem?: StoreProblem
 }
 
 const STUCK_REASONS = new Set(['CrashLoopBackOff', 'ImagePullBackOff', 'ErrImagePull', 'CreateContainerConfigError', 'CreateContainerError', 'InvalidImageName', 'RunContainerError'])
@@ -119,8 +122,12 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const live = pods.filter(p => !p.terminating)
   const agents = live.filter(p => p.role === 'agent' || p.role === 'bootstrap')
   const aux = live.filter(p => p.role === 'auxiliary')
-  // Suspended, or Complete with podPolicy Delete: every agent is scaled to zero.
-  const finished = stoppedAfterCompletion(s)
+  const restarts = restartsOf(o.pods)
+  const completionTime = completionTimeOf(s, o.progress, now)
+  const failureTime = failureTimeOf(s, restarts, completionTime, now)
+  // Suspended, Failed, or Complete with podPolicy Delete: every agent is scaled to zero (from the
+  // reconcile after the one that wrote completionTime or failureTime: the objects follow status).
+  const finished = stoppedAfterFinish(s)
   const stopped = s.spec.suspend || finished
   const desired = stopped ? 0 : s.spec.replicas
   const auxDesired = stopped ? 0 : s.spec.auxiliary.replicas
@@ -150,6 +157,8 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const rounds = o.progress?.roundsCompleted ?? s.status?.roundsCompleted
   const readyCond: ConditionInput = s.spec.suspend
     ? { type: 'Ready', status: 'False', reason: 'Suspended', message: 'The swarm is suspended.' }
+    : finished && s.status?.failureTime !== undefined
+      ? { type: 'Ready', status: 'False', reason: 'Failed', message: 'The run failed (spec.backoffLimit exceeded); its agents are scaled to zero.' }
     : finished
       ? { type: 'Ready', status: 'False', reason: 'Completed', message: 'The run is complete; its agents are scaled to zero (completion.podPolicy Delete).' }
       : desired > 0 && ready === desired && auxReady === auxDesired
@@ -160,11 +169,11 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
     ? { type: 'Suspended', status: 'True', reason: 'SuspendedBySpec', message: live.length === 0 ? 'spec.suspend is true; no agent runs.' : `spec.suspend is true; ${live.length} agent(s) still stopping.` }
     : { type: 'Suspended', status: 'False', reason: 'NotSuspended', message: 'spec.suspend is false.' }
 
-  const completionTime = completionTimeOf(s, o.progress, now)
-  const extra = [completeCondition(s, completionTime, o.progress), checkpointsFailingCondition(s, o.progress)].filter(c => c !== undefined)
+  const extra = [completeCondition(s, completionTime, o.progress), failedCondition(s, failureTime, restarts), checkpointsFailingCondition(s, o.progress, o.checkpointProblem)].filter(c => c !== undefined)
 
   let phase: Phase
   if (completionTime !== undefined) phase = 'Succeeded' // final, as a Job's; Degraded still tells of a failing agent
+  else if (failureTime !== undefined) phase = 'Failed' // final too
   else if (s.spec.suspend) phase = 'Suspended'
   else if (degraded.status === 'True') phase = 'Degraded'
   else if (readyCond.status === 'True') phase = 'Ready'
@@ -192,5 +201,6 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const checkpoint = checkpointStatus(s, o.progress)
   if (checkpoint !== undefined) status.checkpoint = checkpoint
   if (completionTime !== undefined) status.completionTime = completionTime
+  if (failureTime !== undefined) status.failureTime = failureTime
   return status
 }

@@ -23,6 +23,8 @@ export interface EventInput {
 /** What the reconciler needs from the API server; tests can implement it in memory. */
 export interface ClusterApi {
   apply (obj: KubeObj): Promise<void>
+  /** Creates obj unless an object of its name exists (then false): for objects the operator makes once and never changes. */
+  create (obj: KubeObj): Promise<boolean>
   delete (ref: ObjectRef): Promise<void>
   applyStatus (swarm: AveragingSwarm, status: AveragingSwarmStatus): Promise<void>
   get (ref: ObjectRef): Promise<KubeObj | undefined>
@@ -41,6 +43,16 @@ export class KubeClusterApi implements ClusterApi {
     await this.rest.request('PATCH', resourcePath(kindOf(obj), obj.metadata.namespace, obj.metadata.name), {
       body: obj, contentType: APPLY, query: { fieldManager: this.fieldManager, force: true }
     })
+  }
+
+  async create (obj: KubeObj): Promise<boolean> {
+    try {
+      await this.rest.request('POST', resourcePath(kindOf(obj), obj.metadata.namespace), { body: obj, query: { fieldManager: this.fieldManager } })
+      return true
+    } catch (e) {
+      if (e instanceof ApiError && e.code === 409) return false
+      throw e
+    }
   }
 
   async delete (ref: ObjectRef): Promise<void> {

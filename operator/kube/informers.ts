@@ -9,7 +9,13 @@ import { LABEL_MANAGED_BY, LABEL_SWARM, MANAGED_BY, type KubeObj } from '../obje
 import type { RestClient } from './rest.js'
 import { resourcePath, type Kind } from './resources.js'
 
-export type CachedKind = 'AveragingSwarm' | 'StatefulSet' | 'Service' | 'ConfigMap' | 'Secret' | 'PodDisruptionBudget' | 'Pod' | 'PodMonitor'
+export type CachedKind = 'AveragingSwarm' | 'StatefulSet' | 'Service' | 'ConfigMap' | 'Secret' | 'PodDisruptionBudget' | 'Pod' | 'PodMonitor' | 'PersistentVolumeClaim'
+
+/**
+ * Kinds cached whole, not only the operator's own objects: swarms, and claims, because
+ * spec.checkpoint.volume.claimName names a user's claim, whose appearance must reach its swarms.
+ */
+const UNFILTERED: readonly CachedKind[] = ['AveragingSwarm', 'PersistentVolumeClaim']
 
 /** Read access to the caches: what reconcile sees of the cluster. */
 export interface ObjectCache {
@@ -41,7 +47,7 @@ export class Informers implements ObjectCache {
   }
 
   private make (kind: CachedKind): ListWatch<KubernetesObject> {
-    const selector = kind === 'AveragingSwarm' ? undefined : MANAGED_SELECTOR
+    const selector = UNFILTERED.includes(kind) ? undefined : MANAGED_SELECTOR
     const path = resourcePath(kind as Kind, this.namespace)
     const list = async () => withItemTypeMeta(await this.rest.request('GET', path, { query: { labelSelector: selector } }), kind)
     const lw = new ListWatch<KubernetesObject>(path, new Watch(this.kc), list, false, selector)
@@ -108,4 +114,22 @@ export function swarmKeyOf (kind: CachedKind, obj: KubeObj): string | undefined 
   if (kind === 'AveragingSwarm') return `${ns}/${obj.metadata.name}`
   const swarm = obj.metadata.labels?.[LABEL_SWARM]
   return swarm === undefined ? undefined : `${ns}/${swarm}`
+}
+
+/**
+ * The work-queue keys an object's change concerns: its swarm's (by label), and for a claim also
+ * every swarm in its namespace whose spec.checkpoint.volume.claimName names it (a user's claim
+ * carries no swarm label; those swarms wait for it, see CheckpointsFailing ClaimNotFound).
+ */
+export function swarmKeysOf (kind: CachedKind, obj: KubeObj, swarms: () => KubeObj[]): string[] {
+  const own = swarmKeyOf(kind, obj)
+  const keys = own === undefined ? [] : [own]
+  if (kind !== 'PersistentVolumeClaim') return keys
+  const ns = obj.metadata.namespace ?? 'default'
+  for (const s of swarms()) {
+    const claim = (s as { spec?: { checkpoint?: { volume?: { claimName?: string } } } }).spec?.checkpoint?.volume?.claimName
+    const key = `${s.metadata.namespace ?? 'default'}/${s.metadata.name}`
+    if (claim === obj.metadata.name && (s.metadata.namespace ?? 'default') === ns && !keys.includes(key)) keys.push(key)
+  }
+  return keys
 }

@@ -137,7 +137,10 @@ describe('least privilege on a real cluster', { skip, timeout: 600_000 }, () => 
       ['mint a ServiceAccount token', ['create', 'token', 'default', '-n', NS]],
       ['create a pod itself', ['run', 'sneaky', '-n', NS, '--image=busybox', '--restart=Never', '--dry-run=server']],
       ['change a swarm\'s spec', ['patch', 'avs', SWARM, '-n', NS, '--type=merge', '-p', '{"spec":{"replicas":9}}', '--dry-run=server']],
-      ['create a Secret in a namespace without swarms', ['create', 'secret', 'generic', 'x', '-n', OTHER, '--from-literal=a=b', '--dry-run=server']]
+      ['create a Secret in a namespace without swarms', ['create', 'secret', 'generic', 'x', '-n', OTHER, '--from-literal=a=b', '--dry-run=server']],
+      // Checkpoint claims are the user's result: the operator may create one from a template, never change or delete one.
+      ['delete a PersistentVolumeClaim', ['delete', 'pvc', 'results', '-n', NS, '--dry-run=server']],
+      ['list PersistentVolumeClaims in a namespace without swarms', ['get', 'pvc', '-n', OTHER]]
     ]
     const wrong: string[] = []
     for (const [what, args] of denied) {
@@ -148,11 +151,15 @@ describe('least privilege on a real cluster', { skip, timeout: 600_000 }, () => 
     // Controls: impersonation works, and what the operator needs is allowed.
     await ok('get', 'secrets', '-n', NS, AS)
     await ok('get', 'statefulsets', '-n', NS, AS)
+    await ok('get', 'pvc', '-n', NS, AS)
     await ok('get', 'avs', '-n', NS, AS)
     // ttlSecondsAfterFinished: a finished swarm is deleted by the operator, as a Job's TTL does.
     await ok('delete', 'avs', SWARM, '-n', NS, '--dry-run=server', AS)
     await ok('get', 'lease', 'averaging-swarm-operator', '-n', OP_NS, AS)
     assert.match((await kubectl('auth', 'can-i', 'get', 'secrets', '-n', OTHER, AS)).stdout, /^no/)
+    // A checkpoint claim: created from a template, never changed (kubectl patch would GET first and say NotFound).
+    assert.match((await kubectl('auth', 'can-i', 'create', 'persistentvolumeclaims', '-n', NS, AS)).stdout, /^yes/)
+    for (const verb of ['patch', 'update', 'delete']) assert.match((await kubectl('auth', 'can-i', verb, 'persistentvolumeclaims', '-n', NS, AS)).stdout, /^no/, verb)
   })
 
   test('agent pods are admitted under Pod Security restricted and run with its fields', async () => {

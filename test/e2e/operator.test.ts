@@ -15,6 +15,7 @@ import { MALFORMED, malformedSwarm } from '../operator/malformed/cases.js'
 import { OUTSIDE, randomAveraging, reseed, swarmObject } from '../operator/api/averaging-samples.js'
 import { AVERAGING_KEYS } from '../../api/averaging-parameters.js'
 import { validateSwarm } from '../../api/v1alpha1/validate.js'
+import { withDefaults } from '../../api/v1alpha1/defaults.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
 import { peerIdOf } from '../../operator/builders/identity.js'
 import { operatorKubeconfig } from './operator-identity.js'
@@ -136,7 +137,13 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     const body = { apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: 'defaults', namespace: NS }, spec: { checkpoint: { volume: { claimName: 'c' } }, completion: { rounds: 1000000000000 } } }
     const created = await rest.request('POST', resourcePath('AveragingSwarm', NS), { body, query: { dryRun: 'All' } })
     assert.deepEqual(created.spec.checkpoint, { every: 100, keep: 3, volume: { claimName: 'c' } })
-    assert.deepEqual(created.spec.completion, { rounds: 1000000000000, podPolicy: 'Delete' })
+    assert.deepEqual(created.spec.completion, { rounds: 1000000000000, onTrainerExit: false, podPolicy: 'Delete' })
+    // The nested defaults of the other stores, too.
+    for (const checkpoint of [{ volume: { claimTemplate: { size: '1Gi' } } }, { s3: { bucket: 'models', secretRef: { name: 'creds' } } }]) {
+      const spec = { checkpoint, restoreFrom: { swarm: 'old' } }
+      const made = await rest.request('POST', resourcePath('AveragingSwarm', NS), { body: { ...body, spec }, query: { dryRun: 'All' } })
+      assert.deepEqual(made.spec.checkpoint, withDefaults(spec).checkpoint)
+    }
   })
 
   test('examples/demo.yaml becomes owned objects, 8 scheduled agent pods passing Pod Security restricted, and a derived status', async () => {

@@ -40,6 +40,7 @@ test('the CRD has status and scale subresources, short name avs and the printer 
   assert.deepEqual(cols, ['Desired', 'Ready', 'Rounds', 'Checkpoint', 'Phase', 'Age'])
   const wide = v.additionalPrinterColumns.find((c: { name: string }) => c.name === 'Completed')
   assert.deepEqual(wide, { name: 'Completed', type: 'date', jsonPath: '.status.completionTime', description: 'When the swarm became Complete.', priority: 1 })
+  assert.deepEqual(v.additionalPrinterColumns.find((c: { name: string }) => c.name === 'Failed'), { name: 'Failed', type: 'date', jsonPath: '.status.failureTime', description: 'When the swarm became Failed (spec.backoffLimit exceeded).', priority: 1 })
   assert.equal(crd.metadata.name, 'averagingswarms.averaging.swarm.io')
 })
 

@@ -26,8 +26,16 @@ const fullSpec: Complete<AveragingSwarmSpec> = {
   metrics: { port: 9400, podMonitor: true },
   logLevel: 'info',
   suspend: false,
-  checkpoint: { every: 100, keep: 3, volume: { claimName: 'c' } },
-  completion: { rounds: 1000, duration: '24h', podPolicy: 'Delete' },
+  // A whole type, not an admissible spec: the CEL rules allow one of volume/s3 and of claimName/claimTemplate.
+  checkpoint: {
+    every: 100,
+    keep: 3,
+    volume: { claimName: 'c', claimTemplate: { size: '10Gi', storageClassName: 'fast', accessModes: ['ReadWriteMany'] } },
+    s3: { bucket: 'b', endpoint: 'http://minio:9000', region: 'us-east-1', prefix: 'p', forcePathStyle: true, secretRef: { name: 's', accessKeyIdKey: 'a', secretAccessKeyKey: 'b', sessionTokenKey: 't' } }
+  },
+  restoreFrom: { swarm: 'old', round: 100 },
+  completion: { rounds: 1000, duration: '24h', onTrainerExit: false, podPolicy: 'Delete' },
+  backoffLimit: 6,
   ttlSecondsAfterFinished: 3600
 }
 
@@ -36,7 +44,7 @@ const fullStatus: Complete<AveragingSwarmStatus> = {
   selector: 's', bootstrapPeers: [],
   conditions: [{ type: 'Ready', status: 'True', reason: 'r', message: 'm', lastTransitionTime: 't', observedGeneration: 1 }],
   roundsCompleted: 1, lastRoundTime: 't', meanGroupSize: 4,
-  checkpoint: { round: 100, time: 't', location: 'pvc/c/demo/round-100.json' }, completionTime: 't'
+  checkpoint: { round: 100, time: 't', location: 'pvc/c/demo/round-100.json' }, completionTime: 't', failureTime: 't'
 }
 
 /** Keys of the schema's object nodes that the operator types (opaque Kubernetes types excluded). */

@@ -31,7 +31,7 @@ const progress = (completed: number, of: number, extra: Partial<Progress> = {}):
 
 test('not every Ready agent completed: Complete=False with the count, phase Ready, no completionTime', () => {
   const st = deriveStatus(job(), observed(agents(8), progress(7, 8)), NOW)
-  assert.deepEqual(cond(st, 'Complete'), { type: 'Complete', status: 'False', reason: 'Running', message: '7 of 8 Ready agents completed 500 averaging rounds.', lastTransitionTime: NOW, observedGeneration: 1 })
+  assert.deepEqual(cond(st, 'Complete'), { type: 'Complete', status: 'False', reason: 'Running', message: '7 of 8 Ready agents completed their run (at 500 averaging rounds).', lastTransitionTime: NOW, observedGeneration: 1 })
   assert.equal(st.phase, 'Ready')
   assert.equal(st.completionTime, undefined)
   assert.equal(cond(deriveStatus(job(), observed(agents(8)), NOW), 'Complete').message, 'Runs until 500 averaging rounds.')
@@ -112,4 +112,34 @@ test('CheckpointsFailing: True with a CheckpointFailed event when writes fail, k
   assert.deepEqual(statusEvents(job(), failing, failing), [], 'one event per episode')
   assert.equal(cond(deriveStatus({ ...job(), status: failing }, observed(agents(8)), LATER), 'CheckpointsFailing').status, 'True', 'no scrape yet: kept')
   assert.equal(cond(deriveStatus({ ...job(), status: failing }, observed(agents(8), progress(0, 8, { checkpointFailing: false })), LATER), 'CheckpointsFailing').status, 'False')
+})
+
+test('Complete says which criterion ended the run: rounds, duration or the trainers\' exit; Running lists the criteria set', () => {
+  const sidecar = { type: 'sidecar' as const, trainer: { image: 't' } }
+  const created = { metadata: { name: 'job', namespace: 'ml', uid: 'u', generation: 1, creationTimestamp: '2026-11-22T02:00:00Z' } }
+  const byDuration = { ...job({ completion: { rounds: 500, duration: '1h' } }), ...created }
+  const st = deriveStatus(byDuration, observed(agents(2), { ...progress(2, 2), roundsCompleted: 120 }), NOW)
+  assert.equal(cond(st, 'Complete').reason, 'DurationReached')
+  assert.match(cond(st, 'Complete').message, /^Every Ready agent ran for its duration 1h with the final checkpoint durable/)
+  const byTrainer = deriveStatus(job({ workload: sidecar, completion: { onTrainerExit: true } }), observed(agents(2), { ...progress(2, 2), roundsCompleted: 17 }), NOW)
+  assert.equal(cond(byTrainer, 'Complete').reason, 'TrainerFinished')
+  assert.match(cond(byTrainer, 'Complete').message, /^Every Ready agent finished with its trainer/)
+  const running = deriveStatus(job({ workload: sidecar, completion: { rounds: 500, duration: '2h', onTrainerExit: true } }), observed(agents(2)), NOW)
+  assert.equal(cond(running, 'Complete').message, 'Runs until 500 averaging rounds, 2h after creation or its trainer\'s exit, whichever comes first.')
+  assert.equal(cond(deriveStatus(job({ workload: sidecar, completion: { onTrainerExit: true } }), observed(agents(2)), NOW), 'Complete').message, 'Runs until its trainer\'s exit.')
+})
+
+test('CheckpointsFailing for a missing store: True with its reason and sentence, an event of that reason, False once it exists; an S3 write failure names the bucket', () => {
+  const problem = { reason: 'ClaimNotFound' as const, message: 'PersistentVolumeClaim ckpt (spec.checkpoint.volume.claimName) does not exist in namespace ml; the agents average without checkpoints until it does.' }
+  const missing = deriveStatus(job(), { ...observed(agents(8)), checkpointProblem: problem }, NOW)
+  assert.deepEqual([cond(missing, 'CheckpointsFailing').status, cond(missing, 'CheckpointsFailing').reason, cond(missing, 'CheckpointsFailing').message], ['True', 'ClaimNotFound', problem.message])
+  assert.equal(missing.phase, 'Ready', 'averaging goes on')
+  assert.deepEqual(statusEvents(job(), undefined, missing).filter(e => e.type === 'Warning').map(e => `${e.reason}: ${e.message}`), [`ClaimNotFound: ${problem.message}`])
+  const found = deriveStatus({ ...job(), status: missing }, observed(agents(8)), LATER)
+  assert.equal(cond(found, 'CheckpointsFailing').status, 'False', 'a missing claim is not kept over an operator restart like a write failure')
+  const s3 = job({ checkpoint: { s3: { bucket: 'models', secretRef: { name: 'creds' } } } })
+  const failing = deriveStatus(s3, observed(agents(8), progress(0, 8, { checkpointFailing: true })), NOW)
+  assert.match(cond(failing, 'CheckpointsFailing').message, /Check that bucket models exists and that the credentials in Secret creds may write to it\.$/)
+  const written = deriveStatus(s3, observed(agents(8), progress(0, 8, { checkpoint: { round: 40, time: NOW } })), NOW)
+  assert.equal(written.checkpoint?.location, 's3://models/job/round-40.json')
 })

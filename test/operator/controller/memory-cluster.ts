@@ -13,9 +13,9 @@ import { LABEL_SWARM } from '../../../operator/objects.js'
 import type { ClusterApi, EventInput, ObjectRef } from '../../../operator/kube/api.js'
 import type { CachedKind, ObjectCache } from '../../../operator/kube/informers.js'
 
-type Verb = 'apply' | 'delete' | 'applyStatus' | 'get' | 'event'
+type Verb = 'apply' | 'create' | 'delete' | 'applyStatus' | 'get' | 'event'
 
-const CACHED: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod']
+const CACHED: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', 'PersistentVolumeClaim']
 
 const clone = <T>(o: T): T => structuredClone(o)
 const keyOf = (kind: string, ns: string | undefined, name: string) => `${kind}/${ns ?? 'default'}/${name}`
@@ -32,6 +32,7 @@ export class MemoryCluster implements ObjectCache {
   /** The ClusterApi seam (its get() reads the server, where the class's get() reads the cache). */
   readonly api: ClusterApi = {
     apply: async obj => await this.apply(obj),
+    create: async obj => await this.create(obj),
     delete: async ref => await this.delete(ref),
     applyStatus: async (s, st) => await this.applyStatus(s, st),
     get: async ref => await this.serverGet(ref),
@@ -134,6 +135,17 @@ export class MemoryCluster implements ObjectCache {
     next.metadata.generation = prev === undefined ? 1 : prev.metadata.generation + (stableJson(prev.spec ?? null) === stableJson(next.spec ?? null) ? 0 : 1)
     if (prev?.status !== undefined) next.status = prev.status
     this.objects.set(k, next)
+  }
+
+  /** POST: an existing object of the name is left as it is (409 AlreadyExists, which KubeClusterApi reports as false). */
+  private async create (obj: KubeObj): Promise<boolean> {
+    this.record('create', `${obj.kind}/${obj.metadata.name}`)
+    const k = keyOf(obj.kind, obj.metadata.namespace, obj.metadata.name)
+    if (this.objects.has(k)) return false
+    const next = clone(obj)
+    next.metadata.uid = this.newUid()
+    this.objects.set(k, next)
+    return true
   }
 
   private async delete (ref: ObjectRef): Promise<void> {

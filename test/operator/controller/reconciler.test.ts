@@ -208,6 +208,7 @@ function finishingSwarm (completion: { rounds: number, podPolicy?: 'Delete' | 'K
   ].join('\n') + '\n'
   const progress = new ProgressTracker(() => {}, fetcher, { intervalMs: 60_000, sampleSize: 32, timeoutMs: 1000 })
   const env = setup({ replicas: 4, bootstrap: { replicas: 1 }, auxiliary: { replicas: 1 }, checkpoint: { volume: { claimName: 'ckpt' } }, completion, ttlSecondsAfterFinished }, { progress })
+  env.cluster.put({ apiVersion: 'v1', kind: 'PersistentVolumeClaim', metadata: { name: 'ckpt', namespace: 'ml' } })
   return { ...env, progress, finish () { agentsDone = true } }
 }
 
@@ -223,7 +224,7 @@ test('completion: Complete once every Ready agent reports it, then the agents sc
   later()
   const running = await r.reconcile(KEY)
   assert.equal(running.status?.phase, 'Ready')
-  assert.equal(cond(running.status, 'Complete')?.message, '0 of 4 Ready agents completed 100 averaging rounds.')
+  assert.equal(cond(running.status, 'Complete')?.message, '0 of 4 Ready agents completed their run (at 100 averaging rounds).')
   assert.deepEqual(running.status?.checkpoint, { round: 100, time: '2026-11-18T11:06:40Z', location: 'pvc/ckpt/demo/round-100.json' })
 
   finish()

@@ -14,6 +14,7 @@ import { parse } from 'yaml'
 import { validateSwarm } from '../api/v1alpha1/validate.js'
 import { withDefaults, type AveragingSwarm, type AveragingSwarmSpec } from '../api/v1alpha1/index.js'
 import { buildDesired } from '../operator/builders/desired.js'
+import { checkpointLocation } from '../operator/builders/checkpoint-store.js'
 import { ensureIdentityKeys } from '../operator/builders/identity.js'
 import { DEFAULT_BUILDER_CONFIG } from '../operator/builders/config.js'
 import { loadTensorBackend } from '../agent/tensors/backend.js'
@@ -255,6 +256,11 @@ async function watchSwarm (plan: SwarmPlan, run: RunningSwarm, duration: number)
       ? `${head}  ${f(s.meanTrainerLoss, 4).padStart(12)}  ${`${run.trainerChildren.length - run.trainerExits.length}/${trainers.length}`.padStart(8)}  ${f(s.meanDivergence, 4).padStart(10)}`
       : `${head}  ${f(s.meanLoss).padStart(10)}  ${f(s.meanHeldOutLoss).padStart(8)}  ${f(s.meanDivergence, 4).padStart(10)}`)
   }
+  if (complete() && sidecar && !trainersDone()) {
+    // A complete run's trainers are on their way out (finish() answered): let them end by themselves.
+    const until = Date.now() + 15_000
+    while (!trainersDone() && Date.now() < until) await new Promise<void>(r => { const timer = setTimeout(r, 250); run.wake = () => { clearTimeout(timer); r() } })
+  }
   if (trainersDone() && run.finishing.length > 0) {
     // Their agents answer once the final checkpoint is durable: the last sample shows them complete.
     await Promise.all(run.finishing)
@@ -294,7 +300,11 @@ function summarize (plan: SwarmPlan, run: RunningSwarm, w: Watched): Record<stri
         })
   }
   const checkpointed = [...w.samples].reverse().find(s => Number.isFinite(s.checkpointRound))
-  if (checkpointed !== undefined) summary['newest checkpoint'] = `round ${checkpointed.checkpointRound} in ${join(run.checkpointDir ?? '', plan.swarm.metadata.name)} (load it: safetensors.torch.load_file on its round-*.safetensors, README "Checkpoints")`
+  if (checkpointed !== undefined) {
+    const where = checkpointLocation(plan.swarm, checkpointed.checkpointRound) ?? ''
+    // A claim is a folder here (--checkpoints); a bucket is the bucket.
+    summary['newest checkpoint'] = `round ${checkpointed.checkpointRound}: ${where.startsWith('s3://') ? where : join(run.checkpointDir ?? '', plan.swarm.metadata.name, `round-${checkpointed.checkpointRound}.json`)} (load it: safetensors.torch.load_file on the round-*.safetensors it names, README "Checkpoints")`
+  }
   for (const e of run.trainerExits) {
     summary[`trainer ${e.pod}`] = e.code === 0 ? (e.lastOut !== '' ? e.lastOut : 'finished') : `failed (${e.signal ?? `exit code ${e.code}`}): ${e.lastErr !== '' ? e.lastErr : '(no stderr)'}`
   }

@@ -76,7 +76,9 @@ function resolve (e: EnvVar, pod: { name: string, namespace: string, ip: string 
     const fields: Record<string, string> = { 'metadata.name': pod.name, 'metadata.namespace': pod.namespace, 'status.podIP': pod.ip }
     return fields[from.fieldRef.fieldPath]
   }
-  if (from?.secretKeyRef != null) return secrets.get(from.secretKeyRef.name)?.[from.secretKeyRef.key]
+  // A Secret the swarm names but does not own (spec.checkpoint.s3.secretRef) is not here: the
+  // variable comes from this shell's environment instead (AWS_ACCESS_KEY_ID=... npm start -- ...).
+  if (from?.secretKeyRef != null) return secrets.get(from.secretKeyRef.name)?.[from.secretKeyRef.key] ?? process.env[e.name]
   if (from?.configMapKeyRef != null) return configMaps.get(from.configMapKeyRef.name)?.[from.configMapKeyRef.key]
   return undefined
 }

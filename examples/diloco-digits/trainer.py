@@ -163,6 +163,9 @@ def main() -> None:
     acc = accuracy(model, xt, yt)
     print(f"final held-out accuracy {acc:.4f} (shard {shard}, {args.steps} inner steps, {opt.outer_step_count} outer steps, "
           f"{averaged} averaged, {time.time() - started:.0f} s)", flush=True)
+    # With spec.completion.onTrainerExit the agent's run ends here, once its last averaged round is checkpointed.
+    done = opt.finish()
+    print(f"agent: complete {done['complete']}, final checkpoint round {done.get('checkpointRound', '-')}", flush=True)
     opt.close()
 
 

@@ -81,6 +81,11 @@ describe('checkpoint stores and phase Failed on a real cluster', { skip, timeout
     await cluster?.stop()
   })
 
+  test('examples/finishing.yaml (claimTemplate, restoreFrom, onTrainerExit, backoffLimit) passes the API server, CEL rules included', async () => {
+    const out = await kubectl('apply', '--dry-run=server', '-n', NS, '-f', 'examples/finishing.yaml')
+    assert.match(out, /averagingswarm.averaging.swarm.io\/finetune created \(server dry run\)/)
+  })
+
   test('a trainer that exits 1 at once, backoffLimit 2: Failed=True BackoffLimitExceeded naming it, phase Failed, kubectl wait returns, StatefulSets at 0', async (t) => {
     const out = await kubectl('wait', '-n', NS, '--for=condition=Failed', 'avs/crash', '--timeout=90s')
     assert.match(out, /averagingswarm.averaging.swarm.io\/crash condition met/)

@@ -62,7 +62,7 @@ export const completion = obj('When the run ends: after rounds rounds, once dura
   podPolicy: str('What happens to the agents once the swarm is Complete: Delete scales them to zero (the swarm and its status stay), Keep leaves them running, idle.', { enum: POD_POLICIES, default: DEFAULT_POD_POLICY })
 })
 
-export const backoffLimit = int(`Restarts of the swarm's agent and trainer containers, summed over its pods, beyond which the swarm is Failed (condition Failed=True, phase Failed, for good) and every agent is scaled to zero, as a Job's backoffLimit; ${BACKOFF_LIMIT.min} to ${BACKOFF_LIMIT.max}. Absent: restarts never fail the swarm.`, { minimum: BACKOFF_LIMIT.min, maximum: BACKOFF_LIMIT.max })
+export const backoffLimit = int(`Restarts of the swarm's agent and trainer containers, summed over its pods (a container whose last exit was 0, such as a trainer that finished, not counted), beyond which the swarm is Failed (condition Failed=True, phase Failed, for good) and every agent is scaled to zero, as a Job's backoffLimit; ${BACKOFF_LIMIT.min} to ${BACKOFF_LIMIT.max}. Absent: restarts never fail the swarm.`, { minimum: BACKOFF_LIMIT.min, maximum: BACKOFF_LIMIT.max })
 
 export const ttlSecondsAfterFinished = int('Seconds after completionTime (or failureTime) at which the operator deletes this AveragingSwarm, and with it everything it owns, as a Job\'s TTL does; the checkpoints (claim or bucket) are the user\'s and are never touched. Needs completion or backoffLimit.', { minimum: 0, maximum: 2147483647 })
 

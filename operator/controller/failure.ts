@@ -18,19 +18,22 @@ export interface Restarts {
   worst?: { pod: string, container: string, restarts: number, line?: string }
 }
 
-/** Restarts of the agent and trainer containers of these pods (the user's extra containers do not count). */
+/**
+ * Restarts of the agent and trainer containers of these pods (the user's extra containers do not
+ * count). A container whose last exit was 0 is not counted: a trainer that finished its work
+ * (completion.onTrainerExit) is restarted by the pod's restartPolicy Always, which is no failure.
+ */
 export function restartsOf (pods: KubeObj[]): Restarts {
   let total = 0
   let worst: Restarts['worst']
   for (const p of pods as any[]) {
     for (const cs of p.status?.containerStatuses ?? []) {
       if (cs.name !== AGENT_CONTAINER && cs.name !== TRAINER_CONTAINER) continue
+      const t = cs.lastState?.terminated ?? cs.state?.terminated
+      if (t?.exitCode === 0) continue
       const n = Number(cs.restartCount ?? 0)
       total += n
-      if (n > 0 && (worst === undefined || n > worst.restarts)) {
-        const t = cs.lastState?.terminated ?? cs.state?.terminated
-        worst = { pod: p.metadata.name, container: cs.name, restarts: n, line: exitLine(t?.message) }
-      }
+      if (n > 0 && (worst === undefined || n > worst.restarts)) worst = { pod: p.metadata.name, container: cs.name, restarts: n, line: exitLine(t?.message) }
     }
   }
   return { total, ...(worst === undefined ? {} : { worst }) }

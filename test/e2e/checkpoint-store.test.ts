@@ -9,13 +9,14 @@
  *             restarts (restartCount) make it Failed, kubectl wait --for=condition=Failed returns,
  *             its StatefulSets are at 0.
  *  - noclaim: a swarm naming a claim that does not exist still runs and averages, with
- *             CheckpointsFailing=True ClaimNotFound and an Event.
+ *             CheckpointsFailing=True ClaimNotFound and an Event; once the claim exists the
+ *             agents roll onto it.
  */
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
-import { controlPlaneBuilt, hostPathVolumeFor, startCluster, waitFor, type Cluster } from '../harness/index.js'
+import { controlPlaneBuilt, hostPathClaim, hostPathVolumeFor, startCluster, waitFor, type Cluster } from '../harness/index.js'
 import { RestClient } from '../../operator/kube/rest.js'
 import { resourcePath } from '../../operator/kube/resources.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
@@ -81,6 +82,11 @@ describe('checkpoint stores and phase Failed on a real cluster', { skip, timeout
     await cluster?.stop()
   })
 
+  test('examples/finishing.yaml (claimTemplate, restoreFrom, onTrainerExit, backoffLimit) passes the API server, CEL rules included', async () => {
+    const out = await kubectl('apply', '--dry-run=server', '-n', NS, '-f', 'examples/finishing.yaml')
+    assert.match(out, /averagingswarm.averaging.swarm.io\/finetune created \(server dry run\)/)
+  })
+
   test('a trainer that exits 1 at once, backoffLimit 2: Failed=True BackoffLimitExceeded naming it, phase Failed, kubectl wait returns, StatefulSets at 0', async (t) => {
     const out = await kubectl('wait', '-n', NS, '--for=condition=Failed', 'avs/crash', '--timeout=90s')
     assert.match(out, /averagingswarm.averaging.swarm.io\/crash condition met/)
@@ -108,7 +114,7 @@ describe('checkpoint stores and phase Failed on a real cluster', { skip, timeout
     assert.match(events, /BackoffLimitExceeded/)
   })
 
-  test('a claim named but missing: the agents run and average without checkpoints, CheckpointsFailing=True ClaimNotFound, an Event', async (t) => {
+  test('a claim named but missing: the agents run and average without checkpoints, CheckpointsFailing=True ClaimNotFound, an Event; once it exists they roll onto it', async (t) => {
     const st = await waitFor('noclaim averaging with ClaimNotFound', async () => {
       const x = await status('noclaim')
       return (x?.roundsCompleted ?? 0) > 0 && x.readyReplicas === 2 && cond(x, 'CheckpointsFailing')?.reason === 'ClaimNotFound' ? x : undefined
@@ -121,6 +127,14 @@ describe('checkpoint stores and phase Failed on a real cluster', { skip, timeout
     assert.ok(pods.every(p => !p.spec.volumes.some((v: any) => v.name === 'avs-checkpoints')), 'no checkpoint volume')
     const events = await kubectl('get', 'events', '-n', NS, '--field-selector', 'involvedObject.kind=AveragingSwarm,involvedObject.name=noclaim', '-o', 'jsonpath={range .items[*]}{.type}/{.reason}: {.message}{"\\n"}{end}')
     assert.match(events, /Warning\/ClaimNotFound: PersistentVolumeClaim missing-claim/)
+    // The claim appears: its watch event reconciles the swarm, whose pods roll onto it.
+    await hostPathClaim(cluster, { namespace: NS, claim: 'missing-claim', pv: 'late-pv', path: join(cluster.dir, 'volumes', 'late-pv') })
+    await waitFor('CheckpointsFailing False and both agents on the claim', async () => {
+      const pods = (await list('Pod', 'noclaim')).filter(p => p.metadata.deletionTimestamp === undefined)
+      return cond(await status('noclaim'), 'CheckpointsFailing')?.status === 'False' && pods.length === 2 &&
+        pods.every(p => p.spec.volumes.some((v: any) => v.persistentVolumeClaim?.claimName === 'missing-claim'))
+    }, 90_000, 500)
+    t.diagnostic(`rolled onto the claim ${((Date.now() - started) / 1000).toFixed(0)} s after creation`)
     await rest.request('DELETE', resourcePath('AveragingSwarm', NS, 'noclaim'))
   })
 

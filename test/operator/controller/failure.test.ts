@@ -40,6 +40,10 @@ test('restarts: agent and trainer containers summed over the pods; the user\'s e
   ])
   assert.deepEqual(r, { total: 6, worst: { pod: 'job-agent-0', container: 'trainer', restarts: 3, line: 'RuntimeError: no data in /data' } })
   assert.deepEqual(restartsOf([pod('a', [['agent', 0]])]), { total: 0 })
+  // A trainer that finished (exit 0) and was restarted by restartPolicy Always has not failed.
+  const finished = pod('job-agent-1', [['trainer', 4]]) as any
+  finished.status.containerStatuses[0].lastState.terminated.exitCode = 0
+  assert.deepEqual(restartsOf([finished, pod('job-agent-0', [['agent', 1]])]), { total: 1, worst: { pod: 'job-agent-0', container: 'agent', restarts: 1, line: undefined } })
 })
 
 test('at the limit: Failed=False with the count; beyond it: Failed=True BackoffLimitExceeded naming the container, phase Failed, failureTime, an event', () => {

@@ -135,6 +135,11 @@ def main() -> None:
     opt = DiLoCoOptimizer(model.named_parameters(), inner, local_steps=args.local_steps, outer_lr=args.outer_lr,
                           outer_momentum=args.outer_momentum, timeout=args.timeout)
     print(f"state from the agent: {opt.origin}", flush=True)
+    if opt.complete:
+        # A cluster restarts a container that exited 0: this trainer already finished the run.
+        print("the run is complete already (this trainer finished before); nothing to do", flush=True)
+        opt.close()
+        return
     loss_fn = torch.nn.CrossEntropyLoss()
     averaged = 0
     last_averaged = None

@@ -151,7 +151,8 @@ export class SidecarApi {
       }
       this.region = region
       this.ctx.log.info({ tensors: describeSchema(schema), region: regionName }, 'sidecar trainer registered its tensors')
-      sendJson(res, 201, { created: true, tensors: schema, region: this.describeRegion() })
+      // `complete`: the run already ended (a trainer restarted after it finished): nothing is left to train for.
+      sendJson(res, 201, { created: true, tensors: schema, region: this.describeRegion(), complete: this.completion.done })
       return
     }
     if (!sameSchema(this.schema, schema)) {
@@ -164,7 +165,7 @@ export class SidecarApi {
       this.region?.close()
       this.region = region
     })
-    sendJson(res, 200, { created: false, tensors: this.schema, region: this.describeRegion() })
+    sendJson(res, 200, { created: false, tensors: this.schema, region: this.describeRegion(), complete: this.completion.done })
   }
 
   private describeRegion (): { name: string, bytes: number, offsets: unknown } | null {

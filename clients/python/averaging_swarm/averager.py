@@ -166,6 +166,12 @@ class DecentralizedAverager:
         else:
             self.client.request("POST", "/v1/state", frame=encode_frame({}, self._payload()))
 
+    @property
+    def complete(self) -> bool:
+        """Whether the swarm's run has ended for this agent (completion reached, or ``finish()`` taken). A trainer
+        that a cluster restarts after it finished sees True at once and should exit 0 rather than train again."""
+        return bool(self.client.status().get("complete", False))
+
     def finish(self) -> Dict[str, Any]:
         """Tells the agent this trainer is done (``POST /v1/finish``). With ``spec.completion.onTrainerExit`` the
         agent's run ends at its newest averaged round and this returns once the final checkpoint is durable."""

@@ -129,6 +129,11 @@ class ParameterAverager:
             self._host.copy(p.data, r, s)
         _sync(self.params)
 
+    @property
+    def complete(self) -> bool:
+        """See :attr:`DecentralizedAverager.complete`."""
+        return self.averager.complete
+
     def finish(self) -> Dict[str, Any]:
         """This trainer is done: see :meth:`DecentralizedAverager.finish`."""
         return self.averager.finish()
@@ -273,6 +278,11 @@ class DiLoCoOptimizer:
                 theta[...] = state["outer"][n].detach().cpu().float().numpy()
                 m[...] = state["momentum"][n].detach().cpu().float().numpy()
         self.averager.publish_state()
+
+    @property
+    def complete(self) -> bool:
+        """See :attr:`DecentralizedAverager.complete`: check it at start, a restarted trainer of a finished run exits."""
+        return self.averager.complete
 
     def finish(self) -> Dict[str, Any]:
         """This trainer is done: see :meth:`DecentralizedAverager.finish`. Call it after the last outer step."""

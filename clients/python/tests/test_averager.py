@@ -186,8 +186,13 @@ def test_finish_ends_the_run_when_the_swarm_ends_on_trainer_exit_and_is_harmless
     assert averagers[0].step(timeout=5).complete
     for avg in averagers:
         avg.close()
+    # A trainer restarted after it finished (a cluster restarts a container that exited 0) sees it at once.
+    with make(swarm[0].url, shm_dir=swarm[0].shm_dir) as again:
+        assert again.complete
+        assert again.registration["complete"] is True
     plain = start_swarm(1)
     with make(plain[0].url, shm_dir=plain[0].shm_dir) as lone:
+        assert not lone.complete
         answer = lone.finish()
         assert answer["complete"] is False
         assert "onTrainerExit" in answer["message"]

@@ -3,7 +3,7 @@ import { decodeSwarmKey } from './net/pnet/swarm-key.js'
 import { readFileSync } from 'node:fs'
 import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
 import { AVERAGING_KEYS, AVERAGING_PARAMETERS, type AveragingKey } from '../api/averaging-parameters.js'
-import { CHECKPOINT_PARAMETERS } from '../api/checkpoint-parameters.js'
+import { CHECKPOINT_INTERVAL, CHECKPOINT_PARAMETERS } from '../api/checkpoint-parameters.js'
 import type { CheckpointStoreConfig } from './checkpoint/store.js'
 import { checkSwarmName } from './checkpoint/manifest.js'
 import { checkValue, formatRange, fromEnv, parseDuration, toAgent } from '../api/parameter-bounds.js'
@@ -51,6 +51,8 @@ export interface CheckpointPolicy {
   readonly restoreFrom?: { readonly swarm: string, readonly round?: number }
   /** Rounds between checkpoints. */
   readonly every: number
+  /** AVS_CHECKPOINT_INTERVAL in ms: a round is also written once this long has passed since the newest checkpoint. */
+  readonly intervalMs?: number
   /** Newest complete checkpoints kept. */
   readonly keep: number
 }
@@ -161,6 +163,11 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
   } else if (checkpointDir !== undefined) {
     store = { kind: 'folder', dir: checkpointDir }
   }
+  const intervalMs = parse<number | undefined>('checkpointInterval', (s) => {
+    const why = checkValue(CHECKPOINT_INTERVAL, s)
+    if (why !== undefined) throw new Error(`"${s}" is not ${formatRange(CHECKPOINT_INTERVAL)} (spec.checkpoint.interval)`)
+    return parseDuration(s) * 1000
+  }, undefined)
   const restoreSwarm = raw('restoreFromSwarm')
   const restoreRound = parse<number | undefined>('restoreFromRound', integer(CHECKPOINT_PARAMETERS.restoreFromRound.bound.min, CHECKPOINT_PARAMETERS.restoreFromRound.bound.max), undefined)
   if (restoreSwarm !== undefined && store === undefined) problems.push(`${AGENT_ENV.restoreFromSwarm.name} needs a checkpoint store (${AGENT_ENV.checkpointDir.name} or ${AGENT_ENV.checkpointS3Bucket.name}): the checkpoint is read from there`)
@@ -172,6 +179,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
         store,
         every: parse('checkpointEvery', integer(CHECKPOINT_PARAMETERS.every.bound.min, CHECKPOINT_EVERY_MAX), CHECKPOINT_PARAMETERS.every.default),
         keep: parse('checkpointKeep', integer(CHECKPOINT_PARAMETERS.keep.bound.min, CHECKPOINT_KEEP_MAX), CHECKPOINT_PARAMETERS.keep.default),
+        ...(intervalMs === undefined ? {} : { intervalMs }),
         ...(restoreSwarm === undefined ? {} : { restoreFrom: { swarm: restoreSwarm, ...(restoreRound === undefined ? {} : { round: restoreRound }) } })
       }
   const completionDeadline = parse<number | undefined>('completionDeadline', (s) => {

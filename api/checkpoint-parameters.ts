@@ -23,6 +23,9 @@ export const CHECKPOINT_PARAMETERS = {
   restoreFromRound: { env: AGENT_ENV.restoreFromRound.name, bound: { kind: 'int', min: 1, max: 1_000_000_000_000 } }
 } as const satisfies Record<string, CheckpointParameter>
 
+/** spec.checkpoint.interval: a Go duration from 10 seconds to a year, time between checkpoints beside `every` rounds. */
+export const CHECKPOINT_INTERVAL: Bound & { kind: 'duration' } = { kind: 'duration', min: '10s', max: '8760h' }
+
 /** spec.completion.duration: a Go duration from a minute to a year, counted from the swarm's creation. */
 export const COMPLETION_DURATION: Bound & { kind: 'duration' } = { kind: 'duration', min: '1m', max: '8760h' }
 
@@ -100,6 +103,16 @@ export const CHECKPOINT_RULES: readonly SpecRule[] = [
     message: 'checkpoint.volume needs exactly one of claimName (an existing claim) or claimTemplate (a claim the operator creates)',
     cel: '!has(self.checkpoint) || !has(self.checkpoint.volume) || has(self.checkpoint.volume.claimName) != has(self.checkpoint.volume.claimTemplate)',
     holds: s => exactlyOne(section(section(s, 'checkpoint'), 'volume'), 'claimName', 'claimTemplate')
+  },
+  {
+    field: 'checkpoint.interval',
+    message: `checkpoint.interval must be ${formatRange(CHECKPOINT_INTERVAL)}`,
+    // OpenAPI cannot compare durations; a value the pattern already rejects is left to it.
+    cel: `!has(self.checkpoint) || !has(self.checkpoint.interval) || !self.checkpoint.interval.matches('${DURATION_PATTERN}') || (duration(self.checkpoint.interval) >= duration('${CHECKPOINT_INTERVAL.min}') && duration(self.checkpoint.interval) <= duration('${CHECKPOINT_INTERVAL.max}'))`,
+    holds: s => {
+      const d = section(s, 'checkpoint')?.interval
+      return typeof d !== 'string' || !new RegExp(DURATION_PATTERN).test(d) || checkValue(CHECKPOINT_INTERVAL, d) === undefined
+    }
   },
   {
     field: 'restoreFrom',

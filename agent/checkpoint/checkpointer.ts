@@ -65,8 +65,9 @@ const leads = (r: CompletedRound): boolean => r.self === [...r.peers].sort()[0]
 export class Checkpointer {
   readonly store: CheckpointStore
   private writing: Promise<void> | null = null
-  /** The newest round this agent knows to be durable. */
+  /** The newest round this agent knows to be durable, and when it was written (unix ms; at first, the agent's start). */
   private durable = -1
+  private durableAt: number
   private toldInPlace = false
 
   constructor (
@@ -76,8 +77,10 @@ export class Checkpointer {
     private readonly log: CheckpointLog,
     /** The container's memory limit (default: cgroup memory.max, else the machine's). */
     private readonly memoryBytes: number = containerMemoryBytes(),
-    private readonly usedBytes: () => number = () => process.memoryUsage().rss
+    private readonly usedBytes: () => number = () => process.memoryUsage().rss,
+    private readonly now: () => number = Date.now
   ) {
+    this.durableAt = now()
     this.store = openCheckpointStore(policy.store)
     // Every outcome's series exists from the start at 0, so "failed writes" reads 0, not "no data".
     for (const outcome of ['written', 'refused', 'failed']) metrics.checkpointWrites.labels(outcome).inc(0)
@@ -85,9 +88,28 @@ export class Checkpointer {
 
   get durableRound (): number { return this.durable }
 
-  /** Whether this member of the group writes `round`: an interval round, and the smallest peer id. */
+  /**
+   * Whether this member of the group may write `round`: it is the smallest peer id, and the round is
+   * an `every` round or policy.intervalMs has passed since the newest checkpoint this agent knows of
+   * (afterRound then asks the store, which may know a newer one written by another group).
+   */
   writes (r: CompletedRound): boolean {
-    return r.round % this.policy.every === 0 && leads(r)
+    if (!leads(r)) return false
+    return r.round % this.policy.every === 0 || this.intervalPassed()
+  }
+
+  private intervalPassed (): boolean {
+    return this.policy.intervalMs !== undefined && this.now() - this.durableAt >= this.policy.intervalMs
+  }
+
+  /** Whether the interval has passed by the store's newest checkpoint too (others' writes count). */
+  private async intervalDue (): Promise<boolean> {
+    const newest = (await this.store.list(this.swarm).catch(() => [])).find(c => c.manifest)
+    if (newest !== undefined && newest.round > this.durable) {
+      const m = await this.store.manifest(this.swarm, newest.round).catch(() => undefined)
+      if (m !== undefined) this.known(m.round, Date.parse(m.time) / 1000)
+    }
+    return this.intervalPassed()
   }
 
   /**
@@ -137,6 +159,7 @@ export class Checkpointer {
    */
   async afterRound (r: CompletedRound, snapshot: Snapshot, trainerState?: Record<string, unknown>): Promise<void> {
     if (!this.writes(r)) return
+    if (r.round % this.policy.every !== 0 && (this.writing !== null || !await this.intervalDue())) return
     if (this.writing !== null) {
       this.log.warn(`not checkpointing round ${r.round}: the previous checkpoint is still being written`)
       return
@@ -215,7 +238,7 @@ export class Checkpointer {
     const started = process.hrtime.bigint()
     try {
       const { manifest, location } = await this.store.write({
-        swarm: this.swarm, round: r.round, samples: r.samples, tensors, keep: this.policy.keep, trainerState
+        swarm: this.swarm, round: r.round, samples: r.samples, tensors, keep: this.policy.keep, trainerState, time: new Date(this.now())
       })
       const seconds = Number(process.hrtime.bigint() - started) / 1e9
       this.metrics.checkpointWrites.labels('written').inc()
@@ -238,6 +261,7 @@ export class Checkpointer {
   private known (round: number, unixSeconds: number, ours = true): void {
     if (!ours || round <= this.durable) return
     this.durable = round
+    this.durableAt = Math.max(this.durableAt, unixSeconds * 1000)
     this.metrics.checkpointRound.set(round)
     this.metrics.checkpointTimestamp.set(unixSeconds)
   }

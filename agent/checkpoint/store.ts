@@ -6,7 +6,7 @@
  * visible only once its data is complete, restore verifies every tensor's sha256.
  */
 import { join } from 'node:path'
-import { listCheckpoints, loadNewestCheckpoint, swarmDir, verifyCheckpoint, writeCheckpoint, type WriteCheckpointOptions } from './checkpoint.js'
+import { listCheckpoints, loadNewestCheckpoint, readManifest, swarmDir, verifyCheckpoint, writeCheckpoint, type WriteCheckpointOptions } from './checkpoint.js'
 import { S3CheckpointStore, type S3StoreOptions } from './s3-store.js'
 import type { CheckpointSchema, LoadedCheckpoint, Manifest, RoundEntry, Skipped } from './manifest.js'
 
@@ -21,6 +21,8 @@ export interface CheckpointStore {
   list (swarm: string): Promise<RoundEntry[]>
   /** The newest checkpoint that verifies and fits `schema`; the newer ones that do not are skipped with a reason. */
   loadNewest (swarm: string, schema: CheckpointSchema, log: (line: string) => void): Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }>
+  /** A round's manifest (its time, samples, tensors), read and checked but not its data; undefined when there is none. */
+  manifest (swarm: string, round: number): Promise<Manifest | undefined>
   /** One round, verified and loaded; the reason when it is missing, torn, corrupt or another schema. */
   load (swarm: string, round: number, schema: CheckpointSchema): Promise<{ checkpoint: LoadedCheckpoint } | { reason: string }>
   close (): void
@@ -41,6 +43,15 @@ export class FolderStore implements CheckpointStore {
   }
 
   async list (swarm: string): Promise<RoundEntry[]> { return await listCheckpoints(this.dir, swarm) }
+
+  async manifest (swarm: string, round: number): Promise<Manifest | undefined> {
+    try {
+      return await readManifest(swarmDir(this.dir, swarm), round, swarm)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+      throw err
+    }
+  }
 
   async loadNewest (swarm: string, schema: CheckpointSchema, log: (line: string) => void): Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }> {
     return await loadNewestCheckpoint(this.dir, swarm, schema, { log })
@@ -69,6 +80,8 @@ export class BucketStore implements CheckpointStore {
   }
 
   async list (swarm: string): Promise<RoundEntry[]> { return await this.s3.list(swarm) }
+
+  async manifest (swarm: string, round: number): Promise<Manifest | undefined> { return await this.s3.readManifest(swarm, round) }
 
   async loadNewest (swarm: string, schema: CheckpointSchema, log: (line: string) => void): Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }> {
     return await this.s3.loadNewest(swarm, schema, { log })

@@ -4,7 +4,7 @@
  * rows of api/checkpoint-parameters.ts.
  */
 import {
-  BACKOFF_LIMIT, CHECKPOINT_MOUNT_DIR, CHECKPOINT_PARAMETERS as P, CLAIM_ACCESS_MODES, CLAIM_SIZE_PATTERN, COMPLETION_DURATION, DEFAULT_CLAIM_ACCESS_MODES,
+  BACKOFF_LIMIT, CHECKPOINT_MOUNT_DIR, CHECKPOINT_PARAMETERS as P, CLAIM_ACCESS_MODES, CLAIM_SIZE_PATTERN, COMPLETION_DURATION, CHECKPOINT_INTERVAL, DEFAULT_CLAIM_ACCESS_MODES,
   DEFAULT_POD_POLICY, DNS1123_SUBDOMAIN, POD_POLICIES, S3_BUCKET, S3_ENDPOINT, S3_PATH_STYLE_DEFAULT, S3_PREFIX, S3_REGION, S3_SECRET_KEYS, SECRET_KEY_PATTERN, SPEC_RULES
 } from '../checkpoint-parameters.js'
 import { DURATION_PATTERN, formatRange } from '../parameter-bounds.js'
@@ -46,6 +46,7 @@ const s3 = obj('An S3-compatible bucket instead of a volume: objects <prefix>/<s
 export const checkpoint = obj('Checkpoints of the averaged tensors in safetensors, in a volume or an S3-compatible bucket (exactly one), shared by the bootstrap and regular agents. An agent that finds no live peer to download state from restores the newest complete one. The checkpoints are the user\'s result: deleting the swarm never deletes them. Absent: nothing is written or restored.', {
   every: bounded('Averaging rounds between checkpoints;', P.every.bound, P.every.default),
   keep: bounded('Newest complete checkpoints kept; older ones are deleted once a newer one is complete;', P.keep.bound, P.keep.default),
+  interval: str(`Time between checkpoints, beside every: a round is also written once this long has passed since the newest checkpoint (Go duration, ${formatRange(CHECKPOINT_INTERVAL)}); absent, rounds alone decide.`, { pattern: DURATION_PATTERN, maxLength: 32 }),
   volume,
   s3
 })

@@ -121,6 +121,8 @@ export interface CheckpointS3 {
 export interface CheckpointSpec {
   every: number
   keep: number
+  /** Go duration: a round is also checkpointed once this long has passed since the newest checkpoint. */
+  interval?: string
   volume?: CheckpointVolume
   s3?: CheckpointS3
 }

@@ -13,7 +13,7 @@ import { ownedMeta } from './owner.js'
 export const CONFIG_KEYS = [
   'prefix', 'targetGroupSize', 'minGroupSize', 'initialGroupBits', 'averagingExpiration', 'requestTimeout',
   'allreduceTimeout', 'partSizeBytes', 'averagingAlpha', 'compression', 'period', 'bandwidth', 'dataThreads',
-  'checkpointEvery', 'checkpointKeep', 'completionRounds', 'completionDeadline'
+  'checkpointEvery', 'checkpointKeep', 'checkpointInterval', 'completionRounds', 'completionDeadline'
 ] as const satisfies readonly AgentEnvKey[]
 export type ConfigKey = (typeof CONFIG_KEYS)[number]
 
@@ -22,7 +22,7 @@ export type ConfigKey = (typeof CONFIG_KEYS)[number]
  * has the section, so a swarm without them (and every swarm made before they existed) keeps
  * exactly its ConfigMap and pod template: an operator upgrade rolls no agent.
  */
-export const SECTION_KEYS: readonly ConfigKey[] = ['checkpointEvery', 'checkpointKeep', 'completionRounds', 'completionDeadline']
+export const SECTION_KEYS: readonly ConfigKey[] = ['checkpointEvery', 'checkpointKeep', 'checkpointInterval', 'completionRounds', 'completionDeadline']
 
 /** spec.completion.duration counted from the swarm's creation (the API server sets creationTimestamp), in RFC 3339. */
 export function completionDeadline (created: string | undefined, duration: string): string | undefined {
@@ -55,6 +55,7 @@ export function configData (s: AveragingSwarm): Record<string, string> {
     dataThreads: String(a.dataThreads),
     checkpointEvery: checkpoint === undefined ? undefined : String(checkpoint.every),
     checkpointKeep: checkpoint === undefined ? undefined : String(checkpoint.keep),
+    checkpointInterval: checkpoint?.interval,
     completionRounds: completion?.rounds === undefined ? undefined : String(completion.rounds),
     completionDeadline: completion?.duration === undefined ? undefined : completionDeadline(s.metadata.creationTimestamp, completion.duration)
   }

@@ -96,3 +96,35 @@ test('at completion a member that does not write waits for the writer\'s manifes
     assert.equal((await loadNewestCheckpoint(dir, 'other', undefined, { log: () => {} })).checkpoint?.manifest.round, 3)
   })
 })
+
+test('checkpoint.interval: a round is also written once the interval passed since the newest checkpoint, counting other groups\' writes', async () => {
+  await withDir(async dir => {
+    // Near the real time: manifests carry the real time of their write, which the checkpointers read back.
+    let clock = Date.now()
+    const now = (): number => clock
+    const policy = { store: { kind: 'folder' as const, dir }, every: 1000, keep: 10, intervalMs: 60_000 }
+    const a = new Checkpointer(policy, 'sw', new AgentMetrics('t'), quiet, 8 * GiB, () => 0, now)
+    const b = new Checkpointer(policy, 'sw', new AgentMetrics('t'), quiet, 8 * GiB, () => 0, now)
+    const taken: string[] = []
+    const round = async (cp: Checkpointer, r: number, self: string): Promise<void> => {
+      await cp.afterRound({ round: r, peers: [self, 'z'], self, samples: r }, snapshotOf(values(r), 4000, taken))
+      await cp.drain()
+    }
+    await round(a, 1, 'a')
+    clock += 59_000
+    await round(a, 2, 'a')
+    assert.deepEqual((await listCheckpoints(dir, 'sw')).map(c => c.round), [], 'not before the interval (counted from the start)')
+    clock += 2_000
+    await round(a, 3, 'a')
+    assert.deepEqual((await listCheckpoints(dir, 'sw')).map(c => c.round), [3], 'written once it passed')
+    clock += 30_000
+    await round(a, 4, 'a')
+    // b, the writer of another group, has seen no write yet (its own clock says 91 s since its start), but the store knows round 3.
+    await round(b, 4, 'b')
+    assert.deepEqual((await listCheckpoints(dir, 'sw')).map(c => c.round), [3], 'nobody writes within the interval of the newest checkpoint')
+    clock += 31_000
+    await round(b, 5, 'b')
+    assert.deepEqual((await listCheckpoints(dir, 'sw')).map(c => c.round), [5, 3])
+    assert.equal(b.durableRound, 5)
+  })
+})

@@ -67,3 +67,13 @@ test('AVS_COMPLETION_ON_TRAINER_EXIT is true or false, false by default', () => 
   assert.equal(loadAgentConfig({ ...base, AVS_COMPLETION_ON_TRAINER_EXIT: 'true' }).completionOnTrainerExit, true)
   assert.throws(() => loadAgentConfig({ ...base, AVS_COMPLETION_ON_TRAINER_EXIT: '1' }), /AVS_COMPLETION_ON_TRAINER_EXIT: "1" is not one of true, false/)
 })
+
+test('AVS_CHECKPOINT_INTERVAL: a duration within the CRD\'s bounds, in milliseconds', () => {
+  assert.equal(loadAgentConfig({ ...base, AVS_CHECKPOINT_DIR: '/c', AVS_CHECKPOINT_INTERVAL: '30m' }).checkpoint?.intervalMs, 1_800_000)
+  assert.equal(loadAgentConfig({ ...base, AVS_CHECKPOINT_DIR: '/c', AVS_CHECKPOINT_INTERVAL: '10s' }).checkpoint?.intervalMs, 10_000)
+  assert.equal(loadAgentConfig({ ...base, AVS_CHECKPOINT_DIR: '/c', AVS_CHECKPOINT_INTERVAL: '8760h' }).checkpoint?.intervalMs, 8760 * 3_600_000)
+  assert.equal(loadAgentConfig({ ...base, AVS_CHECKPOINT_DIR: '/c' }).checkpoint?.intervalMs, undefined)
+  for (const bad of ['9s', '8761h', 'hourly']) {
+    assert.throws(() => loadAgentConfig({ ...base, AVS_CHECKPOINT_DIR: '/c', AVS_CHECKPOINT_INTERVAL: bad }), (err: Error) => err.message.includes(`AVS_CHECKPOINT_INTERVAL: "${bad}" is not`), bad)
+  }
+})

@@ -30,6 +30,7 @@ const fullSpec: Complete<AveragingSwarmSpec> = {
   checkpoint: {
     every: 100,
     keep: 3,
+    interval: '30m',
     volume: { claimName: 'c', claimTemplate: { size: '10Gi', storageClassName: 'fast', accessModes: ['ReadWriteMany'] } },
     s3: { bucket: 'b', endpoint: 'http://minio:9000', region: 'us-east-1', prefix: 'p', forcePathStyle: true, secretRef: { name: 's', accessKeyIdKey: 'a', secretAccessKeyKey: 'b', sessionTokenKey: 't' } }
   },

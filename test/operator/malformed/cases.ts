@@ -57,6 +57,8 @@ export const MALFORMED: MalformedCase[] = [
   { what: 'negative GPU limit as a number', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': -1 } } } },
   { what: 'checkpoint every 0 rounds', field: 'spec.checkpoint.every', spec: { checkpoint: { every: 0, volume: { claimName: 'ckpt' } } } },
   { what: 'checkpoint keeping none', field: 'spec.checkpoint.keep', spec: { checkpoint: { keep: 0, volume: { claimName: 'ckpt' } } } },
+  { what: 'checkpoint interval below 10 s', field: 'spec.checkpoint.interval', cel: true, spec: { checkpoint: { interval: '5s', volume: { claimName: 'ckpt' } } } },
+  { what: 'checkpoint interval that is not a duration', field: 'spec.checkpoint.interval', spec: { checkpoint: { interval: 'hourly', volume: { claimName: 'ckpt' } } } },
   { what: 'checkpoint keeping more than 1000', field: 'spec.checkpoint.keep', spec: { checkpoint: { keep: 1001, volume: { claimName: 'ckpt' } } } },
   { what: 'checkpoint with neither volume nor s3', field: 'spec.checkpoint', cel: true, spec: { checkpoint: { every: 10 } } },
   { what: 'checkpoint with both volume and s3', field: 'spec.checkpoint', cel: true, spec: { checkpoint: { volume: { claimName: 'ckpt' }, s3: { bucket: 'models', secretRef: { name: 'creds' } } } } },

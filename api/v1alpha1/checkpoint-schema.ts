@@ -70,7 +70,8 @@ export const ttlSecondsAfterFinished = int('Seconds after completionTime (or fai
 export const checkpointStatus = obj('The newest checkpoint the agents report durable, read from their metrics.', {
   round: int('Averaging round of the checkpoint.', { minimum: 0 }),
   time: str('When it was written.', { format: 'date-time' }),
-  location: str('Where it is: pvc/<claim>/<swarm>/round-<n>.json or s3://<bucket>/<prefix>/<swarm>/round-<n>.json, the manifest that names the data file.', { maxLength: 1024 })
+  location: str('Where it is: pvc/<claim>/<swarm>/round-<n>.json or s3://<bucket>/<prefix>/<swarm>/round-<n>.json, the manifest that names the data file.', { maxLength: 1024 }),
+  skipped: int('Checkpoints that restoring agents skipped as torn, corrupt or of other tensors (each named with its reason in that agent\'s log; an Event says when the count grows).', { minimum: 0 })
 })
 
 /** The rules between spec fields (api/checkpoint-parameters.ts), as CEL on the spec. */

@@ -175,6 +175,8 @@ export interface CheckpointStatus {
   round?: number
   time?: string
   location?: string
+  /** Checkpoints restoring agents skipped as torn, corrupt or of other tensors. */
+  skipped?: number
 }
 
 /** metav1.Condition. */

@@ -18,16 +18,19 @@ export const CHECKPOINT_ROUND_METRIC = AGENT_METRICS.checkpointRound.name
 export const CHECKPOINT_TIME_METRIC = AGENT_METRICS.checkpointTimestamp.name
 export const CHECKPOINT_WRITES_METRIC = AGENT_METRICS.checkpointWrites.name
 export const COMPLETED_METRIC = AGENT_METRICS.completed.name
+export const CHECKPOINT_SKIPPED_METRIC = AGENT_METRICS.checkpointSkipped.name
 
 /** What one agent's scrape says about checkpoints and completion; undefined where it exports nothing. */
-export interface AgentFacts { checkpointRound?: number, checkpointUnix?: number, failedWrites?: number, completed?: boolean }
+export interface AgentFacts { checkpointRound?: number, checkpointUnix?: number, failedWrites?: number, completed?: boolean, skipped?: number }
 
 export function agentFacts (samples: Sample[]): AgentFacts {
   const round = sumOf(samples, CHECKPOINT_ROUND_METRIC)
   const unix = sumOf(samples, CHECKPOINT_TIME_METRIC)
   const failed = sumOf(samples, CHECKPOINT_WRITES_METRIC, { outcome: 'failed' })
   const completed = sumOf(samples, COMPLETED_METRIC)
+  const skipped = sumOf(samples, CHECKPOINT_SKIPPED_METRIC)
   return {
+    ...(skipped !== undefined && skipped > 0 ? { skipped: Math.round(skipped) } : {}),
     ...(round !== undefined && round > 0 ? { checkpointRound: Math.round(round) } : {}),
     ...(unix !== undefined && unix > 0 ? { checkpointUnix: unix } : {}),
     ...(failed !== undefined ? { failedWrites: failed } : {}),
@@ -50,6 +53,9 @@ export function newestCheckpoint (facts: AgentFacts[]): { round: number, unix?: 
 export class FinishTracker {
   private readonly completed = new Set<string>()
   private readonly failedSeen = new Map<string, number>()
+  /** Checkpoints each pod's agent skipped while restoring: counted from its start, so a pod's first scrape counts too. */
+  private readonly skippedSeen = new Map<string, number>()
+  private skips = 0
   /** undefined until a scrape tells: the operator restarted and has no baseline yet. */
   private failing: boolean | undefined
   private failures = 0
@@ -71,6 +77,10 @@ export class FinishTracker {
     let reportsWrites = false
     for (const [id, f] of facts) {
       if (f.completed !== undefined) this.reportsCompletion = true
+      if (f.skipped !== undefined && f.skipped > (this.skippedSeen.get(id) ?? 0)) {
+        this.skips += f.skipped - (this.skippedSeen.get(id) ?? 0)
+        this.skippedSeen.set(id, f.skipped)
+      }
       if (f.completed === true) this.completed.add(id)
       else if (f.completed === false) this.completed.delete(id)
       if (f.failedWrites === undefined) continue
@@ -92,4 +102,6 @@ export class FinishTracker {
 
   get checkpointFailing (): boolean | undefined { return this.failing }
   get failedWrites (): number { return this.failures }
+  /** Checkpoints skipped by restoring agents since the operator started watching. */
+  get skippedCheckpoints (): number { return this.skips }
 }

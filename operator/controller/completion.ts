@@ -98,7 +98,10 @@ export function checkpointsFailingCondition (s: AveragingSwarm, progress: Progre
 /** status.checkpoint: the newest durable checkpoint the agents reported, where it lies in the claim or bucket. */
 export function checkpointStatus (s: AveragingSwarm, progress: Progress | undefined): CheckpointStatus | undefined {
   const cp = progress?.checkpoint
-  if (cp === undefined) return s.status?.checkpoint
+  // Skips only grow: the operator counts them from its start, the status keeps the larger count across restarts.
+  const skippedNow = Math.max(progress?.checkpointsSkipped ?? 0, s.status?.checkpoint?.skipped ?? 0)
+  const skipped = skippedNow > 0 ? { skipped: skippedNow } : {}
+  if (cp === undefined) return s.status?.checkpoint === undefined && skippedNow === 0 ? s.status?.checkpoint : { ...s.status?.checkpoint, ...skipped }
   const location = checkpointLocation(s, cp.round)
-  return { round: cp.round, time: cp.time, ...(location === undefined ? {} : { location }) }
+  return { round: cp.round, time: cp.time, ...(location === undefined ? {} : { location }), ...skipped }
 }

@@ -38,6 +38,10 @@ export function statusEvents (s: AveragingSwarm, before: AveragingSwarmStatus | 
   if (failing?.status === 'True' && (wasFailing?.status !== 'True' || wasFailing.reason !== failing.reason)) {
     out.push({ swarm: s, type: 'Warning', reason: failing.reason === 'WriteFailed' ? 'CheckpointFailed' : failing.reason, message: failing.message })
   }
+  const skipped = (after.checkpoint?.skipped ?? 0) - (before?.checkpoint?.skipped ?? 0)
+  if (skipped > 0) {
+    out.push({ swarm: s, type: 'Warning', reason: 'CheckpointSkipped', message: `Restoring agents skipped ${skipped} checkpoint${skipped === 1 ? '' : 's'} that did not verify (torn, corrupt, or of other tensors) and used the newest one that did; their logs name each file and why.` })
+  }
   if ((after.roundsCompleted ?? 0) > 0 && (before?.roundsCompleted ?? 0) === 0) {
     out.push({ swarm: s, type: 'Normal', reason: 'AveragingStarted', message: `The agents completed their first averaging round${after.meanGroupSize === undefined ? '' : ` (mean group size ${after.meanGroupSize})`}.` })
   }

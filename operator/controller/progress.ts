@@ -142,7 +142,8 @@ export class ProgressTracker {
         ? { lastRoundTime: rfc3339(new Date(now.lastRoundUnix * 1000)) }
         : grew ? { lastRoundTime: rfc3339(this.clock()) } : before?.lastRoundTime === undefined ? {} : { lastRoundTime: before.lastRoundTime }),
       ...this.checkpointOf(now, before),
-      ...(finish.checkpointFailing === undefined ? {} : { checkpointFailing: finish.checkpointFailing, checkpointFailures: finish.failedWrites })
+      ...(finish.checkpointFailing === undefined ? {} : { checkpointFailing: finish.checkpointFailing, checkpointFailures: finish.failedWrites }),
+      ...(finish.skippedCheckpoints > 0 ? { checkpointsSkipped: finish.skippedCheckpoints } : {})
     }
     this.progress.set(key, next)
     if (stableJson(beforeView ?? null) !== stableJson(this.get(key) ?? null)) this.onChange(key)

@@ -23,6 +23,8 @@ export interface Progress {
   checkpointFailing?: boolean
   /** Failed writes seen since the operator started. */
   checkpointFailures?: number
+  /** Checkpoints restoring agents skipped as torn or corrupt, seen since the operator started. */
+  checkpointsSkipped?: number
 }
 
 export interface Observed {

@@ -45,7 +45,7 @@ const fullStatus: Complete<AveragingSwarmStatus> = {
   selector: 's', bootstrapPeers: [],
   conditions: [{ type: 'Ready', status: 'True', reason: 'r', message: 'm', lastTransitionTime: 't', observedGeneration: 1 }],
   roundsCompleted: 1, lastRoundTime: 't', meanGroupSize: 4,
-  checkpoint: { round: 100, time: 't', location: 'pvc/c/demo/round-100.json' }, completionTime: 't', failureTime: 't'
+  checkpoint: { round: 100, time: 't', location: 'pvc/c/demo/round-100.json', skipped: 1 }, completionTime: 't', failureTime: 't'
 }
 
 /** Keys of the schema's object nodes that the operator types (opaque Kubernetes types excluded). */

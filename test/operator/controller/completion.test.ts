@@ -143,3 +143,25 @@ test('CheckpointsFailing for a missing store: True with its reason and sentence,
   const written = deriveStatus(s3, observed(agents(8), progress(0, 8, { checkpoint: { round: 40, time: NOW } })), NOW)
   assert.equal(written.checkpoint?.location, 's3://models/job/round-40.json')
 })
+
+test('checkpoints skipped by restoring agents: counted in status.checkpoint.skipped (kept over an operator restart), a CheckpointSkipped event when the count grows', async () => {
+  const { FinishTracker, agentFacts } = await import('../../../operator/controller/checkpoint-progress.js')
+  const tracker = new FinishTracker()
+  const facts = (skipped: number) => agentFacts([{ name: 'averaging_checkpoint_skipped_total', labels: { swarm: 'job' }, value: skipped }])
+  // A pod's first scrape counts: its agent skipped them while restoring, at its start, before any scrape.
+  tracker.observe(new Map([['a', facts(2)], ['b', facts(0)]]))
+  assert.equal(tracker.skippedCheckpoints, 2)
+  tracker.observe(new Map([['a', facts(2)], ['b', facts(1)]]))
+  assert.equal(tracker.skippedCheckpoints, 3, 'only growth counts')
+  const cp = { round: 4, time: NOW }
+  const before = deriveStatus(job(), observed(agents(4), progress(0, 4, { checkpoint: cp })), NOW)
+  assert.equal(before.checkpoint?.skipped, undefined)
+  const after = deriveStatus({ ...job(), status: before }, observed(agents(4), progress(0, 4, { checkpoint: cp, checkpointsSkipped: 3 })), NOW)
+  assert.equal(after.checkpoint?.skipped, 3)
+  const events = statusEvents(job(), before, after).filter(e => e.reason === 'CheckpointSkipped')
+  assert.deepEqual(events.map(e => `${e.type}: ${e.message}`), ['Warning: Restoring agents skipped 3 checkpoints that did not verify (torn, corrupt, or of other tensors) and used the newest one that did; their logs name each file and why.'])
+  assert.deepEqual(statusEvents(job(), after, after).filter(e => e.reason === 'CheckpointSkipped'), [], 'one event per growth')
+  // After an operator restart the tracker starts from 0; the status keeps the larger count, and no event repeats.
+  const restarted = deriveStatus({ ...job(), status: after }, observed(agents(4), progress(0, 4, { checkpoint: cp, checkpointsSkipped: 1 })), NOW)
+  assert.equal(restarted.checkpoint?.skipped, 3)
+})

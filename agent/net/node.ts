@@ -11,6 +11,7 @@ import { dcutr } from '@libp2p/dcutr'
 import { privateNetwork, type ProtectedConnection } from './pnet/index.js'
 import { relayServer, type RelayServeOptions } from './relay.js'
 import { isCircuit } from './reach.js'
+import { isPrivate } from '@libp2p/utils'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { Identify } from '@libp2p/identify'
@@ -62,9 +63,11 @@ export interface SwarmNodeOptions {
 /** What the agent needs of libp2p's internals: listening on a relay at run time (./reach.ts). */
 export interface NodeInternals {
   readonly transportManager: { listen: (addrs: Multiaddr[]) => Promise<void> }
+  /** Marks an address (a NAT's, seen by peers) as ours to announce: for experiments with hole punching. */
+  readonly confirmObservedAddr: (addr: Multiaddr) => void
   /**
-   * true: announce only /p2p-circuit addresses. An agent reached through a relay sits behind NAT;
-   * its private addresses mislead every peer outside its LAN (a dial to one hangs until libp2p's
+   * true: announce only /p2p-circuit and public addresses. An agent reached through a relay sits
+   * behind NAT; its private addresses mislead every peer outside its LAN (a dial to one hangs until libp2p's
    * 6 s per-address timeout where a NAT drops it, before the relay address is tried) and, once
    * it announced both, peers learnt only the private one from the DHT and never reached it.
    */
@@ -85,7 +88,7 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     addresses: {
       listen: [...options.listen],
       announce: options.announce != null ? [...options.announce] : undefined,
-      announceFilter: (addrs) => relayOnly ? addrs.filter(isCircuit) : addrs
+      announceFilter: (addrs) => relayOnly ? addrs.filter(a => isCircuit(a) || !isPrivate(a)) : addrs
     },
     // Every agent can dial /p2p-circuit addresses (members behind NAT); it listens on one only
     // once it finds itself unreachable (./reach.ts).
@@ -126,8 +129,9 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     services: {
       identify: identify(),
       ping: ping(),
-      internals: (components: Pick<NodeInternals, 'transportManager'>): NodeInternals => ({
+      internals: (components: Pick<NodeInternals, 'transportManager'> & { addressManager: { confirmObservedAddr: (a: Multiaddr, o: { type: 'observed' }) => void } }): NodeInternals => ({
         transportManager: components.transportManager,
+        confirmObservedAddr: (addr) => { components.addressManager.confirmObservedAddr(addr, { type: 'observed' }) },
         announceRelayOnly: (on) => { relayOnly = on }
       }),
       // Upgrades a relayed connection to a direct one where the NATs let it (hole punching).

@@ -62,6 +62,15 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
     await settleRoutingTable(node, 4000, 500)
   }
   running.reach = await establishReachability(node, 'auto', { announced: false, bootstrapped: config.bootstrap !== undefined }, (m) => { say({ type: 'log', index, m }) })
+  // Experiment (not run by the test): announce the addresses our NAT showed peers, so DCUtR has
+  // something to punch to (libp2p keeps observed addresses unconfirmed without AutoNAT).
+  if (process.env.AVS_TEST_CONFIRM_OBSERVED !== undefined && running.reach.kind === 'relayed') {
+    for (const c of node.getConnections()) {
+      const observed = await node.services.identify.identify(c).then(r => r.observedAddr, () => undefined)
+      if (observed != null && !isCircuit(observed)) node.services.internals.confirmObservedAddr(observed.decapsulateCode(421))
+    }
+    say({ type: 'log', index, m: `announcing ${node.getMultiaddrs().map(String).join(', ')}` })
+  }
   const mode = modeFor(running.reach, 'node')
   if (running.reach.kind !== 'unreachable') await node.services.dht.setMode('server')
   running.averager = await DecentralizedAverager.create(node, [{ name: 'w', shape: [config.elements], data: fill(config.elements, a.seed) }], {

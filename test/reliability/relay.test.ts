@@ -3,6 +3,9 @@ import assert from 'node:assert/strict'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { generateKeyPair, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { newSwarmKeyText } from '../../agent/net/pnet/index.js'
@@ -142,11 +145,19 @@ test('NAT sites: relayed members average to the exact mean, a member without a r
     assert.ok(relayedBytes > 2 * elements * 4, `the relay carried the cross-site parts (${relayedBytes} bytes)`)
     const opened = { direct: 0, 'hole-punched': 0, relayed: 0 }
     for (const s of stats.slice(1)) for (const k of Object.keys(opened) as Array<keyof typeof opened>) opened[k] += s.opened[k]
+    const open = { direct: 0, 'hole-punched': 0, relayed: 0 }
+    for (const s of stats.slice(1)) for (const k of Object.keys(open) as Array<keyof typeof open>) open[k] += s.open[k]
     const protectedRelayed = stats.slice(1).reduce((n, s) => n + (s.protectedRelayed as number), 0)
     assert.ok(opened.relayed > 0, 'members across the sites connected through the relay')
     assert.ok(protectedRelayed >= opened.relayed, `every relayed connection passed the private-network key inside the circuit too (${protectedRelayed} protected, ${opened.relayed} relayed)`)
-    t.diagnostic(`${elapsed()} connections opened by the NATed agents: ${JSON.stringify(opened)}; relayed bytes on the relay: ${relayedBytes} (${JSON.stringify(relayStats.relayed)}); outsiders 0`)
+    t.diagnostic(`${elapsed()} connections of the NATed agents: opened ${JSON.stringify(opened)}, open at the end ${JSON.stringify(open)}; relayed bytes on the relay: ${relayedBytes} (${JSON.stringify(relayStats.relayed)}); outsiders 0`)
   } finally {
+    if (process.env.AVS_TEST_LOG !== undefined) {
+      // Each site's stderr (averager logs, DEBUG=libp2p:* output) and its JSON lines, for digging.
+      const dir = mkdtempSync(join(tmpdir(), 'avs-relay-'))
+      for (const [i, s] of sites.entries()) writeFileSync(join(dir, `${i}-${s.name.replace(/\W+/g, '-')}.log`), `${s.stderr}\n${s.lines.map(l => JSON.stringify({ ...l, values: undefined })).join('\n')}\n`)
+      t.diagnostic(`site logs in ${dir}`)
+    }
     for (const s of sites) s.kill()
     await net.destroy()
   }

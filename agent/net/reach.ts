@@ -22,20 +22,29 @@ export type Reachability =
  * from distinct peers, so in a private network or a small swarm it never decides. A same-LAN
  * peer sees our real address, so one foreign observation is enough.
  */
-export async function natObserved (node: SwarmNode, signal: AbortSignal): Promise<{ behindNat: boolean, observed: string[] }> {
+export async function natObserved (node: SwarmNode, signal: AbortSignal): Promise<{ behindNat: boolean, observed: string[], errors: string[] }> {
   // Ours: every interface address, not only the listen ones, since an outgoing connection
   // leaves from whichever address the kernel's route picks.
   const own = new Set([...node.getMultiaddrs().map(ipOf), ...Object.values(networkInterfaces()).flat().map(i => i?.address)].filter((ip): ip is string => ip != null))
   const observed: string[] = []
+  const errors: string[] = []
   for (const connection of node.getConnections()) {
     if (connection.status !== 'open' || isCircuit(connection.remoteAddr)) continue
-    try {
-      const result = await node.services.identify.identify(connection, { signal })
-      if (result.observedAddr != null) observed.push(result.observedAddr.toString())
-    } catch { /* a peer that does not answer tells us nothing */ }
+    // Right after connecting, libp2p's own identify still runs on the connection and the peer
+    // takes one identify stream at a time (it closes ours unread): ask again a moment later.
+    for (let attempt = 1; attempt <= 4 && !signal.aborted; attempt++) {
+      try {
+        const result = await node.services.identify.identify(connection, { signal })
+        if (result.observedAddr != null) observed.push(result.observedAddr.toString())
+        break
+      } catch (err) {
+        if (attempt === 4) errors.push(describeError(err)) // a peer that does not answer tells us nothing
+        else await new Promise(resolve => setTimeout(resolve, 250 * attempt))
+      }
+    }
   }
   const ips = observed.map(a => ipOf(multiaddr(a))).filter((ip): ip is string => ip != null)
-  return { behindNat: ips.some(ip => !own.has(ip)), observed }
+  return { behindNat: ips.some(ip => !own.has(ip)), observed, errors }
 }
 
 /**
@@ -80,8 +89,8 @@ export async function establishReachability (node: SwarmNode, setting: 'auto' | 
   if (setting === 'auto') {
     if (context.announced) return { kind: 'public', why: 'announce addresses are set' }
     if (!context.bootstrapped) return { kind: 'public', why: 'no bootstrap peers: others start from this agent' }
-    const { behindNat, observed } = await natObserved(node, AbortSignal.timeout(5000))
-    if (!behindNat) return { kind: 'public', why: observed.length > 0 ? `peers see it at its own address (${observed[0]})` : 'no peer reported an observed address' }
+    const { behindNat, observed, errors } = await natObserved(node, AbortSignal.timeout(5000))
+    if (!behindNat) return { kind: 'public', why: observed.length > 0 ? `peers see it at its own address (${observed[0]})` : `no peer reported an observed address${errors.length > 0 ? ` (${errors.join('; ')})` : ''}` }
     why = `peers see it at ${observed.join(', ')}, not at its own address (NAT)`
   }
   const slot = await reserveRelaySlot(node, log)

@@ -57,11 +57,12 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
   const kinds = new ConnectionKinds(node)
   const running: Running = { node, kinds, relayed, protectedRelayed }
   if (config.outsider === true) return running
-  if (config.bootstrap !== undefined) {
-    await node.dial(multiaddr(config.bootstrap), { signal: AbortSignal.timeout(10_000) })
-    await settleRoutingTable(node, 4000, 500)
-  }
+  // As agent/main.ts joins: connect, learn how we are reached (and turn the DHT server unless
+  // nobody can reach us), then let the routing table fill.
+  if (config.bootstrap !== undefined) await node.dial(multiaddr(config.bootstrap), { signal: AbortSignal.timeout(10_000) })
   running.reach = await establishReachability(node, 'auto', { announced: false, bootstrapped: config.bootstrap !== undefined }, (m) => { say({ type: 'log', index, m }) })
+  if (running.reach.kind !== 'unreachable') await node.services.dht.setMode('server')
+  if (config.bootstrap !== undefined) await settleRoutingTable(node, 4000, 500)
   // Experiment (not run by the test): announce the addresses our NAT showed peers, so DCUtR has
   // something to punch to (libp2p keeps observed addresses unconfirmed without AutoNAT).
   if (process.env.AVS_TEST_CONFIRM_OBSERVED !== undefined && running.reach.kind === 'relayed') {
@@ -72,7 +73,6 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
     say({ type: 'log', index, m: `announcing ${node.getMultiaddrs().map(String).join(', ')}` })
   }
   const mode = modeFor(running.reach, 'node')
-  if (running.reach.kind !== 'unreachable') await node.services.dht.setMode('server')
   running.averager = await DecentralizedAverager.create(node, [{ name: 'w', shape: [config.elements], data: fill(config.elements, a.seed) }], {
     ...DEFAULT_AVERAGER_CONFIG,
     prefix: 'relay',

@@ -30,9 +30,12 @@ async function relayAndMembers (circuitBytes: number): Promise<{ relay: SwarmNod
 /** Sends `mib` MiB on a new stream to b's circuit address; resolves with what b received. */
 async function send (a: SwarmNode, b: SwarmNode, mib: number): Promise<{ received: number, error?: string }> {
   let received = 0
+  let ended: () => void = () => {}
+  const end = new Promise<void>(resolve => { ended = resolve })
   await b.handle('/t/bulk', (stream) => {
     stream.addEventListener('message', (e) => { received += e.data.byteLength })
     stream.addEventListener('remoteCloseWrite', () => { void stream.close() })
+    stream.addEventListener('close', () => { ended() })
   }, { force: true })
   try {
     const stream = await a.dialProtocol(multiaddr(circuitAddrs(b)[0]), '/t/bulk')
@@ -40,7 +43,8 @@ async function send (a: SwarmNode, b: SwarmNode, mib: number): Promise<{ receive
       if (!stream.send(new Uint8Array(64 * 1024).fill(i & 255))) await stream.onDrain({ signal: AbortSignal.timeout(10_000) })
     }
     await stream.close({ signal: AbortSignal.timeout(10_000) })
-    await new Promise(resolve => setTimeout(resolve, 300))
+    // Everything sent has arrived once b's side of the stream closes.
+    await Promise.race([end, new Promise(resolve => setTimeout(resolve, 10_000))])
     return { received }
   } catch (err) {
     return { received, error: (err as Error).message }

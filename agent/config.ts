@@ -26,6 +26,10 @@ export interface AgentConfig {
   /** Peer ids allowed to connect; empty: anyone (holding the private-network key, if one is set). */
   readonly allowPeers: readonly string[]
   readonly metricsPort: number
+  /** AVS_RELAY*: the relay hop service this agent runs for members; undefined: none. */
+  readonly relay?: RelayServeLimits
+  /** AVS_REACHABILITY: auto detects NAT after joining; public and private decide it. */
+  readonly reachability: Reachability
   readonly averager: AveragerConfig
   readonly period: number
   readonly workload: 'builtin' | 'sidecar'
@@ -42,6 +46,15 @@ export interface AgentConfig {
   readonly completionDeadline?: number
   /** AVS_COMPLETION_ON_TRAINER_EXIT: the run ends once the sidecar's trainer says it has finished. */
   readonly completionOnTrainerExit: boolean
+}
+
+export type Reachability = 'auto' | 'public' | 'private'
+
+export interface RelayServeLimits {
+  readonly maxReservations: number
+  /** Bytes one relayed connection may carry, both directions together. */
+  readonly circuitBytes: number
+  readonly circuitDurationMs: number
 }
 
 export interface CheckpointPolicy {
@@ -137,6 +150,17 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     identityKey = new Uint8Array(Buffer.from(identity, 'base64'))
     if (identityKey.byteLength < 32 || identityKey.byteLength > 256) problems.push(`${AGENT_ENV.identityKey.name} is not a base64 protobuf private key`)
   }
+  const relay: RelayServeLimits | undefined = parse('relay', oneOf('serve', 'off'), 'off') === 'serve'
+    ? {
+        maxReservations: parse('relayMaxReservations', integer(1, 4096), 128),
+        circuitBytes: parse('relayCircuitMiB', integer(1, 1_048_576), 65536) * 1024 * 1024,
+        circuitDurationMs: parse('relayCircuitDuration', (s) => {
+          const seconds = parseDuration(s)
+          if (!(seconds >= 1 && seconds <= 86400)) throw new Error(`"${s}" is not a duration from 1s to 24h`)
+          return seconds * 1000
+        }, 3_600_000)
+      }
+    : undefined
   const ordinal = shardFromPodName(podName)
   const checkpointDir = raw('checkpointDir')
   const bucket = raw('checkpointS3Bucket')
@@ -201,6 +225,8 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     psk,
     allowPeers: parse('allowPeers', (s) => list(s).map(id => { try { return peerIdFromString(id).toString() } catch { throw new Error(`"${id}" is not a libp2p peer id`) } }), []),
     metricsPort: parse('metricsPort', integer(0, 65535), 9400),
+    ...(relay === undefined ? {} : { relay }),
+    reachability: parse('reachability', oneOf<Reachability>('auto', 'public', 'private'), 'auto'),
     averager,
     period: Number(period),
     workload: parse('workload', oneOf('builtin', 'sidecar'), 'builtin'),

@@ -18,6 +18,9 @@ import { StateSharing } from './state/state-sharing.js'
 import type { Workload, WorkloadContext } from './workloads/context.js'
 import { describeError } from './errors.js'
 import { Checkpointer } from './checkpoint/checkpointer.js'
+import { establishReachability, circuitAddrs, modeFor, reserveRelaySlot, type Reachability } from './net/reach.js'
+import { ConnectionKinds, CONNECTION_KINDS } from './net/connection-kinds.js'
+import type { AveragerConfig } from './averager.js'
 
 const VERSION = '0.1.0'
 
@@ -36,6 +39,8 @@ async function startNode (config: AgentConfig, metrics: AgentMetrics): Promise<S
     announce: config.announceAddrs.length > 0 ? config.announceAddrs : undefined,
     psk: config.psk,
     allowPeers: config.allowPeers,
+    dhtServerLater: true,
+    relay: config.relay != null ? { ...config.relay, onRelayed: (bytes) => { metrics.relayedBytes.inc(bytes) } } : undefined,
     metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false })
   })
 }
@@ -48,6 +53,47 @@ function startGauges (node: SwarmNode, metrics: AgentMetrics): NodeJS.Timeout {
   }, 2000)
   gauges.unref()
   return gauges
+}
+
+/** Connections by kind (direct, hole-punched, relayed) into the metrics, as they open and close. */
+function trackConnectionKinds (node: SwarmNode, metrics: AgentMetrics): ConnectionKinds {
+  const kinds = new ConnectionKinds(node, (_, opened) => { metrics.connectionsOpened.labels(opened).inc() })
+  const refresh = setInterval(() => { const open = kinds.open(); for (const k of CONNECTION_KINDS) metrics.connections.labels(k).set(open[k]) }, 2000)
+  refresh.unref()
+  node.addEventListener('stop', () => { clearInterval(refresh); kinds.stop() }, { once: true })
+  return kinds
+}
+
+/**
+ * How the swarm reaches this agent (./net/reach.ts), said in one log line. An agent behind NAT
+ * without a relay slot cannot be dialled, so it averages as a client (sends its parts, receives
+ * the means, reduces nothing) whatever AVS_MODE says; its join requests then carry mode CLIENT,
+ * which is what keeps leaders from making it a reducer and followers from asking it to lead.
+ * Its DHT stays a client: nobody could reach it to ask. A relayed agent whose slot is lost
+ * (the relay restarted) reserves again.
+ */
+async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean, metrics: AgentMetrics, log: Log): Promise<{ reach: Reachability, averager: AveragerConfig, watchdog?: NodeJS.Timeout }> {
+  const reach = await establishReachability(node, config.reachability, { announced: config.announceAddrs.length > 0, bootstrapped: joined && config.bootstrapPeers.length > 0 }, (m) => { log.warn(m) })
+  metrics.reachability.labels(reach.kind).set(1)
+  // Peers may add us to their routing tables only now, with the addresses we announce now.
+  if (reach.kind !== 'unreachable') await node.services.dht.setMode('server')
+  if (reach.kind === 'public') {
+    log.info(`reachable: yes (${reach.why})`)
+    return { reach, averager: config.averager }
+  }
+  if (reach.kind === 'relayed') {
+    log.info({ addrs: reach.addrs }, `reachable: no, reserved relay slot on ${reach.relay} (${reach.why})`)
+    const watchdog = setInterval(() => {
+      if (circuitAddrs(node).length > 0 || node.status !== 'started') return
+      void reserveRelaySlot(node, (m) => { log.warn(m) }).then(slot => { if (slot !== undefined) log.info(`reserved a relay slot again, on ${slot.relay}`) })
+    }, 30_000)
+    watchdog.unref()
+    return { reach, averager: config.averager, watchdog }
+  }
+  const mode = modeFor(reach, config.averager.mode)
+  if (mode === 'client') log.warn(`reachable: no, and no relay slot (${reach.why}): averaging as a client`)
+  else log.warn(`reachable: no, and no relay slot (${reach.why}): an unreachable ${mode} agent reduces nothing anybody can send it`)
+  return { reach, averager: { ...config.averager, mode } }
 }
 
 /** SIGTERM and SIGINT: the current round finishes, then the agent leaves. */
@@ -63,13 +109,15 @@ function abortOnSignals (log: Log): AbortController {
 }
 
 /**
- * Joins the swarm through the bootstrap peers and waits for the routing table to settle; returns
- * whether it joined, and a watchdog that joins again whenever the routing table runs empty
- * (peers gone, Identify lost under load).
+ * Joins the swarm through the bootstrap peers, learns how it is reached (`reach`, which turns the
+ * DHT server where it can be), then waits for the routing table to settle; returns whether it
+ * joined, and a watchdog that joins again whenever the routing table runs empty (peers gone,
+ * Identify lost under load).
  */
-async function joinSwarm (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log): Promise<{ joined: boolean, watchdog: NodeJS.Timeout }> {
+async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log, reach: (joined: boolean) => Promise<R>): Promise<{ joined: boolean, watchdog: NodeJS.Timeout, reached: R }> {
   const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal, log: (m: string) => { log.info(m) } }
   const joined = await connectBootstrap(node, bootstrapOptions)
+  const reached = await reach(joined)
   if (joined && config.bootstrapPeers.length > 0) {
     const size = await settleRoutingTable(node)
     log.info(`routing table settled at ${size === 0 ? await rejoinWhileIsolated(node, bootstrapOptions) : size} peers`)
@@ -81,7 +129,7 @@ async function joinSwarm (node: SwarmNode, config: AgentConfig, signal: AbortSig
     void rejoinWhileIsolated(node, bootstrapOptions, 1).finally(() => { rejoining = false })
   }, 30_000)
   watchdog.unref()
-  return { joined, watchdog }
+  return { joined, watchdog, reached }
 }
 
 /** An averager for the workload's tensors, its rounds counted in the metrics and its data path logged. */
@@ -140,7 +188,7 @@ function loadConfig (): AgentConfig | undefined {
 }
 
 async function main (): Promise<number> {
-  const config = loadConfig()
+  let config = loadConfig()
   if (config === undefined) return 2
   const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
   const metrics = new AgentMetrics(config.swarm)
@@ -149,12 +197,14 @@ async function main (): Promise<number> {
   const server = await startMetricsServer(config.podIP, config.metricsPort, metrics.registry, { live: () => true, ready: () => ready })
   log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort }, 'agent started')
   const { name: backend } = await loadTensorBackend()
-  metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
   const gauges = startGauges(node, metrics)
+  trackConnectionKinds(node, metrics)
   const rendezvous = new Rendezvous(node, { requestTimeoutMs: config.averager.requestTimeout * 1000, log: (m) => { log.debug(m) } })
   await rendezvous.start()
   const shutdown = abortOnSignals(log)
-  const { joined, watchdog } = await joinSwarm(node, config, shutdown.signal, log)
+  const { joined, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, log))
+  config = { ...config, averager: reached.averager }
+  metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
   const checkpointer = config.checkpoint !== undefined
     ? new Checkpointer(config.checkpoint, config.swarm, metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
     : undefined
@@ -171,6 +221,7 @@ async function main (): Promise<number> {
     ready = false
     clearInterval(gauges)
     clearInterval(watchdog)
+    clearInterval(reached.watchdog)
     await stateSharing?.stop().catch(() => {})
     checkpointer?.close()
     await rendezvous.stop()

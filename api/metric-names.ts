@@ -72,6 +72,13 @@ export const AGENT_METRICS = {
   checkpointSkipped: agent.counter('averaging_checkpoint_skipped_total'),
   /** 1 once this agent reached the swarm's completion and the final checkpoint is durable. */
   completed: agent.gauge('averaging_completed'),
+  /** Open libp2p connections by how they reach the peer: direct, hole-punched (DCUtR) or relayed (circuit relay v2). */
+  connections: agent.gauge('averaging_connections', ['kind']),
+  connectionsOpened: agent.counter('averaging_connections_opened_total', ['kind']),
+  /** 1 for how the swarm reaches this agent: public, relayed (behind NAT, through a relay slot) or unreachable (a client). */
+  reachability: agent.gauge('averaging_reachability', ['kind']),
+  /** Bytes this agent relayed for other members (AVS_RELAY=serve), both directions. */
+  relayedBytes: agent.counter('averaging_relayed_bytes_total'),
   info: agent.gauge('averaging_agent_info', ['backend', 'mode', 'workload', 'version'])
 } as const
 

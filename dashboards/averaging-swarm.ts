@@ -88,6 +88,19 @@ export function buildDashboard (): Dashboard {
         ]
       },
       {
+        title: 'How peers are reached',
+        description: 'Open libp2p connections by kind: direct, hole-punched (DCUtR upgraded a relayed one) or relayed through a member (circuit relay v2); ' +
+          'agents behind NAT with and without a relay slot (the latter average as clients), and the bytes relays carry.',
+        unit: 'short',
+        queries: [
+          { expr: `sum by (kind) (${series(A.connections, BY_SWARM)})`, legend: '{{kind}} connections' },
+          { expr: `sum(${series(A.reachability, { ...BY_SWARM, kind: 'relayed' })})`, legend: 'agents reached through a relay' },
+          { expr: `sum(${series(A.reachability, { ...BY_SWARM, kind: 'unreachable' })})`, legend: 'unreachable agents (clients)' },
+          { expr: `sum(${rate(series(A.relayedBytes, BY_SWARM))})`, legend: 'relayed bytes/s' }
+        ],
+        overrides: { D: [{ id: 'unit', value: 'Bps' }, { id: 'custom.axisPlacement', value: 'right' }] }
+      },
+      {
         title: 'Parameter divergence',
         description: 'How far each round moved an agent\'s tensors (relative L2); falls as the swarm converges.',
         unit: 'percentunit',

@@ -39,6 +39,10 @@ export class AgentMetrics {
   readonly checkpointTimestamp: Gauge
   readonly checkpointSkipped: Counter
   readonly completed: Gauge
+  readonly connections: Gauge<'kind'>
+  readonly connectionsOpened: Counter<'kind'>
+  readonly reachability: Gauge<'kind'>
+  readonly relayedBytes: Counter
 
   constructor (swarm: string) {
     const registers = [this.registry]
@@ -56,6 +60,12 @@ export class AgentMetrics {
     this.dataChannels = new Counter({ name: M.dataChannels.name, help: 'Channels opened to reducers, by path: direct (TLS sockets) or libp2p (streams, the fallback).', labelNames: M.dataChannels.labels, registers })
     for (const path of ['direct', 'libp2p']) this.dataChannels.labels(path).inc(0)
     this.bannedSenders = new Counter({ name: M.bannedSenders.name, help: 'Group members left out of a span this agent reduced (failed, too slow, or sent invalid parts: NaN, wrong length).', registers })
+    this.connections = new Gauge({ name: M.connections.name, help: 'Open libp2p connections by how they reach the peer: direct, hole-punched (DCUtR) or relayed (circuit relay v2).', labelNames: M.connections.labels, registers })
+    this.connectionsOpened = new Counter({ name: M.connectionsOpened.name, help: 'libp2p connections opened, by kind: direct, hole-punched or relayed.', labelNames: M.connectionsOpened.labels, registers })
+    this.reachability = new Gauge({ name: M.reachability.name, help: '1 for how the swarm reaches this agent: public, relayed (behind NAT, through a relay slot) or unreachable (averages as a client).', labelNames: M.reachability.labels, registers })
+    this.relayedBytes = new Counter({ name: M.relayedBytes.name, help: 'Bytes this agent relayed between other members (AVS_RELAY=serve), both directions together.', registers })
+    for (const kind of ['direct', 'hole-punched', 'relayed']) { this.connections.labels(kind).set(0); this.connectionsOpened.labels(kind).inc(0) }
+    for (const kind of ['public', 'relayed', 'unreachable']) this.reachability.labels(kind).set(0)
     this.peersConnected = new Gauge({ name: M.peersConnected.name, help: 'libp2p peers with an open connection.', registers })
     this.routingTableSize = new Gauge({ name: M.routingTableSize.name, help: 'Peers in the Kademlia routing table.', registers })
     this.divergence = new Gauge({ name: M.divergence.name, help: 'L2 distance between the local tensors before and after the last round, relative to their norm.', registers })

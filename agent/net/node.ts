@@ -6,12 +6,18 @@ import { yamux } from '@libp2p/yamux'
 import { identify } from '@libp2p/identify'
 import { ping } from '@libp2p/ping'
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht'
+import { circuitRelayTransport } from '@libp2p/circuit-relay-v2'
+import { dcutr } from '@libp2p/dcutr'
 import { privateNetwork, type ProtectedConnection } from './pnet/index.js'
+import { relayServer, type RelayServeOptions } from './relay.js'
+import { isCircuit } from './reach.js'
+import { isPrivate } from '@libp2p/utils'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { Identify } from '@libp2p/identify'
 import type { Ping } from '@libp2p/ping'
 import type { Libp2p, PrivateKey, Metrics, ConnectionEncrypter } from '@libp2p/interface'
+import type { Multiaddr } from '@multiformats/multiaddr'
 
 /** Our own Kademlia namespace: agents never mix with IPFS's public DHT. */
 export const DHT_PROTOCOL = '/avs/kad/1.0.0'
@@ -42,20 +48,51 @@ export interface SwarmNodeOptions {
   /** Only these peer ids may connect (checked after the encrypted handshake authenticated them). */
   readonly allowPeers?: readonly string[]
   readonly metrics?: (components: any) => Metrics
+  /**
+   * Start the DHT as a client and let the caller turn it server once it knows how it is reached
+   * (main.ts after ./reach.ts). A server is put into routing tables at its first connection with
+   * the addresses it announces then: an agent behind NAT would spread its private addresses,
+   * which peers keep (the peer store merges them) and dial instead of the relay address it
+   * reserves a moment later.
+   */
+  readonly dhtServerLater?: boolean
+  /** Run a circuit relay v2 hop service for members (AVS_RELAY=serve), within these bounds. */
+  readonly relay?: RelayServeOptions
 }
 
-export type SwarmNode = Libp2p<{ dht: KadDHT, identify: Identify, ping: Ping }>
+/** What the agent needs of libp2p's internals: listening on a relay at run time (./reach.ts). */
+export interface NodeInternals {
+  readonly transportManager: { listen: (addrs: Multiaddr[]) => Promise<void> }
+  /** Marks an address (a NAT's, seen by peers) as ours to announce: for experiments with hole punching. */
+  readonly confirmObservedAddr: (addr: Multiaddr) => void
+  /**
+   * true: announce only /p2p-circuit and public addresses. An agent reached through a relay sits
+   * behind NAT; its private addresses mislead every peer outside its LAN (a dial to one hangs until libp2p's
+   * 6 s per-address timeout where a NAT drops it, before the relay address is tried) and, once
+   * it announced both, peers learnt only the private one from the DHT and never reached it.
+   */
+  announceRelayOnly: (on: boolean) => void
+}
+
+export type SwarmNode = Libp2p<{ dht: KadDHT, identify: Identify, ping: Ping, internals: NodeInternals }>
 
 /** A libp2p node tuned for averaging: large yamux windows, a private DHT that serves on LANs, generous connection limits. */
 export async function createSwarmNode (options: SwarmNodeOptions): Promise<SwarmNode> {
   const privateKey = options.privateKey ?? await generateKeyPair('Ed25519')
   const encrypters: Array<(components: any) => ConnectionEncrypter> = []
   for (const name of options.encryption ?? ['noise', 'tls']) encrypters.push(name === 'tls' ? tls() : noise())
+  let relayOnly = false
   const allow = options.allowPeers != null && options.allowPeers.length > 0 ? new Set(options.allowPeers) : null
-  return await createLibp2p({
+  const node = await createLibp2p({
     privateKey,
-    addresses: { listen: [...options.listen], announce: options.announce != null ? [...options.announce] : undefined },
-    transports: [tcp()],
+    addresses: {
+      listen: [...options.listen],
+      announce: options.announce != null ? [...options.announce] : undefined,
+      announceFilter: (addrs) => relayOnly ? addrs.filter(a => isCircuit(a) || !isPrivate(a)) : addrs
+    },
+    // Every agent can dial /p2p-circuit addresses (members behind NAT); it listens on one only
+    // once it finds itself unreachable (./reach.ts).
+    transports: [tcp(), circuitRelayTransport()],
     connectionEncrypters: encrypters,
     streamMuxers: [yamux({
       enableKeepAlive: true,
@@ -72,7 +109,12 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
           // Outbound we know the peer before dialling; inbound only once the handshake proved who it is.
           denyDialPeer: (peer) => !allow.has(peer.toString()),
           denyInboundEncryptedConnection: (peer) => !allow.has(peer.toString()),
-          denyOutboundEncryptedConnection: (peer) => !allow.has(peer.toString())
+          denyOutboundEncryptedConnection: (peer) => !allow.has(peer.toString()),
+          // A relay reserves slots for and joins circuits between members only. Both already hold
+          // a connection that passed the key and this list; checked again because the relay is
+          // the one place that forwards bytes for others.
+          denyInboundRelayReservation: (peer) => !allow.has(peer.toString()),
+          denyOutboundRelayedConnection: (source, destination) => !allow.has(source.toString()) || !allow.has(destination.toString())
         },
     connectionManager: {
       maxConnections: 1000,
@@ -87,9 +129,17 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     services: {
       identify: identify(),
       ping: ping(),
+      internals: (components: Pick<NodeInternals, 'transportManager'> & { addressManager: { confirmObservedAddr: (a: Multiaddr, o: { type: 'observed' }) => void } }): NodeInternals => ({
+        transportManager: components.transportManager,
+        confirmObservedAddr: (addr) => { components.addressManager.confirmObservedAddr(addr, { type: 'observed' }) },
+        announceRelayOnly: (on) => { relayOnly = on }
+      }),
+      // Upgrades a relayed connection to a direct one where the NATs let it (hole punching).
+      dcutr: dcutr(),
+      ...(options.relay != null ? { relay: relayServer(options.relay) } : {}),
       dht: kadDHT({
         protocol: DHT_PROTOCOL,
-        clientMode: false,
+        clientMode: options.dhtServerLater === true,
         // Agents live on private networks (pods, loopback): keep their private addresses.
         peerInfoMapper: passthroughMapper,
         allowQueryWithZeroPeers: true,
@@ -97,4 +147,5 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
       })
     }
   })
+  return node as unknown as SwarmNode
 }

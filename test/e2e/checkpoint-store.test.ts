@@ -4,7 +4,8 @@
  *
  *  - tmpl:    checkpoint.volume.claimTemplate: the operator creates tmpl-checkpoints (no owner
  *             reference), the test binds it to a hostPath PersistentVolume as a provisioner would,
- *             the agents checkpoint into it, and the claim and its files outlive the swarm.
+ *             the agents checkpoint into it; every pod is force-deleted at once and the new agents
+ *             restore the newest checkpoint; the claim and its files outlive the swarm.
  *  - crash:   a sidecar swarm whose trainer exits 1 at once, backoffLimit 2: the test kubelet's
  *             restarts (restartCount) make it Failed, kubectl wait --for=condition=Failed returns,
  *             its StatefulSets are at 0.
@@ -17,7 +18,7 @@
  */
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, readdirSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { controlPlaneBuilt, hostPathClaim, hostPathVolumeFor, startCluster, waitFor, type Cluster } from '../harness/index.js'
 import { RestClient } from '../../operator/kube/rest.js'
@@ -156,6 +157,23 @@ describe('checkpoint stores and phase Failed on a real cluster', { skip, timeout
     assert.equal(cond(st, 'CheckpointsFailing')?.status, 'False')
     const files = () => readdirSync(join(pvDir, 'tmpl'))
     assert.ok(files().some(f => /^round-\d+\.json$/.test(f)), files().join(', '))
+
+    // Every agent pod at once, no grace: the StatefulSets bring new ones, which find no live peer and restore the newest checkpoint.
+    const durable = (await status('tmpl')).checkpoint.round as number
+    const old = await list('Pod', 'tmpl')
+    await kubectl('delete', 'pods', '-n', NS, '-l', 'averaging.swarm.io/swarm=tmpl', '--grace-period=0', '--force', '--wait=false')
+    const restored = await waitFor('a new agent restored from the checkpoint', async () => {
+      const pods = (await list('Pod', 'tmpl')).filter(p => !old.some(o => o.metadata.uid === p.metadata.uid))
+      for (const p of pods) {
+        const file = cluster.containerLogFile(NS, p.metadata.name, 'agent', p.metadata.uid)
+        const text = file !== undefined && existsSync(file) ? readFileSync(file, 'utf8') : ''
+        const m = /restored round (\d+) from checkpoint/.exec(text)
+        if (m !== null) return Number(m[1])
+      }
+      return undefined
+    }, 120_000, 500)
+    t.diagnostic(`every pod deleted at round ${durable} durable: a new agent restored round ${restored}`)
+    assert.ok(restored >= durable, `restored round ${restored} is not older than the durable round ${durable} before the kill`)
 
     await rest.request('DELETE', resourcePath('AveragingSwarm', NS, 'tmpl'))
     await waitFor('the swarm and its StatefulSets gone', async () => await get('AveragingSwarm', 'tmpl') === undefined && (await list('StatefulSet', 'tmpl')).length === 0, 60_000, 500)

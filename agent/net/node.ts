@@ -8,6 +8,8 @@ import { ping } from '@libp2p/ping'
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht'
 import { privateNetwork, type ProtectedConnection } from './pnet/index.js'
 import { generateKeyPair } from '@libp2p/crypto/keys'
+import { peerIdFromPrivateKey } from '@libp2p/peer-id'
+import type { Multiaddr } from '@multiformats/multiaddr'
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { Identify } from '@libp2p/identify'
 import type { Ping } from '@libp2p/ping'
@@ -23,6 +25,8 @@ export interface SwarmNodeOptions {
   /** Multiaddrs to listen on, e.g. /ip4/127.0.0.1/tcp/0. */
   readonly listen: readonly string[]
   readonly announce?: readonly string[]
+  /** Addresses announced before the others, read anew each time libp2p lists ours (an AnnounceFile's). */
+  readonly announceExtra?: () => readonly Multiaddr[]
   /**
    * Connection encrypters in order of preference. Noise first, though @libp2p/tls moves ~2.6x
    * more bytes per second here: under bidirectional bulk traffic (exactly an all-reduce) the
@@ -52,9 +56,16 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
   const encrypters: Array<(components: any) => ConnectionEncrypter> = []
   for (const name of options.encryption ?? ['noise', 'tls']) encrypters.push(name === 'tls' ? tls() : noise())
   const allow = options.allowPeers != null && options.allowPeers.length > 0 ? new Set(options.allowPeers) : null
+  const self = `/p2p/${peerIdFromPrivateKey(privateKey).toString()}`
+  const extra = options.announceExtra
   return await createLibp2p({
     privateKey,
-    addresses: { listen: [...options.listen], announce: options.announce != null ? [...options.announce] : undefined },
+    addresses: {
+      listen: [...options.listen],
+      announce: options.announce != null ? [...options.announce] : undefined,
+      // Exposed agents (spec.network.expose): the outside address first, the pod's own still after it for peers in the cluster.
+      announceFilter: extra == null ? undefined : (addrs) => [...extra().map(a => a.encapsulate(self)), ...addrs.filter(a => !extra().some(e => a.equals(e.encapsulate(self))))]
+    },
     transports: [tcp()],
     connectionEncrypters: encrypters,
     streamMuxers: [yamux({

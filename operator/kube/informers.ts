@@ -9,7 +9,7 @@ import { LABEL_MANAGED_BY, LABEL_SWARM, MANAGED_BY, type KubeObj } from '../obje
 import type { RestClient } from './rest.js'
 import { resourcePath, type Kind } from './resources.js'
 
-export type CachedKind = 'AveragingSwarm' | 'StatefulSet' | 'Service' | 'ConfigMap' | 'Secret' | 'PodDisruptionBudget' | 'Pod' | 'PodMonitor'
+export type CachedKind = 'AveragingSwarm' | 'StatefulSet' | 'Service' | 'ConfigMap' | 'Secret' | 'PodDisruptionBudget' | 'Pod' | 'PodMonitor' | 'Node'
 
 /** Read access to the caches: what reconcile sees of the cluster. */
 export interface ObjectCache {
@@ -41,7 +41,8 @@ export class Informers implements ObjectCache {
   }
 
   private make (kind: CachedKind): ListWatch<KubernetesObject> {
-    const selector = kind === 'AveragingSwarm' ? undefined : MANAGED_SELECTOR
+    // Nodes are nobody's: their addresses are what exposed swarms announce (builders/reachable.ts).
+    const selector = kind === 'AveragingSwarm' || kind === 'Node' ? undefined : MANAGED_SELECTOR
     const path = resourcePath(kind as Kind, this.namespace)
     const list = async () => withItemTypeMeta(await this.rest.request('GET', path, { query: { labelSelector: selector } }), kind)
     const lw = new ListWatch<KubernetesObject>(path, new Watch(this.kc), list, false, selector)

@@ -8,6 +8,7 @@ export const RESOURCES = {
   Secret: { group: '', version: 'v1', plural: 'secrets', namespaced: true },
   ConfigMap: { group: '', version: 'v1', plural: 'configmaps', namespaced: true },
   Pod: { group: '', version: 'v1', plural: 'pods', namespaced: true },
+  Node: { group: '', version: 'v1', plural: 'nodes', namespaced: false },
   Event: { group: '', version: 'v1', plural: 'events', namespaced: true },
   StatefulSet: { group: 'apps', version: 'v1', plural: 'statefulsets', namespaced: true },
   PodDisruptionBudget: { group: 'policy', version: 'v1', plural: 'poddisruptionbudgets', namespaced: true },

@@ -1,0 +1,127 @@
+/**
+ * spec.network.expose end to end (issue #18): a swarm exposed with HostPort on the test cluster
+ * publishes its bootstrap agent at its node's address in status.bootstrapPeers; an agent started
+ * by the test outside the cluster (plain `node dist/agent/main.js`, as on a laptop: its own
+ * address, no cluster DNS) joins through that address alone and averages in groups with the
+ * swarm's agents. The test kubelet forwards node address:hostPort to the pod (tcp-forward.ts)
+ * and refreshes configMap volumes, so the agents' announce files fill in after they started.
+ */
+import { after, before, describe, test } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { createWriteStream, existsSync, readFileSync, readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { controlPlaneBuilt, startCluster, waitFor, type Cluster } from '../harness/index.js'
+import { RestClient } from '../../operator/kube/rest.js'
+import { resourcePath } from '../../operator/kube/resources.js'
+import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
+import { operatorKubeconfig } from './operator-identity.js'
+import { peerIdOf } from '../../operator/builders/identity.js'
+import { freePorts } from '../../agent/util/ports.js'
+import { parsePrometheusText, sumOf } from '../../operator/controller/prom-text.js'
+
+const NS = 'ml'
+const SWARM = 'exposed'
+const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build'
+  : !existsSync('dist/agent/main.js') || !existsSync('dist/operator/main.js') ? 'the operator or the agent is not built' : false
+
+describe('a swarm exposed with HostPort, joined from outside the cluster', { skip, timeout: 180_000 }, () => {
+  let cluster: Cluster
+  let rest: RestClient
+  let op: OperatorProcess
+  let laptop: ChildProcess | undefined
+
+  before(async () => {
+    cluster = await startCluster({ gpuNodes: 2, gpusPerNode: 1, cpuNodes: 0 })
+    rest = new RestClient(cluster.kc)
+    // HostPort is a Pod Security "baseline" violation: the namespace enforces nothing (README, "One swarm across clusters").
+    await cluster.createNamespace(NS)
+    const r = await cluster.kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
+    assert.equal(r.code, 0, r.stderr)
+    await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
+      .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
+    op = await startOperator(await operatorKubeconfig(cluster), cluster.logDir, 'operator')
+    await waitFor('the operator to become ready', async () => await op.ready(), 60_000)
+  })
+
+  after(async () => {
+    laptop?.kill('SIGKILL')
+    await op?.kill()
+    await cluster?.stop()
+  })
+
+  test('status.bootstrapPeers holds the node address and host port; an outside agent joins through it and averages with the swarm', async (t) => {
+    const started = Date.now()
+    await rest.request('POST', resourcePath('AveragingSwarm', NS), {
+      body: {
+        apiVersion: 'averaging.swarm.io/v1alpha1', kind: 'AveragingSwarm', metadata: { name: SWARM, namespace: NS },
+        spec: {
+          replicas: 2,
+          resources: { limits: { 'nvidia.com/gpu': 1 } },
+          tolerations: [{ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' }],
+          averaging: { targetGroupSize: 3, minGroupSize: 2, averagingExpiration: '3s', requestTimeout: '1s', allreduceTimeout: '20s', period: '2s' },
+          bootstrap: { replicas: 1 },
+          network: { expose: { type: 'HostPort' } }
+        }
+      }
+    })
+    const pods = await waitFor('2 agents on 2 nodes', async () => {
+      const p = (await rest.request('GET', resourcePath('Pod', NS), { query: { labelSelector: `averaging.swarm.io/swarm=${SWARM}` } })).items as any[]
+      return p.length === 2 && p.every(x => x.status?.hostIP !== undefined) ? p : undefined
+    }, 60_000, 300)
+    assert.equal(new Set(pods.map(p => p.spec.nodeName)).size, 2, 'host ports keep two agents of a swarm off one node')
+    const boot = pods.find(p => p.metadata.name === `${SWARM}-bootstrap-0-0`)
+    const node = await rest.request('GET', resourcePath('Node', undefined, boot.spec.nodeName))
+    const nodeIP = node.status.addresses.find((a: any) => a.type === 'InternalIP').address
+    const id = peerIdOf((await rest.request('GET', resourcePath('Secret', NS, `${SWARM}-identity`))).data, 0)
+
+    // The test cluster's nodes have no ExternalIP: the InternalIP is announced, with the host port.
+    const peers = await waitFor('status.bootstrapPeers at the node address', async () => {
+      const p = (await rest.request('GET', resourcePath('AveragingSwarm', NS, SWARM))).status?.bootstrapPeers as string[] | undefined
+      return p !== undefined && p.length > 0 ? p : undefined
+    }, 60_000, 300)
+    assert.deepEqual(peers, [`/ip4/${nodeIP}/tcp/31337/p2p/${id}`])
+    assert.notEqual(nodeIP, boot.status.podIP, 'the node\'s address, not the pod\'s')
+
+    // What the agents announce arrives after they started: the operator knew the node only once they were scheduled.
+    const announce = await waitFor('each agent to announce its node address', async () => {
+      const lines = agentLogLines().filter(l => typeof l.msg === 'string' && l.msg.startsWith('announcing /ip4/'))
+      return new Set(lines.map(l => l.pod)).size === 2 ? lines : undefined
+    }, 60_000, 500)
+    for (const p of pods) assert.ok(announce.some(l => l.pod === p.metadata.name && l.msg.startsWith(`announcing /ip4/${p.status.hostIP}/tcp/31337 `)), `${p.metadata.name as string} announces ${p.status.hostIP as string}`)
+
+    // The laptop: the swarm's averaging settings from its ConfigMap, the published address, nothing of the cluster's DNS.
+    const config = (await rest.request('GET', resourcePath('ConfigMap', NS, `${SWARM}-config`))).data as Record<string, string>
+    const [p2pPort, metricsPort] = await freePorts(2)
+    const logFile = join(cluster.logDir, 'laptop.log')
+    const out = createWriteStream(logFile)
+    laptop = spawn(join('node_modules', '.bin', 'node'), ['dist/agent/main.js'], {
+      env: {
+        PATH: process.env.PATH, HOME: process.env.HOME, ...config,
+        AVS_SWARM: SWARM, AVS_POD_NAME: 'laptop', AVS_POD_IP: '127.0.0.1', AVS_P2P_PORT: String(p2pPort), AVS_METRICS_PORT: String(metricsPort),
+        AVS_BOOTSTRAP_PEERS: peers.join(','), AVS_SHARD_INDEX: '200', AVS_LOG_LEVEL: 'info'
+      },
+      stdio: ['ignore', 'pipe', 'pipe']
+    })
+    laptop.stdout?.pipe(out)
+    laptop.stderr?.pipe(out)
+    const metric = async (name: string, labels: Record<string, string> = {}) => {
+      try { return sumOf(parsePrometheusText(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`, { signal: AbortSignal.timeout(2000) })).text()), name, labels) ?? 0 } catch { return 0 }
+    }
+    await waitFor('the outside agent to complete 2 rounds in groups of 3 with the swarm', async () => {
+      const groups = readFileSync(logFile, 'utf8').split('\n').filter(l => l.startsWith('{')).map(l => JSON.parse(l)).filter(l => l.msg === 'averaged' && l.size === 3)
+      return groups.length >= 2 ? groups : undefined
+    }, 90_000, 500)
+    const direct = await metric('averaging_data_channels_total', { path: 'direct' })
+    const fallback = await metric('averaging_data_channels_total', { path: 'libp2p' })
+    t.diagnostic(`joined and averaged ${((Date.now() - started) / 1000).toFixed(1)} s after the swarm was created; the outside agent opened ${direct} direct data channels and ${fallback} libp2p ones`)
+    assert.ok(direct > 0, 'tensor parts reach the exposed agents on the direct data channel (node address:the fixed data port)')
+  })
+
+  /** JSON log lines of every agent pod of the swarm. */
+  function agentLogLines (): any[] {
+    const root = join(cluster.dir, 'kubelet', 'logs')
+    return readdirSync(root).filter(d => d.startsWith(`${NS}_${SWARM}-`)).map(d => join(root, d, 'agent.log')).filter(f => existsSync(f))
+      .flatMap(f => readFileSync(f, 'utf8').split('\n')).filter(l => l.startsWith('{')).map(l => { try { return JSON.parse(l) } catch { return {} } })
+  }
+})

@@ -36,7 +36,8 @@ describe('exposed swarms, joined from outside the cluster', { skip, timeout: 180
   const outside = new Map<string, Promise<{ peers: string[], laptop: Awaited<ReturnType<typeof startOutsideAgent>> }>>()
 
   before(async () => {
-    cluster = await startCluster({ gpuNodes: 2, gpusPerNode: 2, cpuNodes: 0 })
+    // 4 GPUs a node: the LoadBalancer swarm's two agents may land on one node, and each HostPort agent still needs a GPU on its own node.
+    cluster = await startCluster({ gpuNodes: 2, gpusPerNode: 4, cpuNodes: 0 })
     rest = new RestClient(cluster.kc)
     // HostPort is a Pod Security "baseline" violation: the namespace enforces nothing (README, "One swarm across clusters").
     await cluster.createNamespace(NS)

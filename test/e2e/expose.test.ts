@@ -3,15 +3,14 @@
  * HostPort, one with LoadBalancer (its bootstrap agent behind a load balancer, its regular agent
  * behind a NodePort Service). Each publishes its bootstrap agent's reachable address in
  * status.bootstrapPeers; an agent started by the test outside the cluster (plain
- * `node dist/agent/main.js`, as on a laptop: its own address, no cluster DNS) joins through that
+ * `node dist/agent/main.js` through agent/process/agent-process.ts, as on a laptop: its own address, no cluster DNS) joins through that
  * address alone and averages in groups with the swarm's agents. The test kubelet forwards host
  * ports, node ports and load-balancer addresses to the pods (tcp-forward.ts, service-proxy.ts)
  * and refreshes configMap volumes, so the agents' announce files fill in after they started.
  */
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn, type ChildProcess } from 'node:child_process'
-import { createWriteStream, existsSync, readFileSync, readdirSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { controlPlaneBuilt, startCluster, waitFor, type Cluster } from '../harness/index.js'
 import { RestClient } from '../../operator/kube/rest.js'
@@ -20,6 +19,7 @@ import { startOperator, type OperatorProcess } from '../operator/e2e/operator-pr
 import { operatorKubeconfig } from './operator-identity.js'
 import { peerIdOf } from '../../operator/builders/identity.js'
 import { freePorts } from '../../agent/util/ports.js'
+import { AgentProcess, agentEnv, stopAgents } from '../../agent/process/agent-process.js'
 import { parsePrometheusText, sumOf } from '../../operator/controller/prom-text.js'
 
 const NS = 'ml'
@@ -32,7 +32,7 @@ describe('exposed swarms, joined from outside the cluster', { skip, timeout: 180
   let cluster: Cluster
   let rest: RestClient
   let op: OperatorProcess
-  const laptops: ChildProcess[] = []
+  const laptops: AgentProcess[] = []
   const outside = new Map<string, Promise<{ peers: string[], laptop: Awaited<ReturnType<typeof startOutsideAgent>> }>>()
 
   before(async () => {
@@ -59,7 +59,7 @@ describe('exposed swarms, joined from outside the cluster', { skip, timeout: 180
   })
 
   after(async () => {
-    for (const l of laptops) l.kill('SIGKILL')
+    await stopAgents(laptops, 2000)
     await op?.kill()
     await cluster?.stop()
   })
@@ -149,25 +149,22 @@ describe('exposed swarms, joined from outside the cluster', { skip, timeout: 180
   async function startOutsideAgent (swarm: string, peers: string[]) {
     const config = (await rest.request('GET', resourcePath('ConfigMap', NS, `${swarm}-config`))).data as Record<string, string>
     const [p2pPort, metricsPort] = await freePorts(2)
-    const logFile = join(cluster.logDir, `laptop-${swarm}.log`)
-    const out = createWriteStream(logFile)
-    const child = spawn(join('node_modules', '.bin', 'node'), ['dist/agent/main.js'], {
+    const agent = new AgentProcess({
+      name: `laptop-${swarm}`,
+      logDir: cluster.logDir,
       env: {
-        PATH: process.env.PATH, HOME: process.env.HOME, ...config,
-        AVS_SWARM: swarm, AVS_POD_NAME: `laptop-${swarm}`, AVS_POD_IP: '127.0.0.1', AVS_P2P_PORT: String(p2pPort), AVS_METRICS_PORT: String(metricsPort),
-        AVS_BOOTSTRAP_PEERS: peers.join(','), AVS_SHARD_INDEX: '200', AVS_LOG_LEVEL: 'info'
-      },
-      stdio: ['ignore', 'pipe', 'pipe']
+        ...config,
+        ...agentEnv({ swarm, podName: `laptop-${swarm}`, podIP: '127.0.0.1', p2pPort, metricsPort, bootstrapPeers: peers.join(','), shardIndex: 200, logLevel: 'info' })
+      }
     })
-    laptops.push(child)
-    child.stdout?.pipe(out)
-    child.stderr?.pipe(out)
+    agent.start()
+    laptops.push(agent)
     return {
       metric: async (name: string, labels: Record<string, string> = {}) => {
         try { return sumOf(parsePrometheusText(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`, { signal: AbortSignal.timeout(2000) })).text()), name, labels) ?? 0 } catch { return 0 }
       },
       averaged: async () => await waitFor(`the outside agent of ${swarm} to complete 2 rounds in groups of 3 with the swarm`, async () => {
-        const groups = readFileSync(logFile, 'utf8').split('\n').filter(l => l.startsWith('{')).map(l => JSON.parse(l)).filter(l => l.msg === 'averaged' && l.size === 3)
+        const groups = readFileSync(agent.logPath, 'utf8').split('\n').filter(l => l.startsWith('{')).map(l => JSON.parse(l)).filter(l => l.msg === 'averaged' && l.size === 3)
         return groups.length >= 2 ? groups : undefined
       }, 90_000, 500)
     }

@@ -20,6 +20,8 @@ export interface AgentConfig {
   readonly identityKey?: Uint8Array
   readonly p2pPort: number
   readonly announceAddrs: readonly string[]
+  /** AVS_ANNOUNCE_FILE: more addresses to announce, reread while the agent runs; undefined when unset. */
+  readonly announceFile?: string
   readonly bootstrapPeers: readonly string[]
   readonly dnsServers: readonly string[]
   readonly psk?: Uint8Array
@@ -220,6 +222,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     identityKey,
     p2pPort: parse('p2pPort', integer(0, 65535), 31337),
     announceAddrs: parse('announceAddrs', list, []),
+    announceFile: raw('announceFile'),
     bootstrapPeers: parse('bootstrapPeers', list, []),
     dnsServers: parse('dnsServers', list, []),
     psk,

@@ -6,6 +6,7 @@ import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { prometheusMetrics } from '@libp2p/prometheus-metrics'
 import { loadAgentConfig, type AgentConfig } from './config.js'
 import { createSwarmNode, type SwarmNode } from './net/node.js'
+import { AnnounceFile } from './net/announce-file.js'
 import { connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
 import { Rendezvous } from './rendezvous/rendezvous.js'
 import { DecentralizedAverager } from './averager.js'
@@ -23,6 +24,8 @@ import { ConnectionKinds, CONNECTION_KINDS } from './net/connection-kinds.js'
 import type { AveragerConfig } from './averager.js'
 
 const VERSION = '0.1.0'
+/** How often AVS_ANNOUNCE_FILE is reread; a kubelet takes up to a minute to update a mounted ConfigMap anyway. */
+const ANNOUNCE_REREAD_MS = 5000
 
 /** A fatal error as one line: every problem of a multi-line message joined with "; ". */
 function fatalLine (what: string, err: unknown): string {
@@ -32,8 +35,9 @@ function fatalLine (what: string, err: unknown): string {
 type Log = Logger
 
 /** The libp2p node on the pod's address, its metrics in the agent's registry. */
-async function startNode (config: AgentConfig, metrics: AgentMetrics): Promise<SwarmNode> {
+async function startNode (config: AgentConfig, metrics: AgentMetrics, announce?: AnnounceFile): Promise<SwarmNode> {
   return await createSwarmNode({
+    announceExtra: announce === undefined ? undefined : () => announce.addrs,
     privateKey: config.identityKey != null ? privateKeyFromProtobuf(config.identityKey) : undefined,
     listen: [`/ip4/${config.podIP}/tcp/${config.p2pPort}`],
     announce: config.announceAddrs.length > 0 ? config.announceAddrs : undefined,
@@ -193,7 +197,11 @@ async function main (): Promise<number> {
   const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
   const metrics = new AgentMetrics(config.swarm)
   let ready = false
-  const node = await startNode(config, metrics)
+  const announce = config.announceFile === undefined ? undefined : new AnnounceFile(config.announceFile, (m) => { log.info(m) })
+  await announce?.reread()
+  const node = await startNode(config, metrics, announce)
+  // A changed address goes into our peer record, which identify pushes to the peers we know.
+  announce?.watch(ANNOUNCE_REREAD_MS, () => { void node.peerStore.patch(node.peerId, { multiaddrs: node.getMultiaddrs().map(a => a.decapsulateCode(421)) }).catch(() => {}) })
   const server = await startMetricsServer(config.podIP, config.metricsPort, metrics.registry, { live: () => true, ready: () => ready })
   log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort }, 'agent started')
   const { name: backend } = await loadTensorBackend()
@@ -220,6 +228,7 @@ async function main (): Promise<number> {
   } finally {
     ready = false
     clearInterval(gauges)
+    announce?.stop()
     clearInterval(watchdog)
     clearInterval(reached.watchdog)
     await stateSharing?.stop().catch(() => {})

@@ -41,7 +41,7 @@ async function buildController (opts: Options, log: Log): Promise<Controller> {
   rest.observer = (method, _path, code, seconds) => { metrics.requests.inc({ method, code: String(code) }); metrics.requestTime.observe({ verb: method }, seconds) }
   const queue = new WorkQueue(new ExponentialBackoff(50, 300_000), metrics.queueObserver())
   const podMonitors = await crdExists(rest, 'podmonitors.monitoring.coreos.com')
-  const kinds: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', 'PersistentVolumeClaim', ...(podMonitors ? ['PodMonitor' as const] : [])]
+  const kinds: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', 'PersistentVolumeClaim', 'Node', ...(podMonitors ? ['PodMonitor' as const] : [])]
   const informers: Informers = new Informers(kc, rest, kinds, (kind, obj) => { for (const k of swarmKeysOf(kind, obj, () => informers.list('AveragingSwarm'))) queue.add(k) }, log, opts.watchNamespace)
   const progress = new ProgressTracker(key => queue.add(key), undefined, { intervalMs: opts.progressIntervalSeconds * 1000, sampleSize: 32, timeoutMs: 2000 })
   const reconciler = new Reconciler({

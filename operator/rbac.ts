@@ -19,6 +19,8 @@ export const OPERATOR_CLUSTER_RULES: PolicyRule[] = [
   { apiGroups: [''], resources: ['services', 'configmaps', 'secrets'], verbs: OWN },
   { apiGroups: ['policy'], resources: ['poddisruptionbudgets'], verbs: OWN },
   { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+  // The addresses of exposed agents are their Nodes' (spec.network.expose: HostPort, NodePort).
+  { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
   // Watched to see a named checkpoint claim appear; create for claimTemplate. Never update or
   // delete: a checkpoint claim is the user's result.
   { apiGroups: [''], resources: ['persistentvolumeclaims'], verbs: ['get', 'list', 'watch', 'create'] },
@@ -35,7 +37,9 @@ export const OPERATOR_LEASE_RULES: PolicyRule[] = [
 /**
  * With --watch-namespace the operator touches only that namespace (informers, applies, status,
  * events), so the chart grants the namespaced rules there as a Role and keeps cluster-wide only
- * the one CRD lookup: it can then read no Secret outside the namespace of its swarms.
+ * the one CRD lookup and reading Nodes (cluster-scoped objects, whose addresses exposed agents
+ * announce): it can then read no Secret outside the namespace of its swarms.
  */
-export const OPERATOR_CLUSTER_SCOPED_RULES: PolicyRule[] = OPERATOR_CLUSTER_RULES.filter(r => r.apiGroups.includes('apiextensions.k8s.io'))
-export const OPERATOR_WATCH_NAMESPACE_RULES: PolicyRule[] = OPERATOR_CLUSTER_RULES.filter(r => !r.apiGroups.includes('apiextensions.k8s.io'))
+const clusterScoped = (r: PolicyRule): boolean => r.apiGroups.includes('apiextensions.k8s.io') || r.resources.includes('nodes')
+export const OPERATOR_CLUSTER_SCOPED_RULES: PolicyRule[] = OPERATOR_CLUSTER_RULES.filter(clusterScoped)
+export const OPERATOR_WATCH_NAMESPACE_RULES: PolicyRule[] = OPERATOR_CLUSTER_RULES.filter(r => !clusterScoped(r))

@@ -13,11 +13,12 @@ import { relayServer, type RelayServeOptions } from './relay.js'
 import { isCircuit } from './reach.js'
 import { isPrivate } from '@libp2p/utils'
 import { generateKeyPair } from '@libp2p/crypto/keys'
+import { peerIdFromPrivateKey } from '@libp2p/peer-id'
+import type { Multiaddr } from '@multiformats/multiaddr'
 import type { KadDHT } from '@libp2p/kad-dht'
 import type { Identify } from '@libp2p/identify'
 import type { Ping } from '@libp2p/ping'
 import type { Libp2p, PrivateKey, Metrics, ConnectionEncrypter } from '@libp2p/interface'
-import type { Multiaddr } from '@multiformats/multiaddr'
 
 /** Our own Kademlia namespace: agents never mix with IPFS's public DHT. */
 export const DHT_PROTOCOL = '/avs/kad/1.0.0'
@@ -29,6 +30,8 @@ export interface SwarmNodeOptions {
   /** Multiaddrs to listen on, e.g. /ip4/127.0.0.1/tcp/0. */
   readonly listen: readonly string[]
   readonly announce?: readonly string[]
+  /** Addresses announced before the others, read anew each time libp2p lists ours (an AnnounceFile's). */
+  readonly announceExtra?: () => readonly Multiaddr[]
   /**
    * Connection encrypters in order of preference. Noise first, though @libp2p/tls moves ~2.6x
    * more bytes per second here: under bidirectional bulk traffic (exactly an all-reduce) the
@@ -83,12 +86,20 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
   for (const name of options.encryption ?? ['noise', 'tls']) encrypters.push(name === 'tls' ? tls() : noise())
   let relayOnly = false
   const allow = options.allowPeers != null && options.allowPeers.length > 0 ? new Set(options.allowPeers) : null
+  const self = `/p2p/${peerIdFromPrivateKey(privateKey).toString()}`
+  const extra = options.announceExtra
   const node = await createLibp2p({
     privateKey,
     addresses: {
       listen: [...options.listen],
       announce: options.announce != null ? [...options.announce] : undefined,
-      announceFilter: (addrs) => relayOnly ? addrs.filter(a => isCircuit(a) || !isPrivate(a)) : addrs
+      // Exposed agents (spec.network.expose): the outside address first, the pod's own still after it
+      // for peers in the cluster. An agent behind NAT with a relay slot announces only its circuit
+      // and public addresses (./reach.ts).
+      announceFilter: (addrs) => {
+        const exposed = extra == null ? addrs : [...extra().map(a => a.encapsulate(self)), ...addrs.filter(a => !extra().some(e => a.equals(e.encapsulate(self))))]
+        return relayOnly ? exposed.filter(a => isCircuit(a) || !isPrivate(a)) : exposed
+      }
     },
     // Every agent can dial /p2p-circuit addresses (members behind NAT); it listens on one only
     // once it finds itself unreachable (./reach.ts).

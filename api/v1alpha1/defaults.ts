@@ -3,7 +3,7 @@
  * here, and withDefaults() applies the same values to objects that never passed the API server
  * (unit tests, the local runtime), so both paths see one set of numbers.
  */
-import type { AveragingSwarmSpec, AveragingSpec } from './types.js'
+import type { AveragingSwarmSpec, AveragingSpec, ExposeServiceSpec, ExposeSpec } from './types.js'
 import { averagingDefaults } from './averaging-schema.js'
 import { CHECKPOINT_PARAMETERS, DEFAULT_CLAIM_ACCESS_MODES, DEFAULT_POD_POLICY, S3_PATH_STYLE_DEFAULT, S3_REGION, S3_SECRET_KEYS } from '../checkpoint-parameters.js'
 import type { CheckpointS3, CheckpointSpec, ClaimTemplate } from './types.js'
@@ -17,6 +17,8 @@ export const DEFAULTS = {
   bootstrapReplicas: 1,
   auxiliaryReplicas: 0,
   p2pPort: 31337,
+  /** The direct data channel's fixed port once agents are exposed (AVS_DATA_PORT); unexposed pods pick a free one. */
+  dataPort: 31338,
   metricsPort: 9400,
   sidecarPort: 9401,
   workloadType: 'builtin',
@@ -30,8 +32,9 @@ export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootst
   averaging?: Partial<AveragingSpec>
   bootstrap?: Partial<AveragingSwarmSpec['bootstrap']>
   auxiliary?: Partial<AveragingSwarmSpec['auxiliary']>
-  network?: Partial<Omit<AveragingSwarmSpec['network'], 'privateNetworkSecret'>> & {
+  network?: Partial<Omit<AveragingSwarmSpec['network'], 'privateNetworkSecret' | 'expose'>> & {
     privateNetworkSecret?: { name: string, key?: string, generate?: boolean }
+    expose?: Partial<Omit<ExposeSpec, 'service'>> & { service?: Partial<ExposeServiceSpec> }
   }
   workload?: Partial<AveragingSwarmSpec['workload']>
   metrics?: Partial<AveragingSwarmSpec['metrics']>
@@ -65,6 +68,7 @@ function checkpointWithDefaults (c: NonNullable<PartialSpec['checkpoint']>): Che
 /** Fills every defaulted field the way the API server's structural defaulting does. */
 export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
   const pns = spec.network?.privateNetworkSecret
+  const ex = spec.network?.expose
   const { checkpoint, completion, ...rest } = spec
   return {
     ...rest,
@@ -75,7 +79,8 @@ export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
     auxiliary: { replicas: DEFAULTS.auxiliaryReplicas, ...spec.auxiliary },
     network: {
       port: spec.network?.port ?? DEFAULTS.p2pPort,
-      ...(pns === undefined ? {} : { privateNetworkSecret: { key: DEFAULTS.pskKey, generate: false, ...pns } })
+      ...(pns === undefined ? {} : { privateNetworkSecret: { key: DEFAULTS.pskKey, generate: false, ...pns } }),
+      ...(ex === undefined ? {} : { expose: withExposeDefaults(ex) })
     },
     workload: { type: DEFAULTS.workloadType, sidecarPort: DEFAULTS.sidecarPort, ...spec.workload },
     metrics: { port: DEFAULTS.metricsPort, podMonitor: DEFAULTS.podMonitor, ...spec.metrics },
@@ -84,5 +89,16 @@ export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
     // Optional sections: absent stays absent; present gets its fields' defaults, as the API server does.
     ...(checkpoint === undefined ? {} : { checkpoint: checkpointWithDefaults(checkpoint) }),
     ...(completion === undefined ? {} : { completion: { onTrainerExit: false, podPolicy: DEFAULT_POD_POLICY, ...completion } })
+  }
+}
+
+/** spec.network.expose as the API server defaults it: type None, the fixed data port, Cluster traffic policy. */
+function withExposeDefaults (ex: NonNullable<NonNullable<PartialSpec['network']>['expose']>): ExposeSpec {
+  const { service, ...rest } = ex
+  return {
+    type: 'None',
+    dataPort: DEFAULTS.dataPort,
+    ...rest,
+    ...(service === undefined ? {} : { service: { externalTrafficPolicy: 'Cluster', ...service } })
   }
 }

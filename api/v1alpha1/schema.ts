@@ -7,6 +7,7 @@ import { DEFAULTS } from './defaults.js'
 import { averagingSchema } from './averaging-schema.js'
 import { arr, bool, int, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
 import { backoffLimit, checkpoint, checkpointStatus, completion, restoreFrom, specRules, ttlSecondsAfterFinished } from './checkpoint-schema.js'
+import { expose, exposeRules } from './expose-schema.js'
 
 export { DURATION_PATTERN, COMPRESSIONS } from '../averaging-parameters.js'
 /** A dialable libp2p TCP multiaddr ending in /p2p/<peer id>. */
@@ -50,7 +51,8 @@ const network = obj('libp2p networking of the agents.', {
     name: str('Name of the Secret in the swarm\'s namespace.', { minLength: 1, pattern: '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$' }),
     key: str('Key inside the Secret that holds the pre-shared key.', { default: DEFAULTS.pskKey, pattern: '^[-._a-zA-Z0-9]+$' }),
     generate: bool('Create the Secret with a fresh random key when it does not exist; the swarm then owns it.', { default: false })
-  }, { required: ['name'] })
+  }, { required: ['name'] }),
+  expose
 }, { default: { port: DEFAULTS.p2pPort } })
 
 const trainer = obj('The trainer container that runs next to each agent when workload.type is sidecar.', {
@@ -128,6 +130,7 @@ export const specSchema: Schema = obj('Desired state of the swarm.', {
 }, {
   'x-kubernetes-validations': [
     ...specRules(),
+    ...exposeRules(),
     { rule: 'self.replicas == 0 || self.bootstrap.replicas <= self.replicas', message: 'bootstrap.replicas must not exceed replicas', fieldPath: '.bootstrap.replicas' },
     { rule: 'self.network.port != self.metrics.port', message: 'metrics.port must differ from network.port', fieldPath: '.metrics.port' },
     { rule: 'self.workload.sidecarPort != self.metrics.port && self.workload.sidecarPort != self.network.port', message: 'workload.sidecarPort must differ from network.port and metrics.port', fieldPath: '.workload.sidecarPort' }

@@ -50,9 +50,26 @@ export interface SecretKeyRef {
   generate: boolean
 }
 
+export type ExposeType = 'None' | 'HostPort' | 'NodePort' | 'LoadBalancer'
+
+export interface ExposeServiceSpec {
+  annotations?: Record<string, string>
+  loadBalancerClass?: string
+  externalTrafficPolicy: 'Cluster' | 'Local'
+}
+
+/** spec.network.expose: reaching the agents from outside the cluster (api/v1alpha1/expose-schema.ts). */
+export interface ExposeSpec {
+  type: ExposeType
+  dataPort: number
+  announceHost?: string
+  service?: ExposeServiceSpec
+}
+
 export interface NetworkSpec {
   port: number
   privateNetworkSecret?: SecretKeyRef
+  expose?: ExposeSpec
 }
 
 export interface TrainerSpec {

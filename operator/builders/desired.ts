@@ -8,13 +8,15 @@ import type { KubeObj } from '../objects.js'
 import type { BuilderConfig } from './config.js'
 import { buildConfigMap, configData } from './configmap.js'
 import { shortHash } from './hash.js'
-import { bootstrapMultiaddrs, buildIdentitySecret, type SecretData } from './identity.js'
+import { bootstrapMultiaddrs, buildIdentitySecret, peerIdOf, type SecretData } from './identity.js'
 import { names } from './names.js'
 import { buildPdb } from './pdb.js'
 import { buildPodMonitor } from './podmonitor.js'
 import { buildPskSecret } from './psk.js'
 import { buildService } from './service.js'
 import { buildStatefulSet, roleReplicas } from './statefulset.js'
+import { buildAgentService, buildAnnounceConfigMap, exposedPods, exposeTypeOf, exposure } from './expose.js'
+import { reachableByPod, type ReachableInputs } from './reachable.js'
 
 /** Moved to operator/objects.ts (shared with the I/O layer); re-exported for cli/local. */
 export type { KubeObj }
@@ -28,11 +30,19 @@ export interface DesiredInputs {
   pskData?: SecretData
   /** The checkpoint claim or S3 Secret does not exist (yet): the pods are built without checkpoints. */
   checkpointStoreMissing?: boolean
+  /** Pods, Nodes and per-agent Services as observed, for the addresses of an exposed swarm (reachable.ts). */
+  observed?: ReachableInputs
 }
+
+const NOTHING_OBSERVED: ReachableInputs = { pods: new Map(), nodes: new Map(), services: new Map() }
 
 export interface Desired {
   objects: KubeObj[]
-  /** Multiaddrs of the swarm's own bootstrap agents. */
+  /**
+   * Multiaddrs of the swarm's own bootstrap agents for status.bootstrapPeers: the in-cluster /dns4
+   * names, or for an exposed swarm the reachable addresses known so far (never in-cluster names,
+   * which another cluster cannot resolve, or could resolve to a look-alike swarm).
+   */
   bootstrapPeers: string[]
 }
 
@@ -56,5 +66,11 @@ export function buildDesired (s: AveragingSwarm, inp: DesiredInputs): Desired {
   }
   objects.push(buildPdb(s))
   if (inp.podMonitorAvailable && s.spec.metrics.podMonitor) objects.push(buildPodMonitor(s))
-  return { objects: objects as KubeObj[], bootstrapPeers: own }
+  if (exposure(s) === undefined) return { objects: objects as KubeObj[], bootstrapPeers: own }
+  const exposed = exposedPods(s, r)
+  for (const p of exposed) if (exposeTypeOf(s, p.role) !== 'HostPort') objects.push(buildAgentService(s, p))
+  const reachable = reachableByPod(s, exposed, inp.observed ?? NOTHING_OBSERVED)
+  objects.push(buildAnnounceConfigMap(s, reachable))
+  const published = Array.from({ length: nb }, (_, i) => (reachable.get(names.bootstrapPod(s, i)) ?? []).map(a => `${a}/p2p/${peerIdOf(inp.identityData, i)}`)).flat()
+  return { objects: objects as KubeObj[], bootstrapPeers: published }
 }

@@ -19,6 +19,8 @@ export const names = {
   service: (s: AveragingSwarm) => `${s.metadata.name}-agents`,
   identitySecret: (s: AveragingSwarm) => `${s.metadata.name}-identity`,
   configMap: (s: AveragingSwarm) => `${s.metadata.name}-config`,
+  /** Per-pod announce addresses of an exposed swarm (builders/expose.ts). */
+  announceConfigMap: (s: AveragingSwarm) => `${s.metadata.name}-announce`,
   bootstrapSet: (s: AveragingSwarm, i: number) => `${s.metadata.name}-bootstrap-${i}`,
   bootstrapPod: (s: AveragingSwarm, i: number) => `${s.metadata.name}-bootstrap-${i}-0`,
   agentSet: (s: AveragingSwarm) => `${s.metadata.name}-agent`,

@@ -11,6 +11,7 @@ import { CHECKPOINT_MOUNT_DIR } from '../../api/checkpoint-parameters.js'
 import { CONFIG_KEYS, configData, SECTION_KEYS } from './configmap.js'
 import { checkpointClaimName, s3Env } from './checkpoint-store.js'
 import { ANNOTATION_CONFIG_HASH, names, ownedLabels, roleSelector, type Role } from './names.js'
+import { ANNOUNCE_MOUNT_DIR, ANNOUNCE_VOLUME, exposeTypeOf, exposure } from './expose.js'
 
 export const AGENT_CONTAINER = 'agent'
 export const TRAINER_CONTAINER = 'trainer'
@@ -75,6 +76,13 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
     env.push({ name: AGENT_ENV.identityKey.name, valueFrom: { secretKeyRef: { name: names.identitySecret(s), key: names.identityKey(p.bootstrapIndex ?? 0) } } })
   }
   if (p.bootstrapPeers.length > 0) env.push(value(AGENT_ENV.bootstrapPeers.name, p.bootstrapPeers.join(',')))
+  const e = exposure(s)
+  if (e !== undefined) {
+    // A fixed data port: a node port, host port or load balancer forwards a port known in advance.
+    env.push(value(AGENT_ENV.dataPort.name, e.dataPort))
+    // $(AVS_POD_NAME) is expanded by the kubelet: one StatefulSet, a file per pod.
+    env.push(value(AGENT_ENV.announceFile.name, `${ANNOUNCE_MOUNT_DIR}/$(${AGENT_ENV.podName.name})`))
+  }
   if (p.config.agentDnsServers !== undefined) env.push(value(AGENT_ENV.dnsServers.name, p.config.agentDnsServers))
   if (s.spec.network.privateNetworkSecret !== undefined) env.push(value(AGENT_ENV.pskFile.name, `${PSK_MOUNT_DIR}/${PSK_FILE}`))
   const data = configData(s)
@@ -130,16 +138,22 @@ function agentContainer (s: AveragingSwarm, p: PodInputs) {
   if (s.spec.network.privateNetworkSecret !== undefined) mounts.push({ name: 'psk', mountPath: PSK_MOUNT_DIR, readOnly: true })
   if (s.spec.workload.type === 'sidecar') mounts.push({ name: SHM_VOLUME, mountPath: SHM_MOUNT_DIR })
   if (writesCheckpoints(s, p) && checkpointClaimName(s) !== undefined) mounts.push({ name: CHECKPOINT_VOLUME, mountPath: CHECKPOINT_MOUNT_DIR })
+  const e = exposure(s)
+  if (e !== undefined) mounts.push({ name: ANNOUNCE_VOLUME, mountPath: ANNOUNCE_MOUNT_DIR, readOnly: true })
+  // HostPort: the node forwards its own ports to the agent (and the scheduler keeps two agents of the swarm off one node).
+  const host = exposeTypeOf(s, p.role) === 'HostPort'
+  const ports: KubeObject[] = [
+    { name: 'p2p', containerPort: s.spec.network.port, protocol: 'TCP', ...(host ? { hostPort: s.spec.network.port } : {}) },
+    { name: 'metrics', containerPort: s.spec.metrics.port, protocol: 'TCP' }
+  ]
+  if (e !== undefined) ports.push({ name: 'data', containerPort: e.dataPort, protocol: 'TCP', ...(host ? { hostPort: e.dataPort } : {}) })
   return {
     name: AGENT_CONTAINER,
     image: s.spec.image ?? p.config.defaultImage,
     imagePullPolicy: s.spec.imagePullPolicy ?? 'IfNotPresent',
     ...(p.config.agentCommand === undefined ? {} : { command: p.config.agentCommand }),
     env: agentEnv(s, p),
-    ports: [
-      { name: 'p2p', containerPort: s.spec.network.port, protocol: 'TCP' },
-      { name: 'metrics', containerPort: s.spec.metrics.port, protocol: 'TCP' }
-    ],
+    ports,
     readinessProbe: probe('/readyz', 5, 3),
     livenessProbe: { ...probe('/healthz', 10, 6), initialDelaySeconds: 10 },
     ...(resources === undefined ? {} : { resources }),
@@ -183,11 +197,13 @@ export function buildPodTemplate (s: AveragingSwarm, p: PodInputs) {
   // The checkpoint claim; fsGroup 65532 (POD_SECURITY_CONTEXT) makes it writable where the volume type supports ownership management.
   const claimName = checkpointClaimName(s)
   if (claimName !== undefined && writesCheckpoints(s, p)) volumes.push({ name: CHECKPOINT_VOLUME, persistentVolumeClaim: { claimName } })
+  // optional: the pod starts before the operator knows its address; the agent rereads the file.
+  if (exposure(s) !== undefined) volumes.push({ name: ANNOUNCE_VOLUME, configMap: { name: names.announceConfigMap(s), optional: true } })
   const containers: KubeObject[] = [agentContainer(s, p)]
   if (s.spec.workload.type === 'sidecar') { const t = trainerContainer(s); if (t !== undefined) containers.push(t) }
   const reserved = new Set([AGENT_CONTAINER, TRAINER_CONTAINER])
   containers.push(...(o.containers ?? []).filter(c => !reserved.has(String(c.name))))
-  const reservedVolumes = new Set(['tmp', 'psk', SHM_VOLUME, CHECKPOINT_VOLUME])
+  const reservedVolumes = new Set(['tmp', 'psk', SHM_VOLUME, CHECKPOINT_VOLUME, ANNOUNCE_VOLUME])
   volumes.push(...(o.volumes ?? []).filter(v => !reservedVolumes.has(String(v.name))))
   const gpuPlacement = p.role !== 'auxiliary'
   return {

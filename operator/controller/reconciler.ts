@@ -17,6 +17,8 @@
 import type { AveragingSwarm, AveragingSwarmStatus } from '../../api/v1alpha1/types.js'
 import type { BuilderConfig } from '../builders/config.js'
 import { buildDesired } from '../builders/desired.js'
+import { exposure } from '../builders/expose.js'
+import type { ReachableInputs } from '../builders/reachable.js'
 import { stableJson } from '../builders/hash.js'
 import { ensureIdentityKeys, type SecretData } from '../builders/identity.js'
 import { LABEL_ROLE, names } from '../builders/names.js'
@@ -187,7 +189,7 @@ export class Reconciler {
 
   private async applyDesired (sc: SwarmScope): Promise<void> {
     const secrets = must(sc.secrets, 'secrets')
-    const desired = buildDesired(sc.swarm, { config: this.d.config, identityData: secrets.identity, podMonitorAvailable: this.d.cache.has('PodMonitor'), pskData: secrets.psk, checkpointStoreMissing: sc.checkpointProblem !== undefined })
+    const desired = buildDesired(sc.swarm, { config: this.d.config, identityData: secrets.identity, podMonitorAvailable: this.d.cache.has('PodMonitor'), pskData: secrets.psk, checkpointStoreMissing: sc.checkpointProblem !== undefined, observed: this.observedForExposure(sc) })
     sc.desired = desired
     sc.bootstrapPeers = [...desired.bootstrapPeers]
     for (const obj of desired.objects) {
@@ -199,6 +201,16 @@ export class Reconciler {
       else if (obj.kind === 'StatefulSet') sc.events.push(...scaleEvents(sc.swarm, obj, observed))
       this.d.log.debug({ swarm: sc.key, kind: obj.kind, name: obj.metadata.name }, observed === undefined ? 'created' : 'updated')
     }
+  }
+
+  /** What the addresses of an exposed swarm are derived from (builders/reachable.ts); nothing for the others. */
+  private observedForExposure (sc: SwarmScope): ReachableInputs | undefined {
+    if (exposure(sc.swarm) === undefined) return undefined
+    const byName = (objs: KubeObj[]) => new Map(objs.map(o => [o.metadata.name, o]))
+    const pods = this.d.cache.listForSwarm('Pod', sc.namespace, sc.name)
+    const nodeNames = new Set(pods.map(p => (p as any).spec?.nodeName).filter((n): n is string => typeof n === 'string'))
+    const nodes = [...nodeNames].map(n => this.d.cache.get('Node', '', n)).filter((n): n is KubeObj => n !== undefined)
+    return { pods: byName(pods), nodes: byName(nodes), services: byName(this.d.cache.listForSwarm('Service', sc.namespace, sc.name)) }
   }
 
   private async pruneUnwanted (sc: SwarmScope): Promise<void> {

@@ -9,13 +9,14 @@ import { LABEL_MANAGED_BY, LABEL_SWARM, MANAGED_BY, type KubeObj } from '../obje
 import type { RestClient } from './rest.js'
 import { resourcePath, type Kind } from './resources.js'
 
-export type CachedKind = 'AveragingSwarm' | 'StatefulSet' | 'Service' | 'ConfigMap' | 'Secret' | 'PodDisruptionBudget' | 'Pod' | 'PodMonitor' | 'PersistentVolumeClaim'
+export type CachedKind = 'AveragingSwarm' | 'StatefulSet' | 'Service' | 'ConfigMap' | 'Secret' | 'PodDisruptionBudget' | 'Pod' | 'PodMonitor' | 'PersistentVolumeClaim' | 'Node'
 
 /**
- * Kinds cached whole, not only the operator's own objects: swarms, and claims, because
- * spec.checkpoint.volume.claimName names a user's claim, whose appearance must reach its swarms.
+ * Kinds cached whole, not only the operator's own objects: swarms; claims, because
+ * spec.checkpoint.volume.claimName names a user's claim, whose appearance must reach its swarms;
+ * Nodes, whose addresses exposed swarms announce (builders/reachable.ts).
  */
-const UNFILTERED: readonly CachedKind[] = ['AveragingSwarm', 'PersistentVolumeClaim']
+const UNFILTERED: readonly CachedKind[] = ['AveragingSwarm', 'PersistentVolumeClaim', 'Node']
 
 /** Read access to the caches: what reconcile sees of the cluster. */
 export interface ObjectCache {

@@ -9,6 +9,7 @@ export const RESOURCES = {
   ConfigMap: { group: '', version: 'v1', plural: 'configmaps', namespaced: true },
   Pod: { group: '', version: 'v1', plural: 'pods', namespaced: true },
   PersistentVolumeClaim: { group: '', version: 'v1', plural: 'persistentvolumeclaims', namespaced: true },
+  Node: { group: '', version: 'v1', plural: 'nodes', namespaced: false },
   Event: { group: '', version: 'v1', plural: 'events', namespaced: true },
   StatefulSet: { group: 'apps', version: 'v1', plural: 'statefulsets', namespaced: true },
   PodDisruptionBudget: { group: 'policy', version: 'v1', plural: 'poddisruptionbudgets', namespaced: true },

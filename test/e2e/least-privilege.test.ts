@@ -153,6 +153,8 @@ describe('least privilege on a real cluster', { skip, timeout: 600_000 }, () => 
     await ok('get', 'statefulsets', '-n', NS, AS)
     await ok('get', 'pvc', '-n', NS, AS)
     await ok('get', 'avs', '-n', NS, AS)
+    // Exposed swarms announce their Nodes' addresses (cluster-scoped, read only).
+    await ok('get', 'nodes', AS)
     // ttlSecondsAfterFinished: a finished swarm is deleted by the operator, as a Job's TTL does.
     await ok('delete', 'avs', SWARM, '-n', NS, '--dry-run=server', AS)
     await ok('get', 'lease', 'averaging-swarm-operator', '-n', OP_NS, AS)

@@ -18,6 +18,7 @@ import type { Backoff } from './container.js'
 import type { ApiServerAccess } from './volumes.js'
 import type { AddressBlock } from './address-block.js'
 import { startLogServer, type LogServer } from './log-server.js'
+import { ServiceProxy } from './service-proxy.js'
 
 export interface KubeletOptions {
   readonly kc: KubeConfig
@@ -49,6 +50,8 @@ export class TestKubelet {
   private heartbeat: NodeJS.Timeout | undefined
   private stopped = false
   private readonly logServers: LogServer[] = []
+  /** Node ports and load balancers (no kube-proxy or cloud controller here): service-proxy.ts. */
+  private serviceProxy: ServiceProxy | undefined
 
   constructor (private readonly options: KubeletOptions) {
     this.core = options.kc.makeApiClient(CoreV1Api)
@@ -75,6 +78,8 @@ export class TestKubelet {
     })
     this.informer = informer
     await informer.start()
+    this.serviceProxy = new ServiceProxy({ kc: this.options.kc, nodes: this.options.nodes, nextAddress: () => this.options.addresses.nextPodAddress(), log: this.log })
+    await this.serviceProxy.start()
   }
 
   private async register (nodeShape: NodeShape): Promise<void> {
@@ -190,6 +195,7 @@ export class TestKubelet {
     this.stopped = true
     clearInterval(this.heartbeat)
     await this.informer?.stop()
+    await this.serviceProxy?.stop()
     await Promise.all(this.logServers.map(async (server) => await server.stop()))
     await Promise.all([...this.workers.values()].map(async (w) => await w.kill()))
     this.workers.clear()

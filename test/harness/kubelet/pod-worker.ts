@@ -12,9 +12,13 @@ import { ContainerRunner, type Backoff } from './container.js'
 import { ContainerConfigError } from './env.js'
 import type { ImageTable } from './images.js'
 import type { PodSources } from './pod-sources.js'
-import { materialiseVolumes, VolumeMountError, type ApiServerAccess, type MaterialisedVolumes } from './volumes.js'
+import { materialiseVolumes, refreshConfigMapVolumes, VolumeMountError, type ApiServerAccess, type MaterialisedVolumes } from './volumes.js'
+import { forwardTcp, type Forwarder } from './tcp-forward.js'
 import { ownedConditionsDiffering, podStatusPatch, type PodRuntime } from './pod-status.js'
 import { podEventRecorder } from './events.js'
+
+/** How often configMap volumes are brought up to date (a real kubelet: its sync period, about a minute). */
+const CONFIGMAP_REFRESH_MS = 2000
 
 export interface PodWorkerContext {
   readonly kc: KubeConfig
@@ -50,6 +54,9 @@ export class PodWorker {
   private waiting: { reason: string, message: string } | undefined
   private writing = false
   private dirty = false
+  /** hostPort forwarders (nodeIP:hostPort → podIP:containerPort) and the configMap refresh timer. */
+  private hostPorts: Forwarder[] = []
+  private refresh: NodeJS.Timeout | undefined
 
   constructor (pod: V1Pod, private readonly ctx: PodWorkerContext) {
     this.pod = pod
@@ -83,6 +90,9 @@ export class PodWorker {
     const spec = this.pod.spec ?? { containers: [] }
     const volumes = await this.prepareVolumes()
     if (volumes === undefined) return
+    this.refresh = setInterval(() => { refreshConfigMapVolumes(this.pod, volumes, this.ctx.sources).catch((e: Error) => this.ctx.log(`configMap refresh of ${this.key()} failed: ${e.message}`)) }, CONFIGMAP_REFRESH_MS)
+    await this.openHostPorts()
+    if (this.terminating) { await this.closeHostPorts(); return }
     const context = (isInit: boolean) => ({
       pod: () => this.pod,
       addresses: { podIP: this.ctx.podIP, hostIP: this.ctx.hostIP },
@@ -129,6 +139,31 @@ export class PodWorker {
         await new Promise((resolve) => setTimeout(resolve, 2000))
       }
     }
+  }
+
+  /**
+   * hostPort: the node's address forwards the port to the pod (the scheduler's NodePorts filter
+   * keeps two pods wanting one host port off one node, as on a real cluster). A port the node
+   * cannot bind is logged and left closed, not fatal: a real node would fail the same way.
+   */
+  private async openHostPorts (): Promise<void> {
+    for (const c of this.pod.spec?.containers ?? []) {
+      for (const p of c.ports ?? []) {
+        if (p.hostPort === undefined || p.hostPort === 0 || (p.protocol ?? 'TCP') !== 'TCP') continue
+        try {
+          this.hostPorts.push(await forwardTcp(p.hostIP ?? this.ctx.hostIP, p.hostPort, () => ({ host: this.ctx.podIP, port: p.containerPort })))
+        } catch (error) {
+          this.ctx.log(`hostPort ${p.hostPort} of ${this.key()} cannot be opened: ${(error as Error).message}`)
+        }
+      }
+    }
+  }
+
+  private async closeHostPorts (): Promise<void> {
+    clearInterval(this.refresh)
+    const open = this.hostPorts
+    this.hostPorts = []
+    await Promise.all(open.map(async (f) => await f.close()))
   }
 
   private runtime (): PodRuntime {
@@ -205,6 +240,7 @@ export class PodWorker {
   private forget (): void {
     if (this.gone) return
     this.gone = true
+    void this.closeHostPorts()
     rmSync(this.podDir, { recursive: true, force: true })
     this.ctx.onGone()
   }

@@ -7,7 +7,7 @@
  * persistentVolumeClaim (the claim's bound PersistentVolume's hostPath or local path, so every pod
  * using the claim shares one folder); any other kind becomes an empty directory.
  */
-import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import type { V1Pod, V1Container, V1KeyToPath, V1DownwardAPIVolumeFile, V1PersistentVolumeClaimVolumeSource } from '@kubernetes/client-node'
 import { ContainerConfigError, fieldRefValue, type PodAddresses } from './env.js'
@@ -168,4 +168,28 @@ export function rewritePaths (value: string, table: ReadonlyArray<readonly [stri
   const pattern = new RegExp(`(^|[=:,\\s])(${usable.map(([m]) => escape(m)).join('|')})(?=/|$|[,:\\s])`, 'g')
   const local = new Map(usable)
   return value.replace(pattern, (_m, lead: string, mountPath: string) => lead + (local.get(mountPath) ?? mountPath))
+}
+
+/**
+ * Brings the files of a pod's configMap volumes up to date with their ConfigMaps, as the real
+ * kubelet does on its sync period (there: up to about a minute; here: whenever the pod worker
+ * calls, every 2 s). Each file is replaced by a rename, so a reader never sees half of it; keys
+ * gone from the ConfigMap are removed. Projected and subPath mounts are not refreshed (nor are
+ * they by a real kubelet for subPath).
+ */
+export async function refreshConfigMapVolumes (pod: V1Pod, volumes: MaterialisedVolumes, sources: Pick<PodSources, 'configMap'>): Promise<void> {
+  const namespace = pod.metadata?.namespace ?? 'default'
+  for (const volume of pod.spec?.volumes ?? []) {
+    const source = volume.configMap
+    const dir = volumes.dirs.get(volume.name)
+    if (source === undefined || dir === undefined || (source.items?.length ?? 0) > 0) continue
+    const cm = await sources.configMap(namespace, source.name ?? '')
+    const data: Record<string, string | Buffer> = { ...cm?.data, ...Object.fromEntries(Object.entries(cm?.binaryData ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64')])) }
+    for (const [key, value] of Object.entries(data)) {
+      const tmp = join(dir, `..${key}.tmp`)
+      writeFileSync(tmp, value, { mode: source.defaultMode ?? 0o644 })
+      renameSync(tmp, join(dir, key))
+    }
+    for (const name of readdirSync(dir)) if (!(name in data)) rmSync(join(dir, name), { force: true })
+  }
 }

@@ -15,7 +15,7 @@ import type { CachedKind, ObjectCache } from '../../../operator/kube/informers.j
 
 type Verb = 'apply' | 'create' | 'delete' | 'applyStatus' | 'get' | 'event'
 
-const CACHED: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', 'PersistentVolumeClaim']
+export const CACHED: CachedKind[] = ['AveragingSwarm', 'StatefulSet', 'Service', 'ConfigMap', 'Secret', 'PodDisruptionBudget', 'Pod', 'PersistentVolumeClaim']
 
 const clone = <T>(o: T): T => structuredClone(o)
 const keyOf = (kind: string, ns: string | undefined, name: string) => `${kind}/${ns ?? 'default'}/${name}`

@@ -10,7 +10,7 @@ import type { KubeObj } from '../../../operator/objects.js'
 import { Reconciler, type ReconcilerDeps } from '../../../operator/controller/reconciler.js'
 import { ApiError } from '../../../operator/kube/rest.js'
 import { swarm } from '../builders/fixture.js'
-import { MemoryCluster } from './memory-cluster.js'
+import { CACHED, MemoryCluster } from './memory-cluster.js'
 import { ProgressTracker } from '../../../operator/controller/progress.js'
 
 const KEY = 'ml/demo'
@@ -279,4 +279,28 @@ test('completion with podPolicy Keep leaves the agents running; ttlSecondsAfterF
   assert.deepEqual(cluster.takeCalls(), ['event Normal/TTLExpired', 'delete AveragingSwarm/demo'])
   assert.equal(cluster.get('AveragingSwarm', 'ml', 'demo'), undefined)
   assert.match(cluster.takeEvents()[0].message, /ttlSecondsAfterFinished \(120 s\) passed since it completed at 2026-11-22T04:02:00Z\.$/)
+})
+
+test('an exposed swarm (HostPort): addresses follow the pods onto their nodes, then nothing is written', async () => {
+  const cluster = new MemoryCluster([...CACHED, 'Node'])
+  cluster.put(swarm({ replicas: 2, bootstrap: { replicas: 1 }, network: { expose: { type: 'HostPort' } } }) as unknown as KubeObj)
+  cluster.put({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'gpu-a', namespace: '' }, status: { addresses: [{ type: 'InternalIP', address: '10.0.0.5' }, { type: 'ExternalIP', address: '203.0.113.7' }] } })
+  let t = Date.parse('2026-11-22T04:00:00Z')
+  const r = new Reconciler({ cache: cluster, api: cluster.api, config: DEFAULT_BUILDER_CONFIG, log: silent, clock: () => new Date(t) })
+  const first = await r.reconcile(KEY)
+  assert.deepEqual(first.status?.bootstrapPeers, [], 'no pod has a node yet')
+  assert.ok(cluster.takeCalls().includes('apply ConfigMap/demo-announce'))
+  cluster.settle()
+  for (const name of ['demo-bootstrap-0-0', 'demo-agent-0']) {
+    const pod = cluster.get('Pod', 'ml', name)!
+    cluster.put({ ...pod, spec: { nodeName: 'gpu-a' } })
+  }
+  t += 60_000
+  const placed = await r.reconcile(KEY)
+  assert.match(placed.status?.bootstrapPeers?.[0] ?? '', /^\/ip4\/203\.0\.113\.7\/tcp\/31337\/p2p\/12D3KooW/)
+  assert.deepEqual((cluster.get('ConfigMap', 'ml', 'demo-announce') as any).data, { 'demo-agent-0': '/ip4/203.0.113.7/tcp/31337', 'demo-bootstrap-0-0': '/ip4/203.0.113.7/tcp/31337' })
+  assert.ok(!cluster.takeCalls().some(c => c.startsWith('apply StatefulSet')), 'an address is no reason to roll the agents')
+  t += 60_000
+  assert.equal((await r.reconcile(KEY)).writes, 0)
+  assert.deepEqual(cluster.takeCalls(), [])
 })

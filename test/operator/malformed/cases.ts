@@ -97,6 +97,12 @@ export const MALFORMED: MalformedCase[] = [
   { what: 'unknown completion pod policy', field: 'spec.completion.podPolicy', spec: { completion: { rounds: 10, podPolicy: 'Retain' } } },
   { what: 'negative ttlSecondsAfterFinished', field: 'spec.ttlSecondsAfterFinished', spec: { completion: { rounds: 10 }, ttlSecondsAfterFinished: -1 } },
   { what: 'ttlSecondsAfterFinished without completion', field: 'spec.ttlSecondsAfterFinished', cel: true, spec: { ttlSecondsAfterFinished: 60 } },
+  { what: 'unknown exposure type', field: 'spec.network.expose.type', spec: { network: { expose: { type: 'Ingress' } } } },
+  { what: 'announceHost with a port', field: 'spec.network.expose.announceHost', spec: { network: { expose: { type: 'HostPort', announceHost: 'gw.example.com:4001' } } } },
+  { what: 'announceHost that is neither a name nor an IPv6 address', field: 'spec.network.expose.announceHost', spec: { network: { expose: { type: 'HostPort', announceHost: 'fe80:::1' } } } },
+  { what: 'unknown externalTrafficPolicy', field: 'spec.network.expose.service.externalTrafficPolicy', spec: { network: { expose: { type: 'NodePort', service: { externalTrafficPolicy: 'Nearest' } } } } },
+  { what: 'data port equal to the libp2p port', field: 'spec.network.expose.dataPort', cel: true, spec: { network: { port: 4001, expose: { type: 'HostPort', dataPort: 4001 } } } },
+  { what: 'data port equal to the default metrics port', field: 'spec.network.expose.dataPort', cel: true, spec: { network: { expose: { type: 'NodePort', dataPort: 9400 } } } },
   { what: 'negative trainer memory limit', field: 'spec.workload.trainer.resources.limits', spec: { workload: { type: 'sidecar', trainer: { image: 'trainer:1', resources: { limits: { memory: '-8Gi' } } } } } }
 ]
 

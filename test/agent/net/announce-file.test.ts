@@ -1,0 +1,43 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { AnnounceFile } from '../../../agent/net/announce-file.js'
+import { createSwarmNode } from '../../../agent/net/node.js'
+import { loadAgentConfig } from '../../../agent/config.js'
+
+test('AnnounceFile: missing means nothing extra; a written file is picked up on reread; bad entries are skipped', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'avs-announce-'))
+  const logs: string[] = []
+  try {
+    const f = new AnnounceFile(join(dir, 'demo-agent-0'), (m) => logs.push(m))
+    assert.equal(await f.reread(), false, 'a missing file is no change from nothing')
+    assert.deepEqual(f.addrs, [])
+    writeFileSync(join(dir, 'demo-agent-0'), '/ip4/203.0.113.7/tcp/30001,/dns4/abc.elb.amazonaws.com/tcp/31337, not-a-multiaddr\n')
+    assert.equal(await f.reread(), true)
+    assert.deepEqual(f.addrs.map(String), ['/ip4/203.0.113.7/tcp/30001', '/dns4/abc.elb.amazonaws.com/tcp/31337'])
+    assert.ok(logs.some(l => l.includes('ignoring "not-a-multiaddr"')))
+    assert.equal(await f.reread(), false, 'unchanged')
+  } finally { rmSync(dir, { recursive: true, force: true }) }
+})
+
+test('a node announces the file\'s addresses first (with its peer id), its own listen address after, and follows changes', async () => {
+  let extra = [] as Array<import('@multiformats/multiaddr').Multiaddr>
+  const { multiaddr } = await import('@multiformats/multiaddr')
+  const node = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], announceExtra: () => extra })
+  try {
+    const id = node.peerId.toString()
+    assert.deepEqual(node.getMultiaddrs().map(String).filter(a => !a.startsWith('/ip4/127.0.0.1/')), [])
+    extra = [multiaddr('/ip4/203.0.113.7/tcp/31337')]
+    const addrs = node.getMultiaddrs().map(String)
+    assert.equal(addrs[0], `/ip4/203.0.113.7/tcp/31337/p2p/${id}`)
+    assert.ok(addrs.slice(1).some(a => a.startsWith('/ip4/127.0.0.1/tcp/')), 'the pod address stays, for peers inside the cluster')
+  } finally { await node.stop() }
+})
+
+test('AVS_ANNOUNCE_FILE is read as a path; unset is undefined', () => {
+  const base = { AVS_SWARM: 's', AVS_POD_NAME: 's-agent-0', AVS_PREFIX: 'p' }
+  assert.equal(loadAgentConfig({ ...base, AVS_ANNOUNCE_FILE: '/etc/averaging-swarm/announce/s-agent-0' }).announceFile, '/etc/averaging-swarm/announce/s-agent-0')
+  assert.equal(loadAgentConfig(base).announceFile, undefined)
+})

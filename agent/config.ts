@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
 import { AVERAGING_KEYS, AVERAGING_PARAMETERS, type AveragingKey } from '../api/averaging-parameters.js'
 import { CHECKPOINT_INTERVAL, CHECKPOINT_PARAMETERS } from '../api/checkpoint-parameters.js'
+import { DEFAULT_RELAY_CIRCUIT_DURATION, RELAY_CIRCUIT_DURATION, RELAY_CIRCUIT_MIB, RELAY_MAX_RESERVATIONS } from '../api/relay-parameters.js'
 import type { CheckpointStoreConfig } from './checkpoint/store.js'
 import { checkSwarmName } from './checkpoint/manifest.js'
 import { checkValue, formatRange, fromEnv, parseDuration, toAgent } from '../api/parameter-bounds.js'
@@ -152,15 +153,16 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     identityKey = new Uint8Array(Buffer.from(identity, 'base64'))
     if (identityKey.byteLength < 32 || identityKey.byteLength > 256) problems.push(`${AGENT_ENV.identityKey.name} is not a base64 protobuf private key`)
   }
+  // Bounds from api/relay-parameters.ts, the CRD's (spec.network.relay).
   const relay: RelayServeLimits | undefined = parse('relay', oneOf('serve', 'off'), 'off') === 'serve'
     ? {
-        maxReservations: parse('relayMaxReservations', integer(1, 4096), 128),
-        circuitBytes: parse('relayCircuitMiB', integer(1, 1_048_576), 65536) * 1024 * 1024,
+        maxReservations: parse('relayMaxReservations', integer(RELAY_MAX_RESERVATIONS.min, RELAY_MAX_RESERVATIONS.max), RELAY_MAX_RESERVATIONS.default),
+        circuitBytes: parse('relayCircuitMiB', integer(RELAY_CIRCUIT_MIB.min, RELAY_CIRCUIT_MIB.max), RELAY_CIRCUIT_MIB.default) * 1024 * 1024,
         circuitDurationMs: parse('relayCircuitDuration', (s) => {
           const seconds = parseDuration(s)
-          if (!(seconds >= 1 && seconds <= 86400)) throw new Error(`"${s}" is not a duration from 1s to 24h`)
+          if (checkValue(RELAY_CIRCUIT_DURATION, s) !== undefined) throw new Error(`"${s}" is not ${formatRange(RELAY_CIRCUIT_DURATION)}`)
           return seconds * 1000
-        }, 3_600_000)
+        }, parseDuration(DEFAULT_RELAY_CIRCUIT_DURATION) * 1000)
       }
     : undefined
   const ordinal = shardFromPodName(podName)

@@ -3,7 +3,8 @@
  * here, and withDefaults() applies the same values to objects that never passed the API server
  * (unit tests, the local runtime), so both paths see one set of numbers.
  */
-import type { AveragingSwarmSpec, AveragingSpec, ExposeServiceSpec, ExposeSpec } from './types.js'
+import type { AveragingSwarmSpec, AveragingSpec, ExposeServiceSpec, ExposeSpec, RelaySpec } from './types.js'
+import { DEFAULT_REACHABILITY, DEFAULT_RELAY_CIRCUIT_DURATION, DEFAULT_RELAY_SERVE, RELAY_CIRCUIT_MIB, RELAY_MAX_RESERVATIONS } from '../relay-parameters.js'
 import { averagingDefaults } from './averaging-schema.js'
 import { CHECKPOINT_PARAMETERS, DEFAULT_CLAIM_ACCESS_MODES, DEFAULT_POD_POLICY, S3_PATH_STYLE_DEFAULT, S3_REGION, S3_SECRET_KEYS } from '../checkpoint-parameters.js'
 import type { CheckpointS3, CheckpointSpec, ClaimTemplate } from './types.js'
@@ -32,9 +33,10 @@ export type PartialSpec = Partial<Omit<AveragingSwarmSpec, 'averaging' | 'bootst
   averaging?: Partial<AveragingSpec>
   bootstrap?: Partial<AveragingSwarmSpec['bootstrap']>
   auxiliary?: Partial<AveragingSwarmSpec['auxiliary']>
-  network?: Partial<Omit<AveragingSwarmSpec['network'], 'privateNetworkSecret' | 'expose'>> & {
+  network?: Partial<Omit<AveragingSwarmSpec['network'], 'privateNetworkSecret' | 'expose' | 'relay'>> & {
     privateNetworkSecret?: { name: string, key?: string, generate?: boolean }
     expose?: Partial<Omit<ExposeSpec, 'service'>> & { service?: Partial<ExposeServiceSpec> }
+    relay?: Partial<RelaySpec>
   }
   workload?: Partial<AveragingSwarmSpec['workload']>
   metrics?: Partial<AveragingSwarmSpec['metrics']>
@@ -80,7 +82,9 @@ export function withDefaults (spec: PartialSpec): AveragingSwarmSpec {
     network: {
       port: spec.network?.port ?? DEFAULTS.p2pPort,
       ...(pns === undefined ? {} : { privateNetworkSecret: { key: DEFAULTS.pskKey, generate: false, ...pns } }),
-      ...(ex === undefined ? {} : { expose: withExposeDefaults(ex) })
+      ...(ex === undefined ? {} : { expose: withExposeDefaults(ex) }),
+      ...(spec.network?.relay === undefined ? {} : { relay: { serve: DEFAULT_RELAY_SERVE, maxReservations: RELAY_MAX_RESERVATIONS.default, circuitMiB: RELAY_CIRCUIT_MIB.default, circuitDuration: DEFAULT_RELAY_CIRCUIT_DURATION, ...spec.network.relay } }),
+      reachability: spec.network?.reachability ?? DEFAULT_REACHABILITY
     },
     workload: { type: DEFAULTS.workloadType, sidecarPort: DEFAULTS.sidecarPort, ...spec.workload },
     metrics: { port: DEFAULTS.metricsPort, podMonitor: DEFAULTS.podMonitor, ...spec.metrics },

@@ -8,6 +8,8 @@ import { averagingSchema } from './averaging-schema.js'
 import { arr, bool, int, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
 import { backoffLimit, checkpoint, checkpointStatus, completion, restoreFrom, specRules, ttlSecondsAfterFinished } from './checkpoint-schema.js'
 import { expose, exposeRules } from './expose-schema.js'
+import { reachability, relay, relayRules } from './relay-schema.js'
+import { DEFAULT_REACHABILITY } from '../relay-parameters.js'
 
 export { DURATION_PATTERN, COMPRESSIONS } from '../averaging-parameters.js'
 /** A dialable libp2p TCP multiaddr ending in /p2p/<peer id>. */
@@ -52,8 +54,10 @@ const network = obj('libp2p networking of the agents.', {
     key: str('Key inside the Secret that holds the pre-shared key.', { default: DEFAULTS.pskKey, pattern: '^[-._a-zA-Z0-9]+$' }),
     generate: bool('Create the Secret with a fresh random key when it does not exist; the swarm then owns it.', { default: false })
   }, { required: ['name'] }),
-  expose
-}, { default: { port: DEFAULTS.p2pPort } })
+  expose,
+  relay,
+  reachability
+}, { default: { port: DEFAULTS.p2pPort, reachability: DEFAULT_REACHABILITY } })
 
 const trainer = obj('The trainer container that runs next to each agent when workload.type is sidecar.', {
   image: str('Image of the trainer container.', { minLength: 1, maxLength: 512 }),
@@ -131,6 +135,7 @@ export const specSchema: Schema = obj('Desired state of the swarm.', {
   'x-kubernetes-validations': [
     ...specRules(),
     ...exposeRules(),
+    ...relayRules(),
     { rule: 'self.replicas == 0 || self.bootstrap.replicas <= self.replicas', message: 'bootstrap.replicas must not exceed replicas', fieldPath: '.bootstrap.replicas' },
     { rule: 'self.network.port != self.metrics.port', message: 'metrics.port must differ from network.port', fieldPath: '.metrics.port' },
     { rule: 'self.workload.sidecarPort != self.metrics.port && self.workload.sidecarPort != self.network.port', message: 'workload.sidecarPort must differ from network.port and metrics.port', fieldPath: '.workload.sidecarPort' }

@@ -66,10 +66,21 @@ export interface ExposeSpec {
   service?: ExposeServiceSpec
 }
 
+/** spec.network.relay (api/v1alpha1/relay-schema.ts). */
+export interface RelaySpec {
+  serve: 'Bootstrap' | 'All' | 'None'
+  maxReservations: number
+  circuitMiB: number
+  circuitDuration: string
+}
+
 export interface NetworkSpec {
   port: number
   privateNetworkSecret?: SecretKeyRef
   expose?: ExposeSpec
+  relay?: RelaySpec
+  /** auto (the default) | public | private. */
+  reachability: 'auto' | 'public' | 'private'
 }
 
 export interface TrainerSpec {

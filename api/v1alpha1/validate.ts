@@ -6,6 +6,7 @@ import { checkValue, DURATION_PATTERN as DURATION_RE } from '../parameter-bounds
 import { DEFAULT_AVERAGING } from './defaults.js'
 import { SPEC_RULES } from '../checkpoint-parameters.js'
 import { EXPOSE_RULES } from './expose-schema.js'
+import { RELAY_RULES } from '../relay-parameters.js'
 
 /**
  * The CRD's OpenAPI schema as plain JSON Schema, so the same schema that the API server
@@ -58,7 +59,7 @@ export function averagingRuleProblems (averaging: unknown): string[] {
 /** The CRD's CEL rules between spec fields (checkpoint's store, restoreFrom, completion, ttlSecondsAfterFinished, the exposed data port), by their JavaScript twins. */
 export function specRuleProblems (spec: unknown): string[] {
   if (spec === null || typeof spec !== 'object') return []
-  return [...SPEC_RULES, ...EXPOSE_RULES].filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
+  return [...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES].filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
 }
 
 /** Problems with a swarm object, each one sentence naming the field; empty when valid. */

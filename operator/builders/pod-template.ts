@@ -5,6 +5,7 @@
  * RuntimeDefault seccomp, read-only root filesystem with an emptyDir on /tmp.
  */
 import { AGENT_ENV } from '../../api/agent-env.js'
+import { DEFAULT_REACHABILITY, DEFAULT_RELAY_SERVE } from '../../api/relay-parameters.js'
 import type { AveragingSwarm, KubeObject, ResourceRequirements } from '../../api/v1alpha1/types.js'
 import type { BuilderConfig } from './config.js'
 import { CHECKPOINT_MOUNT_DIR } from '../../api/checkpoint-parameters.js'
@@ -83,6 +84,7 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
     // $(AVS_POD_NAME) is expanded by the kubelet: one StatefulSet, a file per pod.
     env.push(value(AGENT_ENV.announceFile.name, `${ANNOUNCE_MOUNT_DIR}/$(${AGENT_ENV.podName.name})`))
   }
+  env.push(...relayEnv(s, p.role))
   if (p.config.agentDnsServers !== undefined) env.push(value(AGENT_ENV.dnsServers.name, p.config.agentDnsServers))
   if (s.spec.network.privateNetworkSecret !== undefined) env.push(value(AGENT_ENV.pskFile.name, `${PSK_MOUNT_DIR}/${PSK_FILE}`))
   const data = configData(s)
@@ -119,6 +121,28 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
  */
 export function writesCheckpoints (s: AveragingSwarm, p: Pick<PodInputs, 'role' | 'checkpointStoreMissing'>): boolean {
   return s.spec.checkpoint !== undefined && p.role !== 'auxiliary' && p.checkpointStoreMissing !== true
+}
+
+/**
+ * spec.network.relay and .reachability as the agent's AVS_RELAY* and AVS_REACHABILITY: bootstrap
+ * agents relay for members by default (absent section), regular ones too with serve All; auxiliary
+ * agents never (CPU-only helpers, often on nodes members cannot reach). reachability auto is the
+ * agent's own default and is left out.
+ */
+export function relayEnv (s: AveragingSwarm, role: Role): EnvVar[] {
+  const r = s.spec.network.relay
+  const serve = r?.serve ?? DEFAULT_RELAY_SERVE
+  const serving = role !== 'auxiliary' && (serve === 'All' || (serve === 'Bootstrap' && role === 'bootstrap'))
+  const env: EnvVar[] = []
+  if (serving) {
+    env.push(value(AGENT_ENV.relay.name, 'serve'))
+    if (r !== undefined) {
+      env.push(value(AGENT_ENV.relayMaxReservations.name, r.maxReservations), value(AGENT_ENV.relayCircuitMiB.name, r.circuitMiB), value(AGENT_ENV.relayCircuitDuration.name, r.circuitDuration))
+    }
+  }
+  const reach = s.spec.network.reachability ?? DEFAULT_REACHABILITY
+  if (reach !== DEFAULT_REACHABILITY) env.push(value(AGENT_ENV.reachability.name, reach))
+  return env
 }
 
 /** Auxiliary agents are CPU-only: any GPU-like extended resource is removed. */

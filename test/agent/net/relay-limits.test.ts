@@ -57,10 +57,11 @@ test('a relayed connection carries members\' bytes, counted on the relay, and is
     const out = await send(r.a, r.b, 8)
     assert.equal(out.error, undefined)
     assert.equal(out.received, 8 * MIB)
-    const [conn] = r.a.getConnections(r.b.peerId)
-    assert.ok(isCircuit(conn.remoteAddr), 'through the relay')
-    assert.equal(conn.limits, undefined, 'libp2p sees no limits: it reuses the connection for later dials')
+    // The bytes went through the relay. b may meanwhile have dialled a directly (DCUtR: a listens on
+    // loopback), so a can hold a direct connection beside the circuit; the circuit is the one checked.
     assert.ok(r.relayed() >= 8 * MIB, `the relay counted ${r.relayed()} bytes`)
+    const circuits = r.a.getConnections(r.b.peerId).filter(c => isCircuit(c.remoteAddr))
+    for (const conn of circuits) assert.equal(conn.limits, undefined, 'libp2p sees no limits: it reuses the connection for later dials')
   } finally {
     await r.stop()
   }

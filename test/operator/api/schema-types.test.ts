@@ -21,7 +21,7 @@ const fullSpec: Complete<AveragingSwarmSpec> = {
   averaging: { prefix: 'p', targetGroupSize: 4, minGroupSize: 2, initialGroupBits: '', averagingExpiration: '15s', requestTimeout: '3s', allreduceTimeout: '60s', partSizeBytes: 65536, averagingAlpha: 1, compression: 'none', period: '30s', bandwidth: 1, dataThreads: 0 },
   bootstrap: { replicas: 2, peers: [] },
   auxiliary: { replicas: 0, resources: { limits: {}, requests: {} } },
-  network: { port: 31337, privateNetworkSecret: { name: 's', key: 'k', generate: false }, expose: { type: 'LoadBalancer', dataPort: 31338, announceHost: 'h', service: { annotations: {}, loadBalancerClass: 'c', externalTrafficPolicy: 'Local' } } },
+  network: { port: 31337, privateNetworkSecret: { name: 's', key: 'k', generate: false }, expose: { type: 'LoadBalancer', dataPort: 31338, announceHost: 'h', service: { annotations: {}, loadBalancerClass: 'c', externalTrafficPolicy: 'Local' } }, relay: { serve: 'All', maxReservations: 8, circuitMiB: 1024, circuitDuration: '10m' }, reachability: 'private' },
   workload: { type: 'sidecar', sidecarPort: 9401, trainer: { image: 't', imagePullPolicy: 'Always', command: [], args: [], env: [], resources: { limits: {}, requests: {} } } },
   metrics: { port: 9400, podMonitor: true },
   logLevel: 'info',

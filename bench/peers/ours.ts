@@ -6,14 +6,14 @@
  */
 import { multiaddr } from '@multiformats/multiaddr'
 import { runBenchPeer } from '../lib/peer-client.js'
-import { fillTensor, maxAbsErrorOf } from '../lib/protocol.js'
+import { benchHost, fillTensor, maxAbsErrorOf } from '../lib/protocol.js'
 import { createSwarmNode } from '../../agent/net/node.js'
 import { settleRoutingTable } from '../../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/averager.js'
 import { isCompressionName } from '../../agent/compression/index.js'
 
 await runBenchPeer(async (env) => {
-  const node = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] })
+  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`] })
   const data = new Float32Array(env.elements)
   const compression = env.compression
   if (!isCompressionName(compression)) throw new Error(`unknown compression ${compression}`)
@@ -42,7 +42,7 @@ await runBenchPeer(async (env) => {
         dataChannel,
         kernels,
         dataThreads,
-        dataHost: '127.0.0.1'
+        dataHost: benchHost()
       }, { log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } })
     },
     prepare () { fillTensor(data, env.rank) },

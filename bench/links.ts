@@ -5,30 +5,13 @@
  * the slowest peer against the floor (the busiest link's bytes at line rate), and CPU per GB moved.
  * npm run bench:links -- --help
  */
-import { mkdirSync } from 'node:fs'
-import { join, resolve } from 'node:path'
+import { loadavg } from 'node:os'
 import { Command } from 'commander'
-import { implNamed, type ImplSpec } from './lib/impls.js'
-import { ROOT, progress, runImpl, type Placement } from './lib/run-impl.js'
-import { formatElements, parseElements, statsOf, type RunOutcome } from './lib/report.js'
-import { createShapedLinks, shapedLinksUnsupported, type ShapedLinks } from './lib/shaped-links.js'
-import { bestSplitFloor, bytesPerElement, equalSplitFloor, profileRates } from './lib/links-math.js'
+import { formatElements, parseElements } from './lib/report.js'
+import { shapedLinksUnsupported, type ShapedLinks } from './lib/shaped-links.js'
+import { profileRates } from './lib/links-math.js'
 import { linksTable, type LinksRow } from './lib/links-report.js'
-
-/** `ours-declared`: bandwidth set by hand to the true rates; `ours-equal`: the same for all (spans equal); `ours`: measured. */
-function specFor (name: string): ImplSpec {
-  if (name === 'ours-declared' || name === 'ours-equal') return { ...implNamed('ours'), name }
-  return implNamed(name)
-}
-
-/** Codecs an implementation can run: gloo and the TCP pattern move float32 only; auto is ours alone. */
-function codecsOf (impl: string, asked: readonly string[]): string[] {
-  if (impl === 'gloo' || impl === 'tcp') return ['none']
-  if (impl === 'hivemind') return asked.filter(c => c !== 'auto')
-  return [...asked]
-}
-
-interface RateChange { beforeRound: number, peer: number, mbit: number }
+import { codecsOf, runLinksRow, type RateChange } from './lib/links-run.js'
 
 function parseChanges (text: string | undefined): RateChange[] {
   if (text === undefined) return []
@@ -64,6 +47,7 @@ async function main (): Promise<void> {
   const changes = parseChanges(o.change)
   const rows: LinksRow[] = []
   const started = Date.now()
+  const loadBefore = loadavg().map(l => l.toFixed(1)).join(' ')
   let current: ShapedLinks | undefined
   // Ctrl-C or a kill: take the namespaces and bridge down before leaving.
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -74,54 +58,12 @@ async function main (): Promise<void> {
     const rates = profileRates(profile)
     for (const impl of o.impl.split(',').map(s => s.trim()).filter(Boolean)) {
       for (const codec of codecsOf(impl, o.compression.split(',').map(s => s.trim()))) {
-        // Fresh namespaces per row: a rate changed mid-run or a stuck peer never leaks into the next row.
-        const links = current = await createShapedLinks(tag, 1 + (process.pid % 200), rates)
-        const logDir = resolve(ROOT, o.logs, `${profile.replace(/,/g, '-')}-${impl}-${codec}`)
-        mkdirSync(logDir, { recursive: true })
-        let before: Array<{ sent: number, received: number }> = []
-        let moved: Array<{ sent: number, received: number }> = []
-        const placement: Placement = {
-          coordHost: links.gateway,
-          wireMeter: false,
-          wrap: (rank) => ['ip', 'netns', 'exec', links.namespaces[rank]],
-          env: (rank) => ({
-            BENCH_HOST: links.addrs[rank],
-            ...(impl === 'ours-declared' ? { BENCH_BANDWIDTH: String(rates[rank] * 1e6 / 8) } : {}),
-            ...(impl === 'ours-equal' ? { BENCH_BANDWIDTH: '1' } : {})
-          }),
-          async onBarrier (name) {
-            const round = /^round-(\d+)$/.exec(name)
-            if (round != null) {
-              for (const c of changes.filter(c => c.beforeRound === Number(round[1]))) {
-                await links.setRate(c.peer, c.mbit)
-                progress(`${profile} ${impl}: peer ${c.peer}'s link set to ${c.mbit} Mbit/s before round ${c.beforeRound}`)
-              }
-            }
-            if (name === `round-${warmup}`) before = await links.counters()
-            if (name === 'done') moved = (await links.counters()).map((c, i) => ({ sent: c.sent - before[i].sent, received: c.received - before[i].received }))
-          }
-        }
-        let outcome: RunOutcome
-        try {
-          outcome = await runImpl(specFor(impl), rates.length, rates.length, elements, {
-            rounds, warmup, partBytes: 65536, compression: codec, timeoutS: Number(o.timeout), logDir, placement
-          })
-        } finally {
-          await links.destroy()
-          current = undefined
-        }
-        const bytes = elements * bytesPerElement(codec)
-        rows.push({
-          profile, rates, impl, codec, outcome, stats: statsOf(outcome),
-          floorEqualS: equalSplitFloor(bytes, rates),
-          floorBestS: bestSplitFloor(bytes, rates),
-          movedBytesPerRoundPerPeer: moved.length > 0 ? moved.reduce((s, m) => s + m.sent + m.received, 0) / moved.length / rounds : null
-        })
+        rows.push(await runLinksRow({ profile, rates, impl, codec, elements, rounds, warmup, changes, timeoutS: Number(o.timeout), logs: o.logs, tag, onLinks: (l) => { current = l } }))
       }
     }
   }
   const minutes = ((Date.now() - started) / 60000).toFixed(1)
-  process.stdout.write(`\n${formatElements(elements)} float32 per peer, ${warmup} warm-up + ${rounds} measured rounds; ${minutes} min wall${changes.length > 0 ? `; rate changes ${o.change ?? ''}` : ''}\n\n`)
+  process.stdout.write(`\n${formatElements(elements)} float32 per peer, ${warmup} warm-up + ${rounds} measured rounds; ${minutes} min wall; load average ${loadBefore} before, ${loadavg().map(l => l.toFixed(1)).join(' ')} after (1/5/15 min)${changes.length > 0 ? `; rate changes ${o.change ?? ''}` : ''}\n\n`)
   process.stdout.write(linksTable(rows) + '\n')
 }
 

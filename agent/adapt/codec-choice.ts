@@ -11,6 +11,13 @@ import type { CompressionName } from '../compression/index.js'
 export const AUTO_CODECS = ['none', 'float16'] as const satisfies readonly CompressionName[]
 export type AutoCodec = typeof AUTO_CODECS[number]
 
+/**
+ * float16 must beat none by this factor: it loses precision and spends CPU, and on busy cores a
+ * round's time varies by more than the two codecs differ at 1 Gbit/s (2.5 s vs 2.8-4.9 s on the 2
+ * shared cores), so without a margin the group flipped between them every round.
+ */
+export const FLOAT16_MARGIN = 0.9
+
 /** A codec not used for this many rounds loses its estimate and is tried again: links change. */
 export const REPROBE_ROUNDS = 10
 
@@ -22,12 +29,12 @@ export interface CodecTimes {
 /**
  * The group's codec: one some member has not measured yet comes first (none, then float16), so a
  * new group learns both in two rounds; otherwise the one whose slowest member's time is least (the
- * round ends with its slowest member). Ties go to none: no CPU spent on the codec.
+ * round ends with its slowest member), float16 only when FLOAT16_MARGIN times none's or less.
  */
 export function chooseCodec (members: readonly CodecTimes[]): AutoCodec {
   for (const c of AUTO_CODECS) if (members.some(m => !(m[c] !== undefined && m[c] > 0))) return c
   const worst = (c: AutoCodec): number => Math.max(...members.map(m => m[c] as number))
-  return worst('float16') < worst('none') ? 'float16' : 'none'
+  return worst('float16') < FLOAT16_MARGIN * worst('none') ? 'float16' : 'none'
 }
 
 /** One member's memory of its all-reduce times per codec. */

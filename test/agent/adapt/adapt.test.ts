@@ -40,6 +40,8 @@ test('chooseCodec: explores what a member has not measured, then the least slowe
   // The slowest member decides: the round ends with it.
   assert.equal(chooseCodec([{ none: 1, float16: 2 }, { none: 9, float16: 5 }]), 'float16')
   assert.equal(chooseCodec([{ none: 1, float16: 1 }]), 'none')
+  // Within the margin: none (exact, no codec CPU), so noise does not flip the group every round.
+  assert.equal(chooseCodec([{ none: 2.5, float16: 2.4 }]), 'none')
   assert.equal(chooseCodec([{ none: Number.NaN, float16: 1 }]), 'none')
 })
 

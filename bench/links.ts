@@ -50,18 +50,26 @@ async function main (): Promise<void> {
   const loadBefore = loadavg().map(l => l.toFixed(1)).join(' ')
   let current: ShapedLinks | undefined
   // Ctrl-C or a kill: take the namespaces and bridge down before leaving.
+  let interrupted = false
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => { void (current?.destroy() ?? Promise.resolve()).finally(() => process.exit(130)) })
+    process.once(signal, () => {
+      interrupted = true
+      process.stderr.write(`bench:links: ${signal}, tearing down the namespaces\n`)
+      void (current?.destroy() ?? Promise.resolve()).finally(() => process.exit(130))
+    })
   }
   const tag = `lk${process.pid % 10000}`
   for (const profile of o.profiles.split(';').map(s => s.trim()).filter(Boolean)) {
     const rates = profileRates(profile)
     for (const impl of o.impl.split(',').map(s => s.trim()).filter(Boolean)) {
       for (const codec of codecsOf(impl, o.compression.split(',').map(s => s.trim()))) {
+        if (interrupted) break
         rows.push(await runLinksRow({ profile, rates, impl, codec, elements, rounds, warmup, changes, timeoutS: Number(o.timeout), logs: o.logs, tag, onLinks: (l) => { current = l } }))
       }
     }
   }
+  // The row a signal cut short ends on its own; its table would mislead.
+  if (interrupted) { await new Promise(() => {}) }
   const minutes = ((Date.now() - started) / 60000).toFixed(1)
   process.stdout.write(`\n${formatElements(elements)} float32 per peer, ${warmup} warm-up + ${rounds} measured rounds; ${minutes} min wall; load average ${loadBefore} before, ${loadavg().map(l => l.toFixed(1)).join(' ')} after (1/5/15 min)${changes.length > 0 ? `; rate changes ${o.change ?? ''}` : ''}\n\n`)
   process.stdout.write(linksTable(rows) + '\n')

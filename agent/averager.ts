@@ -10,7 +10,9 @@ import { DataThreads } from './net/direct/threads/data-threads.js'
 import { createDataChannelIdentity, nodePrivateKey } from './net/direct/identity.js'
 import { aggregateProtocol, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
 import { elementsPerPart } from './allreduce/partition.js'
-import { codecFor, type Codec, type CompressionName } from './compression/index.js'
+import { codecFor, type Codec, type CompressionChoice, type CompressionName } from './compression/index.js'
+import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js'
+import { netBytes, peakWindowRate, smoothRate, SAMPLE_MS, type ByteSample } from './adapt/link-rate.js'
 import { groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
 import { schemaHash, elementCount, type TensorSchema } from './schema.js'
 import { PeerMode, type PeerInfo } from './proto/averaging.js'
@@ -36,9 +38,10 @@ export interface AveragerConfig {
   readonly allreduceTimeout: number
   readonly partSizeBytes: number
   readonly averagingAlpha: number
-  readonly compression: CompressionName
+  /** A codec, or auto: none or float16 per round, whichever the group measured faster. */
+  readonly compression: CompressionChoice
   readonly mode: AveragerMode
-  /** Declared bandwidth sizing our span; undefined = the group's mean. */
+  /** Declared bandwidth sizing our span; undefined = the rate our link carried in recent rounds (measured), the group's mean until then. */
   readonly bandwidth?: number
   /** Gap after which a silent sender is left out (default: allreduceTimeout / 4, at least requestTimeout). */
   readonly senderTimeout?: number
@@ -97,6 +100,10 @@ export interface StepResult {
   readonly gathered: ReadonlyMap<string, unknown>
   readonly matchmakingMs: number
   readonly allreduce: AllReduceResult
+  /** The codec the group used this round (compression auto picks one per round). */
+  readonly codec: CompressionName
+  /** The bandwidth we declared to the group this round: the config's, or the measured bytes/s (undefined before the first measurement). */
+  readonly declaredBandwidth?: number
 }
 
 export interface AveragerHooks {
@@ -115,7 +122,11 @@ const decoder = new TextDecoder()
  */
 export class DecentralizedAverager {
   readonly config: AveragerConfig
+  /** The fixed codec; for auto, the largest-part one (frames are sized by it), the round's is chosen per group. */
   private readonly codec: Codec
+  /** Peak-window rate of our link in recent rounds, bytes/s (agent/adapt/link-rate.ts). */
+  private measuredRate: number | undefined
+  private readonly codecClock = new CodecClock()
   private readonly rendezvous: Rendezvous
   private readonly matchmaker: Matchmaker
   private readonly router: AggregateRouter
@@ -130,7 +141,7 @@ export class DecentralizedAverager {
 
   private constructor (readonly node: SwarmNode, private readonly tensors: readonly NamedTensor[], config: AveragerConfig, private readonly hooks: AveragerHooks, rendezvous?: Rendezvous) {
     this.config = config
-    this.codec = codecFor(config.compression)
+    this.codec = codecFor(config.compression === 'auto' ? 'none' : config.compression)
     this.bits = config.initialGroupBits
     this.rendezvous = rendezvous ?? new Rendezvous(node, { requestTimeoutMs: config.requestTimeout * 1000, log: hooks.log })
     this.matchmaker = new Matchmaker(node, this.rendezvous, {
@@ -150,12 +161,17 @@ export class DecentralizedAverager {
     this.dialer = new AggregateDialer(node, config.prefix, null, null, hooks.log)
   }
 
-  /** The path our parts take to reducers, and the port we advertise for theirs. */
+  /** The bandwidth we declare next round: the config's, else the rate we measured (bytes/s), else undefined. */
+  get declaredBandwidth (): number | undefined {
+    return this.config.bandwidth ?? this.measuredRate
+  }
+
   /** The kernels this averager's rounds check and sum parts with. */
   get kernelBackend (): KernelBackend {
     return this.config.kernels ?? defaultKernelBackend()
   }
 
+  /** The path our parts take to reducers, and the port we advertise for theirs. */
   get dataPath (): { readonly kind: DataPathName, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataPathName, number>> } {
     const kind = this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p'
     return { kind, port: this.directServer?.port ?? 0, threads: kind === 'direct' ? this.transport.threads : 0, opened: this.dialer.opened }
@@ -263,8 +279,10 @@ export class DecentralizedAverager {
     if (options.round !== undefined && !validRound(options.round)) throw new AveragingError(`round must be an integer from 0 to ${MAX_ROUND}, got ${options.round}`)
     const userData = options.gather === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(options.gather))
     if (userData.byteLength > 16 * 1024) throw new AveragingError('gathered data must serialise to at most 16 KiB of JSON')
+    const times = config.compression === 'auto' ? this.codecClock.times : {}
     const info: PeerInfo = {
-      mode: wireMode(config.mode), bandwidth: config.bandwidth, weight, userData: userData as Uint8Array<ArrayBuffer>,
+      mode: wireMode(config.mode), bandwidth: this.declaredBandwidth, weight,
+      secondsNone: times.none, secondsFloat16: times.float16, userData: userData as Uint8Array<ArrayBuffer>,
       dataPort: this.directServer?.port ?? 0,
       addrs: ownAddrBytes(this.node).slice(0, 16) as Array<Uint8Array<ArrayBuffer>>,
       round: options.round ?? 0
@@ -287,8 +305,11 @@ export class DecentralizedAverager {
       const matchmakingMs = Date.now() - started
       this.hooks.onGroup?.(group)
       this.hooks.log?.(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
+      const codec = this.roundCodec(group)
       try {
-        const result = await this.tensorLock.run(async () => await this.allReduce(group))
+        const declaredBandwidth = info.bandwidth
+        const result = await this.tensorLock.run(async () => await this.allReduce(group, codec))
+        if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(this.bits, group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
         this.rendezvous.prefetch(this.currentGroupKey)
         const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
@@ -301,7 +322,9 @@ export class DecentralizedAverager {
           groupRound: agreedRound(group.infos.filter(i => i.mode !== PeerMode.AUXILIARY).map(i => i.round)),
           gathered: new Map(group.peerIds.map((peer, i) => [peer, parseGather(group.infos[i].userData)])),
           matchmakingMs,
-          allreduce: result
+          allreduce: result,
+          codec: codec.name,
+          ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {})
         }
       } catch (err) {
         this.hooks.onStep?.('failure', { matchmakingMs, error: describeError(err) })
@@ -310,7 +333,13 @@ export class DecentralizedAverager {
     }
   }
 
-  private async allReduce (group: GroupInfo): Promise<AllReduceResult> {
+  /** The fixed codec, or for auto the one every member computes from the same gathered infos. */
+  private roundCodec (group: GroupInfo): Codec {
+    if (this.config.compression !== 'auto') return this.codec
+    return codecFor(chooseCodec(group.infos.map(i => ({ none: i.secondsNone, float16: i.secondsFloat16 }))))
+  }
+
+  private async allReduce (group: GroupInfo, codec: Codec): Promise<AllReduceResult> {
     const { config } = this
     const allreduceMs = config.allreduceTimeout * 1000
     const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
@@ -318,7 +347,7 @@ export class DecentralizedAverager {
       dialer: this.dialer,
       group,
       tensors: this.tensors.map(t => t.data),
-      codec: this.codec,
+      codec,
       partSizeBytes: config.partSizeBytes,
       alpha: config.averagingAlpha,
       timeoutMs: allreduceMs,
@@ -332,9 +361,27 @@ export class DecentralizedAverager {
       if (i !== group.myIndex) await rememberAddrs(this.node, peerIdFromString(peer), group.infos[i].addrs).catch(() => {})
     }))
     this.router.register(group.groupId, runner)
+    // Our link's rate: the kernel's byte counters, else the parts' bytes (agent/adapt/link-rate.ts).
+    const rx: ByteSample[] = []; const tx: ByteSample[] = []
+    const sample = (): void => {
+      const t = performance.now()
+      const net = netBytes()
+      rx.push({ t, bytes: net?.rx ?? runner.receivedBytes })
+      tx.push({ t, bytes: net?.tx ?? 0 })
+    }
+    sample()
+    const sampler = setInterval(sample, SAMPLE_MS)
     try {
-      return await runner.run()
+      const result = await runner.run()
+      sample()
+      // A round that lost members measured their failure, not our link.
+      if (result.failedReducers.length === 0 && result.bannedSenders.length === 0) {
+        const peaks = [peakWindowRate(rx), peakWindowRate(tx)].filter((r): r is number => r !== undefined)
+        this.measuredRate = smoothRate(this.measuredRate, peaks.length > 0 ? Math.max(...peaks) : undefined)
+      }
+      return result
     } finally {
+      clearInterval(sampler)
       this.router.unregister(group.groupId)
     }
   }

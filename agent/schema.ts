@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import type { CompressionName } from './compression/index.js'
+import type { CompressionChoice } from './compression/index.js'
 
 export interface TensorSchema {
   readonly name: string
@@ -11,7 +11,7 @@ export interface TensorSchema {
  * dtype, compression and part size (which decide the partition), not devices or flags that
  * made hivemind refuse to pair a CPU peer with a GPU one.
  */
-export function schemaHash (tensors: readonly TensorSchema[], compression: CompressionName, partSizeBytes: number): Uint8Array {
+export function schemaHash (tensors: readonly TensorSchema[], compression: CompressionChoice, partSizeBytes: number): Uint8Array {
   const canonical = JSON.stringify({ dtype: 'float32', compression, partSizeBytes, shapes: tensors.map(t => t.shape) })
   return new Uint8Array(createHash('sha256').update(canonical).digest())
 }

@@ -11,7 +11,7 @@ import { DURATION_PATTERN, durationNanos, formatRange, type Bound } from './para
 
 export { DURATION_PATTERN, durationNanos, parseDuration, MAX_TIMER_SECONDS } from './parameter-bounds.js'
 
-export const COMPRESSIONS = ['none', 'float16', 'uniform8bit', 'blockwise8bit'] as const
+export const COMPRESSIONS = ['none', 'float16', 'uniform8bit', 'blockwise8bit', 'auto'] as const
 /** hivemind separates DHT key parts with '.' and the agent's protocol ids with ':'; neither may appear. */
 export const PREFIX_PATTERN = '^[A-Za-z0-9_-]+$'
 
@@ -80,7 +80,7 @@ export const AVERAGING_PARAMETERS = {
   },
   compression: {
     env: 'AVS_COMPRESSION',
-    description: 'Wire compression of tensor parts: none, float16, uniform8bit or blockwise8bit.',
+    description: 'Wire compression of tensor parts: none, float16, uniform8bit or blockwise8bit; auto lets each group take none or float16 per round, whichever its members measured faster (float16 halves the bytes on slow links, costs CPU on fast ones).',
     bound: { kind: 'enum', values: COMPRESSIONS },
     default: 'none'
   },
@@ -98,7 +98,7 @@ export const AVERAGING_PARAMETERS = {
   },
   bandwidth: {
     env: 'AVS_BANDWIDTH',
-    description: 'Declared bandwidth of each agent (any unit, the same for all) that sizes its share of the reduction; above 0 and at most 1e15 (a petabit per second in bit/s), so shares stay finite; unset means every agent reduces an equal share.',
+    description: 'Declared bandwidth of each agent (any unit, the same for all) that sizes its share of the reduction; above 0 and at most 1e15 (a petabit per second in bit/s), so shares stay finite; unset means each agent declares the rate (bytes/s) its link carried in its recent rounds, and reduces an equal share until it has measured one.',
     bound: { kind: 'number', min: 0, exclusiveMin: true, max: 1e15 }
   }
 } as const satisfies Record<string, AveragingParameter>

@@ -73,6 +73,8 @@ export class AllReduceRunner {
   private readonly started = Date.now()
   private bytesSent = 0
   private bytesReceived = 0
+  /** Bytes of parts received so far this round: the averager samples it to measure our link's rate. */
+  get receivedBytes (): number { return this.bytesReceived }
   private partsKeptLocal = 0
   private readonly channels = { direct: 0, libp2p: 0 }
   /** Checks and sums; every part is decoded into its staging buffer, then checked and consumed before the next await. */

@@ -6,6 +6,9 @@ import type { Uint8ArrayList } from 'uint8arraylist'
 
 export type CompressionName = 'none' | 'float16' | 'uniform8bit' | 'blockwise8bit'
 
+/** What a config may ask for: a codec, or auto (none or float16 per round, agent/adapt/codec-choice.ts). */
+export type CompressionChoice = CompressionName | 'auto'
+
 export const COMPRESSION_NAMES: readonly CompressionName[] = Object.freeze(['none', 'float16', 'uniform8bit', 'blockwise8bit'])
 
 /** Thrown on malformed input (wrong length, invalid scale, bad element count); the message is one clear sentence. */

@@ -311,5 +311,6 @@ export function outranks (expA: number, idA: string, expB: number, idB: string):
 export function validInfo (info: PeerInfo): boolean {
   return Number.isFinite(info.weight) && info.weight >= 0 && validRound(info.round) &&
     (info.bandwidth == null || (Number.isFinite(info.bandwidth) && info.bandwidth >= 0)) &&
+    [info.secondsNone, info.secondsFloat16].every(s => s == null || (Number.isFinite(s) && s >= 0)) &&
     info.userData.byteLength <= 16 * 1024
 }

@@ -31,6 +31,8 @@ export interface PeerInfo {
   dataPort: number
   addrs: Uint8Array[]
   round: number
+  secondsNone?: number
+  secondsFloat16?: number
 }
 
 export namespace PeerInfo {
@@ -78,6 +80,16 @@ export namespace PeerInfo {
         if ((obj.round != null && obj.round !== 0)) {
           w.uint32(57)
           w.double(obj.round)
+        }
+
+        if (obj.secondsNone != null) {
+          w.uint32(65)
+          w.double(obj.secondsNone)
+        }
+
+        if (obj.secondsFloat16 != null) {
+          w.uint32(73)
+          w.double(obj.secondsFloat16)
         }
 
         if (opts.lengthDelimited !== false) {
@@ -129,6 +141,14 @@ export namespace PeerInfo {
             }
             case 7: {
               obj.round = reader.double()
+              break
+            }
+            case 8: {
+              obj.secondsNone = reader.double()
+              break
+            }
+            case 9: {
+              obj.secondsFloat16 = reader.double()
               break
             }
             default: {
@@ -207,6 +227,20 @@ export namespace PeerInfo {
               }
               break
             }
+            case 8: {
+              yield {
+                field: `${prefix}.secondsNone`,
+                value: reader.double()
+              }
+              break
+            }
+            case 9: {
+              yield {
+                field: `${prefix}.secondsFloat16`,
+                value: reader.double()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -255,6 +289,16 @@ export namespace PeerInfo {
     value: number
   }
 
+  export interface PeerInfoSecondsNoneFieldEvent {
+    field: '$.secondsNone'
+    value: number
+  }
+
+  export interface PeerInfoSecondsFloat16FieldEvent {
+    field: '$.secondsFloat16'
+    value: number
+  }
+
   export function encode (obj: Partial<PeerInfo>): Uint8Array {
     return encodeMessage(obj, PeerInfo.codec())
   }
@@ -263,7 +307,7 @@ export namespace PeerInfo {
     return decodeMessage(buf, PeerInfo.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent> {
     return streamMessage(buf, PeerInfo.codec(), opts)
   }
 }
@@ -981,6 +1025,16 @@ export namespace JoinRequest {
     value: number
   }
 
+  export interface JoinRequestInfoSecondsNoneFieldEvent {
+    field: '$.info.secondsNone'
+    value: number
+  }
+
+  export interface JoinRequestInfoSecondsFloat16FieldEvent {
+    field: '$.info.secondsFloat16'
+    value: number
+  }
+
   export function encode (obj: Partial<JoinRequest>): Uint8Array {
     return encodeMessage(obj, JoinRequest.codec())
   }
@@ -989,7 +1043,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1251,6 +1305,18 @@ export namespace MessageFromLeader {
     index: number
   }
 
+  export interface MessageFromLeaderGatheredSecondsNoneFieldEvent {
+    field: '$.gathered[].secondsNone'
+    value: number
+    index: number
+  }
+
+  export interface MessageFromLeaderGatheredSecondsFloat16FieldEvent {
+    field: '$.gathered[].secondsFloat16'
+    value: number
+    index: number
+  }
+
   export interface MessageFromLeaderSuggestedLeaderFieldEvent {
     field: '$.suggestedLeader'
     value: Uint8Array
@@ -1269,7 +1335,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -31,7 +31,7 @@ export interface AveragingSpec {
   dataThreads: number
 }
 
-export type Compression = 'none' | 'float16' | 'uniform8bit' | 'blockwise8bit'
+export type Compression = 'none' | 'float16' | 'uniform8bit' | 'blockwise8bit' | 'auto'
 export type WorkloadType = 'builtin' | 'sidecar'
 
 export interface BootstrapSpec {

@@ -25,17 +25,18 @@ export class Coordinator {
     this.addrs = Array.from({ length: world }, () => undefined)
   }
 
-  async start (): Promise<string> {
+  /** Listens on host (default 127.0.0.1; bench/links.ts: the bridge's address, which every namespace reaches). */
+  async start (host = '127.0.0.1'): Promise<string> {
     this.server = createServer((req, res) => { this.handle(req, res).catch((err: Error) => reply(res, 400, { error: err.message })) })
     this.server.keepAliveTimeout = 600_000
     this.server.requestTimeout = 0
     this.server.headersTimeout = 0
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject)
-      this.server!.listen(0, '127.0.0.1', resolve)
+      this.server!.listen(0, host, resolve)
     })
     const { port } = this.server.address() as AddressInfo
-    return `http://127.0.0.1:${port}`
+    return `http://${host}:${port}`
   }
 
   async stop (): Promise<void> {

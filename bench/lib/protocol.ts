@@ -46,6 +46,14 @@ export interface PeerResult {
   readonly extra?: Readonly<Record<string, number | number[]>>
 }
 
+/**
+ * The address a peer listens on: 127.0.0.1, or BENCH_HOST where the runner put each peer in a
+ * network namespace of its own (bench/links.ts), where loopback reaches nobody else.
+ */
+export function benchHost (): string {
+  return process.env.BENCH_HOST ?? '127.0.0.1'
+}
+
 export const ENV = {
   rank: 'BENCH_RANK',
   world: 'BENCH_WORLD',

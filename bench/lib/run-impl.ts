@@ -25,9 +25,24 @@ export interface RunSettings {
   readonly compression: string
   readonly timeoutS: number
   readonly logDir: string
+  /** Where the peers run: by default on this host's loopback; bench/links.ts puts each in a network namespace. */
+  readonly placement?: Placement
 }
 
-/** Ends a peer and everything it started (hivemind's averager process and p2pd): they share its process group. */
+/** Runs each rank elsewhere than on loopback (bench/lib/shaped-links.ts: one network namespace per peer). */
+export interface Placement {
+  /** Address the coordinator listens on, reachable from every peer. */
+  readonly coordHost: string
+  /** Command prefix for a rank, e.g. ['ip', 'netns', 'exec', 'ns3']. */
+  wrap: (rank: number) => string[]
+  /** Extra environment for a rank (BENCH_HOST). */
+  env: (rank: number) => Record<string, string>
+  /** Awaited before each barrier opens (after the runner's own hook): the links harness reads its tc counters and changes rates there. */
+  onBarrier?: (name: string) => Promise<void>
+  /** The loopback wire meter (`ss`) sees no other namespace's sockets: off where the placement counts bytes itself. */
+  readonly wireMeter: boolean
+}
+
 /**
  * Ends a peer's whole process group, also when the peer itself already exited: a peer that failed
  * leaves its helpers (an agent, hivemind's averager process, p2pd) running in its group otherwise.
@@ -46,13 +61,16 @@ export async function runImpl (spec: ImplSpec, peers: number, groupSize: number,
   const label = `${spec.name} ${peers} peers${groupSize !== peers ? ` in groups of ${groupSize}` : ''} × ${formatElements(elements)}`
   const total = o.warmup + o.rounds
   const coordinator = new Coordinator(peers, (line) => progress(`${label}: ${line.replace(/^round-(\d+) open$/, (_m, k: string) => `round ${Number(k) + 1}/${total} ${Number(k) < o.warmup ? '(warm-up) ' : ''}started`)}`))
-  const coord = await coordinator.start()
+  const coord = await coordinator.start(o.placement?.coordHost)
   // Bytes on the wire: the peers' TCP counters from just before the first measured round to after the last.
   const meter = new WireMeter()
   let wireBytes: number | null = null
   coordinator.beforeBarrierOpens = async (name) => {
-    if (name === `round-${o.warmup}`) await meter.start(new Set(children.map((c) => c.pid).filter((pid): pid is number => pid != null)))
-    if (name === 'done') wireBytes = await meter.stop()
+    if (o.placement?.wireMeter !== false) {
+      if (name === `round-${o.warmup}`) await meter.start(new Set(children.map((c) => c.pid).filter((pid): pid is number => pid != null)))
+      if (name === 'done') wireBytes = await meter.stop()
+    }
+    await o.placement?.onBarrier?.(name)
   }
   progress(`${label}: starting (${o.warmup} warm-up + ${o.rounds} measured rounds, timeout ${o.timeoutS} s)`)
   const children: ChildProcess[] = []
@@ -64,7 +82,9 @@ export async function runImpl (spec: ImplSpec, peers: number, groupSize: number,
   for (let rank = 0; rank < peers; rank++) {
     const logPath = join(o.logDir, `${spec.name}-${peers}p-${formatElements(elements)}-rank${rank}.log`)
     const log = createWriteStream(logPath)
-    const child = spawn(spec.command[0], spec.command.slice(1), {
+    // `ip netns exec` execs the peer in place: same pid, same process group.
+    const command = [...(o.placement?.wrap(rank) ?? []), ...spec.command]
+    const child = spawn(command[0], command.slice(1), {
       cwd: ROOT,
       detached: true, // own process group, so the whole tree can be ended
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -72,6 +92,7 @@ export async function runImpl (spec: ImplSpec, peers: number, groupSize: number,
         ...process.env,
         ...spec.env,
         ...envFor({ rank, world: peers, groupSize, elements, rounds: o.rounds, warmup: o.warmup, partBytes: o.partBytes, compression: o.compression, coord }),
+        ...o.placement?.env(rank),
         PYTHONUNBUFFERED: '1'
       }
     })

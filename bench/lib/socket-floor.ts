@@ -1,5 +1,5 @@
 import type { Server, Socket } from 'node:net'
-import type { PeerEnv } from './protocol.js'
+import { benchHost, type PeerEnv } from './protocol.js'
 import type { BenchPeer } from './peer-client.js'
 import { pairBytes, RoundReceiver } from './all-to-all.js'
 
@@ -29,7 +29,7 @@ async function writeAll (socket: Socket, payload: Buffer): Promise<void> {
 
 /** How a floor makes its sockets: raw TCP or TLS, same traffic. */
 export interface SocketFactory {
-  /** A listening server on 127.0.0.1 whose accepted sockets are handed to onSocket once usable. */
+  /** A listening server on benchHost() (127.0.0.1 unless BENCH_HOST says) whose accepted sockets are handed to onSocket once usable. */
   listen: (onSocket: (socket: Socket) => void) => Promise<Server>
   connect: (host: string, port: number) => Promise<Socket>
   describe?: (socket: Socket) => string | undefined
@@ -73,7 +73,7 @@ export async function createSocketFloor (env: PeerEnv, factory: SocketFactory): 
   let described: string | undefined
 
   return {
-    address: `127.0.0.1:${port}`,
+    address: `${benchHost()}:${port}`,
     async connect (addrs) {
       await Promise.all(addrs.map(async (addr, peerRank) => {
         if (peerRank <= env.rank) return

@@ -13,12 +13,14 @@ class GlooPeer:
     def __init__(self, env: bench_peer.Env) -> None:
         import torch
         self.torch, self.env = torch, env
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        # In a network namespace of its own (bench/links.ts) a peer reaches the others over eth0, not lo.
+        host = os.environ.get("BENCH_HOST", "127.0.0.1")
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo" if host == "127.0.0.1" else "eth0")
         self.address = ""
         if env.rank == 0:
             with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                self.address = f"127.0.0.1:{probe.getsockname()[1]}"
+                probe.bind((host, 0))
+                self.address = f"{host}:{probe.getsockname()[1]}"
         self.tensor = torch.empty(env.elements, dtype=torch.float32)
 
     def connect(self, addrs) -> None:

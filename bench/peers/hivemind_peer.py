@@ -15,6 +15,8 @@ import time
 import bench_peer
 
 PREFIX = "avs_bench"
+# 127.0.0.1, or the peer's own address when the runner gave it a network namespace (bench/links.ts).
+HOST = os.environ.get("BENCH_HOST", "127.0.0.1")
 
 
 def compression_for(name: str):
@@ -40,12 +42,12 @@ class HivemindPeer:
         self.group_ranks = None
         self.address = ""
         if env.rank == 0:
-            self.dht = hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+            self.dht = hivemind.DHT(start=True, host_maddrs=[f"/ip4/{HOST}/tcp/0"])
             self.address = str(self.dht.get_visible_maddrs()[0])
 
     def connect(self, addrs) -> None:
         if self.dht is None:
-            self.dht = self.hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=[addrs[0]])
+            self.dht = self.hivemind.DHT(start=True, host_maddrs=[f"/ip4/{HOST}/tcp/0"], initial_peers=[addrs[0]])
         self.averager = self.hivemind.averaging.DecentralizedAverager(
             [self.torch.zeros(self.env.elements, dtype=self.torch.float32)], dht=self.dht, prefix=PREFIX, start=True,
             target_group_size=self.env.group_size, min_group_size=self.env.group_size,

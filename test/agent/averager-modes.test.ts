@@ -98,6 +98,24 @@ for (const path of DATA_PATHS) describe(`parts over ${path.name}`, () => {
     } finally { await swarm.stop() }
   })
 
+  test('compression auto: the group tries none, then float16, and every member uses the same codec each round', { timeout: 120_000 }, async (t) => {
+    const swarm = await group(() => ({ compression: 'auto' }))(t)
+    try {
+      const codecs: string[][] = []
+      for (let round = 0; round < 3; round++) {
+        const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
+        codecs.push(results.map(r => r.codec))
+        for (const r of results) assert.equal(r.allreduce.partsKeptLocal, 0)
+      }
+      for (const round of codecs) assert.equal(new Set(round).size, 1, `one codec per round: ${JSON.stringify(codecs)}`)
+      assert.deepEqual(codecs.slice(0, 2).map(r => r[0]), ['none', 'float16'], 'each codec measured once first')
+      assert.ok(['none', 'float16'].includes(codecs[2][0]))
+      // The first round is exact (none); float16 and the mean of means stay within float16's error.
+      const expected = weightedMean(swarm.averagers.map((_, p) => tensorsFor(p)[0].data), [1, 1, 1, 1])
+      for (let p = 0; p < N; p++) assert.ok(maxAbsDiff((await tensorsOf(swarm, p))[0], expected) < 0.01, `peer ${p}`)
+    } finally { await swarm.stop() }
+  })
+
   for (const [compression, tolerance, ratio] of [['float16', 0.01, 0.55], ['uniform8bit', 0.12, 0.32], ['blockwise8bit', 0.12, 0.32]] as const) {
     test(`compression ${compression}: every peer lands near the mean with fewer bytes on the wire`, { timeout: 90_000 }, async (t) => {
       const swarm = await group(() => ({ compression }))(t)

@@ -1,0 +1,58 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { parseNetDev, peakWindowRate, smoothRate } from '../../../agent/adapt/link-rate.js'
+import { chooseCodec, CodecClock, REPROBE_ROUNDS } from '../../../agent/adapt/codec-choice.js'
+
+test('peakWindowRate: the fastest window, not the round mean', () => {
+  // 1 s at 10 MB/s, then 1 s idle (waiting for a slow peer): the mean is 5 MB/s, the link 10.
+  const samples = Array.from({ length: 41 }, (_, k) => ({ t: k * 50, bytes: Math.min(k, 20) * 500_000 }))
+  assert.equal(Math.round(peakWindowRate(samples, 300)!), 10_000_000)
+  assert.equal(peakWindowRate([{ t: 0, bytes: 0 }], 300), undefined)
+  assert.equal(peakWindowRate([{ t: 0, bytes: 0 }, { t: 100, bytes: 0 }], 300), undefined)
+  // A round shorter than the window: its mean.
+  assert.equal(peakWindowRate([{ t: 0, bytes: 0 }, { t: 100, bytes: 1000 }], 300), 10_000)
+})
+
+test('smoothRate: noise is averaged, a halved or doubled link is taken at once', () => {
+  assert.equal(smoothRate(undefined, 100), 100)
+  assert.equal(smoothRate(100, 120), 110)
+  assert.equal(smoothRate(100, 40), 40)
+  assert.equal(smoothRate(100, 250), 250)
+  assert.equal(smoothRate(100, undefined), 100)
+  assert.equal(smoothRate(100, Number.NaN), 100)
+})
+
+test('parseNetDev sums every interface', () => {
+  const text = `Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:    100       1    0    0    0     0          0         0      200       2    0    0    0     0       0          0
+  eth0:   1000      10    0    0    0     0          0         0     3000      30    0    0    0     0       0          0
+`
+  assert.deepEqual(parseNetDev(text), { rx: 1100, tx: 3200 })
+  assert.equal(parseNetDev('garbage'), undefined)
+})
+
+test('chooseCodec: explores what a member has not measured, then the least slowest-member time', () => {
+  assert.equal(chooseCodec([{}, { none: 1 }]), 'none')
+  assert.equal(chooseCodec([{ none: 1 }, { none: 1 }]), 'float16')
+  assert.equal(chooseCodec([{ none: 1.6, float16: 1.8 }, { none: 1.7, float16: 1.75 }]), 'none')
+  assert.equal(chooseCodec([{ none: 13, float16: 7 }, { none: 12, float16: 6.5 }]), 'float16')
+  // The slowest member decides: the round ends with it.
+  assert.equal(chooseCodec([{ none: 1, float16: 2 }, { none: 9, float16: 5 }]), 'float16')
+  assert.equal(chooseCodec([{ none: 1, float16: 1 }]), 'none')
+  // Within the margin: none (exact, no codec CPU), so noise does not flip the group every round.
+  assert.equal(chooseCodec([{ none: 2.5, float16: 2.4 }]), 'none')
+  assert.equal(chooseCodec([{ none: Number.NaN, float16: 1 }]), 'none')
+})
+
+test('CodecClock forgets a codec left unused for REPROBE_ROUNDS rounds, so a changed link is tried again', () => {
+  const clock = new CodecClock()
+  clock.record('none', 2)
+  clock.record('float16', 1)
+  assert.deepEqual(clock.times, { none: 2, float16: 1 })
+  clock.record('float16', 3)
+  assert.equal(clock.times.float16, 2)
+  for (let k = 0; k < REPROBE_ROUNDS - 2; k++) clock.record('float16', 2)
+  assert.equal(clock.times.none, undefined)
+  assert.equal(chooseCodec([clock.times]), 'none')
+})

@@ -91,6 +91,25 @@ const section = (o: unknown, k: string): Obj | undefined => {
 }
 const exactlyOne = (o: Obj | undefined, a: string, b: string): boolean => o === undefined || ((o[a] !== undefined) !== (o[b] !== undefined))
 
+/**
+ * The rule that a Go duration at `path` under spec lies within `bound`: OpenAPI cannot compare
+ * durations, so the CRD carries it as CEL; a value the pattern already rejects is left to the pattern.
+ */
+export function durationRule (path: readonly string[], bound: Bound & { kind: 'duration' }): SpecRule {
+  const field = path.join('.')
+  const absent = path.map((_, i) => `!has(self.${path.slice(0, i + 1).join('.')})`).join(' || ')
+  return {
+    field,
+    message: `${field} must be ${formatRange(bound)}`,
+    cel: `${absent} || !self.${field}.matches('${DURATION_PATTERN}') || (duration(self.${field}) >= duration('${bound.min}') && duration(self.${field}) <= duration('${bound.max}'))`,
+    holds: s => {
+      let v: unknown = s
+      for (const k of path) v = v !== null && typeof v === 'object' ? (v as Record<string, unknown>)[k] : undefined
+      return typeof v !== 'string' || !new RegExp(DURATION_PATTERN).test(v) || checkValue(bound, v) === undefined
+    }
+  }
+}
+
 export const CHECKPOINT_RULES: readonly SpecRule[] = [
   {
     field: 'checkpoint',
@@ -104,16 +123,7 @@ export const CHECKPOINT_RULES: readonly SpecRule[] = [
     cel: '!has(self.checkpoint) || !has(self.checkpoint.volume) || has(self.checkpoint.volume.claimName) != has(self.checkpoint.volume.claimTemplate)',
     holds: s => exactlyOne(section(section(s, 'checkpoint'), 'volume'), 'claimName', 'claimTemplate')
   },
-  {
-    field: 'checkpoint.interval',
-    message: `checkpoint.interval must be ${formatRange(CHECKPOINT_INTERVAL)}`,
-    // OpenAPI cannot compare durations; a value the pattern already rejects is left to it.
-    cel: `!has(self.checkpoint) || !has(self.checkpoint.interval) || !self.checkpoint.interval.matches('${DURATION_PATTERN}') || (duration(self.checkpoint.interval) >= duration('${CHECKPOINT_INTERVAL.min}') && duration(self.checkpoint.interval) <= duration('${CHECKPOINT_INTERVAL.max}'))`,
-    holds: s => {
-      const d = section(s, 'checkpoint')?.interval
-      return typeof d !== 'string' || !new RegExp(DURATION_PATTERN).test(d) || checkValue(CHECKPOINT_INTERVAL, d) === undefined
-    }
-  },
+  durationRule(['checkpoint', 'interval'], CHECKPOINT_INTERVAL),
   {
     field: 'restoreFrom',
     message: 'restoreFrom needs checkpoint: the other swarm\'s checkpoint is read from this swarm\'s checkpoint store (the same claim or bucket)',
@@ -135,16 +145,7 @@ export const COMPLETION_RULES: readonly SpecRule[] = [
       return c === undefined || c.rounds !== undefined || c.duration !== undefined || onTrainerExit(c)
     }
   },
-  {
-    field: 'completion.duration',
-    message: `completion.duration must be ${formatRange(COMPLETION_DURATION)}`,
-    // OpenAPI cannot compare durations; a value the pattern already rejects is left to it.
-    cel: `!has(self.completion) || !has(self.completion.duration) || !self.completion.duration.matches('${DURATION_PATTERN}') || (duration(self.completion.duration) >= duration('${COMPLETION_DURATION.min}') && duration(self.completion.duration) <= duration('${COMPLETION_DURATION.max}'))`,
-    holds: s => {
-      const d = section(s, 'completion')?.duration
-      return typeof d !== 'string' || !new RegExp(DURATION_PATTERN).test(d) || checkValue(COMPLETION_DURATION, d) === undefined
-    }
-  },
+  durationRule(['completion', 'duration'], COMPLETION_DURATION),
   {
     field: 'completion.onTrainerExit',
     message: 'completion.onTrainerExit needs workload.type sidecar: only a trainer container can finish the run',

@@ -4,8 +4,8 @@
  * (agent/config.ts) all take them from here, so every value the API server admits the agent runs.
  */
 import { AGENT_ENV } from './agent-env.js'
-import { DURATION_PATTERN, checkValue, formatRange, type Bound } from './parameter-bounds.js'
-import type { SpecRule } from './checkpoint-parameters.js'
+import type { Bound } from './parameter-bounds.js'
+import { durationRule, type SpecRule } from './checkpoint-parameters.js'
 
 /** Which agents serve as relays for the swarm's members: bootstrap agents (the default), all bootstrap and regular agents, or none. */
 export const RELAY_SERVE = ['Bootstrap', 'All', 'None'] as const
@@ -22,13 +22,4 @@ export const REACHABILITIES = ['auto', 'public', 'private'] as const
 export type ReachabilitySetting = (typeof REACHABILITIES)[number]
 export const DEFAULT_REACHABILITY: ReachabilitySetting = 'auto'
 
-export const RELAY_RULES: readonly SpecRule[] = [{
-  field: 'network.relay.circuitDuration',
-  message: `network.relay.circuitDuration must be ${formatRange(RELAY_CIRCUIT_DURATION)}`,
-  // OpenAPI cannot compare durations; a value the pattern already rejects is left to it.
-  cel: `!has(self.network.relay) || !has(self.network.relay.circuitDuration) || !self.network.relay.circuitDuration.matches('${DURATION_PATTERN}') || (duration(self.network.relay.circuitDuration) >= duration('${RELAY_CIRCUIT_DURATION.min}') && duration(self.network.relay.circuitDuration) <= duration('${RELAY_CIRCUIT_DURATION.max}'))`,
-  holds: s => {
-    const d = ((s.network as Record<string, unknown> | undefined)?.relay as Record<string, unknown> | undefined)?.circuitDuration
-    return typeof d !== 'string' || !new RegExp(DURATION_PATTERN).test(d) || checkValue(RELAY_CIRCUIT_DURATION, d) === undefined
-  }
-}]
+export const RELAY_RULES: readonly SpecRule[] = [durationRule(['network', 'relay', 'circuitDuration'], RELAY_CIRCUIT_DURATION)]

@@ -15,8 +15,8 @@ import { basename, join } from 'node:path'
 import { controlPlaneBuilt, hostPathClaim, startCluster, waitFor, type Cluster } from '../harness/index.js'
 import { RestClient } from '../../operator/kube/rest.js'
 import { resourcePath } from '../../operator/kube/resources.js'
-import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
-import { operatorKubeconfig } from './operator-identity.js'
+import type { OperatorProcess } from '../operator/e2e/operator-process.js'
+import { installOperator } from './operator-identity.js'
 import { listCheckpoints, loadNewestCheckpoint } from '../../agent/checkpoint/index.js'
 import { AGENT_CONTAINER } from '../../operator/builders/pod-template.js'
 import { loadTensorBackend } from '../../agent/tensors/backend.js'
@@ -51,12 +51,7 @@ describe('checkpoints and completion on a real cluster', { skip, timeout: 600_00
     cluster = await startCluster({ gpuNodes: 3, gpusPerNode: 1, cpuNodes: 1 })
     rest = new RestClient(cluster.kc)
     pvDir = join(cluster.dir, 'volumes', PV)
-    await cluster.createNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' })
-    await kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
-    await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
-      .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
-    op = await startOperator(await operatorKubeconfig(cluster), cluster.logDir, 'operator-a')
-    await waitFor('the operator to become ready', async () => await op!.ready(), 60_000)
+    op = await installOperator(cluster, NS)
   })
 
   after(async () => {

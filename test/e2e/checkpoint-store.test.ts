@@ -23,8 +23,8 @@ import { join } from 'node:path'
 import { controlPlaneBuilt, hostPathClaim, hostPathVolumeFor, startCluster, waitFor, type Cluster } from '../harness/index.js'
 import { RestClient } from '../../operator/kube/rest.js'
 import { resourcePath } from '../../operator/kube/resources.js'
-import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
-import { operatorKubeconfig } from './operator-identity.js'
+import type { OperatorProcess } from '../operator/e2e/operator-process.js'
+import { installOperator } from './operator-identity.js'
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3'
 import { S3CheckpointStore } from '../../agent/checkpoint/s3-store.js'
 import { startVersitygw, versitygwBinary, versitygwBuilt } from '../agent/checkpoint/versitygw.js'
@@ -63,12 +63,7 @@ describe('checkpoint stores and phase Failed on a real cluster', { skip, timeout
   before(async () => {
     cluster = await startCluster({ gpuNodes: 0, cpuNodes: 2, restartBackoff: { initialMs: 500, maxMs: 4000 } })
     rest = new RestClient(cluster.kc)
-    await cluster.createNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' })
-    await kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
-    await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
-      .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
-    op = await startOperator(await operatorKubeconfig(cluster), cluster.logDir, 'operator-a')
-    await waitFor('the operator to become ready', async () => await op!.ready(), 60_000)
+    op = await installOperator(cluster, NS)
     // All three at once: each test below waits for its own.
     const common = { replicas: 2, bootstrap: { replicas: 1 }, averaging: FAST, workload: { type: 'builtin' } }
     await rest.request('POST', resourcePath('AveragingSwarm', NS), { body: swarmBody('crash', { replicas: 1, bootstrap: { replicas: 1 }, backoffLimit: 2, workload: { type: 'sidecar', trainer: { image: 'busybox', command: ['sh', '-c', `echo "${TRAINER_LINE}" >&2; exit 1`] } } }) })

@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { Cluster } from '../harness/index.js'
+import { waitFor, type Cluster } from '../harness/index.js'
+import { RestClient } from '../../operator/kube/rest.js'
+import { resourcePath } from '../../operator/kube/resources.js'
+import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
 import { OPERATOR_CLUSTER_RULES, OPERATOR_LEASE_RULES } from '../../operator/rbac.js'
 
 /**
@@ -32,4 +35,20 @@ export async function operatorKubeconfig (cluster: Cluster): Promise<string> {
     contexts: [{ name: 'op', context: { cluster: 'c', user: 'op' } }]
   }))
   return path
+}
+
+/**
+ * A suite's start on a fresh test cluster: namespace `ns` (Pod Security restricted), the CRD applied
+ * and Established, and the operator running as the chart runs it (operatorKubeconfig) and ready.
+ */
+export async function installOperator (cluster: Cluster, ns: string): Promise<OperatorProcess> {
+  const rest = new RestClient(cluster.kc)
+  await cluster.createNamespace(ns, { 'pod-security.kubernetes.io/enforce': 'restricted' })
+  const applied = await cluster.kubectl('apply', '--server-side', '-f', 'crds/averagingswarm.yaml')
+  assert.equal(applied.code, 0, `kubectl apply the CRD: ${applied.stderr}`)
+  await waitFor('the CRD to be Established', async () => ((await rest.request('GET', resourcePath('CustomResourceDefinition', undefined, 'averagingswarms.averaging.swarm.io'))).status?.conditions ?? [])
+    .some((c: { type: string, status: string }) => c.type === 'Established' && c.status === 'True'), 60_000)
+  const op = await startOperator(await operatorKubeconfig(cluster), cluster.logDir, 'operator-a')
+  await waitFor('the operator to become ready', async () => await op.ready(), 60_000)
+  return op
 }

@@ -20,7 +20,9 @@ test('a live agent survives 5,000 random and mutated messages with bounded memor
   assert.ok(report.rounds.during.ok > 0, `honest rounds succeeded while fuzzing\n${table}`)
   assert.ok(report.rounds.after.ok > 0, `honest rounds succeeded after fuzzing\n${table}`)
   for (const [protocol, s] of Object.entries(report.protocols)) {
-    assert.ok(s.messages > 0 || s.refused > 0, `${protocol} was fuzzed`)
+    // Exercised: messages went out, or the agent refused or closed the streams before any could
+    // (libp2p's /libp2p/dcutr takes one inbound stream at a time and closes the others at once).
+    assert.ok(s.streams > 0 && (s.messages > 0 || s.refused > 0 || s.closedByAgent > 0), `${protocol} was fuzzed`)
     assert.equal(s.leftOpen, 0, `${protocol}: every stream closed by the agent within the idle bound`)
     assert.equal(s.idleClosed, s.idle, `${protocol}: idle streams timed out`)
   }

@@ -73,7 +73,7 @@ test('local runtime: a 4-agent swarm with checkpoints and completion averages, p
   assert.equal(code, 0, err)
   assert.match(out, /time {2}ready {2}rounds/)
   assert.match(out, /run ended because +the run is complete/, out)
-  assert.match(out, /newest checkpoint +round 3 in /, out)
+  assert.match(out, /newest checkpoint +round 3: \S+\/tiny\/round-3\.json /, out)
   const runDir = join(dir, 'runs', readdirSync(join(dir, 'runs'))[0])
   assert.ok(existsSync(join(runDir, 'report.html')))
   const summary = JSON.parse(readFileSync(join(runDir, 'summary.json'), 'utf8')) as { samples: Array<{ rounds: number, ready: number, completed: number }> }

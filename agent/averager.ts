@@ -352,6 +352,9 @@ export class DecentralizedAverager {
       alpha: config.averagingAlpha,
       timeoutMs: allreduceMs,
       senderTimeoutMs,
+      // A late sender always gets at least a request timeout over the others' median wait: the
+      // operator's own bound on how late a message may be on this network (no new parameter).
+      deadlineSlackMs: config.requestTimeout * 1000,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
       kernels: config.kernels,
       log: this.hooks.log

@@ -5,6 +5,7 @@ import type { GroupInfo } from '../matchmaking/group-info.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
+import { SenderDeadlines, type CutOff } from './sender-deadlines.js'
 import { createReduceKernels, type KernelBackend, type ReduceKernels } from '../kernels/reduce-kernels.js'
 import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
 import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
@@ -24,6 +25,11 @@ export interface AllReduceOptions {
   readonly timeoutMs: number
   /** Longest gap a reducer waits for a sender's next part (and for it to show up at all). */
   readonly senderTimeoutMs: number
+  /**
+   * Least slack the adaptive deadline gives a late sender over the median wait of the others
+   * (agent/allreduce/adaptive-deadline.ts); the averager passes its request timeout.
+   */
+  readonly deadlineSlackMs: number
   /** Longest gap a sender waits for a reducer's next mean. */
   readonly reducerTimeoutMs: number
   /** Which kernels check and sum parts (default: WebAssembly SIMD where the runtime has it). */
@@ -40,6 +46,12 @@ export interface AllReduceResult {
   readonly failedReducers: readonly string[]
   /** Senders our span was averaged without (for the parts they did not deliver). */
   readonly bannedSenders: readonly string[]
+  /**
+   * Those of bannedSenders left out for being late, by the deadline that cut them off: adaptive
+   * (median + k·MAD of the others' waits, once a quorum delivered) or fixed (the sender timeout,
+   * or the all-reduce timeout).
+   */
+  readonly cutOffSenders: Readonly<Record<Deadline, readonly string[]>>
   readonly partsTotal: number
   /** Parts of the group's vector that we reduced for everyone (0 for client-mode peers). */
   readonly partsReduced: number
@@ -48,6 +60,8 @@ export interface AllReduceResult {
   /** Channels we opened to reducers this round, by the path that carried them. */
   readonly channels: Readonly<Record<'direct' | 'libp2p', number>>
 }
+
+export type Deadline = 'adaptive' | 'fixed'
 
 interface SenderLink {
   framed: FrameChannel
@@ -69,6 +83,8 @@ export class AllReduceRunner {
   private readonly links = new Map<number, SenderLink>()
   private readonly failedReducers = new Set<string>()
   private readonly bannedSenders = new Set<string>()
+  private readonly cutOff: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
+  private readonly deadlines: SenderDeadlines | null
   private readonly abort = new AbortController()
   private readonly started = Date.now()
   private bytesSent = 0
@@ -92,8 +108,16 @@ export class AllReduceRunner {
     this.kernels = createReduceKernels(this.spanParts.length > 0 ? PART_WINDOW : 0, Math.max(1, this.plan.maxPartElements), options.kernels)
     if (this.spanParts.length > 0) {
       this.reducer = new SpanReducer(this.spanParts, this.plan.senders.map(i => this.plan.weights[i]), this.kernels, PART_WINDOW, (r) => { this.onPartDone(r) })
+      this.deadlines = new SenderDeadlines({
+        reducer: this.reducer,
+        mySlot: this.mySlot,
+        floorMs: options.deadlineSlackMs,
+        capMs: options.senderTimeoutMs,
+        onCutOff: (c) => { this.cutOffAdaptively(c) }
+      }, this.plan.senders.length)
     } else {
       this.reducer = null
+      this.deadlines = null
       this.reducerDone()
     }
   }
@@ -109,7 +133,7 @@ export class AllReduceRunner {
       if (this.reducer != null) {
         tasks.push(this.contributeLocally())
         const noShow = setTimeout(() => { this.banAbsentSenders() }, this.options.senderTimeoutMs)
-        void this.reducerFinished.then(() => clearTimeout(noShow))
+        void this.reducerFinished.then(() => { clearTimeout(noShow); this.deadlines?.stop() })
       }
       if (this.mySlot >= 0) {
         for (let r = 0; r < this.options.group.peerIds.length; r++) {
@@ -119,6 +143,7 @@ export class AllReduceRunner {
       await Promise.all(tasks)
     } finally {
       clearTimeout(timer)
+      this.deadlines?.stop()
     }
     return {
       groupSize: this.options.group.peerIds.length,
@@ -127,6 +152,7 @@ export class AllReduceRunner {
       bytesReceived: this.bytesReceived,
       failedReducers: [...this.failedReducers],
       bannedSenders: [...this.bannedSenders],
+      cutOffSenders: { adaptive: [...this.cutOff.adaptive], fixed: [...this.cutOff.fixed] },
       partsTotal: this.mySlot >= 0 ? this.plan.parts.length : 0,
       partsReduced: this.spanParts.length,
       partsKeptLocal: this.partsKeptLocal,
@@ -159,6 +185,7 @@ export class AllReduceRunner {
         // they drain, so flow control reaches it instead of our memory growing.
         while (link.pendingWrites > PART_WINDOW && !reducer.isBanned(slot)) await link.chain
         if (reducer.isBanned(slot)) return
+        this.deadlines?.reading(slot, k)
         const bytes = await framed.readPieces(this.options.senderTimeoutMs)
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
         this.bytesReceived += bytes.byteLength
@@ -170,12 +197,14 @@ export class AllReduceRunner {
         decodeInto(this.options.codec, part.data, expected.length, this.kernels.staging)
         framed.release?.(bytes)
         if (!reducer.contribute(slot, k, true)) throw new ProtocolError(`sender ${from} sent NaN or infinite values`)
+        this.deadlines?.arrived(slot, k)
       }
       await this.reducerFinished
       await link.chain
       await framed.closeWrite()
     } catch (err) {
-      this.banSender(slot, describeError(err))
+      // A read past the sender timeout is the fixed deadline; any other error is no deadline at all.
+      this.banSender(slot, describeError(err), err instanceof TimeoutError ? 'fixed' : undefined)
     }
   }
 
@@ -190,6 +219,7 @@ export class AllReduceRunner {
       // Our own values are not checked here: a NaN of ours makes the part's mean NaN, which
       // onPartDone keeps out of everyone's tensors.
       reducer.contribute(this.mySlot, k, false)
+      this.deadlines?.update()
     }
   }
 
@@ -221,20 +251,31 @@ export class AllReduceRunner {
     if (this.reducer!.done) this.reducerDone()
   }
 
-  private banSender (slot: number, reason: string): void {
+  /** Leaves a sender out of the rest of our span; `deadline` says which deadline, if any, it missed. */
+  private banSender (slot: number, reason: string, deadline?: Deadline): void {
     const peer = this.options.group.peerIds[this.plan.senders[slot]]
     if (this.reducer != null && !this.reducer.isBanned(slot)) {
       this.bannedSenders.add(peer)
+      if (deadline !== undefined) this.cutOff[deadline].push(peer)
       this.options.log?.(`all-reduce: leaving sender ${peer} out of the rest of our span: ${reason}`)
       this.reducer.ban(slot)
+      this.deadlines?.update()
     }
     this.links.get(slot)?.framed.abort(new ProtocolError(reason))
   }
 
   private banAbsentSenders (): void {
     for (let slot = 0; slot < this.plan.senders.length; slot++) {
-      if (slot !== this.mySlot && !this.links.has(slot)) this.banSender(slot, 'sender never connected')
+      if (slot !== this.mySlot && !this.links.has(slot)) this.banSender(slot, 'sender never connected', 'fixed')
     }
+  }
+
+  /** Exactly what a sender timeout does, only sooner: the part it owes goes on without it. */
+  private cutOffAdaptively ({ slot, part, waitedMs, wait, samples }: CutOff): void {
+    const what = this.links.has(slot) ? `sent no part ${this.plan.spanStart[this.me] + part}` : 'never connected'
+    const ms = (x: number): number => Math.round(x)
+    this.banSender(slot, `${what} within the adaptive deadline: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
+      `(median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the waits of ${samples} sender(s) that delivered it)`, 'adaptive')
   }
 
   // ---------------------------------------------------------------- sender side
@@ -334,7 +375,7 @@ export class AllReduceRunner {
       // Senders still owing parts are left out of the rest of the span, and reported as such:
       // a mean of whoever arrived in time is a partial round, not a success.
       for (let slot = 0; slot < this.plan.senders.length; slot++) {
-        if (slot !== this.mySlot && reducer.nextPartOf(slot) < this.spanParts.length) this.banSender(slot, 'the all-reduce timed out before it sent every part')
+        if (slot !== this.mySlot && reducer.nextPartOf(slot) < this.spanParts.length) this.banSender(slot, 'the all-reduce timed out before it sent every part', 'fixed')
       }
       reducer.banAll()
     }

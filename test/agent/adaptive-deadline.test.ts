@@ -1,0 +1,143 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Uint8ArrayList } from 'uint8arraylist'
+import type { Stream } from '@libp2p/interface'
+import { startSwarm, fill, weightedMean } from './swarm-fixture.js'
+import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
+import type { SwarmNode } from '../../agent/net/node.js'
+import type { StepResult } from '../../agent/averager.js'
+
+// A group member that goes quiet (issue 20): it joins the group, then its parts stop coming, as
+// from a process stopped with SIGSTOP (its connections stay open, nothing is reset). With fixed
+// timeouts the reducers wait the whole sender timeout; with adaptive deadlines they cut it off
+// once the rest of the group delivered and it is far behind their median wait.
+
+const PREFIX = 'quiet'
+/** 1024 float32 values per part, 30 parts per reducer: more than the part window (16). */
+const PART_BYTES = 4096
+const ELEMENTS = 90 * 1024
+const SILENT = 3
+/** Fixed timeouts long enough that a round finishing before them cannot be luck. */
+const SENDER_TIMEOUT_S = 60
+/** Parts the silent peer delivers to each reducer before it goes quiet (mid-span, not at the start). */
+const PARTS_BEFORE_SILENCE = 3
+
+/** What the silent peer lets through on its aggregate streams: frame 0 is the header, then parts. */
+let framesLetThrough = Infinity
+
+/** Drops the silent peer's outgoing aggregate frames past framesLetThrough; the stream stays open. */
+function silenceAggregateStreams (node: SwarmNode): void {
+  const dial = node.dialProtocol.bind(node)
+  node.dialProtocol = (async (peer: Parameters<SwarmNode['dialProtocol']>[0], protocols: string | string[], options?: Parameters<SwarmNode['dialProtocol']>[2]) => {
+    const stream = await dial(peer, protocols, options)
+    const protocol = Array.isArray(protocols) ? protocols[0] : protocols
+    if (protocol === aggregateProtocol(PREFIX)) dropFramesAfter(stream, framesLetThrough)
+    return stream
+  }) as SwarmNode['dialProtocol']
+}
+
+function dropFramesAfter (stream: Stream, limit: number): void {
+  const send = stream.send.bind(stream)
+  const pending = new Uint8ArrayList()
+  let frames = 0
+  stream.send = (data: Uint8Array | Uint8ArrayList): boolean => {
+    pending.append(data)
+    const out = new Uint8ArrayList()
+    while (pending.byteLength >= 4) {
+      const length = pending.getUint32(0, true)
+      if (pending.byteLength < 4 + length) break
+      if (frames++ < limit) out.append(pending.subarray(0, 4 + length))
+      pending.consume(4 + length)
+    }
+    return out.byteLength > 0 ? send(out) : true
+  }
+}
+
+test('a member that goes quiet is cut off by the adaptive deadline, long before the fixed sender timeout, and the others get the exact mean of who delivered', { timeout: 240_000 }, async () => {
+  const initial = (p: number): Float32Array => fill(ELEMENTS, p)
+  const logs: string[][] = [[], [], [], []]
+  const swarm = await startSwarm(4, {
+    prefix: PREFIX,
+    tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: initial(p) }],
+    // The silent peer is a client: it sends to every reducer and reduces nothing, so every span
+    // has a live reducer and the expected values are exact. Its parts take libp2p streams, where
+    // this test drops them.
+    config: (p) => ({
+      targetGroupSize: 4,
+      minGroupSize: 4,
+      partSizeBytes: PART_BYTES,
+      requestTimeout: 2,
+      averagingExpiration: 4,
+      allreduceTimeout: 2 * SENDER_TIMEOUT_S,
+      senderTimeout: SENDER_TIMEOUT_S,
+      ...(p === SILENT ? { mode: 'client' as const, dataChannel: 'libp2p' as const } : {})
+    }),
+    hooks: (p) => ({
+      log: (msg: string) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) }
+    })
+  })
+  const honest = [0, 1, 2]
+  const silentId = swarm.nodes[SILENT].peerId.toString()
+  const honestMean = weightedMean(honest.map(initial), [1, 1, 1])
+  const allMean = weightedMean([0, 1, 2, 3].map(initial), [1, 1, 1, 1])
+  /** One round from the initial values; the silent peer's step is awaited by the caller. */
+  const round = async (letThrough: number): Promise<{ results: StepResult[], silentStep: Promise<unknown> }> => {
+    for (let p = 0; p < 4; p++) await swarm.averagers[p].withTensors(t => { t[0].data.set(initial(p)) })
+    for (const l of logs) l.length = 0
+    framesLetThrough = letThrough
+    const silentStep = swarm.averagers[SILENT].step({ timeout: 200 }).catch(err => err as Error)
+    const results = await Promise.all(honest.map(async p => await swarm.averagers[p].step({ timeout: 200 })))
+    return { results, silentStep }
+  }
+  const checkCutOff = (results: StepResult[], what: string): void => {
+    for (const [p, r] of results.entries()) {
+      assert.ok(r.peers.includes(silentId), `${what}: the silent peer was in peer ${p}'s group`)
+      assert.deepEqual(r.allreduce.bannedSenders, [silentId], `${what}: peer ${p} left out the silent peer, and only it; logs: ${logs[p].join(' | ')}`)
+      assert.deepEqual(r.allreduce.cutOffSenders, { adaptive: [silentId], fixed: [] }, `${what}: peer ${p} cut it off adaptively`)
+      assert.ok(r.allreduce.durationMs < SENDER_TIMEOUT_S * 1000, `${what}: peer ${p} finished before the fixed sender timeout would have fired (${r.allreduce.durationMs} ms)`)
+      assert.ok(logs[p].some(l => l.includes(silentId) && l.includes('within the adaptive deadline')), `${what}: peer ${p} logged the cut-off`)
+    }
+  }
+  try {
+    silenceAggregateStreams(swarm.nodes[SILENT])
+
+    // 1. Quiet mid-span: header and the first parts to each reducer, then nothing.
+    const mid = await round(1 + PARTS_BEFORE_SILENCE)
+    checkCutOff(mid.results, 'quiet mid-span')
+    const values = await Promise.all(honest.map(async p => await swarm.averagers[p].withTensors(t => t[0].data.slice())))
+    const perPart = PART_BYTES / 4
+    let partsWithSilent = 0
+    for (let part = 0; part < ELEMENTS / perPart; part++) {
+      // A part's mean either includes the silent peer's values or not, for all its elements (a
+      // few elements' two means lie within the tolerance of each other: the part decides).
+      const range = Array.from({ length: perPart }, (_, j) => part * perPart + j)
+      const included = range.filter(i => Math.abs(values[0][i] - allMean[i]) < 1e-4).length > perPart / 2
+      if (included) partsWithSilent++
+      const expected = included ? allMean : honestMean
+      for (const i of range) {
+        // Each part's mean comes from one reducer: every honest peer holds the same value.
+        assert.ok(values[1][i] === values[0][i] && values[2][i] === values[0][i], `element ${i}: the honest peers disagree`)
+        assert.ok(Math.abs(values[0][i] - expected[i]) < 1e-4, `element ${i} (part ${part}) is ${values[0][i]}, not the ${included ? 'mean with the silent peer' : 'honest mean'} ${expected[i]}`)
+      }
+    }
+    // The parts it delivered before going quiet count, the rest do not: 3 reducers × 3 parts.
+    assert.equal(partsWithSilent, honest.length * PARTS_BEFORE_SILENCE, 'the silent peer\'s delivered parts are in the mean, and only those')
+    await mid.silentStep
+
+    // 2. Quiet from the start: its streams open but not even the header arrives, so no reducer
+    //    ever sees it connect.
+    const start = await round(0)
+    checkCutOff(start.results, 'quiet from the start')
+    for (const p of honest) {
+      const got = await swarm.averagers[p].withTensors(t => t[0].data.slice())
+      for (let i = 0; i < ELEMENTS; i++) {
+        if (Math.abs(got[i] - honestMean[i]) > 1e-4) assert.fail(`quiet from the start: peer ${p} element ${i} is ${got[i]}, not the honest mean ${honestMean[i]}`)
+      }
+    }
+    // Its step waits on reducers that will never answer it: stopping its node ends it.
+    await swarm.nodes[SILENT].stop()
+    await start.silentStep
+  } finally {
+    await swarm.stop()
+  }
+})

@@ -106,11 +106,22 @@ export interface StepResult {
   readonly declaredBandwidth?: number
 }
 
+/** What onStep reports of a round; codec and declaredBandwidth once a group formed. */
+export interface StepDetail {
+  readonly matchmakingMs?: number
+  readonly result?: AllReduceResult
+  readonly error?: string
+  /** The codec the group chose for the all-reduce. */
+  readonly codec?: CompressionName
+  /** The bandwidth we declared to the group, bytes/s (undefined: none yet, the group assumed its mean). */
+  readonly declaredBandwidth?: number
+}
+
 export interface AveragerHooks {
   readonly log?: (msg: string) => void
   /** Called when matchmaking assembled our group, before the all-reduce starts. */
   readonly onGroup?: (group: GroupInfo) => void
-  readonly onStep?: (outcome: 'success' | 'partial' | 'failure', detail: { matchmakingMs?: number, result?: AllReduceResult, error?: string }) => void
+  readonly onStep?: (outcome: 'success' | 'partial' | 'failure', detail: StepDetail) => void
 }
 
 const encoder = new TextEncoder()
@@ -306,14 +317,15 @@ export class DecentralizedAverager {
       this.hooks.onGroup?.(group)
       this.hooks.log?.(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
       const codec = this.roundCodec(group)
+      const declaredBandwidth = info.bandwidth
+      const roundDetail = { matchmakingMs, codec: codec.name, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
       try {
-        const declaredBandwidth = info.bandwidth
         const result = await this.tensorLock.run(async () => await this.allReduce(group, codec))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(this.bits, group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
         this.rendezvous.prefetch(this.currentGroupKey)
         const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
-        this.hooks.onStep?.(outcome, { matchmakingMs, result })
+        this.hooks.onStep?.(outcome, { ...roundDetail, result })
         return {
           groupId: groupIdHex(group.groupId),
           groupKey: key,
@@ -327,7 +339,7 @@ export class DecentralizedAverager {
           ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {})
         }
       } catch (err) {
-        this.hooks.onStep?.('failure', { matchmakingMs, error: describeError(err) })
+        this.hooks.onStep?.('failure', { ...roundDetail, error: describeError(err) })
         throw err instanceof AveragingError ? err : new AveragingError(`all-reduce failed: ${describeError(err)}`)
       }
     }

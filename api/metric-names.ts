@@ -48,6 +48,12 @@ export const AGENT_METRICS = {
   partsKeptLocal: agent.counter('averaging_parts_kept_local_total'),
   dataChannels: agent.counter('averaging_data_channels_total', ['path']),
   bannedSenders: agent.counter('averaging_banned_senders_total'),
+  /** Banned senders that were late, by the deadline that cut them off: adaptive (median + k·MAD) or fixed (sender or all-reduce timeout). */
+  senderCutoffs: agent.counter('averaging_sender_cutoffs_total', ['deadline']),
+  /** The bandwidth this agent declared in its last round, bytes/s (0 before it declared any: the group then assumes its mean). */
+  declaredBandwidth: agent.gauge('averaging_declared_bandwidth_bytes_per_second'),
+  /** All-reduces run, by the codec the group used (compression: auto picks none or float16 per round). */
+  codecRounds: agent.counter('averaging_codec_rounds_total', ['codec']),
   peersConnected: agent.gauge('averaging_peers_connected'),
   routingTableSize: agent.gauge('averaging_dht_routing_table_size'),
   divergence: agent.gauge('averaging_parameter_divergence'),

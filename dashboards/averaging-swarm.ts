@@ -78,6 +78,31 @@ export function buildDashboard (): Dashboard {
         ]
       },
       {
+        title: 'Late senders cut off',
+        description: 'Group members a reducer left out of its span for being late, by the deadline that cut them off: adaptive (they owed a part the majority had ' +
+          'delivered, and waited past the median of the others\' waits plus 4 scaled MADs, at least a request timeout over it) or fixed (the sender timeout or the all-reduce timeout). ' +
+          'Where adaptive dominates, dead or stalled members cost a few seconds each instead of a whole timeout.',
+        unit: 'short',
+        queries: [{ expr: `sum by (deadline) (${increase(series(A.senderCutoffs, BY_SWARM))})`, legend: '{{deadline}}' }]
+      },
+      {
+        title: 'Declared bandwidth',
+        description: 'The bandwidth agents declared to their last group (the spec\'s, else the link rate each measured), which sizes the spans they reduce. ' +
+          '0 until an agent has declared one.',
+        unit: 'Bps',
+        queries: [
+          { expr: `avg(${series(A.declaredBandwidth, BY_SWARM)})`, legend: 'mean' },
+          { expr: `min(${series(A.declaredBandwidth, BY_SWARM)})`, legend: 'min' },
+          { expr: `max(${series(A.declaredBandwidth, BY_SWARM)})`, legend: 'max' }
+        ]
+      },
+      {
+        title: 'Rounds by codec',
+        description: 'All-reduces per second by the codec their group used; with compression: auto, each group picks none or float16 from the times its members measured.',
+        unit: 'ops',
+        queries: [{ expr: `sum by (codec) (${rate(series(A.codecRounds, BY_SWARM))})`, legend: '{{codec}}' }]
+      },
+      {
         title: 'Peers connected',
         description: 'libp2p connections per agent and the Kademlia routing table size.',
         unit: 'short',

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import type { AllReduceResult } from '../allreduce/runner.js'
+import type { StepDetail } from '../averager.js'
+import { COMPRESSION_NAMES } from '../compression/index.js'
 import { AGENT_DEFAULT_LABELS, AGENT_METRICS as M } from '../../api/metric-names.js'
 
 /**
@@ -19,6 +20,9 @@ export class AgentMetrics {
   readonly partsKeptLocal: Counter
   readonly dataChannels: Counter<'path'>
   readonly bannedSenders: Counter
+  readonly senderCutoffs: Counter<'deadline'>
+  readonly declaredBandwidth: Gauge
+  readonly codecRounds: Counter<'codec'>
   readonly peersConnected: Gauge
   readonly routingTableSize: Gauge
   readonly divergence: Gauge
@@ -60,6 +64,11 @@ export class AgentMetrics {
     this.dataChannels = new Counter({ name: M.dataChannels.name, help: 'Channels opened to reducers, by path: direct (TLS sockets) or libp2p (streams, the fallback).', labelNames: M.dataChannels.labels, registers })
     for (const path of ['direct', 'libp2p']) this.dataChannels.labels(path).inc(0)
     this.bannedSenders = new Counter({ name: M.bannedSenders.name, help: 'Group members left out of a span this agent reduced (failed, too slow, or sent invalid parts: NaN, wrong length).', registers })
+    this.senderCutoffs = new Counter({ name: M.senderCutoffs.name, help: 'Senders left out of a span for being late, by deadline: adaptive (median + k·MAD of the others\' waits, once a majority delivered) or fixed (sender or all-reduce timeout).', labelNames: M.senderCutoffs.labels, registers })
+    for (const deadline of ['adaptive', 'fixed']) this.senderCutoffs.labels(deadline).inc(0)
+    this.declaredBandwidth = new Gauge({ name: M.declaredBandwidth.name, help: 'Bandwidth this agent declared to its last group, bytes/s: the spec\'s, else its measured link rate; 0 before it declared any (the group assumes its mean).', registers })
+    this.codecRounds = new Counter({ name: M.codecRounds.name, help: 'All-reduces run, by the codec the group used (compression auto picks none or float16 per round).', labelNames: M.codecRounds.labels, registers })
+    for (const codec of COMPRESSION_NAMES) this.codecRounds.labels(codec).inc(0)
     this.connections = new Gauge({ name: M.connections.name, help: 'Open libp2p connections by how they reach the peer: direct, hole-punched (DCUtR) or relayed (circuit relay v2).', labelNames: M.connections.labels, registers })
     this.connectionsOpened = new Counter({ name: M.connectionsOpened.name, help: 'libp2p connections opened, by kind: direct, hole-punched or relayed.', labelNames: M.connectionsOpened.labels, registers })
     this.reachability = new Gauge({ name: M.reachability.name, help: '1 for how the swarm reaches this agent: public, relayed (behind NAT, through a relay slot) or unreachable (averages as a client).', labelNames: M.reachability.labels, registers })
@@ -89,9 +98,14 @@ export class AgentMetrics {
     this.info = new Gauge({ name: M.info.name, help: 'Constant 1, labelled with the tensor backend, peer mode, workload and version.', labelNames: M.info.labels, registers })
   }
 
-  recordRound (outcome: 'success' | 'partial' | 'failure', detail: { matchmakingMs?: number, result?: AllReduceResult }): void {
+  recordRound (outcome: 'success' | 'partial' | 'failure', detail: StepDetail): void {
     this.rounds.labels(outcome).inc()
     if (detail.matchmakingMs !== undefined) this.matchmakingSeconds.observe(detail.matchmakingMs / 1000)
+    // Set once a group formed: the round declared a bandwidth (or none) and the group chose a codec.
+    if (detail.codec !== undefined) {
+      this.codecRounds.labels(detail.codec).inc()
+      this.declaredBandwidth.set(detail.declaredBandwidth ?? 0)
+    }
     const r = detail.result
     if (r != null) {
       this.allreduceSeconds.observe(r.durationMs / 1000)
@@ -100,6 +114,7 @@ export class AgentMetrics {
       this.bytesReceived.inc(r.bytesReceived)
       this.partsKeptLocal.inc(r.partsKeptLocal)
       this.bannedSenders.inc(r.bannedSenders.length)
+      for (const [deadline, peers] of Object.entries(r.cutOffSenders)) this.senderCutoffs.labels(deadline).inc(peers.length)
       for (const [path, n] of Object.entries(r.channels)) this.dataChannels.labels(path).inc(n)
       this.lastRoundTimestamp.set(Date.now() / 1000)
     }

@@ -6,6 +6,9 @@ import { startSwarm, fill, weightedMean } from './swarm-fixture.js'
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
 import type { SwarmNode } from '../../agent/net/node.js'
 import type { StepResult } from '../../agent/averager.js'
+import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
+import { AGENT_METRICS as M } from '../../api/metric-names.js'
+import { sampleValue } from './metrics-text.js'
 
 // A group member that goes quiet (issue 20): it joins the group, then its parts stop coming, as
 // from a process stopped with SIGSTOP (its connections stay open, nothing is reset). With fixed
@@ -56,6 +59,7 @@ function dropFramesAfter (stream: Stream, limit: number): void {
 test('a member that goes quiet is cut off by the adaptive deadline, long before the fixed sender timeout, and the others get the exact mean of who delivered', { timeout: 240_000 }, async () => {
   const initial = (p: number): Float32Array => fill(ELEMENTS, p)
   const logs: string[][] = [[], [], [], []]
+  const metrics = [0, 1, 2, 3].map(() => new AgentMetrics('quiet'))
   const swarm = await startSwarm(4, {
     prefix: PREFIX,
     tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: initial(p) }],
@@ -73,7 +77,9 @@ test('a member that goes quiet is cut off by the adaptive deadline, long before 
       ...(p === SILENT ? { mode: 'client' as const, dataChannel: 'libp2p' as const } : {})
     }),
     hooks: (p) => ({
-      log: (msg: string) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) }
+      log: (msg: string) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) },
+      // As agent/main.ts records a step.
+      onStep: (outcome, detail) => { metrics[p].recordRound(outcome, detail) }
     })
   })
   const honest = [0, 1, 2]
@@ -137,6 +143,12 @@ test('a member that goes quiet is cut off by the adaptive deadline, long before 
     // Its step waits on reducers that will never answer it: stopping its node ends it.
     await swarm.nodes[SILENT].stop()
     await start.silentStep
+    // Two rounds, one adaptive cut-off each, none at a fixed timeout, on every honest reducer.
+    for (const p of honest) {
+      const text = await metrics[p].registry.metrics()
+      assert.equal(sampleValue(text, M.senderCutoffs.name, { deadline: 'adaptive' }), 2, `peer ${p}'s adaptive cut-offs`)
+      assert.equal(sampleValue(text, M.senderCutoffs.name, { deadline: 'fixed' }), 0, `peer ${p}'s fixed cut-offs`)
+    }
   } finally {
     await swarm.stop()
   }

@@ -113,7 +113,8 @@ describe('the Grafana dashboard', () => {
       'averaging_parameter_divergence', 'averaging_training_loss', 'averaging_state_downloads_total',
       'controller_runtime_reconcile_total', 'controller_runtime_reconcile_errors_total',
       'averaging_trainer_loss', 'averaging_trainer_samples_total', 'averaging_params_hash',
-      'averaging_checkpoint_round', 'averaging_checkpoint_write_duration_seconds_bucket', 'averaging_checkpoint_writes_total']) assert.ok(used.has(m), `a panel uses ${m}`)
+      'averaging_checkpoint_round', 'averaging_checkpoint_write_duration_seconds_bucket', 'averaging_checkpoint_writes_total',
+      'averaging_sender_cutoffs_total', 'averaging_declared_bandwidth_bytes_per_second', 'averaging_codec_rounds_total']) assert.ok(used.has(m), `a panel uses ${m}`)
     const ids = dashboard.panels.map((p: { id: number }) => p.id)
     assert.equal(new Set(ids).size, ids.length, 'panel ids are unique')
     assert.equal(dashboard.uid, 'averaging-swarm')

@@ -43,7 +43,10 @@ export interface AveragerConfig {
   readonly mode: AveragerMode
   /** Declared bandwidth sizing our span; undefined = the rate our link carried in recent rounds (measured), the group's mean until then. */
   readonly bandwidth?: number
-  /** Gap after which a silent sender is left out (default: allreduceTimeout / 4, at least requestTimeout). */
+  /**
+   * Gap after which a silent sender is left out (default: allreduceTimeout / 4, at least
+   * requestTimeout); sooner once most of the group delivered (agent/allreduce/adaptive-deadline.ts).
+   */
   readonly senderTimeout?: number
   /**
    * How tensor parts travel: 'direct' (default) over TLS sockets authenticated by libp2p peer ids,

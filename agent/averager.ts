@@ -309,7 +309,9 @@ export class DecentralizedAverager {
       const key = this.currentGroupKey
       let group
       try {
-        group = await this.matchmaker.lookForGroup(key, info, deadline, signal)
+        // Peers left alone under their Moshpit key meet under the swarm's bit-less key.
+        const leftovers = this.bits.length > 0 ? groupKey(config.prefix, '') : undefined
+        group = await this.matchmaker.lookForGroup(key, info, deadline, signal, leftovers)
       } catch (err) {
         const retry = options.allowRetries !== false && err instanceof MatchmakingError && Date.now() / 1000 < deadline - 0.05 && !signal.aborted
         if (retry) continue
@@ -367,9 +369,10 @@ export class DecentralizedAverager {
       alpha: config.averagingAlpha,
       timeoutMs: allreduceMs,
       senderTimeoutMs,
-      // A late sender always gets at least a request timeout over the others' median wait: the
-      // operator's own bound on how late a message may be on this network (no new parameter).
-      deadlineSlackMs: config.requestTimeout * 1000,
+      // A late sender always gets at least two request timeouts over the others' median wait: the
+      // operator's own bound on how late a message may be on this network, twice, because a part
+      // is larger than a request and queues behind other members' parts (no new parameter).
+      deadlineSlackMs: 2 * config.requestTimeout * 1000,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
       kernels: config.kernels,
       log: this.hooks.log

@@ -30,9 +30,12 @@ export class Search {
 
   constructor (
     readonly selfId: string,
-    readonly groupKey: string,
+    /** The key we declare under: our Moshpit key, or the swarm's leftover key once we were alone under it. */
+    public groupKey: string,
     readonly info: PeerInfo,
-    readonly deadline: number
+    readonly deadline: number,
+    /** Where a peer left alone under its key looks next (none: it stays). */
+    readonly leftoverKey?: string
   ) {
     this.done = new Promise(resolve => { this.finish = resolve })
   }

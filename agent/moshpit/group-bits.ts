@@ -30,3 +30,21 @@ function nextPowerOfTwo (n: number): number {
   while (p < n) p *= 2
   return p
 }
+
+/**
+ * A Moshpit grid for `world` peers in groups of `groupSize`: the initial bits of the peer of rank
+ * `rank` (0 ≤ rank < world). The swarm gets K keys, K the largest power of two with K·groupSize ≤
+ * world (at least 1), and rank r starts under key r mod K, so every key holds ⌊world/K⌋ or
+ * ⌈world/K⌉ peers: exactly groupSize each when world = groupSize^d and groupSize is a power of
+ * two, and the swarm then holds the exact mean after d rounds of nextGroupBits. Otherwise keys
+ * hold groupSize to 2·groupSize − 1 peers and the groups still mix by the same rule. Without it
+ * every peer starts under one key (bits ""), whose three replicas then serve the whole swarm.
+ */
+export function gridGroupBits (rank: number, world: number, groupSize: number): string {
+  if (!(Number.isInteger(rank) && Number.isInteger(world) && rank >= 0 && rank < world)) throw new RangeError(`rank must be an integer from 0 to ${world - 1}, got ${rank}`)
+  if (!(Number.isInteger(groupSize) && groupSize >= 2)) throw new RangeError(`groupSize must be an integer of at least 2, got ${groupSize}`)
+  let keys = 1
+  while (keys * 2 * groupSize <= world) keys *= 2
+  const width = Math.log2(keys)
+  return width === 0 ? '' : (rank % keys).toString(2).padStart(width, '0')
+}

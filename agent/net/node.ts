@@ -61,6 +61,13 @@ export interface SwarmNodeOptions {
   readonly dhtServerLater?: boolean
   /** Run a circuit relay v2 hop service for members (AVS_RELAY=serve), within these bounds. */
   readonly relay?: RelayServeOptions
+  /**
+   * In-process harnesses only (hundreds of agents in one process, bench/moshpit-scale.ts): libp2p's
+   * in-memory transport, listening on /memory/<name>, with PLAINTEXT connections and no relay,
+   * hole punching or connection pings, so that the harness measures the protocols and not the
+   * crypto of one shared CPU. The agent never sets it.
+   */
+  readonly inMemory?: { readonly latencyMs?: number }
 }
 
 /** What the agent needs of libp2p's internals: listening on a relay at run time (./reach.ts). */
@@ -84,6 +91,11 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
   const privateKey = options.privateKey ?? await generateKeyPair('Ed25519')
   const encrypters: Array<(components: any) => ConnectionEncrypter> = []
   for (const name of options.encryption ?? ['noise', 'tls']) encrypters.push(name === 'tls' ? tls() : noise())
+  const inMemory = options.inMemory
+  // Loaded only for a harness: both are development dependencies, absent from the agent image.
+  const harness = inMemory != null
+    ? { memory: (await import('@libp2p/memory')).memory, plaintext: (await import('@libp2p/plaintext')).plaintext }
+    : null
   let relayOnly = false
   const allow = options.allowPeers != null && options.allowPeers.length > 0 ? new Set(options.allowPeers) : null
   const self = `/p2p/${peerIdFromPrivateKey(privateKey).toString()}`
@@ -103,8 +115,8 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     },
     // Every agent can dial /p2p-circuit addresses (members behind NAT); it listens on one only
     // once it finds itself unreachable (./reach.ts).
-    transports: [tcp(), circuitRelayTransport()],
-    connectionEncrypters: encrypters,
+    transports: harness != null ? [harness.memory({ latency: inMemory?.latencyMs ?? 0 })] : [tcp(), circuitRelayTransport()],
+    connectionEncrypters: harness != null ? [harness.plaintext()] : encrypters,
     streamMuxers: [yamux({
       enableKeepAlive: true,
       streamOptions: {
@@ -135,7 +147,9 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     },
     // A ping stuck behind megabytes of tensor parts is no sign of a dead peer: do not abort
     // busy connections on ping timeouts (seen mid-transfer at 4 x 25M floats).
-    connectionMonitor: { abortConnectionOnPingFailure: false },
+    // In memory nothing is lost in transit, and thousands of connections in one process pinging
+    // every few seconds would measure the pings.
+    connectionMonitor: inMemory != null ? { enabled: false } : { abortConnectionOnPingFailure: false },
     metrics: options.metrics,
     services: {
       identify: identify(),
@@ -146,7 +160,7 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
         announceRelayOnly: (on) => { relayOnly = on }
       }),
       // Upgrades a relayed connection to a direct one where the NATs let it (hole punching).
-      dcutr: dcutr(),
+      ...(inMemory != null ? {} : { dcutr: dcutr() }),
       ...(options.relay != null ? { relay: relayServer(options.relay) } : {}),
       dht: kadDHT({
         protocol: DHT_PROTOCOL,

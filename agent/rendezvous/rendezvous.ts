@@ -24,6 +24,13 @@ export interface RendezvousOptions {
   readonly requestTimeoutMs: number
   readonly now?: () => number
   readonly log?: (msg: string) => void
+  readonly observer?: RendezvousObserver
+}
+
+/** Sees every exchange with a key's replicas and every network lookup of a key's closest peers (the scale harness). */
+export interface RendezvousObserver {
+  exchange?: (outcome: { readonly key: string, readonly ms: number, readonly replicas: number, readonly failed: number }) => void
+  lookup?: (outcome: { readonly key: string, readonly ms: number, readonly found: number, readonly ok: boolean }) => void
 }
 
 /**
@@ -80,35 +87,45 @@ export class Rendezvous {
   }
 
   private async exchange (key: string, entry: StoredEntry | undefined, settled = false): Promise<StoredEntry[]> {
+    const started = performance.now()
     const replicas = await this.replicasFor(key, settled)
     const request = RendezvousRequest.encode({ key, store: entry != null ? toWire(entry) : undefined })
-    const results = await Promise.allSettled(replicas.map(async (peer) => {
-      if (peer.equals(this.node.peerId)) return this.serveLocally(key, entry)
-      await connectPatiently(this.node, peer, this.options.requestTimeoutMs)
-      const bytes = await callUnary(this.node, peer, RENDEZVOUS_PROTOCOL, request, {
-        timeoutMs: this.options.requestTimeoutMs, maxFrameBytes: MAX_RESPONSE_BYTES
-      })
-      const response = RendezvousResponse.decode(bytes)
-      if (response.error !== '') throw new Error(response.error)
-      const entries: StoredEntry[] = []
-      for (const wire of response.entries) {
-        const parsed = fromWire(wire)
-        if (parsed != null) entries.push(parsed)
+    const answers: Array<StoredEntry[] | undefined> = replicas.map(() => undefined)
+    let failed = 0
+    const calls = replicas.map(async ({ peer }, i) => {
+      try {
+        answers[i] = await this.ask(peer, key, entry, request)
+        this.suspects.delete(peer.toString())
+      } catch (err) {
+        failed++
+        this.suspects.set(peer.toString(), Date.now() + SUSPECT_MS)
+        this.options.log?.(`rendezvous replica ${peer.toString()} failed: ${describeError(err)}`)
       }
-      return entries
-    }))
-    const lists: StoredEntry[][] = []
-    for (const [i, result] of results.entries()) {
-      if (result.status === 'fulfilled') lists.push(result.value)
-      else {
-        // A replica that failed is skipped for SUSPECT_MS, also when it was only slow: across a
-        // network cut its connection lingers (no RST reaches us), and a half that kept asking the
-        // other half's replicas never averaged (the partition test, with 'unreachable only' here).
-        this.suspects.set(replicas[i].toString(), Date.now() + SUSPECT_MS)
-        this.options.log?.(`rendezvous replica ${replicas[i].toString()} failed: ${describeError(result.reason)}`)
-      }
-    }
+    })
+    // A suspect is still asked (it may be merely slow, and peers that trust it read from it) but
+    // not waited for: the exchange ends with the trusted replicas' answers, and a dead replica
+    // costs nobody a request timeout per exchange.
+    const trusted = calls.filter((_, i) => !replicas[i].suspect)
+    await Promise.all(trusted.length > 0 ? trusted : calls)
+    const lists = answers.filter((a): a is StoredEntry[] => a != null)
+    this.options.observer?.exchange?.({ key, ms: performance.now() - started, replicas: replicas.length, failed })
     return mergeEntries(lists)
+  }
+
+  private async ask (peer: PeerId, key: string, entry: StoredEntry | undefined, request: Uint8Array): Promise<StoredEntry[]> {
+    if (peer.equals(this.node.peerId)) return this.serveLocally(key, entry)
+    await connectPatiently(this.node, peer, this.options.requestTimeoutMs)
+    const bytes = await callUnary(this.node, peer, RENDEZVOUS_PROTOCOL, request, {
+      timeoutMs: this.options.requestTimeoutMs, maxFrameBytes: MAX_RESPONSE_BYTES
+    })
+    const response = RendezvousResponse.decode(bytes)
+    if (response.error !== '') throw new Error(response.error)
+    const entries: StoredEntry[] = []
+    for (const wire of response.entries) {
+      const parsed = fromWire(wire)
+      if (parsed != null) entries.push(parsed)
+    }
+    return entries
   }
 
   private serveLocally (key: string, entry: StoredEntry | undefined): StoredEntry[] {
@@ -135,32 +152,43 @@ export class Rendezvous {
 
   /**
    * The REPLICAS peers closest to the key by Kademlia distance, ourselves included when we are
-   * among them. The local routing table answers at once (and exactly, on swarms within one
-   * k-bucket's reach); a network lookup, too slow to wait for (~1 s on loopback), refines the
-   * set in the background for later rounds on the same key.
+   * among them, and for each of them that failed us lately (a suspect) the next closest peer that
+   * did not. Every peer of a key thus writes and reads the same closest replicas, plus extras where
+   * it distrusts one: sets overlap whatever each peer suspects. (Replacing suspects instead, as
+   * before, let peers whose replicas were slow under load drift onto sets of their own and never
+   * meet: 16 peers in one process formed groups of 2 and 3 and left peers alone.) The local routing
+   * table answers at once (and exactly, on swarms within one k-bucket's reach); a network lookup,
+   * too slow to wait for, refines the set in the background for later rounds on the same key.
    */
-  private async replicasFor (key: string, settled = false): Promise<PeerId[]> {
+  private async replicasFor (key: string, settled = false): Promise<Array<{ peer: PeerId, suspect: boolean }>> {
     const keyBytes = new TextEncoder().encode(key)
     const target = (await sha256.digest(keyBytes)).digest
-    // The local table answers at once; a network lookup (in the background) finds the true
-    // closest peers, which then win the sort below. Without it, peers whose tables hold different
-    // subsets of a small swarm wrote and read one key on different replicas and never met (seen:
-    // 16 peers on a 4x4 Moshpit grid forming groups of 2 and 3).
+    // Without the lookup, peers whose tables hold different subsets of a swarm write and read one
+    // key on different replicas (seen: 16 peers on a 4x4 Moshpit grid forming groups of 2 and 3).
     this.refreshClosest(key, keyBytes)
     if (settled) await this.settleLookup(key)
     const cached = this.closestCache.get(key)
     const table = (this.node.services.dht as unknown as { routingTable?: { closestPeers: (id: Uint8Array, o: { count: number }) => PeerId[] } }).routingTable
-    const candidates: PeerId[] = [this.node.peerId, ...(table?.closestPeers(target, { count: REPLICAS * 2 }) ?? []), ...(cached?.peers ?? [])]
+    const candidates: PeerId[] = [this.node.peerId, ...(table?.closestPeers(target, { count: REPLICAS * 3 }) ?? []), ...(cached?.peers ?? [])]
     const scored = await Promise.all(candidates.map(async (peer) => ({ peer, id: (await sha256.digest(peer.toMultihash().bytes)).digest })))
     scored.sort((a, b) => compareXor(a.id, b.id, target))
-    const unique: PeerId[] = []
+    const chosen: Array<{ peer: PeerId, suspect: boolean }> = []
     const now = Date.now()
+    let extras = 0
     for (const { peer } of scored) {
-      if ((this.suspects.get(peer.toString()) ?? 0) > now) continue
-      if (!unique.some(p => p.equals(peer))) unique.push(peer)
-      if (unique.length === REPLICAS) break
+      if (chosen.some(c => c.peer.equals(peer))) continue
+      const suspect = (this.suspects.get(peer.toString()) ?? 0) > now
+      if (chosen.length < REPLICAS) {
+        chosen.push({ peer, suspect })
+        if (suspect) extras++
+      } else if (extras === 0) {
+        break
+      } else if (!suspect) {
+        chosen.push({ peer, suspect })
+        extras--
+      }
     }
-    return unique
+    return chosen
   }
 
   /** Starts finding a key's closest peers ahead of its first use (e.g. the next round's group key). */
@@ -188,11 +216,14 @@ export class Rendezvous {
 
   private async lookupClosest (key: string, keyBytes: Uint8Array): Promise<void> {
     const found: PeerId[] = []
+    const started = performance.now()
     try {
       for await (const info of this.node.peerRouting.getClosestPeers(keyBytes, { signal: AbortSignal.timeout(30_000) })) found.push(info.id)
       this.closestCache.set(key, { peers: found, at: Date.now() })
+      this.options.observer?.lookup?.({ key, ms: performance.now() - started, found: found.length, ok: true })
     } catch (err) {
       this.options.log?.(`closest-peer lookup for ${key} failed: ${describeError(err)}`)
+      this.options.observer?.lookup?.({ key, ms: performance.now() - started, found: found.length, ok: false })
     }
   }
 }

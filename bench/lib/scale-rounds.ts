@@ -1,0 +1,197 @@
+/**
+ * Moshpit rounds over a ScaleSwarm: every live peer steps once per round, some crash once their
+ * group assembled, and each round is measured: distance to the live mean, the groups that formed
+ * and whether they mixed the last round's, matchmaking latency, rendezvous exchanges and DHT
+ * lookups, control traffic per peer, wall and CPU time.
+ */
+import type { StepResult } from '../../agent/averager.js'
+import type { ScaleSwarm, TrafficCounter } from './scale-swarm.js'
+import { seededRandom, shuffle } from '../../agent/util/random.js'
+
+export interface RoundStats {
+  readonly round: number
+  readonly live: number
+  readonly crashed: number
+  /** Peers whose step found no group or failed. */
+  readonly failedSteps: number
+  /** Groups by size: size → count. */
+  readonly groupSizes: ReadonlyMap<number, number>
+  /** Member pairs of this round's groups that were also together last round, of all pairs. */
+  readonly repeatedPairs: number
+  readonly pairs: number
+  /** Largest |x − live mean| over every live peer and element after the round. */
+  readonly deviation: number
+  readonly matchmakingP50: number
+  readonly matchmakingP95: number
+  readonly exchanges: number
+  /** Exchanges in which at least one replica failed; in which all did. */
+  readonly exchangesDegraded: number
+  readonly exchangesFailed: number
+  readonly exchangeP50: number
+  readonly exchangeP95: number
+  readonly lookups: number
+  readonly lookupsFailed: number
+  readonly lookupP50: number
+  readonly lookupP95: number
+  /** Per live peer this round: messages and bytes our control protocols sent (rendezvous, join, DHT, identify). */
+  readonly controlMessages: number
+  readonly controlBytes: number
+  readonly wallMs: number
+  readonly cpuS: number
+}
+
+/** What the rendezvous observer collects between two rounds. */
+export class RoundProbe {
+  exchanges: Array<{ ms: number, failed: number, replicas: number }> = []
+  lookups: Array<{ ms: number, ok: boolean }> = []
+  readonly observer = {
+    exchange: (o: { ms: number, failed: number, replicas: number }) => { this.exchanges.push(o) },
+    lookup: (o: { ms: number, ok: boolean }) => { this.lookups.push(o) }
+  }
+
+  take (): { exchanges: RoundProbe['exchanges'], lookups: RoundProbe['lookups'] } {
+    const out = { exchanges: this.exchanges, lookups: this.lookups }
+    this.exchanges = []
+    this.lookups = []
+    return out
+  }
+}
+
+export interface RoundOptions {
+  readonly maxRounds: number
+  /** Fraction of the live peers that crash in each round, once their group assembled. */
+  readonly crashRate: number
+  readonly threshold: number
+  readonly stepTimeout: number
+  readonly seed: number
+  readonly probe: RoundProbe
+  readonly traffic?: TrafficCounter
+  /** Set by the caller's onGroup hook: whether a peer is to crash this round (then it crashes). */
+  readonly victims: Set<number>
+  readonly progress?: (line: string) => void
+}
+
+/** Runs rounds until the live peers agree within the threshold or rounds run out. */
+export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Promise<{ rounds: RoundStats[], convergedAt: number | null }> {
+  const dead = new Set<number>()
+  const rounds: RoundStats[] = []
+  let lastTogether = new Map<string, string>()
+  const random = seededRandom(`${options.seed}:crashes`)
+  options.probe.take()
+  let trafficBefore = options.traffic?.snapshot()
+  for (let round = 1; round <= options.maxRounds; round++) {
+    const live = swarm.averagers.map((_, i) => i).filter(i => !dead.has(i))
+    options.victims.clear()
+    for (const v of shuffle(live, random).slice(0, Math.round(options.crashRate * live.length))) options.victims.add(v)
+    const wallStart = performance.now()
+    const cpuStart = process.cpuUsage()
+    const outcomes = await Promise.allSettled(live.map(async i => await swarm.averagers[i].step({ timeout: options.stepTimeout })))
+    const wallMs = performance.now() - wallStart
+    const cpu = process.cpuUsage(cpuStart)
+    for (const v of options.victims) dead.add(v)
+    const results = new Map<number, StepResult>()
+    outcomes.forEach((o, k) => { if (o.status === 'fulfilled' && !dead.has(live[k])) results.set(live[k], o.value) })
+    const survivors = live.filter(i => !dead.has(i))
+    const groups = new Map<string, readonly string[]>()
+    for (const r of results.values()) groups.set(r.groupId, r.peers)
+    const groupSizes = new Map<number, number>()
+    for (const peers of groups.values()) groupSizes.set(peers.length, (groupSizes.get(peers.length) ?? 0) + 1)
+    let pairs = 0; let repeated = 0
+    const together = new Map<string, string>()
+    for (const [id, peers] of groups) {
+      for (const p of peers) together.set(p, id)
+      for (let a = 0; a < peers.length; a++) {
+        for (let b = a + 1; b < peers.length; b++) {
+          pairs++
+          const before = lastTogether.get(peers[a])
+          if (before !== undefined && before === lastTogether.get(peers[b])) repeated++
+        }
+      }
+    }
+    lastTogether = together
+    const deviation = spread(survivors.map(i => swarm.tensors[i]))
+    const probe = options.probe.take()
+    const trafficNow = options.traffic?.snapshot()
+    const control = controlTraffic(trafficBefore, trafficNow)
+    trafficBefore = trafficNow
+    const mm = [...results.values()].map(r => r.matchmakingMs)
+    const ex = probe.exchanges.map(e => e.ms)
+    const lk = probe.lookups.map(l => l.ms)
+    const stats: RoundStats = {
+      round,
+      live: survivors.length,
+      crashed: options.victims.size,
+      failedSteps: survivors.length - results.size,
+      groupSizes,
+      repeatedPairs: repeated,
+      pairs,
+      deviation,
+      matchmakingP50: quantile(mm, 0.5),
+      matchmakingP95: quantile(mm, 0.95),
+      exchanges: probe.exchanges.length,
+      exchangesDegraded: probe.exchanges.filter(e => e.failed > 0).length,
+      exchangesFailed: probe.exchanges.filter(e => e.failed === e.replicas).length,
+      exchangeP50: quantile(ex, 0.5),
+      exchangeP95: quantile(ex, 0.95),
+      lookups: probe.lookups.length,
+      lookupsFailed: probe.lookups.filter(l => !l.ok).length,
+      lookupP50: quantile(lk, 0.5),
+      lookupP95: quantile(lk, 0.95),
+      controlMessages: control.messages / Math.max(1, live.length),
+      controlBytes: control.bytes / Math.max(1, live.length),
+      wallMs,
+      cpuS: (cpu.user + cpu.system) / 1e6
+    }
+    rounds.push(stats)
+    options.progress?.(formatRound(stats))
+    if (deviation < options.threshold) return { rounds, convergedAt: round }
+  }
+  return { rounds, convergedAt: null }
+}
+
+/** Protocols that are control traffic: everything but the tensor parts (and the connections' own totals). */
+function controlTraffic (before: Map<string, { bytes: number, messages: number }> | undefined, now: Map<string, { bytes: number, messages: number }> | undefined): { bytes: number, messages: number } {
+  let bytes = 0; let messages = 0
+  for (const [protocol, v] of now ?? []) {
+    if (protocol === 'connections' || protocol.includes('/aggregate')) continue
+    const b = before?.get(protocol)
+    bytes += v.bytes - (b?.bytes ?? 0)
+    messages += v.messages - (b?.messages ?? 0)
+  }
+  return { bytes, messages }
+}
+
+/** Largest |x − mean| over the vectors (float64 mean); Infinity for a non-finite value. */
+export function spread (vectors: readonly Float32Array[]): number {
+  if (vectors.length === 0) return 0
+  const n = vectors[0].length
+  const mean = new Float64Array(n)
+  for (const v of vectors) for (let i = 0; i < n; i++) mean[i] += v[i] / vectors.length
+  let worst = 0
+  for (const v of vectors) {
+    for (let i = 0; i < n; i++) {
+      const d = Math.abs(v[i] - mean[i])
+      if (!Number.isFinite(d)) return Number.POSITIVE_INFINITY
+      if (d > worst) worst = d
+    }
+  }
+  return worst
+}
+
+export function quantile (values: readonly number[], q: number): number {
+  if (values.length === 0) return NaN
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]
+}
+
+export function formatSizes (sizes: ReadonlyMap<number, number>): string {
+  return [...sizes].sort((a, b) => b[0] - a[0]).map(([size, count]) => `${count}×${size}`).join(' ')
+}
+
+export function formatRound (s: RoundStats): string {
+  return `round ${s.round}: live ${s.live} (crashed ${s.crashed}), groups ${formatSizes(s.groupSizes) || '-'}, no group ${s.failedSteps}, ` +
+    `repeated pairs ${s.repeatedPairs}/${s.pairs}, deviation ${s.deviation.toExponential(2)}, matchmaking p50/p95 ${s.matchmakingP50.toFixed(0)}/${s.matchmakingP95.toFixed(0)} ms, ` +
+    `rendezvous ${s.exchanges} (degraded ${s.exchangesDegraded}, failed ${s.exchangesFailed}) p50/p95 ${s.exchangeP50.toFixed(0)}/${s.exchangeP95.toFixed(0)} ms, ` +
+    `lookups ${s.lookups} (failed ${s.lookupsFailed}) p50/p95 ${s.lookupP50.toFixed(0)}/${s.lookupP95.toFixed(0)} ms, ` +
+    `control ${s.controlMessages.toFixed(0)} msgs ${(s.controlBytes / 1024).toFixed(1)} KiB per peer, ${(s.wallMs / 1000).toFixed(1)} s wall, ${s.cpuS.toFixed(1)} CPU s`
+}

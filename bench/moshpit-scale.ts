@@ -1,0 +1,143 @@
+/**
+ * Moshpit matchmaking at scale (npm run bench:moshpit-scale -- --help): N agents in ONE process
+ * (bench/lib/scale-swarm.ts: the agent's DHT, rendezvous, matchmaking and all-reduce over libp2p's
+ * in-memory transport, plaintext), tiny tensors, on the grid the agent lays out by rank
+ * (gridGroupBits). Per round: distance to the live mean, groups formed and whether they mixed the
+ * last round's, matchmaking latency, rendezvous and DHT lookups, control traffic per peer.
+ */
+import { Command } from 'commander'
+import { cpus, loadavg, platform, release } from 'node:os'
+import { startScaleSwarm, scaleConfig, TrafficCounter, type ScaleSwarm } from './lib/scale-swarm.js'
+import { runRounds, RoundProbe, formatSizes, type RoundStats } from './lib/scale-rounds.js'
+import { gridGroupBits } from '../agent/moshpit/group-bits.js'
+import { seededRandom } from '../agent/util/random.js'
+
+const progress = (line: string): void => { process.stderr.write(`[moshpit-scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`) }
+const numbers = (text: string): number[] => text.split(',').map(s => Number(s.trim())).filter(n => Number.isFinite(n))
+
+/** Group sizes that make each swarm an exact grid: 16 = 4², 64 = 4³, 256 = 4⁴, 1024 = 32². */
+export function defaultGroupSize (peers: number): number {
+  return peers === 1024 ? 32 : 4
+}
+
+export interface ScaleRun {
+  readonly peers: number
+  readonly groupSize: number
+  readonly crashPercent: number
+  readonly run: number
+  readonly setupS: number
+  readonly tableMin: number
+  readonly rounds: readonly RoundStats[]
+  readonly convergedAt: number | null
+}
+
+export interface ScaleSettings {
+  readonly elements: number
+  readonly maxRounds: number
+  readonly threshold: number
+  readonly expiration: number
+  readonly request: number
+  readonly allreduce: number
+  readonly stepTimeout: number
+  readonly latencyMs: number
+  readonly seed: number
+}
+
+/** One swarm, its rounds, torn down. */
+export async function scaleRun (peers: number, groupSize: number, crashPercent: number, run: number, s: ScaleSettings, log?: (line: string) => void): Promise<ScaleRun> {
+  const probe = new RoundProbe()
+  const traffic = new TrafficCounter()
+  const victims = new Set<number>()
+  let swarm: ScaleSwarm | undefined
+  const seed = s.seed + 1000 * run + crashPercent
+  const random = seededRandom(`${seed}:vectors`)
+  swarm = await startScaleSwarm({
+    peers,
+    name: `scale-${peers}-${crashPercent}-${run}-${process.pid}`,
+    seed,
+    latencyMs: s.latencyMs,
+    bootstrapDials: 3,
+    config: (rank) => scaleConfig('scale', groupSize, gridGroupBits(rank, peers, groupSize), { expiration: s.expiration, request: s.request, allreduce: s.allreduce }),
+    tensor: () => Float32Array.from({ length: s.elements }, () => random() * 2 - 1),
+    hooks: (rank) => ({
+      onGroup: () => { if (victims.has(rank)) swarm?.crash(rank) },
+      // AVS_TEST_LOG=1 prints every averager's log line, as the test fixture does.
+      ...(process.env.AVS_TEST_LOG != null ? { log: (msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) } } : {})
+    }),
+    observer: probe.observer,
+    traffic: process.env.SCALE_NO_TRAFFIC != null ? undefined : traffic,
+    progress: log
+  })
+  try {
+    const result = await runRounds(swarm, {
+      maxRounds: s.maxRounds, crashRate: crashPercent / 100, threshold: s.threshold, stepTimeout: s.stepTimeout,
+      seed, probe, traffic, victims, progress: log
+    })
+    return { peers, groupSize, crashPercent, run, setupS: swarm.setupMs / 1000, tableMin: Math.min(...swarm.tables), ...result }
+  } finally {
+    await swarm.stop()
+  }
+}
+
+function summaryRow (r: ScaleRun, s: ScaleSettings): string {
+  const d = Math.round(Math.log(r.peers) / Math.log(r.groupSize))
+  const first = r.rounds[0]
+  const mm95 = Math.max(...r.rounds.map(x => x.matchmakingP95))
+  const lookups = r.rounds.reduce((a, x) => a + x.lookups, 0)
+  const lookupsOk = lookups - r.rounds.reduce((a, x) => a + x.lookupsFailed, 0)
+  const exchanges = r.rounds.reduce((a, x) => a + x.exchanges, 0)
+  const exchangesFailed = r.rounds.reduce((a, x) => a + x.exchangesFailed, 0)
+  const control = r.rounds.reduce((a, x) => a + x.controlBytes, 0) / Math.max(1, r.rounds.length)
+  const messages = r.rounds.reduce((a, x) => a + x.controlMessages, 0) / Math.max(1, r.rounds.length)
+  const last = r.rounds[r.rounds.length - 1]
+  return `| ${r.peers} | ${r.groupSize} (d=${d}) | ${r.crashPercent} % | ${r.run} | ${r.convergedAt ?? `not in ${s.maxRounds}`} | ${last?.deviation.toExponential(1) ?? '-'} | ` +
+    `${first != null ? formatSizes(first.groupSizes) : '-'} | ${r.rounds.map(x => `${x.repeatedPairs}`).join('/')} | ${r.rounds.map(x => x.failedSteps).join('/')} | ` +
+    `${mm95.toFixed(0)} ms | ${lookupsOk}/${lookups} | ${exchanges - exchangesFailed}/${exchanges} | ${messages.toFixed(0)} / ${(control / 1024).toFixed(1)} KiB | ` +
+    `${r.setupS.toFixed(0)} s | ${r.rounds.map(x => (x.wallMs / 1000).toFixed(1)).join('/')} s | ${r.rounds.reduce((a, x) => a + x.cpuS, 0).toFixed(0)} s |`
+}
+
+async function main (): Promise<void> {
+  const program = new Command()
+    .name('bench:moshpit-scale')
+    .description('Moshpit convergence and matchmaking of N agents in one process (in-memory libp2p, plaintext: protocols, not crypto).')
+    .option('--peers <list>', 'swarm sizes', '16,64,256')
+    .option('--group-size <n>', 'target group size (default: 32 for 1024 peers, else 4)')
+    .option('--crash <list>', 'percent of live peers crashing per round, once their group assembled', '0')
+    .option('--runs <n>', 'runs per size and crash rate', '1')
+    .option('--elements <n>', 'float32 values per peer', '16')
+    .option('--max-rounds <n>', 'rounds at most', '8')
+    .option('--threshold <x>', 'converged when every live peer is within this of the live mean', '1e-6')
+    .option('--expiration <s>', 'averagingExpiration, seconds (the CRD default)', '15')
+    .option('--request-timeout <s>', 'requestTimeout, seconds (the CRD default)', '3')
+    .option('--allreduce-timeout <s>', 'allreduceTimeout, seconds', '20')
+    .option('--step-timeout <s>', 'one step at most, seconds', '60')
+    .option('--latency <ms>', 'added to every in-memory message', '0')
+    .option('--seed <n>', 'seed', '1')
+    .parse()
+  const o = program.opts<Record<string, string>>()
+  const s: ScaleSettings = {
+    elements: Number(o.elements), maxRounds: Number(o.maxRounds), threshold: Number(o.threshold),
+    expiration: Number(o.expiration), request: Number(o.requestTimeout), allreduce: Number(o.allreduceTimeout),
+    stepTimeout: Number(o.stepTimeout), latencyMs: Number(o.latency), seed: Number(o.seed)
+  }
+  progress(`${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${platform()} ${release()}, Node ${process.version}, load ${loadavg().map(l => l.toFixed(1)).join(' ')}`)
+  const rows: string[] = []
+  for (const peers of numbers(o.peers)) {
+    const g = o.groupSize != null ? Number(o.groupSize) : defaultGroupSize(peers)
+    for (const crash of numbers(o.crash)) {
+      for (let run = 1; run <= Number(o.runs); run++) {
+        progress(`${peers} peers, groups of ${g}, ${crash} % crashing per round, run ${run}`)
+        const r = await scaleRun(peers, g, crash, run, s, progress)
+        rows.push(summaryRow(r, s))
+      }
+    }
+  }
+  console.log('| peers | group (rounds of an exact grid) | crashing per round | run | rounds to 1e-6 | last deviation | round 1 groups | repeated pairs per round | peers without a group per round | matchmaking p95 (worst round) | DHT lookups ok | rendezvous exchanges ok | control msgs / bytes per peer per round | setup | wall per round | CPU |')
+  console.log('|---:|---|---:|---:|---|---:|---|---|---|---:|---:|---:|---:|---:|---|---:|')
+  for (const row of rows) console.log(row)
+  console.log(`\nload after: ${loadavg().map(l => l.toFixed(1)).join(' ')}`)
+}
+
+if (process.argv[1]?.endsWith('moshpit-scale.js') === true) {
+  main().then(() => process.exit(0), (err) => { process.stderr.write(`bench:moshpit-scale failed: ${err instanceof Error ? err.message : String(err)}\n`); process.exit(1) })
+}

@@ -4,8 +4,8 @@ import { execFileSync } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { runPartition } from '../../bench/lib/partition-run.js'
-import { partitionUnsupported } from '../../bench/lib/two-halves.js'
+import { runPartition } from '../../tools/faults/partition-run.js'
+import { partitionUnsupported } from '../../tools/faults/two-halves.js'
 
 const unsupported = await partitionUnsupported()
 if (unsupported !== undefined) console.log(`partition test skipped: ${unsupported}`)

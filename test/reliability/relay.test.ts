@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { generateKeyPair, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { newSwarmKeyText } from '../../agent/net/pnet/index.js'
-import { createNatSites, natSitesUnsupported, type NatSites } from '../../bench/lib/nat-sites.js'
+import { createNatSites, natSitesUnsupported, type NatSites } from '../../tools/faults/nat-sites.js'
 import { fill, maxAbsDiff, weightedMean } from '../agent/swarm-fixture.js'
 import type { SiteAgent, SiteConfig } from './relay-site.js'
 

@@ -4,9 +4,9 @@
 import { resolve } from 'node:path'
 import { cpus, loadavg } from 'node:os'
 import { Command } from 'commander'
-import { runPartition, type PartitionResult } from './lib/partition-run.js'
-import { partitionUnsupported } from './lib/two-halves.js'
-import { formatTable, ms, sci } from './lib/table.js'
+import { runPartition, type PartitionResult } from './partition-run.js'
+import { partitionUnsupported } from './two-halves.js'
+import { formatTable, ms, sci } from './table.js'
 
 function partitionReport (r: PartitionResult, command: string, load: string): string {
   const table = formatTable(

@@ -4,8 +4,8 @@
 import { join, resolve } from 'node:path'
 import { cpus, loadavg } from 'node:os'
 import { Command } from 'commander'
-import { FAULT_KINDS, runChaos, type ChaosOptions, type ChaosResult, type FaultKind } from './lib/chaos-run.js'
-import { formatTable, ms, sci } from './lib/table.js'
+import { FAULT_KINDS, runChaos, type ChaosOptions, type ChaosResult, type FaultKind } from './chaos-run.js'
+import { formatTable, ms, sci } from './table.js'
 
 function report (r: ChaosResult, command: string, load: string, baseline?: ChaosResult): string {
   const agents = formatTable(

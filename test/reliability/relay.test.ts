@@ -65,7 +65,7 @@ async function member (ip: string, seed: number, relaySlots?: number): Promise<S
   return { key: Buffer.from(privateKeyToProtobuf(key)).toString('base64'), ip, seed, relaySlots, id: peerIdFromPrivateKey(key).toString() }
 }
 
-// Issue 18: members behind NAT reach each other through a member relay; one refused a slot
+// Across NATs: members behind NAT reach each other through a member relay; one refused a slot
 // averages as a client; outsiders get nothing relayed. Real namespaces, routers and iptables NAT.
 test('NAT sites: relayed members average to the exact mean, a member without a relay slot as a client, outsiders get 0 bytes relayed', { skip: unsupported, timeout: 120_000 }, async (t) => {
   const subnet = 1 + (process.pid % 200)

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 8's chaos run: `npm run chaos -- --agents 8 --rounds 30 --seed 1`. Real agent processes
+// The chaos run: `npm run chaos -- --agents 8 --rounds 30 --seed 1`. Real agent processes
 // average while random agents are SIGKILLed (and restarted) or SIGSTOPped (and resumed) mid-round.
 import { join, resolve } from 'node:path'
 import { cpus, loadavg } from 'node:os'

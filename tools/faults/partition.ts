@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 8's network partition: `npm run partition` (root, iproute2). Two halves of a real swarm
+// The network partition: `npm run partition` (root, iproute2). Two halves of a real swarm
 // in two network namespaces are cut apart, keep averaging on their own, then merge after healing.
 import { resolve } from 'node:path'
 import { cpus, loadavg } from 'node:os'

@@ -1,5 +1,5 @@
 /**
- * Private swarms (issue 8): our libp2p private-network protector (agent/net/pnet) and the PeerId
+ * Private swarms: our libp2p private-network protector (agent/net/pnet) and the PeerId
  * allow list, on real libp2p peers over loopback TCP.
  */
 import { describe, test } from 'node:test'

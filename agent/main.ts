@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The averaging agent: one process per pod (or per local-runtime agent), configured only by
 // the environment contract in api/agent-env.ts.
+import type { Server } from 'node:http'
 import { pino, type Logger } from 'pino'
 import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { prometheusMetrics } from '@libp2p/prometheus-metrics'
@@ -191,14 +192,53 @@ function loadConfig (): AgentConfig | undefined {
   }
 }
 
+/** The addresses of AVS_ANNOUNCE_FILE, read once before the node starts; undefined without one. */
+async function readAnnounceFile (config: AgentConfig, log: Log): Promise<AnnounceFile | undefined> {
+  const announce = config.announceFile === undefined ? undefined : new AnnounceFile(config.announceFile, (m) => { log.info(m) })
+  await announce?.reread()
+  return announce
+}
+
+/** Checkpoints when the spec asks for them. */
+function checkpointerFor (config: AgentConfig, metrics: AgentMetrics, log: Log): Checkpointer | undefined {
+  return config.checkpoint !== undefined
+    ? new Checkpointer(config.checkpoint, config.swarm, metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
+    : undefined
+}
+
+/** What a running agent started, for stopAgent. */
+interface RunningAgent {
+  gauges: NodeJS.Timeout
+  announce?: AnnounceFile
+  watchdogs: Array<NodeJS.Timeout | undefined>
+  stateSharing?: StateSharing
+  checkpointer?: Checkpointer
+  rendezvous: Rendezvous
+  node: SwarmNode
+  server: Server
+  log: Log
+}
+
+/** Stops what the agent started, in this order, once its workload returned or failed. */
+async function stopAgent (a: RunningAgent): Promise<void> {
+  clearInterval(a.gauges)
+  a.announce?.stop()
+  for (const watchdog of a.watchdogs) clearInterval(watchdog)
+  await a.stateSharing?.stop().catch(() => {})
+  a.checkpointer?.close()
+  await a.rendezvous.stop()
+  await a.node.stop()
+  a.server.close()
+  a.log.info('agent stopped')
+}
+
 async function main (): Promise<number> {
   let config = loadConfig()
   if (config === undefined) return 2
   const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
   const metrics = new AgentMetrics(config.swarm)
   let ready = false
-  const announce = config.announceFile === undefined ? undefined : new AnnounceFile(config.announceFile, (m) => { log.info(m) })
-  await announce?.reread()
+  const announce = await readAnnounceFile(config, log)
   const node = await startNode(config, metrics, announce)
   // A changed address goes into our peer record, which identify pushes to the peers we know.
   announce?.watch(ANNOUNCE_REREAD_MS, () => { void node.peerStore.patch(node.peerId, { multiaddrs: node.getMultiaddrs().map(a => a.decapsulateCode(421)) }).catch(() => {}) })
@@ -213,9 +253,7 @@ async function main (): Promise<number> {
   const { joined, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, log))
   config = { ...config, averager: reached.averager }
   metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
-  const checkpointer = config.checkpoint !== undefined
-    ? new Checkpointer(config.checkpoint, config.swarm, metrics, { info: (m) => { log.info(m) }, warn: (m) => { log.warn(m) } })
-    : undefined
+  const checkpointer = checkpointerFor(config, metrics, log)
   const ctx: WorkloadContext = {
     node, rendezvous, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
     checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline, completionOnTrainerExit: config.completionOnTrainerExit,
@@ -227,16 +265,7 @@ async function main (): Promise<number> {
     if (joined) await workloadOf(config, ctx, stateSharing).run()
   } finally {
     ready = false
-    clearInterval(gauges)
-    announce?.stop()
-    clearInterval(watchdog)
-    clearInterval(reached.watchdog)
-    await stateSharing?.stop().catch(() => {})
-    checkpointer?.close()
-    await rendezvous.stop()
-    await node.stop()
-    server.close()
-    log.info('agent stopped')
+    await stopAgent({ gauges, announce, watchdogs: [watchdog, reached.watchdog], stateSharing, checkpointer, rendezvous, node, server, log })
   }
   return 0
 }

@@ -7,7 +7,7 @@
  *
  * Bounds are chosen so that admitted means sensible, and each description says why.
  */
-import { DURATION_PATTERN, durationNanos, formatRange, type Bound } from './parameter-bounds.js'
+import { DURATION_PATTERN, durationNanos, type Bound } from './parameter-bounds.js'
 
 export { DURATION_PATTERN, durationNanos, parseDuration, MAX_TIMER_SECONDS } from './parameter-bounds.js'
 
@@ -130,8 +130,3 @@ export const AVERAGING_RULES: readonly CrossRule[] = [
     holds: a => durationNanos(String(a.requestTimeout)) < durationNanos(String(a.averagingExpiration))
   }
 ]
-
-/** One sentence on what a parameter admits, e.g. "a duration from 1s to 24h". */
-export function admits (key: AveragingKey): string {
-  return formatRange(AVERAGING_PARAMETERS[key].bound)
-}

@@ -1,5 +1,5 @@
 /**
- * Bounds and defaults of spec.network.relay and spec.network.reachability (issue #18): the CRD
+ * Bounds and defaults of spec.network.relay and spec.network.reachability: the CRD
  * schema (api/v1alpha1/relay-schema.ts), the operator's pod builder and the agent's parser
  * (agent/config.ts) all take them from here, so every value the API server admits the agent runs.
  */

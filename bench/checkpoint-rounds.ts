@@ -1,5 +1,5 @@
 /**
- * Checkpoints and round time (issue 17; not a test): two peers in one process average N float32 values
+ * Checkpoints and round time (not a test): two peers in one process average N float32 values
  * back to back, without checkpoints, then with the agent's Checkpointer writing every round into a tmpfs
  * folder, then into a disk folder, all in the same run; one table row per mode with the ratio of its
  * round time to the run without checkpoints. How a mode is measured: bench/lib/checkpoint-rounds.ts.

@@ -1,5 +1,5 @@
 /**
- * Checkpoint write benchmark (issue 17; not a test): time and MB/s of writeCheckpoint (safetensors data,
+ * Checkpoint write benchmark (not a test): time and MB/s of writeCheckpoint (safetensors data,
  * fsync, rename, manifest, latest) for float32 models of 25M and 250M values, into tmpfs and disk folders;
  * the bfloat16 write (narrowing through the scratch buffer); the restore (loadNewestCheckpoint: read,
  * sha256, verify); and the cost of the snapshot copy the agent would make so averaging can go on while

@@ -1,5 +1,5 @@
 /**
- * Shaped links (issue 20): the all-reduce benchmark with every peer in a network namespace of its
+ * Shaped links (real-world bandwidths): the all-reduce benchmark with every peer in a network namespace of its
  * own, its link shaped by tc tbf in both directions (bench/lib/shaped-links.ts), built and torn
  * down by this script. Rows: profile × implementation × codec; each reports the median round of
  * the slowest peer against the floor (the busiest link's bytes at line rate), and CPU per GB moved.

@@ -1,5 +1,5 @@
 /**
- * The trainer's step against the agent's own round (npm run bench:trainer -- --help; issue 15).
+ * The trainer's step against the agent's own round (npm run bench:trainer -- --help).
  * Every row is a run of the runner protocol (bench/lib/run-impl.ts): N peers, each a Python trainer
  * (bench/peers/trainer_peer.py) with its own agent process, stepping through the sidecar API on one
  * path (shared memory, a torch parameter copied through it, binary bodies, base64 JSON as before),
@@ -62,7 +62,7 @@ async function main (): Promise<void> {
   const program = new Command()
     .name('bench:trainer')
     .description("A PyTorch trainer's averaging step through the sidecar API against its agent's own round, and hivemind's step, on loopback.")
-    .option('--paths <list>', 'trainer paths: shm, torch, binary, base64 (base64 is the API before issue 15)', 'shm,torch,binary,base64')
+    .option('--paths <list>', 'trainer paths: shm, torch, binary, base64 (base64 is the API before binary bodies)', 'shm,torch,binary,base64')
     .option('--peers <list>', 'peer counts', '2,4')
     .option('--elements <list>', 'float32 elements per peer (25M, 250M, 1000M)', '25M,250M')
     .option('--hivemind', 'also run hivemind 1.1.12 at each size (needs npm run bench:setup)', false)

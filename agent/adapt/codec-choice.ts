@@ -1,5 +1,5 @@
 /**
- * compression: auto (issue 20): each round the group takes none or float16, whichever its members
+ * compression: auto: each round the group takes none or float16, whichever its members
  * measured faster. float16 halves the bytes but costs CPU to encode and decode; on a slow link it
  * halves the round, on a fast link with busy cores it lengthens it. Rather than model both, each
  * member keeps the all-reduce time it measured with each codec and declares both in matchmaking

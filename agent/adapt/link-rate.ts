@@ -1,5 +1,5 @@
 /**
- * What an agent declares as its bandwidth when the spec sets none (issue 20): the rate its link
+ * What an agent declares as its bandwidth when the spec sets none: the rate its link
  * actually carried in recent rounds. The mean rate of a round (bytes ÷ round time) cannot serve:
  * every member waits for the slowest, so each one's mean rate is just its share of the bytes over
  * the same round time, and spans sized by it stay wherever they started. The peak rate over a

@@ -1,6 +1,6 @@
 /**
  * How long a reducer keeps waiting for a sender's part once most of the group has delivered it
- * (issue 20; hivemind issue 676 asks for the same: median + k·MAD over arrival times, with a
+ * (hivemind issue 676 asks for the same: median + k·MAD over arrival times, with a
  * quorum). Pure: the runner feeds it the waits it measured (agent/allreduce/sender-deadlines.ts).
  *
  * A "wait" is the time a reducer spent waiting for one sender's part: for the span's first part

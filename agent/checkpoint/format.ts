@@ -24,7 +24,6 @@ const DTYPE_SIZE: Record<SafetensorsDtype, number> = { F32: 4, F16: 2, BF16: 2 }
 const TO_STORAGE: Record<SafetensorsDtype, StorageDtype> = { F32: 'float32', F16: 'float16', BF16: 'bfloat16' }
 const FROM_STORAGE: Record<StorageDtype, SafetensorsDtype> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16' }
 
-export function dtypeSize (dtype: SafetensorsDtype): number { return DTYPE_SIZE[dtype] }
 export function toStorageDtype (dtype: SafetensorsDtype): StorageDtype { return TO_STORAGE[dtype] }
 export function fromStorageDtype (dtype: StorageDtype): SafetensorsDtype { return FROM_STORAGE[dtype] }
 function isSafetensorsDtype (v: unknown): v is SafetensorsDtype {

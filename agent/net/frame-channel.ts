@@ -124,7 +124,7 @@ export class FrameQueue {
       if (this.buffer.byteLength < FRAME_HEADER_BYTES + length) break
       const end = FRAME_HEADER_BYTES + length
       // A view of the transport's chunks: libp2p streams and node's TLS sockets hand every chunk in
-      // memory of its own and never write to it again (test/agent/transport-chunks.test.ts).
+      // memory of its own and never write to it again (test/agent/net/transport-chunks.integration.test.ts).
       const frame = this.buffer.sublist(FRAME_HEADER_BYTES, end)
       this.buffer.consume(end)
       this.deliver(frame)

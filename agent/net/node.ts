@@ -37,7 +37,7 @@ export interface SwarmNodeOptions {
    * more bytes per second here: under bidirectional bulk traffic (exactly an all-reduce) the
    * TLS upgrader pauses reading while its writes are blocked, and two such peers can stall each
    * other for good (bench/README.md, "stalls"). A slower round beats a stuck one; bulk speed is
-   * the direct data channel's job (issue 9).
+   * the direct data channel's job.
    */
   readonly encryption?: readonly Encryption[]
   /**

@@ -1,6 +1,6 @@
 /**
- * The agent as a process seen from outside: how the local swarm (cli/), the benchmarks and
- * reliability runs (bench/) and the tests start dist/agent/main.js. One agent is configured by an
+ * The agent as a process seen from outside: how the local swarm (cli/), the benchmarks (bench/), the
+ * fault-injection runs (tools/faults/) and the tests start dist/agent/main.js. One agent is configured by an
  * env record whose names come from the agent's env contract (api/agent-env.ts), never spelled here.
  */
 import { spawn, type ChildProcess } from 'node:child_process'

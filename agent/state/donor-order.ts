@@ -6,7 +6,7 @@ export interface DonorCandidate {
 
 /**
  * The order in which a newcomer tries donors. hivemind sorts by priority and every newcomer
- * starts on the same top donor (issue #169). Here the donors within `margin` of the best
+ * starts on the same top donor (hivemind issue #169). Here the donors within `margin` of the best
  * priority are shuffled, each drawn with a weight growing with its priority, so newcomers
  * spread over the near-best donors and still lean to the most advanced; the rest follow by
  * priority (random among ties) as fallbacks.

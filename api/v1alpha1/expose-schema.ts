@@ -1,5 +1,5 @@
 /**
- * spec.network.expose: how agents are reached from outside the cluster (issue #18). Kept in its
+ * spec.network.expose: how agents are reached from outside the cluster. Kept in its
  * own file next to the network section so that a later spec.network.relay has room beside it.
  * Absent (or type None) keeps today's pods exactly: an operator upgrade rolls no agent.
  */

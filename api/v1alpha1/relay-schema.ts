@@ -1,5 +1,5 @@
 /**
- * spec.network.relay and spec.network.reachability (issue #18): circuit relays for the swarm's
+ * spec.network.relay and spec.network.reachability: circuit relays for the swarm's
  * members behind NAT, from api/relay-parameters.ts. Absent: bootstrap agents relay with the defaults.
  */
 import { DEFAULT_REACHABILITY, DEFAULT_RELAY_CIRCUIT_DURATION, DEFAULT_RELAY_SERVE, REACHABILITIES, RELAY_CIRCUIT_DURATION, RELAY_CIRCUIT_MIB, RELAY_MAX_RESERVATIONS, RELAY_RULES, RELAY_SERVE } from '../relay-parameters.js'

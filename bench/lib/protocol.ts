@@ -116,16 +116,6 @@ export function initialValue (rank: number, index: number): number {
   return rank + 1 + (index % 1024) / 1024
 }
 
-/** The exact mean over `world` peers of element `index`. */
-export function expectedMean (world: number, index: number): number {
-  return (world + 1) / 2 + (index % 1024) / 1024
-}
-
-/** The exact mean of element `index` over the peers of the given ranks (a group smaller than the world). */
-export function expectedGroupMean (ranks: readonly number[], index: number): number {
-  return ranks.reduce((sum, r) => sum + r + 1, 0) / ranks.length + (index % 1024) / 1024
-}
-
 export function fillTensor (tensor: Float32Array, rank: number): void {
   for (let i = 0; i < tensor.length; i++) tensor[i] = initialValue(rank, i)
 }

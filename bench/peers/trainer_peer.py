@@ -1,4 +1,4 @@
-"""A PyTorch trainer and its agent as one benchmark peer (bench/trainer-step.ts, issue 15's table).
+"""A PyTorch trainer and its agent as one benchmark peer (bench/trainer-step.ts's table).
 
 The peer starts its own agent (dist/agent/main.js, sidecar workload) as a child in its process group,
 exactly as a pod runs the agent container beside the trainer, then times what a trainer waits for
@@ -8,7 +8,7 @@ in one averaging step through the package `averaging_swarm`:
   BENCH_TRAINER_PATH=torch   a torch parameter outside the region: ParameterAverager.step() copies it
                              in, averages, copies the mean back
   BENCH_TRAINER_PATH=binary  raw little-endian bytes in the HTTP bodies (no shared folder)
-  BENCH_TRAINER_PATH=base64  the API before issue 15: base64 float32 inside JSON, both ways
+  BENCH_TRAINER_PATH=base64  the API before shared memory and binary bodies: base64 float32 inside JSON, both ways
 
 Beside the step time it reports the agent's own round (matchmaking + all-reduce, from the reply),
 the agent's copy time and bytes, and the peak RSS of agent and trainer apart.
@@ -81,11 +81,11 @@ def max_abs_error(array: np.ndarray, ranks: list) -> float:
 
 
 class Base64Trainer:
-    """The path every trainer had before issue 15, kept here as the 'before' row."""
+    """The path every trainer had before shared memory and binary bodies, kept here as the 'before' row."""
 
     def __init__(self, url: str, elements: int) -> None:
         if elements > JSON_MAX_ELEMENTS:
-            raise RuntimeError(f"the API before issue 15 carried at most {JSON_MAX_ELEMENTS} values (base64 inside one JSON document) and refused to register {elements}")
+            raise RuntimeError(f"the API before binary bodies carried at most {JSON_MAX_ELEMENTS} values (base64 inside one JSON document) and refused to register {elements}")
         self.url = url
         self.values = np.zeros(elements, np.float32)
         self.call("/v1/register", {"tensors": [{"name": "x", "shape": [elements]}]})
@@ -208,7 +208,7 @@ class TrainerPeer:
         return {"shm": "numpy arrays in the shared region, trained in place",
                 "torch": "torch parameter copied into the region and back by ParameterAverager",
                 "binary": "raw bytes in the HTTP bodies",
-                "base64": "base64 float32 in JSON (the API before issue 15)"}[self.path]
+                "base64": "base64 float32 in JSON (the API before binary bodies)"}[self.path]
 
     def extra(self) -> dict:
         return {"agentRoundMs": self.agent_round_ms, "agentCopyMs": self.copy_ms, "agentBytesCopied": self.bytes_copied,

@@ -1,5 +1,5 @@
 /**
- * Objects and pod settings of spec.network.expose (issue #18). Pure: which agents are exposed how,
+ * Objects and pod settings of spec.network.expose. Pure: which agents are exposed how,
  * their per-agent Services, the announce ConfigMap. The addresses themselves are derived from
  * what the API reports (reachable.ts), because node addresses, node ports and load-balancer
  * ingress are only known once the cluster assigned them.

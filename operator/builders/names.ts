@@ -13,7 +13,6 @@ export const LABEL_ROLE = 'averaging.swarm.io/role'
 /** Tells the bootstrap StatefulSets' pods apart, so their selectors do not overlap. */
 export const LABEL_BOOTSTRAP_INDEX = 'averaging.swarm.io/bootstrap-index'
 export const ANNOTATION_CONFIG_HASH = 'averaging.swarm.io/config-hash'
-export const ANNOTATION_SPEC_HASH = 'averaging.swarm.io/spec-hash'
 
 export const names = {
   service: (s: AveragingSwarm) => `${s.metadata.name}-agents`,

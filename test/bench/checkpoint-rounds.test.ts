@@ -1,5 +1,5 @@
 /**
- * Smoke test of bench:checkpoint (bench/checkpoint-rounds.ts), so the harness behind issue 17's row
+ * Smoke test of bench:checkpoint (bench/checkpoint-rounds.ts), so the harness behind BENCHMARKS.md's checkpoint row
  * cannot rot: two in-process peers average 100k values with the Checkpointer writing every round,
  * and the newest checkpoint it leaves must load with exactly the values of the last round written.
  * No timing is asserted.

@@ -7,7 +7,7 @@ import { shapedLinksUnsupported } from '../../bench/lib/shaped-links.js'
 const unsupported = await shapedLinksUnsupported()
 if (unsupported !== undefined) console.log(`shaped-links test skipped: ${unsupported}`)
 
-// Issue 20: the bench:links harness end to end, so it cannot rot: 4 real peers of ours in 4 network
+// The bench:links harness end to end, so it cannot rot: 4 real peers of ours in 4 network
 // namespaces, links shaped by tbf both ways (2 × 1 Gbit/s + 2 × 100 Mbit/s), bandwidth measured by
 // the agents, small tensors, the exact mean checked by every peer.
 test('bench:links: 4 peers over shaped links average exactly, and the namespaces are gone after', { skip: unsupported, timeout: 60_000 }, async () => {

@@ -1,5 +1,5 @@
 /**
- * Smoke test of bench:trainer (bench/trainer-step.ts), so the harness behind issue 15's table
+ * Smoke test of bench:trainer (bench/trainer-step.ts), so the harness behind BENCHMARKS.md's trainer table
  * cannot rot: two Python trainers with their own agents step a small tensor through every path,
  * and every row must come back ok with the exact mean. No timing is asserted.
  */

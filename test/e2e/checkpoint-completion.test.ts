@@ -1,5 +1,5 @@
 /**
- * Issue 17 end to end on the real test cluster: a swarm with spec.checkpoint and spec.completion,
+ * Checkpoints and completion end to end on the real test cluster: a swarm with spec.checkpoint and spec.completion,
  * run by the real operator (its chart's RBAC) and real agent processes, reaches Complete, and its
  * final checkpoint in the claim is the agents' averaged state.
  *

@@ -1,5 +1,5 @@
 /**
- * Issue 17's finishing and failing on the real test cluster, three swarms at once under the real
+ * Checkpoint stores finishing and failing on the real test cluster, three swarms at once under the real
  * operator (operator/rbac.ts's rules only) and real agent processes:
  *
  *  - tmpl:    checkpoint.volume.claimTemplate: the operator creates tmpl-checkpoints (no owner

@@ -1,5 +1,5 @@
 /**
- * spec.network.expose end to end (issue #18), two swarms on one test cluster: one exposed with
+ * spec.network.expose end to end, two swarms on one test cluster: one exposed with
  * HostPort, one with LoadBalancer (its bootstrap agent behind a load balancer, its regular agent
  * behind a NodePort Service). Each publishes its bootstrap agent's reachable address in
  * status.bootstrapPeers; an agent started by the test outside the cluster (plain

@@ -3,9 +3,9 @@ import assert from 'node:assert/strict'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { runChaos } from '../../bench/lib/chaos-run.js'
+import { runChaos } from '../../tools/faults/chaos-run.js'
 
-// Issues 8 and 20, faults: a smaller chaos run than `npm run chaos` (6 real agent processes, one
+// Faults: a smaller chaos run than `npm run chaos` (6 real agent processes, one
 // SIGKILL then restart, one SIGTERM (graceful leave) then restart, one SIGSTOP then SIGCONT, each
 // aimed at an agent in the middle of a step).
 test('chaos: 6 agents survive a SIGKILL+restart, a SIGTERM+restart and a SIGSTOP/SIGCONT mid-round', { timeout: 300_000 }, async () => {

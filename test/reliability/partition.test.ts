@@ -4,13 +4,13 @@ import { execFileSync } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { runPartition } from '../../bench/lib/partition-run.js'
-import { partitionUnsupported } from '../../bench/lib/two-halves.js'
+import { runPartition } from '../../tools/faults/partition-run.js'
+import { partitionUnsupported } from '../../tools/faults/two-halves.js'
 
 const unsupported = await partitionUnsupported()
 if (unsupported !== undefined) console.log(`partition test skipped: ${unsupported}`)
 
-// Issue 8, faults: two network namespaces on a bridge, the link between them cut and healed.
+// Faults: two network namespaces on a bridge, the link between them cut and healed.
 test('partition: both halves average while cut off, and the swarm merges after healing', { skip: unsupported, timeout: 480_000 }, async () => {
   const subnet = 1 + (process.pid % 200)
   const outDir = mkdtempSync(join(tmpdir(), 'avs-partition-'))

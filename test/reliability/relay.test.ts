@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { generateKeyPair, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { newSwarmKeyText } from '../../agent/net/pnet/index.js'
-import { createNatSites, natSitesUnsupported, type NatSites } from '../../bench/lib/nat-sites.js'
+import { createNatSites, natSitesUnsupported, type NatSites } from '../../tools/faults/nat-sites.js'
 import { fill, maxAbsDiff, weightedMean } from '../agent/swarm-fixture.js'
 import type { SiteAgent, SiteConfig } from './relay-site.js'
 
@@ -65,7 +65,7 @@ async function member (ip: string, seed: number, relaySlots?: number): Promise<S
   return { key: Buffer.from(privateKeyToProtobuf(key)).toString('base64'), ip, seed, relaySlots, id: peerIdFromPrivateKey(key).toString() }
 }
 
-// Issue 18: members behind NAT reach each other through a member relay; one refused a slot
+// Across NATs: members behind NAT reach each other through a member relay; one refused a slot
 // averages as a client; outsiders get nothing relayed. Real namespaces, routers and iptables NAT.
 test('NAT sites: relayed members average to the exact mean, a member without a relay slot as a client, outsiders get 0 bytes relayed', { skip: unsupported, timeout: 120_000 }, async (t) => {
   const subnet = 1 + (process.pid % 200)

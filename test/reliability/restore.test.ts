@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { buildSidecarSwarm } from '../../bench/lib/sidecar-swarm.js'
+import { buildSidecarSwarm } from '../../tools/faults/sidecar-swarm.js'
 import { AgentProcess, agentEnv, stopAgents } from '../../agent/process/agent-process.js'
 import { freePorts } from '../../agent/util/ports.js'
 import { SidecarClient, type StepResult } from '../../clients/typescript/sidecar-client.js'
@@ -33,7 +33,7 @@ async function register (client: SidecarClient): Promise<void> {
   }
 }
 
-// Issue 17's proof: every agent of a swarm is SIGKILLed at once mid-run; started again, the swarm
+// Checkpoints' proof: every agent of a swarm is SIGKILLed at once mid-run; started again, the swarm
 // comes back from the newest checkpoint, having lost at most one interval of rounds (plus the write
 // that was under way at the kill, if any), and nothing that an agent had reported durable.
 test('a swarm whose every agent is killed at once comes back from its newest checkpoint', { timeout: 300_000 }, async () => {

@@ -1,4 +1,4 @@
-/** spec.network.privateNetworkSecret: the generated Secret, and how pods get the key (issue 8). */
+/** spec.network.privateNetworkSecret: the generated Secret, and how pods get the key. */
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { preSharedKey } from '@libp2p/pnet'

@@ -1,5 +1,5 @@
 /**
- * spec.network.relay and .reachability in the built pods (issue #18): bootstrap agents relay by
+ * spec.network.relay and .reachability in the built pods: bootstrap agents relay by
  * default, regular ones too with serve All, auxiliary agents never; the limits go to the agent as
  * its AVS_RELAY_* variables, within bounds the agent accepts; reachability auto is left out.
  */

@@ -1,5 +1,5 @@
 /**
- * Private swarms (issue 8): our libp2p private-network protector (agent/net/pnet) and the PeerId
+ * Private swarms: our libp2p private-network protector (agent/net/pnet) and the PeerId
  * allow list, on real libp2p peers over loopback TCP.
  */
 import { describe, test } from 'node:test'
@@ -19,15 +19,15 @@ import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
 import type { ConnectionProtector, PrivateKey, Stream } from '@libp2p/interface'
-import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
-import { privateNetwork, decodeSwarmKey, encodeSwarmKey, newSwarmKeyText, type ProtectedConnection } from '../../agent/net/pnet/index.js'
-import { XSalsa20Keystream } from '../../agent/net/pnet/keystream.js'
-import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../../agent/averager.js'
-import { loadAgentConfig } from '../../agent/config.js'
-import { startSwarm, fill, weightedMean, maxAbsDiff } from './swarm-fixture.js'
-import { dialDirect } from '../../agent/net/direct/direct-dial.js'
-import { createDataChannelIdentity, nodePrivateKey } from '../../agent/net/direct/identity.js'
-import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
+import { createSwarmNode, type SwarmNode } from '../../../../agent/net/node.js'
+import { privateNetwork, decodeSwarmKey, encodeSwarmKey, newSwarmKeyText, type ProtectedConnection } from '../../../../agent/net/pnet/index.js'
+import { XSalsa20Keystream } from '../../../../agent/net/pnet/keystream.js'
+import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../../../../agent/averager.js'
+import { loadAgentConfig } from '../../../../agent/config.js'
+import { startSwarm, fill, weightedMean, maxAbsDiff } from '../../swarm-fixture.js'
+import { dialDirect } from '../../../../agent/net/direct/direct-dial.js'
+import { createDataChannelIdentity, nodePrivateKey } from '../../../../agent/net/direct/identity.js'
+import { aggregateProtocol } from '../../../../agent/allreduce/aggregate-protocol.js'
 
 const MIB = 1024 * 1024
 const BULK_PROTOCOL = '/avs-test/bulk/1.0.0'

@@ -7,7 +7,7 @@ import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
 import { TensorPart } from '../../agent/proto/averaging.js'
 import type { SwarmNode } from '../../agent/net/node.js'
 
-// A dishonest group member (issue 8): it joins groups like anyone, then sends parts holding NaN,
+// A dishonest group member: it joins groups like anyone, then sends parts holding NaN,
 // +-Inf or the wrong number of bytes. The honest peers must end with the exact mean of the honest
 // contributions (or, for a part the hostile delivered intact before it was banned, the mean with
 // it), never a NaN, and must ban it with a log line and in the step's result.

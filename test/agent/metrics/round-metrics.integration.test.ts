@@ -1,13 +1,13 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { AddressInfo } from 'node:net'
-import { startSwarm, fill } from './swarm-fixture.js'
-import { sampleValue } from './metrics-text.js'
-import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
-import { startMetricsServer } from '../../agent/metrics/http-server.js'
-import { AGENT_METRICS as M } from '../../api/metric-names.js'
-import { COMPRESSION_NAMES, type CompressionName } from '../../agent/compression/index.js'
-import type { StepResult } from '../../agent/averager.js'
+import { startSwarm, fill } from '../swarm-fixture.js'
+import { sampleValue } from '../metrics-text.js'
+import { AgentMetrics } from '../../../agent/metrics/agent-metrics.js'
+import { startMetricsServer } from '../../../agent/metrics/http-server.js'
+import { AGENT_METRICS as M } from '../../../api/metric-names.js'
+import { COMPRESSION_NAMES, type CompressionName } from '../../../agent/compression/index.js'
+import type { StepResult } from '../../../agent/averager.js'
 
 const DECLARED = 12_345_678
 

@@ -4,8 +4,8 @@ import tls from 'node:tls'
 import { randomBytes } from 'node:crypto'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import type { Uint8ArrayList } from 'uint8arraylist'
-import { createSwarmNode } from '../../agent/net/node.js'
-import { createDataChannelIdentity } from '../../agent/net/direct/identity.js'
+import { createSwarmNode } from '../../../agent/net/node.js'
+import { createDataChannelIdentity } from '../../../agent/net/direct/identity.js'
 
 // The frame queue keeps frames as views of the chunks a transport emits (agent/net/frame-channel.ts).
 // That is right only while every transport hands each chunk in memory of its own and never writes

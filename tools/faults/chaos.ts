@@ -1,11 +1,11 @@
 #!/usr/bin/env node
-// Issue 8's chaos run: `npm run chaos -- --agents 8 --rounds 30 --seed 1`. Real agent processes
+// The chaos run: `npm run chaos -- --agents 8 --rounds 30 --seed 1`. Real agent processes
 // average while random agents are SIGKILLed (and restarted) or SIGSTOPped (and resumed) mid-round.
 import { join, resolve } from 'node:path'
 import { cpus, loadavg } from 'node:os'
 import { Command } from 'commander'
-import { FAULT_KINDS, runChaos, type ChaosOptions, type ChaosResult, type FaultKind } from './lib/chaos-run.js'
-import { formatTable, ms, sci } from './lib/table.js'
+import { FAULT_KINDS, runChaos, type ChaosOptions, type ChaosResult, type FaultKind } from './chaos-run.js'
+import { formatTable, ms, sci } from './table.js'
 
 function report (r: ChaosResult, command: string, load: string, baseline?: ChaosResult): string {
   const agents = formatTable(
@@ -39,8 +39,9 @@ function report (r: ChaosResult, command: string, load: string, baseline?: Chaos
   ].join('\n')
 }
 
-async function main (): Promise<void> {
-  const program = new Command()
+/** The command line and its defaults. */
+function commandLine (): Command {
+  return new Command()
     .name('chaos')
     .description('Kill and freeze random agents of a real local swarm mid-round; report rounds, recovery and divergence.')
     .option('--agents <n>', 'agent processes', '8')
@@ -58,8 +59,10 @@ async function main (): Promise<void> {
     .option('--allreduce-timeout <s>', 'the swarm\'s allreduceTimeout', '10')
     .option('--slack <ms>', 'allowance over each step\'s bound for HTTP and JSON on a loaded machine', '2000')
     .option('--out <dir>', 'agent logs', 'runs')
-    .parse()
-  const o = program.opts<Record<string, string>>()
+}
+
+async function main (): Promise<void> {
+  const o = commandLine().parse().opts<Record<string, string>>()
   const faults: FaultKind[] | number = /^\d+$/.test(o.faults) ? Number(o.faults) : o.faults.split(',').map(f => {
     if (!(FAULT_KINDS as readonly string[]).includes(f)) throw new Error(`--faults takes ${FAULT_KINDS.join(', ')}, not "${f}"`)
     return f as FaultKind

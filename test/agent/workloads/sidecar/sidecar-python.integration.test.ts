@@ -5,12 +5,12 @@ import { promisify } from 'node:util'
 import { existsSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { startSidecarSwarm } from './sidecar-fixture.js'
-import { SidecarClient } from '../../clients/typescript/sidecar-client.js'
-import { maxAbsDiff, weightedMean } from './swarm-fixture.js'
+import { startSidecarSwarm } from '../../sidecar-fixture.js'
+import { SidecarClient } from '../../../../clients/typescript/sidecar-client.js'
+import { maxAbsDiff, weightedMean } from '../../swarm-fixture.js'
 
 const run = promisify(execFile)
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../..')
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../..')
 const clientDir = resolve(repo, 'clients/python')
 // The interpreter .ci/run gives the averaging-swarm package (pip install ./clients/python[test]).
 const venvPython = resolve(repo, '.venv/bin/python')

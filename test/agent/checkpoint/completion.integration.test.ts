@@ -3,9 +3,9 @@ import assert from 'node:assert/strict'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { startSidecarSwarm } from './sidecar-fixture.js'
-import { SidecarClient } from '../../clients/typescript/sidecar-client.js'
-import { listCheckpoints, loadNewestCheckpoint } from '../../agent/checkpoint/index.js'
+import { startSidecarSwarm } from '../sidecar-fixture.js'
+import { SidecarClient } from '../../../clients/typescript/sidecar-client.js'
+import { listCheckpoints, loadNewestCheckpoint } from '../../../agent/checkpoint/index.js'
 
 const N = 3
 const SPECS = [{ name: 'w', shape: [3000] }, { name: 'b', shape: [7] }]

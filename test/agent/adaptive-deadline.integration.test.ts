@@ -10,7 +10,7 @@ import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import { AGENT_METRICS as M } from '../../api/metric-names.js'
 import { sampleValue } from './metrics-text.js'
 
-// A group member that goes quiet (issue 20): it joins the group, then its parts stop coming, as
+// A group member that goes quiet: it joins the group, then its parts stop coming, as
 // from a process stopped with SIGSTOP (its connections stay open, nothing is reset). With fixed
 // timeouts the reducers wait the whole sender timeout; with adaptive deadlines they cut it off
 // once the rest of the group delivered and it is far behind their median wait.

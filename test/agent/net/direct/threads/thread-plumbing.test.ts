@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { BufferPool } from '../../../agent/net/direct/threads/buffer-pool.js'
-import { Outbox } from '../../../agent/net/direct/threads/outbox.js'
+import { BufferPool } from '../../../../../agent/net/direct/threads/buffer-pool.js'
+import { Outbox } from '../../../../../agent/net/direct/threads/outbox.js'
 
 const nextTurn = async (): Promise<void> => { await new Promise(resolve => setImmediate(resolve)) }
 

@@ -68,7 +68,7 @@ export interface PartitionResult {
 interface Line { type: string, agent: number, groupId?: string, attempt?: number, startedAt?: number, wallMs?: number, averaged?: boolean, peers?: string[], unreachedPeers?: string[], groupSize?: number, peerId?: string, values?: string, nonFinite?: boolean, message?: string, transportError?: string }
 
 /**
- * Issue 8's partition: the swarm's agents live in two network namespaces joined by a bridge;
+ * The partition run: the swarm's agents live in two network namespaces joined by a bridge;
  * after a warm-up the bridge drops everything between the halves for a while, then forwards
  * again. Each half's trainers drift their values apart while cut off (as training on different
  * data does); the run measures averaging inside each half and the merge after healing.

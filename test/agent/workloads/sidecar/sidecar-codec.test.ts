@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { decodeFloat32, encodeFloat32, firstNonFinite, jsonWithTensors } from '../../agent/workloads/sidecar/tensor-codec.js'
+import { decodeFloat32, encodeFloat32, firstNonFinite, jsonWithTensors } from '../../../../agent/workloads/sidecar/tensor-codec.js'
 
 test('float32 base64 round-trips, and text outside the alphabet or of partial floats is refused', () => {
   const a = Float32Array.of(1.5, -0, 3.4e38, 1e-45, -7)

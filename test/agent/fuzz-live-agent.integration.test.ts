@@ -1,8 +1,8 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { formatReport, runFuzz, violations } from '../../bench/fuzz-agent.js'
+import { formatReport, runFuzz, violations } from '../../tools/faults/fuzz-agent.js'
 
-// The live-agent fuzz of bench/fuzz-agent.ts with 5,000 messages (the bench sends 10^5): four
+// The live-agent fuzz of tools/faults/fuzz-agent.ts with 5,000 messages (the bench sends 10^5): four
 // honest agent processes (sidecar workload, a round about every second) average while an
 // in-process libp2p peer sends random and mutated messages over every protocol the first serves.
 // 10^4 messages took 126 to 136 s here at load averages of 20 to 30 (57 to 89 s of fuzzing),

@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { orderDonors } from '../../agent/state/donor-order.js'
-import { validateHeader } from '../../agent/state/state-protocol.js'
+import { orderDonors } from '../../../agent/state/donor-order.js'
+import { validateHeader } from '../../../agent/state/state-protocol.js'
 
 /** A seeded generator so the spread is reproducible. */
 function seeded (seed: number): () => number {

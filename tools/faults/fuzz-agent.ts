@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Fuzzes a LIVE agent process (issue 8, "Hostile peers"): starts honest agents as real processes
+// Fuzzes a LIVE agent process (hostile peers): starts honest agents as real processes
 // configured by the AVS_* contract (api/agent-env.ts), connects an in-process libp2p peer to one of
 // them and sends random and mutated messages over every protocol it serves, while sampling the
 // target's memory and every agent's round counters. `npm run fuzz:agent -- --messages 100000`.
@@ -11,15 +11,15 @@ import { generateKeyPair, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
 import type { PeerId, Stream } from '@libp2p/interface'
-import { createSwarmNode, type SwarmNode } from '../agent/net/node.js'
-import { RENDEZVOUS_PROTOCOL } from '../agent/rendezvous/rendezvous.js'
-import { joinProtocol } from '../agent/matchmaking/join-protocol.js'
-import { aggregateProtocol } from '../agent/allreduce/aggregate-protocol.js'
-import { stateProtocol } from '../agent/state/state-protocol.js'
-import * as pb from '../agent/proto/averaging.js'
-import { AgentProcess, agentEnv, stopAgents } from '../agent/process/agent-process.js'
-import { freePorts } from '../agent/util/ports.js'
-import { seededRandom } from '../agent/util/random.js'
+import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
+import { RENDEZVOUS_PROTOCOL } from '../../agent/rendezvous/rendezvous.js'
+import { joinProtocol } from '../../agent/matchmaking/join-protocol.js'
+import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
+import { stateProtocol } from '../../agent/state/state-protocol.js'
+import * as pb from '../../agent/proto/averaging.js'
+import { AgentProcess, agentEnv, stopAgents } from '../../agent/process/agent-process.js'
+import { freePorts } from '../../agent/util/ports.js'
+import { seededRandom } from '../../agent/util/random.js'
 
 const PREFIX = 'fuzz'
 const COMPRESSIONS = [pb.Compression.NONE, pb.Compression.FLOAT16, pb.Compression.UNIFORM_8BIT, pb.Compression.BLOCKWISE_8BIT]
@@ -85,7 +85,7 @@ export function rssBound (baselineMiB: number): number {
   return 2 * baselineMiB + 100
 }
 
-/** The properties issue 8 asks for, as sentences; empty when every one holds. */
+/** The properties a live agent must keep under hostile input, as sentences; empty when every one holds. */
 export function violations (r: FuzzReport, minMessages: number): string[] {
   const out: string[] = []
   if (r.messages < minMessages) out.push(`only ${r.messages} of ${minMessages} messages were sent`)

@@ -1,9 +1,9 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm } from './swarm-fixture.js'
-import { loadTensorBackend } from '../../agent/tensors/backend.js'
-import { LocalModel } from '../../agent/workloads/builtin/model.js'
-import { concat, makeHeldOut, makeShard } from '../../agent/workloads/builtin/synthetic-data.js'
+import { startSwarm } from '../../swarm-fixture.js'
+import { loadTensorBackend } from '../../../../agent/tensors/backend.js'
+import { LocalModel } from '../../../../agent/workloads/builtin/model.js'
+import { concat, makeHeldOut, makeShard } from '../../../../agent/workloads/builtin/synthetic-data.js'
 
 const AGENTS = 8
 const ROUNDS = 10

@@ -8,13 +8,13 @@
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3'
-import { startSidecarSwarm } from './sidecar-fixture.js'
-import { SidecarClient, SidecarError } from '../../clients/typescript/sidecar-client.js'
-import { S3CheckpointStore, type S3StoreOptions } from '../../agent/checkpoint/s3-store.js'
-import type { CheckpointPolicy } from '../../agent/config.js'
-import { Checkpointer } from '../../agent/checkpoint/checkpointer.js'
-import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
-import { startVersitygw, versitygwBinary, versitygwBuilt, type Versitygw } from './checkpoint/versitygw.js'
+import { startSidecarSwarm } from '../sidecar-fixture.js'
+import { SidecarClient, SidecarError } from '../../../clients/typescript/sidecar-client.js'
+import { S3CheckpointStore, type S3StoreOptions } from '../../../agent/checkpoint/s3-store.js'
+import type { CheckpointPolicy } from '../../../agent/config.js'
+import { Checkpointer } from '../../../agent/checkpoint/checkpointer.js'
+import { AgentMetrics } from '../../../agent/metrics/agent-metrics.js'
+import { startVersitygw, versitygwBinary, versitygwBuilt, type Versitygw } from './versitygw.js'
 
 const N = 3
 const SPECS = [{ name: 'w', shape: [5000] }, { name: 'b', shape: [3] }]

@@ -2,9 +2,9 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { openSync, closeSync, writeSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { startSidecarSwarm } from './sidecar-fixture.js'
-import { SharedRegion, SidecarClient, SidecarError, frame, regionLayout, type StoredValues, type TensorSpec } from '../../clients/typescript/sidecar-client.js'
-import { floatBitsToBfloat, floatBitsToHalf, halfToFloat } from '../../agent/workloads/sidecar/dtypes.js'
+import { startSidecarSwarm } from '../../sidecar-fixture.js'
+import { SharedRegion, SidecarClient, SidecarError, frame, regionLayout, type StoredValues, type TensorSpec } from '../../../../clients/typescript/sidecar-client.js'
+import { floatBitsToBfloat, floatBitsToHalf, halfToFloat } from '../../../../agent/workloads/sidecar/dtypes.js'
 
 // Sizes not divisible by the group size, one of a single element, every storage dtype.
 const SPECS: TensorSpec[] = [

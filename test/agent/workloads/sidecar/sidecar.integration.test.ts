@@ -1,15 +1,15 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSidecarSwarm } from './sidecar-fixture.js'
-import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
-import { SidecarClient, SidecarError, encodeFloat32 } from '../../clients/typescript/sidecar-client.js'
-import { fill, maxAbsDiff, weightedMean } from './swarm-fixture.js'
+import { startSidecarSwarm } from '../../sidecar-fixture.js'
+import { sidecarWorkload } from '../../../../agent/workloads/sidecar/workload.js'
+import { SidecarClient, SidecarError, encodeFloat32 } from '../../../../clients/typescript/sidecar-client.js'
+import { fill, maxAbsDiff, weightedMean } from '../../swarm-fixture.js'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import { dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
-const exampleTrainer = resolve(dirname(fileURLToPath(import.meta.url)), '../../clients/typescript/example-trainer.js')
+const exampleTrainer = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../clients/typescript/example-trainer.js')
 
 const SPECS = [{ name: 'w', shape: [64, 33] }, { name: 'b', shape: [33] }]
 const values = (agent: number): Record<string, Float32Array> => ({ w: fill(64 * 33, agent * 2 + 1), b: fill(33, agent * 2 + 2) })

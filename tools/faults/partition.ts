@@ -1,12 +1,12 @@
 #!/usr/bin/env node
-// Issue 8's network partition: `npm run partition` (root, iproute2). Two halves of a real swarm
+// The network partition: `npm run partition` (root, iproute2). Two halves of a real swarm
 // in two network namespaces are cut apart, keep averaging on their own, then merge after healing.
 import { resolve } from 'node:path'
 import { cpus, loadavg } from 'node:os'
 import { Command } from 'commander'
-import { runPartition, type PartitionResult } from './lib/partition-run.js'
-import { partitionUnsupported } from './lib/two-halves.js'
-import { formatTable, ms, sci } from './lib/table.js'
+import { runPartition, type PartitionResult } from './partition-run.js'
+import { partitionUnsupported } from './two-halves.js'
+import { formatTable, ms, sci } from './table.js'
 
 function partitionReport (r: PartitionResult, command: string, load: string): string {
   const table = formatTable(

@@ -7,8 +7,8 @@ import { parseArgs } from 'node:util'
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
-import { startCluster, controlPlaneBuilt, binary, type Cluster as TestCluster } from '../test/harness/index.js'
-import { AGENT_ENV } from '../api/agent-env.js'
+import { startCluster, controlPlaneBuilt, binary, type Cluster as TestCluster } from './index.js'
+import { AGENT_ENV } from '../../api/agent-env.js'
 
 const stateDir = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'averaging-swarm', 'cluster-up')
 const pidFile = join(stateDir, 'pid')
@@ -106,7 +106,7 @@ const [command, ...rest] = process.argv.slice(2)
 try {
   if (command === 'up') await up(rest)
   else if (command === 'down') await down()
-  else throw new Error('Usage: cluster.js up [--gpu-nodes N] [--gpus-per-node N] [--cpu-nodes N] [--kwok-nodes N] | cluster.js down')
+  else throw new Error('Usage: cluster-cli.js up [--gpu-nodes N] [--gpus-per-node N] [--cpu-nodes N] [--kwok-nodes N] | cluster-cli.js down')
 } catch (error) {
   console.error((error as Error).message)
   process.exitCode = 1

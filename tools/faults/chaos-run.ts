@@ -100,7 +100,7 @@ export interface ChaosResult {
 }
 
 /**
- * Issue 8's chaos run: real agent processes built by the operator's builders, each driven by a
+ * The chaos run: real agent processes built by the operator's builders, each driven by a
  * pure-averaging sidecar trainer, while faults hit random agents mid-round: SIGKILL then a new
  * process with the same env (which must load the swarm's state from a peer), or SIGSTOP then
  * SIGCONT. Returns what every agent saw and the properties that were broken.

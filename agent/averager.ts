@@ -209,7 +209,6 @@ export class DecentralizedAverager {
     if (this.config.mode !== 'client') {
       await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 16, runOnLimitedConnection: false })
     }
-    this.rendezvous.prefetch(this.currentGroupKey)
     this.running = true
   }
 
@@ -270,7 +269,6 @@ export class DecentralizedAverager {
   setGroupBits (bits: string): void {
     if (!isGroupBits(bits)) throw new AveragingError(`group bits must be a string of 0 and 1, got "${bits}"`)
     this.bits = bits
-    this.rendezvous.prefetch(this.currentGroupKey)
   }
 
   get currentGroupKey (): string { return groupKey(this.config.prefix, this.bits) }
@@ -328,8 +326,7 @@ export class DecentralizedAverager {
         const result = await this.tensorLock.run(async () => await this.allReduce(group, codec))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(this.bits, group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
-        this.rendezvous.prefetch(this.currentGroupKey)
-        const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
+            const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
         this.hooks.onStep?.(outcome, { ...roundDetail, result })
         return {
           groupId: groupIdHex(group.groupId),

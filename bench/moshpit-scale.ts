@@ -65,6 +65,7 @@ export async function scaleRun (peers: number, groupSize: number, crashPercent: 
       ...(process.env.AVS_TEST_LOG != null ? { log: (msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) } } : {})
     }),
     observer: probe.observer,
+    ...(process.env.AVS_TEST_LOG != null ? { rendezvousLog: (rank: number, msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) } } : {}),
     traffic: process.env.SCALE_NO_TRAFFIC != null ? undefined : traffic,
     progress: log
   })

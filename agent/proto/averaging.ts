@@ -646,9 +646,141 @@ export namespace RendezvousRequest {
   }
 }
 
+export interface RendezvousPeer {
+  peerId: Uint8Array
+  addrs: Uint8Array[]
+}
+
+export namespace RendezvousPeer {
+  let _codec: Codec<RendezvousPeer>
+
+  export const codec = (): Codec<RendezvousPeer> => {
+    if (_codec == null) {
+      _codec = message<RendezvousPeer>((obj, w, opts = {}) => {
+        if (opts.lengthDelimited !== false) {
+          w.fork()
+        }
+
+        if ((obj.peerId != null && obj.peerId.byteLength > 0)) {
+          w.uint32(10)
+          w.bytes(obj.peerId)
+        }
+
+        if (obj.addrs != null && obj.addrs.length > 0) {
+          for (const value of obj.addrs) {
+            w.uint32(18)
+            w.bytes(value)
+          }
+        }
+
+        if (opts.lengthDelimited !== false) {
+          w.ldelim()
+        }
+      }, (reader, length, opts = {}) => {
+        const obj: any = {
+          peerId: uint8ArrayAlloc(0),
+          addrs: []
+        }
+
+        const end = length == null ? reader.len : reader.pos + length
+
+        while (reader.pos < end) {
+          const tag = reader.uint32()
+
+          switch (tag >>> 3) {
+            case 1: {
+              obj.peerId = reader.bytes()
+              break
+            }
+            case 2: {
+              if (opts.limits?.addrs != null && obj.addrs.length === opts.limits.addrs) {
+                throw new MaxLengthError('Decode error - repeated field "addrs" had too many elements')
+              }
+
+              obj.addrs.push(reader.bytes())
+              break
+            }
+            default: {
+              reader.skipType(tag & 7)
+              break
+            }
+          }
+        }
+
+        return obj
+      }, function * (reader, length, prefix, opts = {}) {
+        const obj = {
+          addrs: 0
+        }
+
+        const end = length == null ? reader.len : reader.pos + length
+
+        while (reader.pos < end) {
+          const tag = reader.uint32()
+
+          switch (tag >>> 3) {
+            case 1: {
+              yield {
+                field: `${prefix}.peerId`,
+                value: reader.bytes()
+              }
+              break
+            }
+            case 2: {
+              if (opts.limits?.addrs != null && obj.addrs === opts.limits.addrs) {
+                throw new MaxLengthError('Streaming decode error - repeated field "addrs" had too many elements')
+              }
+
+              yield {
+                field: `${prefix}.addrs[]`,
+                index: obj.addrs,
+                value: reader.bytes()
+              }
+
+              obj.addrs++
+
+              break
+            }
+            default: {
+              reader.skipType(tag & 7)
+              break
+            }
+          }
+        }
+      })
+    }
+
+    return _codec
+  }
+
+  export interface RendezvousPeerPeerIdFieldEvent {
+    field: '$.peerId'
+    value: Uint8Array
+  }
+
+  export interface RendezvousPeerAddrsFieldEvent {
+    field: '$.addrs[]'
+    index: number
+    value: Uint8Array
+  }
+
+  export function encode (obj: Partial<RendezvousPeer>): Uint8Array {
+    return encodeMessage(obj, RendezvousPeer.codec())
+  }
+
+  export function decode (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousPeer>): RendezvousPeer {
+    return decodeMessage(buf, RendezvousPeer.codec(), opts)
+  }
+
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousPeer>): Generator<RendezvousPeerPeerIdFieldEvent | RendezvousPeerAddrsFieldEvent> {
+    return streamMessage(buf, RendezvousPeer.codec(), opts)
+  }
+}
+
 export interface RendezvousResponse {
   entries: RendezvousEntry[]
   error: string
+  closer: RendezvousPeer[]
 }
 
 export namespace RendezvousResponse {
@@ -673,13 +805,21 @@ export namespace RendezvousResponse {
           w.string(obj.error)
         }
 
+        if (obj.closer != null && obj.closer.length > 0) {
+          for (const value of obj.closer) {
+            w.uint32(26)
+            RendezvousPeer.codec().encode(value, w)
+          }
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
       }, (reader, length, opts = {}) => {
         const obj: any = {
           entries: [],
-          error: ''
+          error: '',
+          closer: []
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -702,6 +842,16 @@ export namespace RendezvousResponse {
               obj.error = reader.string()
               break
             }
+            case 3: {
+              if (opts.limits?.closer != null && obj.closer.length === opts.limits.closer) {
+                throw new MaxLengthError('Decode error - repeated field "closer" had too many elements')
+              }
+
+              obj.closer.push(RendezvousPeer.codec().decode(reader, reader.uint32(), {
+                limits: opts.limits?.closer$
+              }))
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -712,7 +862,8 @@ export namespace RendezvousResponse {
         return obj
       }, function * (reader, length, prefix, opts = {}) {
         const obj = {
-          entries: 0
+          entries: 0,
+          closer: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -744,6 +895,24 @@ export namespace RendezvousResponse {
                 field: `${prefix}.error`,
                 value: reader.string()
               }
+              break
+            }
+            case 3: {
+              if (opts.limits?.closer != null && obj.closer === opts.limits.closer) {
+                throw new MaxLengthError('Streaming decode error - repeated field "closer" had too many elements')
+              }
+
+              for (const evt of RendezvousPeer.codec().stream(reader, reader.uint32(), `${prefix}.closer[]`, {
+                limits: opts.limits?.closer$
+              })) {
+                yield {
+                  ...evt,
+                  index: obj.closer
+                }
+              }
+
+              obj.closer++
+
               break
             }
             default: {
@@ -793,6 +962,18 @@ export namespace RendezvousResponse {
     value: string
   }
 
+  export interface RendezvousResponseCloserPeerIdFieldEvent {
+    field: '$.closer[].peerId'
+    value: Uint8Array
+    index: number
+  }
+
+  export interface RendezvousResponseCloserAddrsFieldEvent {
+    field: '$.closer[].addrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<RendezvousResponse>): Uint8Array {
     return encodeMessage(obj, RendezvousResponse.codec())
   }
@@ -801,7 +982,7 @@ export namespace RendezvousResponse {
     return decodeMessage(buf, RendezvousResponse.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousResponse>): Generator<RendezvousResponseEntriesPeerIdFieldEvent | RendezvousResponseEntriesExpirationFieldEvent | RendezvousResponseEntriesLookingFieldEvent | RendezvousResponseEntriesPriorityFieldEvent | RendezvousResponseEntriesAddrsFieldEvent | RendezvousResponseErrorFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousResponse>): Generator<RendezvousResponseEntriesPeerIdFieldEvent | RendezvousResponseEntriesExpirationFieldEvent | RendezvousResponseEntriesLookingFieldEvent | RendezvousResponseEntriesPriorityFieldEvent | RendezvousResponseEntriesAddrsFieldEvent | RendezvousResponseErrorFieldEvent | RendezvousResponseCloserPeerIdFieldEvent | RendezvousResponseCloserAddrsFieldEvent> {
     return streamMessage(buf, RendezvousResponse.codec(), opts)
   }
 }

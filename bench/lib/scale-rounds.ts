@@ -29,6 +29,8 @@ export interface RoundStats {
   readonly exchangesFailed: number
   readonly exchangeP50: number
   readonly exchangeP95: number
+  /** Mean hops per exchange: 1 when the first replicas asked were the key's closest peers. */
+  readonly exchangeHops: number
   readonly lookups: number
   readonly lookupsFailed: number
   readonly lookupP50: number
@@ -42,10 +44,10 @@ export interface RoundStats {
 
 /** What the rendezvous observer collects between two rounds. */
 export class RoundProbe {
-  exchanges: Array<{ ms: number, failed: number, replicas: number }> = []
+  exchanges: Array<{ ms: number, failed: number, replicas: number, hops: number }> = []
   lookups: Array<{ ms: number, ok: boolean }> = []
   readonly observer = {
-    exchange: (o: { ms: number, failed: number, replicas: number }) => { this.exchanges.push(o) },
+    exchange: (o: { ms: number, failed: number, replicas: number, hops: number }) => { this.exchanges.push(o) },
     lookup: (o: { ms: number, ok: boolean }) => { this.lookups.push(o) }
   }
 
@@ -69,6 +71,8 @@ export interface RoundOptions {
   /** Set by the caller's onGroup hook: whether a peer is to crash this round (then it crashes). */
   readonly victims: Set<number>
   readonly progress?: (line: string) => void
+  /** Sees each round's step results by rank, with every peer's tensor before the round. */
+  readonly onRound?: (round: number, results: ReadonlyMap<number, StepResult>, before: readonly Float32Array[]) => void
 }
 
 /** Runs rounds until the live peers agree within the threshold or rounds run out. */
@@ -83,6 +87,7 @@ export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Prom
     const live = swarm.averagers.map((_, i) => i).filter(i => !dead.has(i))
     options.victims.clear()
     for (const v of shuffle(live, random).slice(0, Math.round(options.crashRate * live.length))) options.victims.add(v)
+    const before = swarm.tensors.map(t => t.slice())
     const wallStart = performance.now()
     const cpuStart = process.cpuUsage()
     const outcomes = await Promise.allSettled(live.map(async i => await swarm.averagers[i].step({ timeout: options.stepTimeout })))
@@ -91,6 +96,7 @@ export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Prom
     for (const v of options.victims) dead.add(v)
     const results = new Map<number, StepResult>()
     outcomes.forEach((o, k) => { if (o.status === 'fulfilled' && !dead.has(live[k])) results.set(live[k], o.value) })
+    options.onRound?.(round, results, before)
     const survivors = live.filter(i => !dead.has(i))
     const groups = new Map<string, readonly string[]>()
     for (const r of results.values()) groups.set(r.groupId, r.peers)
@@ -133,6 +139,7 @@ export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Prom
       exchangesFailed: probe.exchanges.filter(e => e.failed === e.replicas).length,
       exchangeP50: quantile(ex, 0.5),
       exchangeP95: quantile(ex, 0.95),
+      exchangeHops: probe.exchanges.reduce((a, e) => a + e.hops, 0) / Math.max(1, probe.exchanges.length),
       lookups: probe.lookups.length,
       lookupsFailed: probe.lookups.filter(l => !l.ok).length,
       lookupP50: quantile(lk, 0.5),
@@ -191,7 +198,7 @@ export function formatSizes (sizes: ReadonlyMap<number, number>): string {
 export function formatRound (s: RoundStats): string {
   return `round ${s.round}: live ${s.live} (crashed ${s.crashed}), groups ${formatSizes(s.groupSizes) || '-'}, no group ${s.failedSteps}, ` +
     `repeated pairs ${s.repeatedPairs}/${s.pairs}, deviation ${s.deviation.toExponential(2)}, matchmaking p50/p95 ${s.matchmakingP50.toFixed(0)}/${s.matchmakingP95.toFixed(0)} ms, ` +
-    `rendezvous ${s.exchanges} (degraded ${s.exchangesDegraded}, failed ${s.exchangesFailed}) p50/p95 ${s.exchangeP50.toFixed(0)}/${s.exchangeP95.toFixed(0)} ms, ` +
+    `rendezvous ${s.exchanges} (degraded ${s.exchangesDegraded}, failed ${s.exchangesFailed}) p50/p95 ${s.exchangeP50.toFixed(0)}/${s.exchangeP95.toFixed(0)} ms, ${s.exchangeHops.toFixed(2)} hops, ` +
     `lookups ${s.lookups} (failed ${s.lookupsFailed}) p50/p95 ${s.lookupP50.toFixed(0)}/${s.lookupP95.toFixed(0)} ms, ` +
     `control ${s.controlMessages.toFixed(0)} msgs ${(s.controlBytes / 1024).toFixed(1)} KiB per peer, ${(s.wallMs / 1000).toFixed(1)} s wall, ${s.cpuS.toFixed(1)} CPU s`
 }

@@ -64,6 +64,8 @@ export interface ScaleSwarmOptions {
   readonly config: (rank: number) => Omit<AveragerConfig, 'mode'>
   readonly tensor: (rank: number) => Float32Array
   readonly hooks?: (rank: number) => AveragerHooks
+  /** Each rendezvous's log lines (replica failures), by rank. */
+  readonly rendezvousLog?: (rank: number, msg: string) => void
   readonly observer?: RendezvousObserver
   readonly traffic?: TrafficCounter
   readonly progress?: (line: string) => void
@@ -113,11 +115,16 @@ export async function startScaleSwarm (options: ScaleSwarmOptions): Promise<Scal
     await quietCpu(60_000 + 100 * nodes.length, options.progress)
     options.progress?.(`routing tables settled (${Date.now() - started} ms): min ${Math.min(...tables)}, median ${tables.slice().sort((a, b) => a - b)[tables.length >> 1]}`)
     const tensors: Float32Array[] = []
+    // Every rendezvous serves before any averager starts (and asks its first key's replicas).
     for (let i = 0; i < options.peers; i++) {
-      const config = options.config(i)
-      const r = new Rendezvous(nodes[i], { requestTimeoutMs: config.requestTimeout * 1000, observer: options.observer })
+      const log = options.rendezvousLog
+      const r = new Rendezvous(nodes[i], { requestTimeoutMs: options.config(i).requestTimeout * 1000, observer: options.observer, ...(log != null ? { log: (msg: string) => { log(i, msg) } } : {}) })
       await r.start()
       rendezvous.push(r)
+    }
+    for (let i = 0; i < options.peers; i++) {
+      const config = options.config(i)
+      const r = rendezvous[i]
       const data = options.tensor(i)
       tensors.push(data)
       averagers.push(await DecentralizedAverager.create(nodes[i], [{ name: 'w', shape: [data.length], data }], { ...config, mode: 'node' }, options.hooks?.(i) ?? {}, r))
@@ -149,7 +156,7 @@ async function settleTables (nodes: SwarmNode[], progress?: (line: string) => vo
   const deadline = Date.now() + 60_000 + 50 * nodes.length
   let last = ''
   let quietSince = Date.now()
-  await Promise.all(nodes.map(async n => { await n.services.dht.refreshRoutingTable().catch(() => {}) }))
+
   for (;;) {
     const sizes = nodes.map(routingTableSize)
     const now = sizes.join(',')

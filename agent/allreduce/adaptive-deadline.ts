@@ -59,7 +59,7 @@ export interface AdaptiveWait {
  * The adaptive limit on a sender's wait, from the waits `samples` (ms) of the senders that
  * delivered the same part: median + max(k·σ̂, median, floorMs), never above capMs (the fixed
  * sender timeout, which keeps applying). floorMs is the least slack any sender gets whatever the
- * statistics say (the runner passes the request timeout: how late a message may be on this
+ * statistics say (the averager passes two request timeouts: how late a message may be on this
  * network by the operator's own account). Undefined without samples.
  */
 export function adaptiveWait (samples: readonly number[], floorMs: number, capMs: number): AdaptiveWait | undefined {

@@ -27,7 +27,7 @@ export interface AllReduceOptions {
   readonly senderTimeoutMs: number
   /**
    * Least slack the adaptive deadline gives a late sender over the median wait of the others
-   * (agent/allreduce/adaptive-deadline.ts); the averager passes its request timeout.
+   * (agent/allreduce/adaptive-deadline.ts); the averager passes two request timeouts.
    */
   readonly deadlineSlackMs: number
   /** Longest gap a sender waits for a reducer's next mean. */

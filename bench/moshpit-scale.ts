@@ -66,7 +66,7 @@ export async function scaleRun (peers: number, groupSize: number, crashPercent: 
     }),
     observer: probe.observer,
     ...(process.env.AVS_TEST_LOG != null ? { rendezvousLog: (rank: number, msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) } } : {}),
-    traffic: process.env.SCALE_NO_TRAFFIC != null ? undefined : traffic,
+    traffic,
     progress: log
   })
   try {

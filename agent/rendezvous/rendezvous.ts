@@ -111,9 +111,9 @@ export class Rendezvous {
     let failed = 0
     let hops = 0
     for (let hop = 0; hop < MAX_HOPS; hop++) {
-      const chosen = (await this.replicasFor(key, keyBytes, target, settled && hop === 0)).filter(r => !asked.has(r.peer.toString()))
+      const chosen = (await this.replicasFor(key, keyBytes, target, settled && hop === 0)).filter(p => !asked.has(p.toString()))
       if (chosen.length === 0) break
-      for (const r of chosen) asked.add(r.peer.toString())
+      for (const p of chosen) asked.add(p.toString())
       hops++
       const round = await this.askReplicas(key, entry, request, chosen)
       replicas += chosen.length
@@ -126,10 +126,10 @@ export class Rendezvous {
   }
 
   /** One hop: every chosen replica asked at once. */
-  private async askReplicas (key: string, entry: StoredEntry | undefined, request: Uint8Array, chosen: ReadonlyArray<{ peer: PeerId, suspect: boolean }>): Promise<{ lists: StoredEntry[][], closer: RendezvousPeer[], failed: number }> {
+  private async askReplicas (key: string, entry: StoredEntry | undefined, request: Uint8Array, chosen: readonly PeerId[]): Promise<{ lists: StoredEntry[][], closer: RendezvousPeer[], failed: number }> {
     const answers: Array<{ entries: StoredEntry[], closer: RendezvousPeer[] } | undefined> = chosen.map(() => undefined)
     let failed = 0
-    const calls = chosen.map(async ({ peer }, i) => {
+    const calls = chosen.map(async (peer, i) => {
       try {
         answers[i] = await this.ask(peer, key, entry, request)
         this.suspects.delete(peer.toString())
@@ -234,7 +234,7 @@ export class Rendezvous {
    * 4-agent swarm whose tables held only the bootstrap agent without groups: restore test.)
    * `settled` waits (a bounded while) for a kad-dht lookup of the key first.
    */
-  private async replicasFor (key: string, keyBytes: Uint8Array, target: Uint8Array, settled: boolean): Promise<Array<{ peer: PeerId, suspect: boolean }>> {
+  private async replicasFor (key: string, keyBytes: Uint8Array, target: Uint8Array, settled: boolean): Promise<PeerId[]> {
     // No kad-dht lookup of every key any more, and none ahead of a round: the hops find the key's
     // replicas. A lookup cost ~60 messages and ~130 ms of CPU per peer per key; a find sent ahead
     // of each round (to warm the next key) left the bootstrap agent of a 4-agent swarm without a
@@ -249,11 +249,11 @@ export class Rendezvous {
       ...(this.learned.get(key) ?? []),
       ...(this.closestCache.get(key)?.peers ?? [])
     ]
-    const chosen: Array<{ peer: PeerId, suspect: boolean }> = []
+    const chosen: PeerId[] = []
     const now = Date.now()
     for (const peer of await rankByDistance(candidates, target)) {
       if ((this.suspects.get(peer.toString()) ?? 0) > now) continue
-      chosen.push({ peer, suspect: false })
+      chosen.push(peer)
       if (chosen.length === REPLICAS) break
     }
     return chosen

@@ -3,7 +3,7 @@ import { tcp } from '@libp2p/tcp'
 import { tls } from '@libp2p/tls'
 import { noise } from '@libp2p/noise'
 import { yamux } from '@libp2p/yamux'
-import { identify } from '@libp2p/identify'
+import { identify, identifyPush } from '@libp2p/identify'
 import { ping } from '@libp2p/ping'
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht'
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2'
@@ -153,6 +153,11 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     metrics: options.metrics,
     services: {
       identify: identify(),
+      // Agents start as DHT clients and turn server once reachable: the push tells peers already
+      // connected (the bootstrap agent first) that they now speak kad-dht, so their routing tables
+      // take them. Without it the bootstrap agent's table stayed empty, it asked only itself for
+      // a key's replicas, and the rest of a 4-agent swarm grouped without it (restore test).
+      identifyPush: identifyPush(),
       ping: ping(),
       internals: (components: Pick<NodeInternals, 'transportManager'> & { addressManager: { confirmObservedAddr: (a: Multiaddr, o: { type: 'observed' }) => void } }): NodeInternals => ({
         transportManager: components.transportManager,

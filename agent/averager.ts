@@ -1,5 +1,4 @@
 import type { SwarmNode } from './net/node.js'
-import { Rendezvous } from './rendezvous/rendezvous.js'
 import { Matchmaker } from './matchmaking/matchmaker.js'
 import { MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
@@ -7,7 +6,6 @@ import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
 import { AggregateDialer, type DataPathName } from './allreduce/aggregate-dialer.js'
 import { mainThreadTransport, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
 import { DataThreads } from './net/direct/threads/data-threads.js'
-import { createDataChannelIdentity, nodePrivateKey } from './net/direct/identity.js'
 import { aggregateProtocol, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
 import { elementsPerPart } from './allreduce/partition.js'
 import { codecFor, type Codec, type CompressionChoice, type CompressionName } from './compression/index.js'
@@ -141,7 +139,6 @@ export class DecentralizedAverager {
   /** Peak-window rate of our link in recent rounds, bytes/s (agent/adapt/link-rate.ts). */
   private measuredRate: number | undefined
   private readonly codecClock = new CodecClock()
-  private readonly rendezvous: Rendezvous
   private readonly matchmaker: Matchmaker
   private readonly router: AggregateRouter
   private dialer: AggregateDialer
@@ -152,13 +149,15 @@ export class DecentralizedAverager {
   private bits: string
   private readonly shutdownController = new AbortController()
   private running = false
+  /** How to unregister each protocol start() registered, in the order registered. */
+  private readonly started: Array<() => Promise<void>> = []
 
-  private constructor (readonly node: SwarmNode, private readonly tensors: readonly NamedTensor[], config: AveragerConfig, private readonly hooks: AveragerHooks, rendezvous?: Rendezvous) {
+  private constructor (readonly node: SwarmNode, private readonly tensors: readonly NamedTensor[], config: AveragerConfig, private readonly hooks: AveragerHooks) {
     this.config = config
     this.codec = codecFor(config.compression === 'auto' ? 'none' : config.compression)
     this.bits = config.initialGroupBits
-    this.rendezvous = rendezvous ?? new Rendezvous(node, { requestTimeoutMs: config.requestTimeout * 1000, log: hooks.log })
-    this.matchmaker = new Matchmaker(node, this.rendezvous, {
+    // The node's rendezvous, shared with state sharing: the node starts and stops it, never the averager.
+    this.matchmaker = new Matchmaker(node, node.services.rendezvous, {
       prefix: config.prefix,
       mode: wireMode(config.mode),
       schemaHash: schemaHash(tensors, config.compression, config.partSizeBytes),
@@ -192,33 +191,45 @@ export class DecentralizedAverager {
   }
 
   /** Validates the config, registers the protocols and returns a running averager. */
-  static async create (node: SwarmNode, tensors: readonly NamedTensor[], config: AveragerConfig, hooks: AveragerHooks = {}, rendezvous?: Rendezvous): Promise<DecentralizedAverager> {
+  static async create (node: SwarmNode, tensors: readonly NamedTensor[], config: AveragerConfig, hooks: AveragerHooks = {}): Promise<DecentralizedAverager> {
     validateConfig(config)
     for (const t of tensors) {
       if (elementCount(t.shape) !== t.data.length) throw new AveragingError(`tensor ${t.name} has shape [${t.shape.join(', ')}] but ${t.data.length} values`)
     }
-    const averager = new DecentralizedAverager(node, tensors, config, hooks, rendezvous)
-    await averager.start(rendezvous == null)
+    const averager = new DecentralizedAverager(node, tensors, config, hooks)
+    try {
+      await averager.start()
+    } catch (err) {
+      // Undo what did start (a taken data port fails the listen after the join protocol is
+      // registered): a retried create, as the sidecar's register does, registers it again.
+      await averager.release()
+      throw err
+    }
     return averager
   }
 
-  private async start (ownRendezvous: boolean): Promise<void> {
-    if (ownRendezvous) await this.rendezvous.start()
+  private async start (): Promise<void> {
     await this.matchmaker.start()
+    this.started.push(async () => { await this.matchmaker.stop() })
     if ((this.config.dataChannel ?? 'direct') === 'direct') await this.startDirectChannel()
     if (this.config.mode !== 'client') {
       await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 16, runOnLimitedConnection: false })
+      this.started.push(async () => { await this.node.unhandle(aggregateProtocol(this.config.prefix)).catch(() => {}) })
     }
     this.running = true
   }
 
+  /** Stops what start() started and closes the data channel; never the node's own services (the rendezvous). */
+  private async release (): Promise<void> {
+    for (const stop of this.started.splice(0)) await stop()
+    this.node.removeEventListener('stop', this.onNodeStop)
+    this.dialer.closeAll(new AveragingError('the averager shut down'))
+    await this.directServer?.close()
+    await this.transport.close()
+  }
+
   private async startDirectChannel (): Promise<void> {
-    const key = nodePrivateKey(this.node)
-    if (key == null) {
-      this.hooks.log?.('direct data channel off: the libp2p node exposes no identity key; parts go over libp2p streams')
-      return
-    }
-    const identity = await createDataChannelIdentity(key)
+    const identity = await this.node.services.dataIdentity.create()
     const threads = this.config.dataThreads ?? 0
     if (threads > 0) this.transport = DataThreads.start(threads, this.hooks.log)
     // The data channel lives and dies with the node, as if they were one transport.
@@ -404,19 +415,13 @@ export class DecentralizedAverager {
     }
   }
 
-  /** Leaves any search, unregisters the protocols; the libp2p node is the caller's to stop. */
+  /** Leaves any search, unregisters the protocols; the libp2p node (and its rendezvous) is the caller's to stop. */
   async shutdown (): Promise<void> {
     if (!this.running) return
     this.running = false
     this.shutdownController.abort()
     await this.stepLock.run(async () => {})
-    await this.matchmaker.stop()
-    await this.node.unhandle(aggregateProtocol(this.config.prefix)).catch(() => {})
-    this.node.removeEventListener('stop', this.onNodeStop)
-    this.dialer.closeAll(new AveragingError('the averager shut down'))
-    await this.directServer?.close()
-    await this.transport.close()
-    await this.rendezvous.stop()
+    await this.release()
   }
 }
 

@@ -9,7 +9,6 @@ import { loadAgentConfig, type AgentConfig } from './config.js'
 import { createSwarmNode, type SwarmNode } from './net/node.js'
 import { AnnounceFile } from './net/announce-file.js'
 import { connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
-import { Rendezvous } from './rendezvous/rendezvous.js'
 import { DecentralizedAverager } from './averager.js'
 import { AgentMetrics } from './metrics/agent-metrics.js'
 import { startMetricsServer } from './metrics/http-server.js'
@@ -36,7 +35,7 @@ function fatalLine (what: string, err: unknown): string {
 type Log = Logger
 
 /** The libp2p node on the pod's address, its metrics in the agent's registry. */
-async function startNode (config: AgentConfig, metrics: AgentMetrics, announce?: AnnounceFile): Promise<SwarmNode> {
+async function startNode (config: AgentConfig, metrics: AgentMetrics, log: Log, announce?: AnnounceFile): Promise<SwarmNode> {
   return await createSwarmNode({
     announceExtra: announce === undefined ? undefined : () => announce.addrs,
     privateKey: config.identityKey != null ? privateKeyFromProtobuf(config.identityKey) : undefined,
@@ -46,7 +45,8 @@ async function startNode (config: AgentConfig, metrics: AgentMetrics, announce?:
     allowPeers: config.allowPeers,
     dhtServerLater: true,
     relay: config.relay != null ? { ...config.relay, onRelayed: (bytes) => { metrics.relayedBytes.inc(bytes) } } : undefined,
-    metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false })
+    metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false }),
+    rendezvous: { requestTimeoutMs: config.averager.requestTimeout * 1000, log: (m) => { log.debug(m) } }
   })
 }
 
@@ -138,7 +138,7 @@ async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: Abort
 }
 
 /** An averager for the workload's tensors, its rounds counted in the metrics and its data path logged. */
-async function createAverager (node: SwarmNode, rendezvous: Rendezvous, config: AgentConfig, metrics: AgentMetrics, log: Log, tensors: Parameters<WorkloadContext['createAverager']>[0], hooks: Parameters<WorkloadContext['createAverager']>[1]): Promise<DecentralizedAverager> {
+async function createAverager (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log, tensors: Parameters<WorkloadContext['createAverager']>[0], hooks: Parameters<WorkloadContext['createAverager']>[1]): Promise<DecentralizedAverager> {
   const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
     log: (m) => { log.debug(m) },
     ...hooks,
@@ -148,7 +148,7 @@ async function createAverager (node: SwarmNode, rendezvous: Rendezvous, config: 
       if (banned.length > 0) log.warn(`left ${banned.length} group member(s) out of the span we reduced (failed, too slow or sent invalid parts): ${banned.join(', ')}`)
       hooks?.onStep?.(outcome, detail)
     }
-  }, rendezvous)
+  })
   const path = averager.dataPath
   log.info(path.kind === 'direct'
     ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}${path.threads > 0 ? ` carried by ${path.threads} data thread(s)` : ' on the main thread'}, falling back to libp2p streams`
@@ -161,9 +161,9 @@ async function createAverager (node: SwarmNode, rendezvous: Rendezvous, config: 
  * Newcomers start from a live peer's tensors (hivemind's load_state_from_peers); every agent
  * then offers its own. Auxiliary and client peers hold no state worth sharing.
  */
-function stateSharingFor (node: SwarmNode, rendezvous: Rendezvous, config: AgentConfig, metrics: AgentMetrics, log: Log): StateSharing | undefined {
+function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log): StateSharing | undefined {
   return config.averager.mode === 'node'
-    ? new StateSharing(node, rendezvous, {
+    ? new StateSharing(node, {
       prefix: config.averager.prefix,
       requestTimeoutMs: config.averager.requestTimeout * 1000,
       log: (m) => { log.debug(m) },
@@ -213,7 +213,6 @@ interface RunningAgent {
   watchdogs: Array<NodeJS.Timeout | undefined>
   stateSharing?: StateSharing
   checkpointer?: Checkpointer
-  rendezvous: Rendezvous
   node: SwarmNode
   server: Server
   log: Log
@@ -226,7 +225,6 @@ async function stopAgent (a: RunningAgent): Promise<void> {
   for (const watchdog of a.watchdogs) clearInterval(watchdog)
   await a.stateSharing?.stop().catch(() => {})
   a.checkpointer?.close()
-  await a.rendezvous.stop()
   await a.node.stop()
   a.server.close()
   a.log.info('agent stopped')
@@ -239,7 +237,7 @@ async function main (): Promise<number> {
   const metrics = new AgentMetrics(config.swarm)
   let ready = false
   const announce = await readAnnounceFile(config, log)
-  const node = await startNode(config, metrics, announce)
+  const node = await startNode(config, metrics, log, announce)
   // A changed address goes into our peer record, which identify pushes to the peers we know.
   announce?.watch(ANNOUNCE_REREAD_MS, () => { void node.peerStore.patch(node.peerId, { multiaddrs: node.getMultiaddrs().map(a => a.decapsulateCode(421)) }).catch(() => {}) })
   const server = await startMetricsServer(config.podIP, config.metricsPort, metrics.registry, { live: () => true, ready: () => ready })
@@ -247,25 +245,23 @@ async function main (): Promise<number> {
   const { name: backend } = await loadTensorBackend()
   const gauges = startGauges(node, metrics)
   trackConnectionKinds(node, metrics)
-  const rendezvous = new Rendezvous(node, { requestTimeoutMs: config.averager.requestTimeout * 1000, log: (m) => { log.debug(m) } })
-  await rendezvous.start()
   const shutdown = abortOnSignals(log)
   const { joined, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, log))
   config = { ...config, averager: reached.averager }
   metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
   const checkpointer = checkpointerFor(config, metrics, log)
   const ctx: WorkloadContext = {
-    node, rendezvous, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
+    node, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
     checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline, completionOnTrainerExit: config.completionOnTrainerExit,
-    createAverager: async (tensors, hooks) => await createAverager(node, rendezvous, config, metrics, log, tensors, hooks),
+    createAverager: async (tensors, hooks) => await createAverager(node, config, metrics, log, tensors, hooks),
     setReady: (value) => { ready = value && joined }
   }
-  const stateSharing = stateSharingFor(node, rendezvous, config, metrics, log)
+  const stateSharing = stateSharingFor(node, config, metrics, log)
   try {
     if (joined) await workloadOf(config, ctx, stateSharing).run()
   } finally {
     ready = false
-    await stopAgent({ gauges, announce, watchdogs: [watchdog, reached.watchdog], stateSharing, checkpointer, rendezvous, node, server, log })
+    await stopAgent({ gauges, announce, watchdogs: [watchdog, reached.watchdog], stateSharing, checkpointer, node, server, log })
   }
   return 0
 }

@@ -2,6 +2,7 @@ import { Resolver } from 'node:dns/promises'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import type { SwarmNode } from './node.js'
 import { describeError } from '../errors.js'
+import { kadRoutingTable } from './kad-routing-table.js'
 
 /**
  * Resolves /dns4 and /dns multiaddrs to /ip4 ones, with the given DNS servers when set (the
@@ -79,7 +80,7 @@ export async function settleRoutingTable (node: SwarmNode, maxMs = 8000, quietMs
 
 /** Peers in the node's Kademlia routing table. */
 export function routingTableSize (node: SwarmNode): number {
-  return (node.services.dht as unknown as { routingTable?: { size: number } }).routingTable?.size ?? 0
+  return kadRoutingTable(node.services.dht).size
 }
 
 /**

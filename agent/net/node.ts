@@ -11,6 +11,8 @@ import { dcutr } from '@libp2p/dcutr'
 import { privateNetwork, type ProtectedConnection } from './pnet/index.js'
 import { relayServer, type RelayServeOptions } from './relay.js'
 import { isCircuit } from './reach.js'
+import { rendezvous, type Rendezvous, type RendezvousInit } from '../rendezvous/rendezvous.js'
+import { dataChannelIdentity, type DataChannelIdentities } from './direct/identity.js'
 import { isPrivate } from '@libp2p/utils'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
@@ -68,6 +70,8 @@ export interface SwarmNodeOptions {
    * crypto of one shared CPU. The agent never sets it.
    */
   readonly inMemory?: { readonly latencyMs?: number }
+  /** The rendezvous service's request timeout, log and observer (default: the averager's default requestTimeout, no log). */
+  readonly rendezvous?: RendezvousInit
 }
 
 /** What the agent needs of libp2p's internals: listening on a relay at run time (./reach.ts). */
@@ -84,7 +88,12 @@ export interface NodeInternals {
   announceRelayOnly: (on: boolean) => void
 }
 
-export type SwarmNode = Libp2p<{ dht: KadDHT, identify: Identify, ping: Ping, internals: NodeInternals }>
+/**
+ * An agent's libp2p node. Besides libp2p's own services it runs the agent's rendezvous (shared by
+ * the averager and state sharing, started and stopped with the node) and hands out the direct data
+ * channel's certificates (bound to the node's identity key).
+ */
+export type SwarmNode = Libp2p<{ dht: KadDHT, identify: Identify, ping: Ping, internals: NodeInternals, rendezvous: Rendezvous, dataIdentity: DataChannelIdentities }>
 
 /** A libp2p node tuned for averaging: large yamux windows, a private DHT that serves on LANs, generous connection limits. */
 export async function createSwarmNode (options: SwarmNodeOptions): Promise<SwarmNode> {
@@ -174,7 +183,10 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
         peerInfoMapper: passthroughMapper,
         allowQueryWithZeroPeers: true,
         initialQuerySelfInterval: 200
-      })
+      }),
+      // Reads the routing table of the kad-dht service above, which it finds under the name `dht`.
+      rendezvous: rendezvous(options.rendezvous),
+      dataIdentity: dataChannelIdentity()
     }
   })
   return node as unknown as SwarmNode

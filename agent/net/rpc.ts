@@ -1,12 +1,55 @@
 import { peerIdFromString } from '@libp2p/peer-id'
 import { multiaddr } from '@multiformats/multiaddr'
-import type { PeerId, Stream, Connection } from '@libp2p/interface'
-import type { SwarmNode } from './node.js'
+import type { AbortOptions, PeerId, PeerStore, Stream, Connection, StreamHandler, StreamHandlerOptions } from '@libp2p/interface'
+import type { Multiaddr } from '@multiformats/multiaddr'
 import { FramedStream } from './framed-stream.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
+
+/**
+ * What the helpers below use of a libp2p node. A SwarmNode is one; a libp2p service, which is
+ * handed the node's components and not the node, makes one of them with rpcNodeOf.
+ */
+export interface RpcNode {
+  readonly peerId: PeerId
+  readonly peerStore: PeerStore
+  handle (protocol: string, handler: StreamHandler, options?: StreamHandlerOptions): Promise<void>
+  unhandle (protocol: string): Promise<void>
+  dial (peer: PeerId, options?: AbortOptions): Promise<Connection>
+  dialProtocol (peer: PeerId, protocol: string, options?: AbortOptions): Promise<Stream>
+  getConnections (peer?: PeerId): Connection[]
+  getMultiaddrs (): Multiaddr[]
+}
+
+/** The libp2p components an RpcNode is made of (a service's view of the node). */
+export interface RpcComponents {
+  readonly peerId: PeerId
+  readonly peerStore: PeerStore
+  readonly registrar: Pick<RpcNode, 'handle' | 'unhandle'>
+  readonly connectionManager: {
+    openConnection: (peer: PeerId, options?: AbortOptions & { priority?: number }) => Promise<Connection>
+    openStream: (peer: PeerId, protocol: string, options?: AbortOptions) => Promise<Stream>
+    getConnections: (peer?: PeerId) => Connection[]
+  }
+  readonly addressManager: { getAddresses: () => Multiaddr[] }
+}
+
+/** An RpcNode over a service's components, doing what js-libp2p's own node methods do with them. */
+export function rpcNodeOf (components: RpcComponents): RpcNode {
+  return {
+    get peerId () { return components.peerId },
+    get peerStore () { return components.peerStore },
+    handle: async (protocol, handler, options) => { await components.registrar.handle(protocol, handler, options) },
+    unhandle: async (protocol) => { await components.registrar.unhandle(protocol) },
+    // libp2p's node.dial puts a user's dial ahead of its own (priority 75): so does ours.
+    dial: async (peer, options) => await components.connectionManager.openConnection(peer, { priority: 75, ...options }),
+    dialProtocol: async (peer, protocol, options) => await components.connectionManager.openStream(peer, protocol, options),
+    getConnections: (peer) => components.connectionManager.getConnections(peer),
+    getMultiaddrs: () => components.addressManager.getAddresses()
+  }
+}
 
 /** Peer ids travel as the UTF-8 bytes of their string form: unambiguous and validated on parse. */
 export function peerIdToBytes (peer: PeerId | string): Uint8Array {
@@ -23,7 +66,7 @@ export function peerIdFromBytes (bytes: Uint8Array): PeerId {
 }
 
 /** Teaches the peer store where a peer listens, from multiaddr bytes a message carried. */
-export async function rememberAddrs (node: SwarmNode, peer: PeerId, addrs: readonly Uint8Array[]): Promise<void> {
+export async function rememberAddrs (node: RpcNode, peer: PeerId, addrs: readonly Uint8Array[]): Promise<void> {
   if (addrs.length === 0 || peer.equals(node.peerId)) return
   const multiaddrs = []
   for (const bytes of addrs.slice(0, 16)) {
@@ -32,7 +75,7 @@ export async function rememberAddrs (node: SwarmNode, peer: PeerId, addrs: reado
   if (multiaddrs.length > 0) await node.peerStore.merge(peer, { multiaddrs })
 }
 
-export function ownAddrBytes (node: SwarmNode): Uint8Array[] {
+export function ownAddrBytes (node: RpcNode): Uint8Array[] {
   return node.getMultiaddrs().map(ma => ma.bytes)
 }
 
@@ -43,7 +86,7 @@ export interface OpenOptions {
 }
 
 /** Opens a framed stream to a peer on a protocol, bounded by a timeout. */
-export async function openFramed (node: SwarmNode, peer: PeerId, protocol: string, options: OpenOptions): Promise<FramedStream> {
+export async function openFramed (node: RpcNode, peer: PeerId, protocol: string, options: OpenOptions): Promise<FramedStream> {
   const stream = await node.dialProtocol(peer, protocol, { signal: AbortSignal.timeout(options.timeoutMs) })
   return new FramedStream(stream, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
 }
@@ -95,7 +138,7 @@ export interface UnaryHandlerOptions {
  * exchange running past the timeout closes that stream only; the node goes on serving.
  */
 export async function handleUnary (
-  node: SwarmNode,
+  node: RpcNode,
   protocol: string,
   respond: (request: Uint8Array, from: PeerId) => Promise<Uint8Array> | Uint8Array,
   options: UnaryHandlerOptions
@@ -125,7 +168,7 @@ export async function handleUnary (
 }
 
 /** Calls a unary protocol: one request frame out, one response frame back. */
-export async function callUnary (node: SwarmNode, peer: PeerId, protocol: string, request: Uint8Array, options: OpenOptions): Promise<Uint8Array> {
+export async function callUnary (node: RpcNode, peer: PeerId, protocol: string, request: Uint8Array, options: OpenOptions): Promise<Uint8Array> {
   const framed = await openFramed(node, peer, protocol, options)
   try {
     await framed.write(request)

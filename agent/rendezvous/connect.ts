@@ -1,5 +1,5 @@
 import type { PeerId } from '@libp2p/interface'
-import type { SwarmNode } from '../net/node.js'
+import type { RpcNode } from '../net/rpc.js'
 
 /**
  * Makes sure a connection to the peer is open or opening before a request with a short timeout
@@ -10,7 +10,7 @@ import type { SwarmNode } from '../net/node.js'
  * replicas again and again ('The operation was aborted due to timeout') and found no group. Left
  * to finish, the handshake serves the next request.
  */
-export async function connectPatiently (node: SwarmNode, peer: PeerId, waitMs: number): Promise<void> {
+export async function connectPatiently (node: RpcNode, peer: PeerId, waitMs: number): Promise<void> {
   if (node.getConnections(peer).length > 0) return
   const dialling = node.dial(peer)
   let timer: NodeJS.Timeout | undefined

@@ -1,8 +1,11 @@
 import { sha256 } from 'multiformats/hashes/sha2'
-import type { PeerId } from '@libp2p/interface'
-import type { SwarmNode } from '../net/node.js'
+import { serviceDependencies, type PeerId, type PeerRouting, type Startable } from '@libp2p/interface'
+import type { KadDHT } from '@libp2p/kad-dht'
 import { RendezvousRequest, RendezvousResponse, type RendezvousEntry, type RendezvousPeer } from '../proto/averaging.js'
-import { callUnary, handleUnary, ownAddrBytes, peerIdFromBytes, peerIdToBytes, rememberAddrs } from '../net/rpc.js'
+import { callUnary, handleUnary, ownAddrBytes, peerIdFromBytes, peerIdToBytes, rememberAddrs, rpcNodeOf, type RpcComponents, type RpcNode } from '../net/rpc.js'
+import { kadRoutingTable } from '../net/kad-routing-table.js'
+import { AVERAGING_PARAMETERS } from '../../api/averaging-parameters.js'
+import { toAgent } from '../../api/parameter-bounds.js'
 import { DictionaryStore, mergeEntries, type StoredEntry } from './store.js'
 import { describeError } from '../errors.js'
 import { connectPatiently } from './connect.js'
@@ -27,9 +30,11 @@ const SETTLE_REQUEST_TIMEOUTS = 3
 /** Addresses kept per entry, and the longest one accepted. */
 const MAX_ADDRS = 16
 const MAX_ADDR_BYTES = 256
+const DEFAULT_REQUEST_TIMEOUT_MS = 1000 * Number(toAgent(AVERAGING_PARAMETERS.requestTimeout.bound, AVERAGING_PARAMETERS.requestTimeout.default ?? '3s'))
 
-export interface RendezvousOptions {
-  readonly requestTimeoutMs: number
+export interface RendezvousInit {
+  /** Bounds every exchange with a replica, both ways (default: the averager's default requestTimeout, 3 s). */
+  readonly requestTimeoutMs?: number
   readonly now?: () => number
   readonly log?: (msg: string) => void
   readonly observer?: RendezvousObserver
@@ -41,13 +46,30 @@ export interface RendezvousObserver {
   lookup?: (outcome: { readonly key: string, readonly ms: number, readonly found: number, readonly ok: boolean }) => void
 }
 
+/** What the rendezvous uses of the node: the libp2p components, and the kad-dht service the node registers as `dht`. */
+export interface RendezvousComponents extends RpcComponents {
+  readonly peerRouting: PeerRouting
+  readonly dht: KadDHT
+}
+
+/**
+ * The rendezvous as a libp2p service (`services: { rendezvous: rendezvous(init) }`): one per node,
+ * started and stopped with it. The averager and state sharing use `node.services.rendezvous`.
+ */
+export function rendezvous (init: RendezvousInit = {}): (components: RendezvousComponents) => Rendezvous {
+  return (components) => new Rendezvous(components, init)
+}
+
 /**
  * hivemind's DHT dictionary values on top of js-libp2p's Kademlia: kad-dht finds the peers
  * closest to a key, and this small protocol stores (peer -> expiring entry) dictionaries on them.
  * js kad-dht keeps one record per key and cannot merge per-subkey expirations, which matchmaking
  * needs (many peers declaring under one group key, each with its own expiration).
  */
-export class Rendezvous {
+export class Rendezvous implements Startable {
+  readonly [Symbol.toStringTag] = 'averaging-swarm/rendezvous'
+  /** Replicas are picked from kad-dht's routing table: libp2p refuses to start a node without one. */
+  readonly [serviceDependencies] = ['@libp2p/kad-dht']
   readonly store = new DictionaryStore()
   private readonly closestCache = new Map<string, { peers: PeerId[], at: number, pending?: Promise<void> }>()
   /** Peers that replicas named as closest to a key: the next exchanges on the key ask them. */
@@ -56,9 +78,13 @@ export class Rendezvous {
   private readonly suspects = new Map<string, number>()
   private readonly now: () => number
   private pruneTimer: NodeJS.Timeout | undefined
+  private readonly node: RpcNode
+  private readonly options: RendezvousInit & { readonly requestTimeoutMs: number }
 
-  constructor (private readonly node: SwarmNode, private readonly options: RendezvousOptions) {
-    this.now = options.now ?? (() => Date.now() / 1000)
+  constructor (private readonly components: RendezvousComponents, init: RendezvousInit) {
+    this.node = rpcNodeOf(components)
+    this.options = { ...init, requestTimeoutMs: init.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS }
+    this.now = init.now ?? (() => Date.now() / 1000)
   }
 
   async start (): Promise<void> {
@@ -221,8 +247,7 @@ export class Rendezvous {
   }
 
   private tableClosest (target: Uint8Array, count: number): PeerId[] {
-    const table = (this.node.services.dht as unknown as { routingTable?: { closestPeers: (id: Uint8Array, o: { count: number }) => PeerId[] } }).routingTable
-    return table?.closestPeers(target, { count }) ?? []
+    return kadRoutingTable(this.components.dht).closestPeers(target, { count })
   }
 
   /**
@@ -281,7 +306,7 @@ export class Rendezvous {
     const found: PeerId[] = []
     const started = performance.now()
     try {
-      for await (const info of this.node.peerRouting.getClosestPeers(keyBytes, { signal: AbortSignal.timeout(30_000) })) found.push(info.id)
+      for await (const info of this.components.peerRouting.getClosestPeers(keyBytes, { signal: AbortSignal.timeout(30_000) })) found.push(info.id)
       this.closestCache.set(key, { peers: found, at: Date.now() })
       this.options.observer?.lookup?.({ key, ms: performance.now() - started, found: found.length, ok: true })
     } catch (err) {

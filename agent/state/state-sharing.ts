@@ -1,7 +1,6 @@
 import { endianness } from 'node:os'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { SwarmNode } from '../net/node.js'
-import type { Rendezvous } from '../rendezvous/rendezvous.js'
 import type { StoredEntry } from '../rendezvous/store.js'
 import type { NamedTensor } from '../averager.js'
 import { ownAddrBytes, rememberAddrs } from '../net/rpc.js'
@@ -58,7 +57,7 @@ export class StateSharing {
   private announcing: Promise<void> = Promise.resolve()
   private stopped = false
 
-  constructor (private readonly node: SwarmNode, private readonly rendezvous: Rendezvous, private readonly options: StateSharingOptions) {
+  constructor (private readonly node: SwarmNode, private readonly options: StateSharingOptions) {
     // Chunks carry the in-memory float32 bytes as the little-endian bytes the wire defines.
     if (endianness() !== 'LE') throw new AveragingError('state sharing needs a little-endian machine')
     this.protocol = stateProtocol(options.prefix)
@@ -110,7 +109,7 @@ export class StateSharing {
     const self = this.node.peerId.toString()
     let entries: StoredEntry[]
     try {
-      entries = (await this.rendezvous.find(this.key, { settled: true })).filter(e => e.looking && e.peerId !== self)
+      entries = (await this.node.services.rendezvous.find(this.key, { settled: true })).filter(e => e.looking && e.peerId !== self)
     } catch (err) {
       this.options.log?.(`looking up state donors failed: ${describeError(err)}`)
       entries = []
@@ -159,7 +158,7 @@ export class StateSharing {
   private async announce (looking: boolean): Promise<void> {
     const next = this.announcing.then(async () => {
       if (looking && this.stopped) return
-      await this.rendezvous.declare(this.key, {
+      await this.node.services.rendezvous.declare(this.key, {
         peerId: this.node.peerId.toString(),
         expiration: Date.now() / 1000 + ANNOUNCE_TTL_S,
         looking,

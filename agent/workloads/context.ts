@@ -1,15 +1,13 @@
 import type { Logger } from 'pino'
 import type { SwarmNode } from '../net/node.js'
-import type { Rendezvous } from '../rendezvous/rendezvous.js'
 import type { AveragerConfig, AveragerHooks, DecentralizedAverager, NamedTensor } from '../averager.js'
 import type { AgentMetrics } from '../metrics/agent-metrics.js'
 import type { Checkpointer } from '../checkpoint/checkpointer.js'
 
 /** What a workload gets from the agent process: everything it needs, passed in explicitly. */
 export interface WorkloadContext {
+  /** The libp2p node, with its rendezvous (node.services.rendezvous, shared by the averager and state sharing). */
   readonly node: SwarmNode
-  /** Shared by the averager and state sharing (one protocol handler per node). */
-  readonly rendezvous: Rendezvous
   readonly averagerConfig: AveragerConfig
   /** Seconds between averaging rounds. */
   readonly period: number

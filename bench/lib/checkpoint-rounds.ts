@@ -49,7 +49,7 @@ export async function startPair (elements: number): Promise<Pair> {
     await Promise.allSettled(nodes.map(async n => { await n.stop() }))
   }
   try {
-    for (let p = 0; p < 2; p++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
+    for (let p = 0; p < 2; p++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: 2000 } }))
     await nodes[1].dial(multiaddr(nodes[0].getMultiaddrs()[0].toString()))
     const deadline = Date.now() + 20_000
     while (!nodes.every(n => routingTableSize(n) > 0)) {

@@ -8,7 +8,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import type { Metrics, MultiaddrConnection, Stream } from '@libp2p/interface'
 import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
 import { routingTableSize } from '../../agent/net/bootstrap.js'
-import { Rendezvous, type RendezvousObserver } from '../../agent/rendezvous/rendezvous.js'
+import type { RendezvousObserver } from '../../agent/rendezvous/rendezvous.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks } from '../../agent/averager.js'
 import { seededRandom } from '../../agent/util/random.js'
 
@@ -88,20 +88,21 @@ export async function startScaleSwarm (options: ScaleSwarmOptions): Promise<Scal
   const started = Date.now()
   const nodes: SwarmNode[] = []
   const averagers: DecentralizedAverager[] = []
-  const rendezvous: Rendezvous[] = []
   const crashed = new Set<number>()
   const stop = async (): Promise<void> => {
     await Promise.allSettled(averagers.map(async (a, i) => { if (!crashed.has(i)) await a.shutdown() }))
-    await Promise.allSettled(rendezvous.map(async r => { await r.stop() }))
     await Promise.allSettled(nodes.map(async n => { await n.stop() }))
   }
   try {
     const random = seededRandom(`${options.seed}:bootstrap`)
     for (let i = 0; i < options.peers; i++) {
+      const log = options.rendezvousLog
       nodes.push(await createSwarmNode({
         listen: [`/memory/${options.name}-${i}`],
         inMemory: { latencyMs: options.latencyMs },
-        metrics: options.traffic != null ? () => options.traffic?.metrics() as Metrics : undefined
+        metrics: options.traffic != null ? () => options.traffic?.metrics() as Metrics : undefined,
+        // Every rendezvous serves from its node's start, before any averager starts (and asks its first key's replicas).
+        rendezvous: { requestTimeoutMs: options.config(i).requestTimeout * 1000, observer: options.observer, ...(log != null ? { log: (msg: string) => { log(i, msg) } } : {}) }
       }))
     }
     options.progress?.(`${options.peers} nodes created (${Date.now() - started} ms); joining`)
@@ -115,19 +116,11 @@ export async function startScaleSwarm (options: ScaleSwarmOptions): Promise<Scal
     await quietCpu(60_000 + 100 * nodes.length, options.progress)
     options.progress?.(`routing tables settled (${Date.now() - started} ms): min ${Math.min(...tables)}, median ${tables.slice().sort((a, b) => a - b)[tables.length >> 1]}`)
     const tensors: Float32Array[] = []
-    // Every rendezvous serves before any averager starts (and asks its first key's replicas).
-    for (let i = 0; i < options.peers; i++) {
-      const log = options.rendezvousLog
-      const r = new Rendezvous(nodes[i], { requestTimeoutMs: options.config(i).requestTimeout * 1000, observer: options.observer, ...(log != null ? { log: (msg: string) => { log(i, msg) } } : {}) })
-      await r.start()
-      rendezvous.push(r)
-    }
     for (let i = 0; i < options.peers; i++) {
       const config = options.config(i)
-      const r = rendezvous[i]
       const data = options.tensor(i)
       tensors.push(data)
-      averagers.push(await DecentralizedAverager.create(nodes[i], [{ name: 'w', shape: [data.length], data }], { ...config, mode: 'node' }, options.hooks?.(i) ?? {}, r))
+      averagers.push(await DecentralizedAverager.create(nodes[i], [{ name: 'w', shape: [data.length], data }], { ...config, mode: 'node' }, options.hooks?.(i) ?? {}))
     }
     return {
       nodes,

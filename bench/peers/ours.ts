@@ -14,7 +14,7 @@ import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/aver
 import { isCompressionName } from '../../agent/compression/index.js'
 
 await runBenchPeer(async (env) => {
-  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`] })
+  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`], rendezvous: { requestTimeoutMs: 2000, log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } } })
   const data = new Float32Array(env.elements)
   const compression = env.compression
   if (!isCompressionName(compression) && compression !== 'auto') throw new Error(`unknown compression ${compression}`)

@@ -27,7 +27,8 @@ function crash (why: string): never {
 
 async function main (): Promise<void> {
   if (coord === '' || !Number.isInteger(host) || !Number.isInteger(rank)) throw new Error('BENCH_COORD, BENCH_HOST and BENCH_RANKS (one rank) are required: this program is started by bench/moshpit.ts')
-  const node = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] })
+  const requestTimeout = seconds('BENCH_REQUEST_TIMEOUT', 3)
+  const node = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: requestTimeout * 1000, log } })
   const hello = await post(coord, '/hello', { host, ranks: [rank], addrs: { [rank]: node.getMultiaddrs()[0].toString() } }) as {
     addrs: string[], start: Record<string, { bits: string, vector: number[] }>
   }
@@ -54,7 +55,7 @@ async function main (): Promise<void> {
     minGroupSize: Number(env.BENCH_MIN_GROUP_SIZE ?? 2),
     initialGroupBits: start.bits,
     averagingExpiration: seconds('BENCH_MATCHMAKING_TIME', 5),
-    requestTimeout: seconds('BENCH_REQUEST_TIMEOUT', 3),
+    requestTimeout,
     allreduceTimeout: seconds('BENCH_ALLREDUCE_TIMEOUT', 20)
   }, {
     log,

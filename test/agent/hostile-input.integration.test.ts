@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { startSwarm, startConnectedNodes, fill, maxAbsDiff, weightedMean } from './swarm-fixture.js'
-import { RENDEZVOUS_PROTOCOL, Rendezvous } from '../../agent/rendezvous/rendezvous.js'
+import { RENDEZVOUS_PROTOCOL } from '../../agent/rendezvous/rendezvous.js'
 import { DictionaryStore, DEFAULT_STORE_LIMITS, type StoredEntry } from '../../agent/rendezvous/store.js'
 import { joinProtocol } from '../../agent/matchmaking/join-protocol.js'
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
@@ -88,10 +88,9 @@ test('the rendezvous store bounds what one writer and all writers together can h
 })
 
 test('one peer cannot hold more concurrent streams than a handler allows; idle ones time out', { timeout: 60_000 }, async () => {
-  const [server, client] = await startConnectedNodes(2)
-  const rendezvous = new Rendezvous(server, { requestTimeoutMs: 1500 })
+  // The node's own rendezvous service serves the protocol.
+  const [server, client] = await startConnectedNodes(2, () => ({ rendezvous: { requestTimeoutMs: 1500 } }))
   try {
-    await rendezvous.start()
     // 48 idle rendezvous streams at once: the bound is 32 per peer, the rest are reset unread.
     const streams = await Promise.all(Array.from({ length: 48 }, async () =>
       await client.dialProtocol(server.peerId, RENDEZVOUS_PROTOCOL, { maxOutboundStreams: 1000 })))
@@ -101,7 +100,6 @@ test('one peer cannot hold more concurrent streams than a handler allows; idle o
     // The ones let in sent nothing: the request timeout closes them.
     await Promise.all(streams.map(async s => { await closedWithin(s, 10_000) }))
   } finally {
-    await rendezvous.stop()
     await Promise.allSettled([server.stop(), client.stop()])
   }
 })

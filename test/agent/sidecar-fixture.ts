@@ -3,7 +3,6 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pino } from 'pino'
 import type { SwarmNode } from '../../agent/net/node.js'
-import { Rendezvous } from '../../agent/rendezvous/rendezvous.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig } from '../../agent/averager.js'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import type { WorkloadContext } from '../../agent/workloads/context.js'
@@ -33,11 +32,10 @@ export interface SidecarSwarm {
 
 /**
  * n agents as the agent process builds them: real libp2p nodes on loopback TCP bootstrapped off
- * the first, one shared Rendezvous per node, metrics, and a sidecar workload on a free port.
+ * the first, each with its rendezvous service, metrics, and a sidecar workload on a free port.
  */
 export async function startSidecarSwarm (n: number, config: Partial<AveragerConfig> = {}, options: { stateSharing?: boolean, shm?: boolean, memoryBytes?: number, checkpoint?: CheckpointPolicy, completionRounds?: number, completionDeadline?: number, completionOnTrainerExit?: boolean, swarm?: string } = {}): Promise<SidecarSwarm> {
   const nodes: SwarmNode[] = []
-  const rendezvous: Rendezvous[] = []
   const runs: Array<Promise<void>> = []
   const swarmName = options.swarm ?? 'sidecar-test'
   const controller = new AbortController()
@@ -45,13 +43,11 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
   const stop = async (): Promise<void> => {
     controller.abort()
     await Promise.allSettled(runs)
-    await Promise.allSettled(rendezvous.map(async r => { await r.stop() }))
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
     for (const a of agents) a.ctx?.checkpointer?.close()
     for (const a of agents) if (a.shmDir !== undefined) rmSync(a.shmDir, { recursive: true, force: true })
   }
   try {
-    nodes.push(...await startConnectedNodes(n))
     const averagerConfig: AveragerConfig = {
       ...DEFAULT_AVERAGER_CONFIG,
       prefix: 'sidecar-test',
@@ -62,18 +58,15 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
       minGroupSize: n,
       ...config
     }
+    nodes.push(...await startConnectedNodes(n, () => ({ rendezvous: { requestTimeoutMs: averagerConfig.requestTimeout * 1000 } })))
     for (let i = 0; i < n; i++) {
       const node = nodes[i]
-      const r = new Rendezvous(node, { requestTimeoutMs: averagerConfig.requestTimeout * 1000 })
-      await r.start()
-      rendezvous.push(r)
       const metrics = new AgentMetrics('sidecar-test')
       const log = pino({ level: process.env.AVS_TEST_LOG != null ? 'debug' : 'silent' }).child({ peer: i })
       const shmDir = options.shm === true ? mkdtempSync(join(existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), `avs-test-${i}-`)) : undefined
       const agent: SidecarAgent & { url: string } = { node, url: '', metrics, ready: false, shmDir }
       const ctx: WorkloadContext = {
         node,
-        rendezvous: r,
         averagerConfig,
         period: 1,
         metrics,
@@ -89,14 +82,14 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
           return await DecentralizedAverager.create(node, tensors, averagerConfig, {
             ...hooks,
             onStep: (outcome, detail) => { metrics.recordRound(outcome, detail); hooks?.onStep?.(outcome, detail) }
-          }, r)
+          })
         },
         setReady (ready) { agent.ready = ready }
       }
       agent.ctx = ctx
       const listening = new Promise<string>((resolve, reject) => {
         const stateSharing = options.stateSharing === true
-          ? new StateSharing(node, r, { prefix: averagerConfig.prefix, requestTimeoutMs: averagerConfig.requestTimeout * 1000, log: msg => { log.debug(msg) } })
+          ? new StateSharing(node, { prefix: averagerConfig.prefix, requestTimeoutMs: averagerConfig.requestTimeout * 1000, log: msg => { log.debug(msg) } })
           : undefined
         const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve, stateSharing, shmDir, memoryBytes: options.memoryBytes }).run()
         agent.run = run

@@ -28,19 +28,20 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
     await Promise.allSettled(averagers.map(async a => { await a.shutdown() }))
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
   }
+  const configs = Array.from({ length: n }, (_, i): AveragerConfig => ({
+    ...DEFAULT_AVERAGER_CONFIG,
+    prefix: options.prefix ?? 'test',
+    averagingExpiration: 3,
+    requestTimeout: 1.5,
+    allreduceTimeout: 30,
+    ...options.config?.(i)
+  }))
+  const logOf = (i: number): ((msg: string) => void) | undefined => process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
   try {
-    nodes.push(...await startConnectedNodes(n, options.node))
+    // Each node's rendezvous service with its averager's request timeout, as the agent configures it.
+    nodes.push(...await startConnectedNodes(n, (i) => ({ rendezvous: { requestTimeoutMs: configs[i].requestTimeout * 1000, log: logOf(i) }, ...options.node?.(i) })))
     for (let i = 0; i < n; i++) {
-      const config: AveragerConfig = {
-        ...DEFAULT_AVERAGER_CONFIG,
-        prefix: options.prefix ?? 'test',
-        averagingExpiration: 3,
-        requestTimeout: 1.5,
-        allreduceTimeout: 30,
-        ...options.config?.(i)
-      }
-      const log = process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
-      averagers.push(await DecentralizedAverager.create(nodes[i], options.tensors(i), config, { log, ...options.hooks?.(i, nodes) }))
+      averagers.push(await DecentralizedAverager.create(nodes[i], options.tensors(i), configs[i], { log: logOf(i), ...options.hooks?.(i, nodes) }))
     }
     return { nodes, averagers, stop }
   } catch (err) {

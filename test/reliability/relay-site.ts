@@ -49,6 +49,8 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
     psk: new TextEncoder().encode(config.psk),
     allowPeers: config.allow,
     dhtServerLater: true,
+    // The averager's requestTimeout below (3 s).
+    rendezvous: { requestTimeoutMs: 3000, ...(process.env.AVS_TEST_LOG !== undefined ? { log: (m: string) => { process.stderr.write(`[${index}] ${m}\n`) } } : {}) },
     onProtectedConnection: (c) => { if (isCircuit(c.remoteAddr)) protectedRelayed.push(1) },
     relay: a.relaySlots !== undefined
       ? { maxReservations: a.relaySlots, circuitBytes: 1 << 30, circuitDurationMs: 600_000, onRelayed: (bytes, source) => { relayed.set(source, (relayed.get(source) ?? 0) + bytes) } }

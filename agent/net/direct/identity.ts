@@ -51,9 +51,20 @@ export async function authenticatedPeer (socket: TLSSocket, expected?: PeerId): 
 }
 
 /**
- * The identity key of a running libp2p node. js-libp2p keeps it in its components and offers no
- * accessor; reading it here (one place) spares every caller from threading the key through.
+ * The direct data channel's identity as a libp2p service (`services: { dataIdentity: dataChannelIdentity() }`):
+ * libp2p hands services the node's identity key, which the node itself does not expose.
  */
-export function nodePrivateKey (node: object): PrivateKey | undefined {
-  return (node as { components?: { privateKey?: PrivateKey } }).components?.privateKey
+export class DataChannelIdentities {
+  readonly [Symbol.toStringTag] = 'averaging-swarm/data-channel-identity'
+
+  constructor (private readonly components: { readonly privateKey: PrivateKey }) {}
+
+  /** A fresh certificate bound to the node's peer id (createDataChannelIdentity). */
+  async create (): Promise<DataChannelIdentity> {
+    return await createDataChannelIdentity(this.components.privateKey)
+  }
+}
+
+export function dataChannelIdentity (): (components: { readonly privateKey: PrivateKey }) => DataChannelIdentities {
+  return (components) => new DataChannelIdentities(components)
 }

@@ -2,9 +2,9 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { multiaddr } from '@multiformats/multiaddr'
-import type { PeerId, Stream } from '@libp2p/interface'
+import type { Stream } from '@libp2p/interface'
 import { createSwarmNode, type SwarmNode } from '../../../agent/net/node.js'
-import { Rendezvous } from '../../../agent/rendezvous/rendezvous.js'
+import { kadRoutingTable } from '../../../agent/net/kad-routing-table.js'
 import { ownAddrBytes } from '../../../agent/net/rpc.js'
 import { FramedStream } from '../../../agent/net/framed-stream.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../../../agent/averager.js'
@@ -17,27 +17,24 @@ const PREFIX = 'test'
 
 interface Peers {
   readonly nodes: SwarmNode[]
-  readonly rendezvous: Rendezvous[]
   stop(): Promise<void>
 }
 
-/** n real libp2p nodes on loopback, fully meshed, each running the rendezvous protocol. */
+/** n real libp2p nodes on loopback, fully meshed, each running the rendezvous protocol (its rendezvous service). */
 async function startPeers (n: number): Promise<Peers> {
   const nodes: SwarmNode[] = []
-  const rendezvous: Rendezvous[] = []
   const stop = async (): Promise<void> => {
-    await Promise.allSettled(rendezvous.map(async r => { await r.stop() }))
     await Promise.allSettled(nodes.map(async node => { await node.stop() }))
   }
   try {
-    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] }))
+    for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: 2000 } }))
     for (let i = 1; i < n; i++) {
       await Promise.all(nodes.slice(0, i).map(async other => { await dialWithRetries(nodes[i], other) }))
     }
     // Every node must know every other before the rendezvous picks replicas from its routing
     // table, or a donor and a newcomer could pick different replicas for the same key.
     const deadline = Date.now() + 60_000
-    const tableSize = (node: SwarmNode): number => routingTable(node)?.size ?? 0
+    const tableSize = (node: SwarmNode): number => kadRoutingTable(node.services.dht).size
     let reidentifyAt = Date.now() + 2000
     while (!nodes.every(node => tableSize(node) >= n - 1)) {
       if (Date.now() > deadline) throw new Error(`routing tables did not fill within 60 s: sizes ${nodes.map(tableSize).join(', ')}`)
@@ -46,24 +43,15 @@ async function startPeers (n: number): Promise<Peers> {
         // peer then never enters the table: offer the missing peers again.
         reidentifyAt = Date.now() + 2000
         await Promise.allSettled(nodes.filter(node => tableSize(node) < n - 1).flatMap(node =>
-          nodes.filter(other => other !== node).map(async other => await routingTable(node)?.add(other.peerId))))
+          nodes.filter(other => other !== node).map(async other => await kadRoutingTable(node.services.dht).add(other.peerId))))
       }
       await sleep(50)
     }
-    for (const node of nodes) {
-      const r = new Rendezvous(node, { requestTimeoutMs: 2000 })
-      await r.start()
-      rendezvous.push(r)
-    }
-    return { nodes, rendezvous, stop }
+    return { nodes, stop }
   } catch (err) {
     await stop()
     throw err
   }
-}
-
-function routingTable (node: SwarmNode): { size: number, add: (peer: PeerId) => Promise<void> } | undefined {
-  return (node.services.dht as unknown as { routingTable?: { size: number, add: (peer: PeerId) => Promise<void> } }).routingTable
 }
 
 /** Under a loaded machine a TLS handshake can time out; a second try usually passes. */
@@ -85,7 +73,7 @@ async function sleep (ms: number): Promise<void> {
 
 function sharing (peers: Peers, i: number, options: Partial<StateSharingOptions> = {}): StateSharing {
   const log = process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
-  return new StateSharing(peers.nodes[i], peers.rendezvous[i], { prefix: PREFIX, requestTimeoutMs: 1000, log, ...options })
+  return new StateSharing(peers.nodes[i], { prefix: PREFIX, requestTimeoutMs: 1000, log, ...options })
 }
 
 function bytesOf (data: Float32Array): Buffer {
@@ -107,7 +95,7 @@ test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and i
     for (let i = 0; i < 2; i++) {
       averagers.push(await DecentralizedAverager.create(peers.nodes[i], local[i], {
         ...DEFAULT_AVERAGER_CONFIG, prefix: PREFIX, targetGroupSize: 2, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1.5, allreduceTimeout: 30
-      }, {}, peers.rendezvous[i]))
+      }, {}))
     }
     await Promise.all(averagers.map(async a => await a.step({ timeout: 60 })))
     const expectedMean = weightedMean([initial[0][0].data, initial[1][0].data], [1, 1])
@@ -181,7 +169,7 @@ async function hostileDonor (peers: Peers, i: number, behave: (stream: Stream) =
   await peers.nodes[i].handle(stateProtocol(PREFIX), (stream: Stream) => {
     void behave(stream).catch(() => {})
   })
-  await peers.rendezvous[i].declare(donorKey(PREFIX), {
+  await peers.nodes[i].services.rendezvous.declare(donorKey(PREFIX), {
     peerId: peers.nodes[i].peerId.toString(), expiration: Date.now() / 1000 + 30, looking: true, priority: 100, addrs: ownAddrBytes(peers.nodes[i])
   })
 }
@@ -247,7 +235,7 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, a trickle, silence) 
     }
     for (const expected of [[{ name: 'w', shape: [40000] }], undefined]) {
       const failures: string[] = []
-      const newcomer = new StateSharing(peers.nodes[8], peers.rendezvous[8], {
+      const newcomer = new StateSharing(peers.nodes[8], {
         prefix: PREFIX,
         requestTimeoutMs: 1000,
         log: (msg) => { if (msg.includes('failed')) failures.push(msg) }

@@ -6,7 +6,7 @@ import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey, peerIdFromString } from '@libp2p/peer-id'
 import { startSwarm, fill, weightedMean, maxAbsDiff } from '../../swarm-fixture.js'
 import { createSwarmNode } from '../../../../agent/net/node.js'
-import { createDataChannelIdentity, nodePrivateKey } from '../../../../agent/net/direct/identity.js'
+import { createDataChannelIdentity } from '../../../../agent/net/direct/identity.js'
 import { DirectServer } from '../../../../agent/net/direct/direct-server.js'
 import { dialDirect } from '../../../../agent/net/direct/direct-dial.js'
 import { mainThreadTransport, type DirectListener, type DirectTransport } from '../../../../agent/net/direct/direct-transport.js'
@@ -260,7 +260,7 @@ for (const dataThreads of [0, 2]) {
       const outsiderNode = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'] })
       try {
         await outsiderNode.dial(swarm.nodes[1].getMultiaddrs()[0])
-        const identity = await createDataChannelIdentity(nodePrivateKey(outsiderNode)!)
+        const identity = await outsiderNode.services.dataIdentity.create()
         const intruder = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
         await intruder.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
         const reply = await intruder.read(10_000)

@@ -26,7 +26,6 @@ import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from
 import { loadAgentConfig } from '../../../../agent/config.js'
 import { startSwarm, fill, weightedMean, maxAbsDiff } from '../../swarm-fixture.js'
 import { dialDirect } from '../../../../agent/net/direct/direct-dial.js'
-import { createDataChannelIdentity, nodePrivateKey } from '../../../../agent/net/direct/identity.js'
 import { aggregateProtocol } from '../../../../agent/allreduce/aggregate-protocol.js'
 
 const MIB = 1024 * 1024
@@ -280,7 +279,7 @@ async function keys (n: number): Promise<PrivateKey[]> {
 
 /** A lone node (and averager) outside the swarm, trying to get in through the swarm's first peer. */
 async function startOutsider (options: { psk?: Uint8Array, privateKey?: PrivateKey }, bootstrap: SwarmNode): Promise<{ node: SwarmNode, averager: DecentralizedAverager, dialError: unknown }> {
-  const node = await createSwarmNode({ ...options, listen: ['/ip4/127.0.0.1/tcp/0'] })
+  const node = await createSwarmNode({ ...options, listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: PATIENT.requestTimeout * 1000 } })
   const dialError = await node.dial(multiaddr(bootstrap.getMultiaddrs()[0].toString())).then(() => null, (err: unknown) => err)
   const averager = await DecentralizedAverager.create(node, outsiderTensors(), {
     ...DEFAULT_AVERAGER_CONFIG, ...PARTS_OVER_LIBP2P, prefix: 'private', ...PATIENT, allreduceTimeout: 60, targetGroupSize: 5, minGroupSize: 2
@@ -329,7 +328,7 @@ describe('private swarms average exactly and keep outsiders out', () => {
       const dataPort = swarm.averagers[0].dataPath.port
       assert.ok(dataPort > 0)
       const channel = await dialDirect({
-        identity: await createDataChannelIdentity(nodePrivateKey(outsider.node)!), host: '127.0.0.1', port: dataPort, protocol: aggregateProtocol('private'),
+        identity: await outsider.node.services.dataIdentity.create(), host: '127.0.0.1', port: dataPort, protocol: aggregateProtocol('private'),
         expectedPeer: swarm.nodes[0].peerId, timeoutMs: 10_000, maxFrameBytes: 1024, maxQueuedFrames: 4
       })
       await channel.write(new Uint8Array([1, 2, 3]))

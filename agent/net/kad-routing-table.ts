@@ -1,0 +1,29 @@
+import type { PeerId } from '@libp2p/interface'
+import type { KadDHT } from '@libp2p/kad-dht'
+
+/**
+ * What we use of kad-dht's routing table: its size (gauges, waiting for a table to fill), the peers
+ * it holds closest to a key (the rendezvous's replicas) and adding a contact (tests).
+ */
+export interface KadRoutingTable {
+  readonly size: number
+  closestPeers (kadId: Uint8Array, options: { count: number }): PeerId[]
+  add (peer: PeerId): Promise<void>
+}
+
+/** The @libp2p/kad-dht release this adapter was written against (package.json pins ^16.4.5). */
+const WRITTEN_FOR = '@libp2p/kad-dht 16.4.5'
+
+/**
+ * The one place that reaches past kad-dht's public API. @libp2p/kad-dht 16 keeps its routing table
+ * in a public field of the service object (`routingTable`), but its KadDHT interface declares
+ * neither that field nor closestPeers: checked here at each use, so that a release that moves
+ * them fails with one sentence instead of an undefined deep inside a round.
+ */
+export function kadRoutingTable (dht: KadDHT): KadRoutingTable {
+  const table = (dht as unknown as { routingTable?: Partial<KadRoutingTable> }).routingTable
+  if (table == null || typeof table.size !== 'number' || typeof table.closestPeers !== 'function' || typeof table.add !== 'function') {
+    throw new Error(`the kad-dht service has no routingTable with size, closestPeers and add, as ${WRITTEN_FOR} had: check agent/net/kad-routing-table.ts against the installed @libp2p/kad-dht`)
+  }
+  return table as KadRoutingTable
+}

@@ -3,7 +3,8 @@ import { Matchmaker } from './matchmaking/matchmaker.js'
 import { MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
-import { AggregateDialer, type DataPathName } from './allreduce/aggregate-dialer.js'
+import { AggregateDialer } from './allreduce/aggregate-dialer.js'
+import type { DataChannelKind } from './net/frame-channel.js'
 import { mainThreadTransport, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
 import { DataThreads } from './net/direct/threads/data-threads.js'
 import { aggregateProtocol, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
@@ -50,7 +51,7 @@ export interface AveragerConfig {
    * How tensor parts travel: 'direct' (default) over TLS sockets authenticated by libp2p peer ids,
    * falling back to libp2p streams where a reducer cannot be reached; 'libp2p' always on streams.
    */
-  readonly dataChannel?: DataPathName
+  readonly dataChannel?: DataChannelKind
   /** Address the direct data channel listens on (default 0.0.0.0). */
   readonly dataHost?: string
   /** Port of the direct data channel (default 0: any free port, advertised to the group). */
@@ -185,7 +186,7 @@ export class DecentralizedAverager {
   }
 
   /** The path our parts take to reducers, and the port we advertise for theirs. */
-  get dataPath (): { readonly kind: DataPathName, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataPathName, number>> } {
+  get dataChannel (): { readonly kind: DataChannelKind, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataChannelKind, number>> } {
     const kind = this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p'
     return { kind, port: this.directServer?.port ?? 0, threads: kind === 'direct' ? this.transport.threads : 0, opened: this.dialer.opened }
   }

@@ -137,7 +137,7 @@ async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: Abort
   return { joined, watchdog, reached }
 }
 
-/** An averager for the workload's tensors, its rounds counted in the metrics and its data path logged. */
+/** An averager for the workload's tensors, its rounds counted in the metrics and its data channel logged. */
 async function createAverager (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log, tensors: Parameters<WorkloadContext['createAverager']>[0], hooks: Parameters<WorkloadContext['createAverager']>[1]): Promise<DecentralizedAverager> {
   const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
     log: (m) => { log.debug(m) },
@@ -149,7 +149,7 @@ async function createAverager (node: SwarmNode, config: AgentConfig, metrics: Ag
       hooks?.onStep?.(outcome, detail)
     }
   })
-  const path = averager.dataPath
+  const path = averager.dataChannel
   log.info(path.kind === 'direct'
     ? `tensor parts travel over the direct TLS data channel${path.port > 0 ? ` (listening on port ${path.port})` : ''}${path.threads > 0 ? ` carried by ${path.threads} data thread(s)` : ' on the main thread'}, falling back to libp2p streams`
     : 'tensor parts travel over libp2p streams')

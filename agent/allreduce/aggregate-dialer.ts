@@ -1,7 +1,7 @@
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { PeerId } from '@libp2p/interface'
 import type { SwarmNode } from '../net/node.js'
-import type { DirectFrameChannel, FrameChannel } from '../net/frame-channel.js'
+import type { DataChannelKind, DirectFrameChannel, FrameChannel } from '../net/frame-channel.js'
 import { openFramed } from '../net/rpc.js'
 import type { DirectTransport } from '../net/direct/direct-transport.js'
 import { directHostsOf } from '../net/direct/endpoints.js'
@@ -16,7 +16,6 @@ export interface ChannelOptions {
   readonly maxQueuedFrames: number
 }
 
-export type DataPathName = 'direct' | 'libp2p'
 
 /**
  * Opens the channel that carries our parts to a reducer: the direct TLS data channel when the
@@ -25,7 +24,7 @@ export type DataPathName = 'direct' | 'libp2p'
  */
 export class AggregateDialer {
   /** Channels opened per path since start, for logs and metrics. */
-  readonly opened: Record<DataPathName, number> = { direct: 0, libp2p: 0 }
+  readonly opened: Record<DataChannelKind, number> = { direct: 0, libp2p: 0 }
   private readonly live = new Set<DirectFrameChannel>()
 
   constructor (

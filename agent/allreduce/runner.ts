@@ -1,4 +1,4 @@
-import { payloadBytes, type FrameChannel } from '../net/frame-channel.js'
+import { payloadBytes, type DataChannelKind, type FrameChannel } from '../net/frame-channel.js'
 import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.js'
 import { decodeInto, type Codec } from '../compression/index.js'
 import type { GroupInfo } from '../matchmaking/group-info.js'
@@ -58,7 +58,7 @@ export interface AllReduceResult {
   /** Parts of our tensors left unaveraged this round. */
   readonly partsKeptLocal: number
   /** Channels we opened to reducers this round, by the path that carried them. */
-  readonly channels: Readonly<Record<'direct' | 'libp2p', number>>
+  readonly channels: Readonly<Record<DataChannelKind, number>>
 }
 
 export type Deadline = 'adaptive' | 'fixed'
@@ -295,7 +295,7 @@ export class AllReduceRunner {
         // A direct channel that broke before the reducer accepted it carried nothing (say the
         // reducer gave up on a TLS handshake slowed by load after our side had finished it): the
         // parts go over libp2p instead, once.
-        if (framed.path !== 'direct' || progress.accepted || this.abort.signal.aborted) throw err
+        if (framed.kind !== 'direct' || progress.accepted || this.abort.signal.aborted) throw err
         this.options.log?.(`all-reduce: the direct channel to ${peer} closed before the reducer accepted it (${describeError(err)}); sending over libp2p`)
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
         framed = await this.options.dialer.openOverLibp2p(peer, channelOptions)
@@ -314,7 +314,7 @@ export class AllReduceRunner {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
-    this.channels[framed.path]++
+    this.channels[framed.kind]++
     this.abort.signal.addEventListener('abort', () => { framed.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
     await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer> }))
     const writing = this.writeParts(framed, start, end)

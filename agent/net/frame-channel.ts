@@ -9,9 +9,15 @@ export const FRAME_HEADER_BYTES = 4
  * libp2p streams (FramedStream) and over direct TLS sockets (SocketFrameChannel), so protocol
  * code never knows which path carries it.
  */
+/**
+ * How tensor parts travel (AVS_DATA_CHANNEL, the `path` label of averaging_data_channels_total):
+ * over a direct TLS socket, or over a libp2p stream.
+ */
+export type DataChannelKind = 'direct' | 'libp2p'
+
 export interface FrameChannel {
-  /** Which transport carries it. */
-  readonly path: 'direct' | 'libp2p'
+  /** Which kind of data channel carries it. */
+  readonly kind: DataChannelKind
   /** The authenticated remote peer id. */
   readonly remotePeer: string
   /** Next frame, or null once the remote closed its side cleanly. Rejects on timeout, reset or a protocol violation. */
@@ -38,7 +44,7 @@ export interface FrameChannel {
   abort: (reason: Error) => void
 }
 
-/** A channel of the direct data path: a TLS socket, on this thread or on a data thread. */
+/** A direct data channel: a TLS socket, on this thread or on a data thread. */
 export interface DirectFrameChannel extends FrameChannel {
   /** Resolves once the connection is fully closed. */
   readonly closed: Promise<void>

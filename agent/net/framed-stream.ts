@@ -19,7 +19,7 @@ export interface FramedStreamOptions {
 export class FramedStream implements FrameChannel {
   private readonly queue: FrameQueue
   private readonly writeHighWaterMark: number
-  readonly path = 'libp2p' as const
+  readonly kind = 'libp2p' as const
 
   constructor (readonly stream: Stream, options: FramedStreamOptions) {
     this.writeHighWaterMark = options.writeHighWaterMark ?? 4 * 1024 * 1024

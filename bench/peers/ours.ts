@@ -60,7 +60,7 @@ await runBenchPeer(async (env) => {
     },
     check: () => maxAbsErrorOf(data, env.world, groupRanks),
     note: () => {
-      const path = averager?.dataPath
+      const path = averager?.dataChannel
       const parts = path?.kind === 'direct' && path.opened.libp2p === 0
         ? `parts over direct TLS 1.3 sockets (node:tls, peer ids bound in certificates) on ${path.threads > 0 ? `${path.threads} data thread(s)` : 'the main thread'}`
         : `parts over libp2p TCP + ${node.getConnections()[0]?.encryption ?? '?'} + yamux (${path?.opened.direct ?? 0} direct, ${path?.opened.libp2p ?? 0} libp2p channels)`

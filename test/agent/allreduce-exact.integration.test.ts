@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_PATHS, type DataPathCase } from './swarm-fixture.js'
+import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_CHANNELS, type DataChannelCase } from './swarm-fixture.js'
 import type { NamedTensor } from '../../agent/averager.js'
 import type { KernelBackend } from '../../agent/kernels/reduce-kernels.js'
 
@@ -11,9 +11,9 @@ function tensorsFor (peer: number): NamedTensor[] {
 }
 
 // Every path with the default (WebAssembly SIMD) kernels, and the direct path with the JavaScript ones.
-const CASES: Array<{ path: DataPathCase, kernels: KernelBackend }> = [
-  ...DATA_PATHS.map(path => ({ path, kernels: 'wasm-simd' as const })),
-  { path: DATA_PATHS[0], kernels: 'js' }
+const CASES: Array<{ path: DataChannelCase, kernels: KernelBackend }> = [
+  ...DATA_CHANNELS.map(path => ({ path, kernels: 'wasm-simd' as const })),
+  { path: DATA_CHANNELS[0], kernels: 'js' }
 ]
 
 for (const { path, kernels } of CASES) {
@@ -35,9 +35,9 @@ for (const { path, kernels } of CASES) {
       }
       for (const a of swarm.averagers) {
         assert.equal(a.kernelBackend, kernels)
-        assert.equal(a.dataPath.threads, path.config.dataThreads ?? 0, 'the data channel ran on the threads asked for')
-        assert.equal(a.dataPath.opened[path.channel], n - 1, `every part went over ${path.name}`)
-        assert.equal(a.dataPath.opened[path.channel === 'direct' ? 'libp2p' : 'direct'], 0, 'no channel took the other path')
+        assert.equal(a.dataChannel.threads, path.config.dataThreads ?? 0, 'the data channel ran on the threads asked for')
+        assert.equal(a.dataChannel.opened[path.channel], n - 1, `every part went over ${path.name}`)
+        assert.equal(a.dataChannel.opened[path.channel === 'direct' ? 'libp2p' : 'direct'], 0, 'no channel took the other path')
       }
       for (let t = 0; t < SHAPES.length; t++) {
         const expected = weightedMean(originals.map(o => o[t].data), originals.map(() => 1))

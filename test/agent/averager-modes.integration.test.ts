@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_PATHS, type DataPathCase } from './swarm-fixture.js'
+import { startSwarm, fill, weightedMean, maxAbsDiff, DATA_CHANNELS, type DataChannelCase } from './swarm-fixture.js'
 import type { NamedTensor, AveragerConfig } from '../../agent/averager.js'
 
 const N = 4
@@ -8,14 +8,14 @@ const tensorsFor = (peer: number): NamedTensor[] => [
   { name: 'w', shape: [300, 301], data: fill(300 * 301, peer) },
   { name: 'b', shape: [7], data: fill(7, 100 + peer) }
 ]
-const groupOver = (path: DataPathCase, config: (i: number) => Partial<AveragerConfig> = () => ({})) => async (t: { signal: AbortSignal }) =>
+const groupOver = (path: DataChannelCase, config: (i: number) => Partial<AveragerConfig> = () => ({})) => async (t: { signal: AbortSignal }) =>
   await startSwarm(N, { tensors: tensorsFor, config: i => ({ targetGroupSize: N, minGroupSize: N, partSizeBytes: 16384, ...path.config, ...config(i) }) })
 
 async function tensorsOf (swarm: Awaited<ReturnType<ReturnType<typeof groupOver>>>, peer: number): Promise<Float32Array[]> {
   return await swarm.averagers[peer].withTensors(ts => ts.map(t => t.data.slice()))
 }
 
-for (const path of DATA_PATHS) describe(`parts over ${path.name}`, () => {
+for (const path of DATA_CHANNELS) describe(`parts over ${path.name}`, () => {
   const group = (config: (i: number) => Partial<AveragerConfig> = () => ({})) => groupOver(path, config)
 
   test('weights: each peer ends at the weighted mean', { timeout: 90_000 }, async (t) => {

@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm, fill, weightedMean, DATA_PATHS } from './swarm-fixture.js'
+import { startSwarm, fill, weightedMean, DATA_CHANNELS } from './swarm-fixture.js'
 import { makePlan } from '../../agent/allreduce/plan.js'
 import { codecFor } from '../../agent/compression/index.js'
 import { PeerMode } from '../../agent/proto/averaging.js'
@@ -10,7 +10,7 @@ const SHAPES: Array<[string, number[]]> = [['w', [400, 250]], ['b', [33]]]
 const tensorsFor = (seed: number): NamedTensor[] => SHAPES.map(([name, shape], t) => ({ name, shape, data: fill(shape.reduce((a, b) => a * b, 1), seed * 10 + t) }))
 const CONFIG: Partial<AveragerConfig> = { targetGroupSize: 5, minGroupSize: 2, allreduceTimeout: 8, requestTimeout: 2, averagingExpiration: 6, partSizeBytes: 16384 }
 
-for (const path of DATA_PATHS) {
+for (const path of DATA_CHANNELS) {
   test(`parts over ${path.name}: a peer killed mid-round costs only its span: others finish in time, keep local values there, and the next round succeeds`, { timeout: 150_000 }, async () => {
     // Five peers; the fifth drops off the network (all its connections torn down at once, as a
     // crashed process's kernel would) the moment it learns its group, before it sends or reduces.

@@ -165,9 +165,9 @@ export function maxAbsDiff (a: ArrayLike<number>, b: ArrayLike<number>): number 
   return m
 }
 
-export type { DataPathName } from '../../agent/allreduce/aggregate-dialer.js'
+export type { DataChannelKind } from '../../agent/net/frame-channel.js'
 
-export interface DataPathCase {
+export interface DataChannelCase {
   /** How the test names it. */
   readonly name: string
   /** The path its channels take, as the averager counts them. */
@@ -176,7 +176,7 @@ export interface DataPathCase {
 }
 
 /** Every way parts can travel: every correctness test of the averager runs over each. */
-export const DATA_PATHS: readonly DataPathCase[] = [
+export const DATA_CHANNELS: readonly DataChannelCase[] = [
   { name: 'direct', channel: 'direct', config: { dataChannel: 'direct' } },
   { name: 'direct on 2 data threads', channel: 'direct', config: { dataChannel: 'direct', dataThreads: 2 } },
   { name: 'libp2p', channel: 'libp2p', config: { dataChannel: 'libp2p' } }

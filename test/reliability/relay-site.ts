@@ -105,7 +105,7 @@ async function command (line: string): Promise<void> {
       try {
         const res = await r.averager!.step({ timeout: 60 })
         const values = await r.averager!.withTensors(ts => Buffer.from(ts[0].data.buffer, ts[0].data.byteOffset, ts[0].data.byteLength).toString('base64'))
-        say({ type: 'step', index, peerId: r.node.peerId.toString(), groupId: res.groupId, peers: res.peers, ms: Date.now() - started, failedReducers: res.allreduce.failedReducers, bannedSenders: res.allreduce.bannedSenders, parts: [res.allreduce.partsTotal, res.allreduce.partsReduced, res.allreduce.partsKeptLocal], bytes: [res.allreduce.bytesSent, res.allreduce.bytesReceived], values, dataPath: r.averager!.dataPath.opened })
+        say({ type: 'step', index, peerId: r.node.peerId.toString(), groupId: res.groupId, peers: res.peers, ms: Date.now() - started, failedReducers: res.allreduce.failedReducers, bannedSenders: res.allreduce.bannedSenders, parts: [res.allreduce.partsTotal, res.allreduce.partsReduced, res.allreduce.partsKeptLocal], bytes: [res.allreduce.bytesSent, res.allreduce.bytesReceived], values, dataPath: r.averager!.dataChannel.opened })
       } catch (err) {
         say({ type: 'step', index, error: describeError(err), ms: Date.now() - started })
       }

@@ -115,7 +115,7 @@ test('NAT sites: relayed members average to the exact mean, a member without a r
         assert.deepEqual(s.bannedSenders, [], `round ${round}:\n${summary}`)
         assert.ok(errors[i] < 1e-4, `round ${round}: every agent holds the exact mean:\n${summary}`)
       }
-      t.diagnostic(`${elapsed()} round ${round}: ${all.length} agents at the exact mean, step ${Math.min(...all.map(s => s.ms))}-${Math.max(...all.map(s => s.ms))} ms; parts by path ${JSON.stringify(all.map(s => s.dataPath))}`)
+      t.diagnostic(`${elapsed()} round ${round}: ${all.length} agents at the exact mean, step ${Math.min(...all.map(s => s.ms))}-${Math.max(...all.map(s => s.ms))} ms; parts by path ${JSON.stringify(all.map(s => s.dataChannel))}`)
     }
 
     // Outsiders: one without the key, one with it but off the allow list. Each dials the relay,

@@ -2,7 +2,7 @@ import type { DirectFrameChannel } from '../frame-channel.js'
 import { dialDirect, type DirectDialOptions } from './direct-dial.js'
 import { DirectServer, type DirectServerOptions } from './direct-server.js'
 
-/** What the direct data path needs to listen: the server's options, with any kind of direct channel. */
+/** What the direct data channel needs to listen: the server's options, on this thread or on data threads. */
 export type DirectListenOptions = Omit<DirectServerOptions, 'accept' | 'reusePort'> & {
   readonly accept: (channel: DirectFrameChannel) => void
 }

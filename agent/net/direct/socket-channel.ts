@@ -17,7 +17,7 @@ export interface SocketChannelOptions {
 export class SocketFrameChannel implements DirectFrameChannel {
   private readonly queue: FrameQueue
   private readonly writeHighWaterMark: number
-  readonly path = 'direct' as const
+  readonly kind = 'direct' as const
   /** Resolves once the socket is fully closed. */
   readonly closed: Promise<void>
 

@@ -28,7 +28,7 @@ export interface ThreadChannelOptions {
  * as transferred buffers; both directions are bounded, so back-pressure reaches the socket.
  */
 export class ThreadFrameChannel implements DirectFrameChannel {
-  readonly path = 'direct' as const
+  readonly kind = 'direct' as const
   readonly closed: Promise<void>
   private readonly queue: FrameQueue
   private readonly writeHighWaterMark: number

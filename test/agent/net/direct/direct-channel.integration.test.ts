@@ -246,7 +246,7 @@ for (const dataThreads of [0, 2]) {
     const [outsider] = await identities(1)
     try {
       const target = swarm.nodes[1].peerId
-      const port = swarm.averagers[1].dataPath.port
+      const port = swarm.averagers[1].dataChannel.port
       assert.ok(port > 0, 'the averager listens for direct channels')
       const stepping = Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
       while (group == null) await new Promise(resolve => setTimeout(resolve, 5))
@@ -303,9 +303,9 @@ test('direct channel: unreachable data ports and libp2p-only peers fall back to 
       const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
       assert.ok(maxAbsDiff(got, expected) < 1e-5, `peer ${p} at the exact mean (max error ${maxAbsDiff(got, expected)})`)
     }
-    assert.equal(swarm.averagers[1].dataPath.opened.direct, 0, 'a libp2p-only peer never dials directly')
-    assert.equal(swarm.averagers[2].dataPath.opened.direct, 1, 'peer 2 reached only peer 3 directly')
-    assert.equal(swarm.averagers[2].dataPath.opened.libp2p, 2, 'peer 2 fell back to libp2p for peers 0 and 1')
+    assert.equal(swarm.averagers[1].dataChannel.opened.direct, 0, 'a libp2p-only peer never dials directly')
+    assert.equal(swarm.averagers[2].dataChannel.opened.direct, 1, 'peer 2 reached only peer 3 directly')
+    assert.equal(swarm.averagers[2].dataChannel.opened.libp2p, 2, 'peer 2 fell back to libp2p for peers 0 and 1')
   } finally {
     await swarm.stop()
   }
@@ -341,7 +341,7 @@ test('direct channel: a reducer that drops the connection after the TLS handshak
     }
     assert.deepEqual(new Set(dropped), new Set(swarm.nodes.slice(1).map(n => n.peerId.toString())), 'every other peer finished a handshake with the dropping server')
     for (let p = 1; p < 4; p++) {
-      assert.equal(swarm.averagers[p].dataPath.opened.libp2p, 1, `peer ${p} sent peer 0's span over libp2p`)
+      assert.equal(swarm.averagers[p].dataChannel.opened.libp2p, 1, `peer ${p} sent peer 0's span over libp2p`)
     }
     assert.ok(logs.some(l => /closed before the reducer accepted it/.test(l)), 'a sender whose direct channel was dropped after its handshake fell back to libp2p')
   } finally {

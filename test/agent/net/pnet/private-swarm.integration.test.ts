@@ -325,7 +325,7 @@ describe('private swarms average exactly and keep outsiders out', () => {
     const outsider = await startOutsider({ psk: keyText() }, swarm.nodes[0])
     try {
       // The outsider's valid libp2p identity gets it no data channel either.
-      const dataPort = swarm.averagers[0].dataPath.port
+      const dataPort = swarm.averagers[0].dataChannel.port
       assert.ok(dataPort > 0)
       const channel = await dialDirect({
         identity: await outsider.node.services.dataIdentity.create(), host: '127.0.0.1', port: dataPort, protocol: aggregateProtocol('private'),

@@ -1,12 +1,12 @@
 /**
- * One process's direct data path alone: how fast it moves tensor parts through the direct channel
+ * One process's direct data channel alone: how fast it moves tensor parts through it
  * to itself (every byte encrypted, sent over loopback, decrypted, framed, handed to the main thread
  * and copied out there, as the all-reduce does), with the sockets on the main thread or on n data
- * threads. It shows whether the data path uses more cores as it is given threads, without the other
+ * threads. It shows whether the data channel uses more cores as it is given threads, without the other
  * peers' load that an all-reduce on a 2-core machine carries.
  *
- *   npm run bench:datapath
- *   node_modules/.bin/node dist/bench/data-path.js --threads 0,1,2 --connections 4 --mib 256 --repeats 3
+ *   npm run bench:data-channel
+ *   node_modules/.bin/node dist/bench/data-channel.js --threads 0,1,2 --connections 4 --mib 256 --repeats 3
  */
 import { parseArgs } from 'node:util'
 import { cpus } from 'node:os'
@@ -17,7 +17,7 @@ import { mainThreadTransport, type DirectTransport } from '../agent/net/direct/d
 import { DataThreads } from '../agent/net/direct/threads/data-threads.js'
 import type { DirectFrameChannel } from '../agent/net/frame-channel.js'
 
-const PROTOCOL = '/avs/bench/data-path/1.0.0'
+const PROTOCOL = '/avs/bench/data-channel/1.0.0'
 
 const { values } = parseArgs({
   options: {
@@ -98,14 +98,14 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 const gibMoved = 2 * 2 * mibPerWay / 1024 // both ends send mibPerWay and receive as much
 const rows: string[] = []
 let baseline: number | null = null
-console.error(`[data-path] ${cpus().length} cores; ${connections} connections to self, ${mibPerWay} MiB each way per end, ${repeats} repetitions (+1 warm-up)`)
+console.error(`[data-channel] ${cpus().length} cores; ${connections} connections to self, ${mibPerWay} MiB each way per end, ${repeats} repetitions (+1 warm-up)`)
 for (const threads of threadCounts) {
   const transport = threads === 0 ? mainThreadTransport : DataThreads.start(threads)
   try {
     const samples: Sample[] = []
     for (let r = 0; r <= repeats; r++) {
       const sample = await measure(transport)
-      console.error(`[data-path] ${threads} data thread(s), ${r === 0 ? 'warm-up' : `repetition ${r}/${repeats}`}: ${sample.seconds.toFixed(2)} s, CPU ${sample.cpuSeconds.toFixed(2)} s (main thread ${sample.mainCpuSeconds.toFixed(2)} s)`)
+      console.error(`[data-channel] ${threads} data thread(s), ${r === 0 ? 'warm-up' : `repetition ${r}/${repeats}`}: ${sample.seconds.toFixed(2)} s, CPU ${sample.cpuSeconds.toFixed(2)} s (main thread ${sample.mainCpuSeconds.toFixed(2)} s)`)
       if (r > 0) samples.push(sample)
     }
     const seconds = median(samples.map(s => s.seconds))
@@ -120,4 +120,4 @@ console.log(`Direct data path of one process to itself: ${connections} TLS conne
 console.log('| data threads | MiB/s sent+received | vs main thread | CPU s per GiB | main-thread CPU s per GiB | cores busy |')
 console.log('|---:|---:|---:|---:|---:|---:|')
 for (const row of rows) console.log(row)
-console.log(`\nReproduce: \`node_modules/.bin/node dist/bench/data-path.js --threads ${threadCounts.join(',')} --connections ${connections} --mib ${mibPerWay} --repeats ${repeats} --part-bytes ${PART_BYTES}\``)
+console.log(`\nReproduce: \`node_modules/.bin/node dist/bench/data-channel.js --threads ${threadCounts.join(',')} --connections ${connections} --mib ${mibPerWay} --repeats ${repeats} --part-bytes ${PART_BYTES}\``)

@@ -23,6 +23,7 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
 import { AVERAGING_PARAMETERS, type AveragingKey, type AveragingParameter } from '../api/averaging-parameters.js'
 import { checkValue, formatRange, MAX_TIMER_SECONDS, toAgent, type Bound } from '../api/parameter-bounds.js'
+import { silentLog, type Log } from './log.js'
 
 export type AveragerMode = 'node' | 'client' | 'auxiliary'
 
@@ -120,7 +121,8 @@ export interface StepDetail {
 }
 
 export interface AveragerHooks {
-  readonly log?: (msg: string) => void
+  /** Where the averager and its parts (matchmaker, all-reduce, data channel) say what happens. */
+  readonly log?: Log
   /** Called when matchmaking assembled our group, before the all-reduce starts. */
   readonly onGroup?: (group: GroupInfo) => void
   readonly onStep?: (outcome: 'success' | 'partial' | 'failure', detail: StepDetail) => void
@@ -149,12 +151,14 @@ export class DecentralizedAverager {
   private readonly stepLock = new Mutex()
   private bits: string
   private readonly shutdownController = new AbortController()
+  private readonly log: Log
   private running = false
   /** How to unregister each protocol start() registered, in the order registered. */
   private readonly started: Array<() => Promise<void>> = []
 
   private constructor (readonly node: SwarmNode, private readonly tensors: readonly NamedTensor[], config: AveragerConfig, private readonly hooks: AveragerHooks) {
     this.config = config
+    this.log = hooks.log ?? silentLog
     this.codec = codecFor(config.compression === 'auto' ? 'none' : config.compression)
     this.bits = config.initialGroupBits
     // The node's rendezvous, shared with state sharing: the node starts and stops it, never the averager.
@@ -166,13 +170,13 @@ export class DecentralizedAverager {
       minGroupSize: config.minGroupSize,
       averagingExpiration: config.averagingExpiration,
       requestTimeout: config.requestTimeout,
-      log: hooks.log
+      log: (m) => { this.log.child({ component: 'matchmaker' }).debug(m) }
     })
     const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
     // A new stream's first frame can queue behind megabytes of other streams' parts on the
     // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
     this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), senderTimeoutSeconds(config) * 1000)
-    this.dialer = new AggregateDialer(node, config.prefix, null, null, hooks.log)
+    this.dialer = new AggregateDialer(node, config.prefix, null, null, this.log.child({ component: 'data-channel' }))
   }
 
   /** The bandwidth we declare next round: the config's, else the rate we measured (bytes/s), else undefined. */
@@ -232,7 +236,7 @@ export class DecentralizedAverager {
   private async startDirectChannel (): Promise<void> {
     const identity = await this.node.services.dataIdentity.create()
     const threads = this.config.dataThreads ?? 0
-    if (threads > 0) this.transport = DataThreads.start(threads, this.hooks.log)
+    if (threads > 0) this.transport = DataThreads.start(threads, this.log.child({ component: 'data-threads' }))
     // The data channel lives and dies with the node, as if they were one transport.
     this.node.addEventListener('stop', this.onNodeStop, { once: true })
     // Client-mode peers reduce nothing, so nobody dials them: they only dial out.
@@ -255,20 +259,20 @@ export class DecentralizedAverager {
           if (this.node.status === 'started') this.router.accept(channel, channel.remotePeer)
           else channel.abort(new AveragingError('the libp2p node is stopping'))
         },
-        log: this.hooks.log
+        log: this.log.child({ component: 'data-channel' })
       }
       try {
         this.directServer = await this.transport.listen(options)
       } catch (err) {
         if (this.transport.threads === 0) throw err
         // Data threads need SO_REUSEPORT (Linux, FreeBSD, ...): elsewhere the main thread carries the channel.
-        this.hooks.log?.(`data threads cannot listen (${describeError(err)}); the direct channel runs on the main thread`)
+        this.log.warn(`data threads cannot listen (${describeError(err)}); the direct channel runs on the main thread`)
         await this.transport.close()
         this.transport = mainThreadTransport
         this.directServer = await this.transport.listen(options)
       }
     }
-    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.hooks.log)
+    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.log.child({ component: 'data-channel' }))
   }
 
   private readonly onNodeStop = (): void => {
@@ -330,7 +334,7 @@ export class DecentralizedAverager {
       }
       const matchmakingMs = Date.now() - started
       this.hooks.onGroup?.(group)
-      this.hooks.log?.(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
+      this.log.debug(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
       const codec = this.roundCodec(group)
       const declaredBandwidth = info.bandwidth
       const roundDetail = { matchmakingMs, codec: codec.name, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
@@ -384,7 +388,7 @@ export class DecentralizedAverager {
       deadlineSlackMs: 2 * config.requestTimeout * 1000,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
       kernels: config.kernels,
-      log: this.hooks.log
+      log: this.log.child({ component: 'allreduce' })
     })
     // Members usually know only the leader: learn everyone's addresses so no span waits on a DHT lookup.
     await Promise.all(group.peerIds.map(async (peer, i) => {

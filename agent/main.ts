@@ -46,7 +46,7 @@ async function startNode (config: AgentConfig, metrics: AgentMetrics, log: Log, 
     dhtServerLater: true,
     relay: config.relay != null ? { ...config.relay, onRelayed: (bytes) => { metrics.relayedBytes.inc(bytes) } } : undefined,
     metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false }),
-    rendezvous: { requestTimeoutMs: config.averager.requestTimeout * 1000, log: (m) => { log.debug(m) } }
+    rendezvous: { requestTimeoutMs: config.averager.requestTimeout * 1000, log }
   })
 }
 
@@ -140,7 +140,7 @@ async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: Abort
 /** An averager for the workload's tensors, its rounds counted in the metrics and its data channel logged. */
 async function createAverager (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log, tensors: Parameters<WorkloadContext['createAverager']>[0], hooks: Parameters<WorkloadContext['createAverager']>[1]): Promise<DecentralizedAverager> {
   const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
-    log: (m) => { log.debug(m) },
+    log: log.child({ component: 'averager' }),
     ...hooks,
     onStep: (outcome, detail) => {
       metrics.recordRound(outcome, detail)
@@ -166,7 +166,7 @@ function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMe
     ? new StateSharing(node, {
       prefix: config.averager.prefix,
       requestTimeoutMs: config.averager.requestTimeout * 1000,
-      log: (m) => { log.debug(m) },
+      log: log.child({ component: 'state' }),
       onUpload: (outcome) => { if (outcome === 'served') metrics.stateUploads.inc() },
       onDownload: (outcome) => { metrics.stateDownloads.labels(outcome).inc() }
     })

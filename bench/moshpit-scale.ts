@@ -11,6 +11,7 @@ import { startScaleSwarm, scaleConfig, TrafficCounter, type ScaleSwarm } from '.
 import { runRounds, RoundProbe, formatSizes, type RoundStats } from './lib/scale-rounds.js'
 import { gridGroupBits } from '../agent/moshpit/group-bits.js'
 import { seededRandom } from '../agent/util/random.js'
+import { linesLog } from '../agent/log.js'
 
 const progress = (line: string): void => { process.stderr.write(`[moshpit-scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`) }
 const numbers = (text: string): number[] => text.split(',').map(s => Number(s.trim())).filter(n => Number.isFinite(n))
@@ -62,7 +63,7 @@ export async function scaleRun (peers: number, groupSize: number, crashPercent: 
     hooks: (rank) => ({
       onGroup: () => { if (victims.has(rank)) swarm?.crash(rank) },
       // AVS_TEST_LOG=1 prints every averager's log line, as the test fixture does.
-      ...(process.env.AVS_TEST_LOG != null ? { log: (msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) } } : {})
+      ...(process.env.AVS_TEST_LOG != null ? { log: linesLog((msg) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) }) } : {})
     }),
     observer: probe.observer,
     ...(process.env.AVS_TEST_LOG != null ? { rendezvousLog: (rank: number, msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) } } : {}),

@@ -9,6 +9,7 @@ import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { describeError } from '../errors.js'
 import type { PeerInfo } from '../proto/averaging.js'
 import { aggregateProtocol } from './aggregate-protocol.js'
+import { silentLog, type Log } from '../log.js'
 
 export interface ChannelOptions {
   readonly timeoutMs: number
@@ -32,7 +33,7 @@ export class AggregateDialer {
     private readonly prefix: string,
     private readonly identity: DataChannelIdentity | null,
     private readonly transport: DirectTransport | null,
-    private readonly log?: (msg: string) => void
+    private readonly log: Log = silentLog
   ) {}
 
   get hasIdentity (): boolean { return this.identity != null }
@@ -62,7 +63,7 @@ export class AggregateDialer {
           void channel.closed.then(() => this.live.delete(channel))
           return channel
         } catch (err) {
-          this.log?.(`all-reduce: no direct channel to ${peer} at ${host}:${port} (${describeError(err)}); trying the next way`)
+          this.log.debug(`no direct channel to ${peer} at ${host}:${port} (${describeError(err)}); trying the next way`)
         }
       }
     }

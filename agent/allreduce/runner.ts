@@ -11,6 +11,7 @@ import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pi
 import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
 import type { AggregateDialer } from './aggregate-dialer.js'
 import type { Part } from './partition.js'
+import type { Log } from '../log.js'
 
 export interface AllReduceOptions {
   /** Opens our channel to each reducer (direct TLS or libp2p). */
@@ -34,7 +35,7 @@ export interface AllReduceOptions {
   readonly reducerTimeoutMs: number
   /** Which kernels check and sum parts (default: WebAssembly SIMD where the runtime has it). */
   readonly kernels?: KernelBackend
-  readonly log?: (msg: string) => void
+  readonly log?: Log
 }
 
 export interface AllReduceResult {
@@ -225,7 +226,7 @@ export class AllReduceRunner {
 
   private onPartDone (result: PartResult): void {
     // A mean can still leave float32's range (huge finite values and weights): it is never applied or sent.
-    if (result.overflowed) this.options.log?.(`all-reduce: the mean of part ${this.plan.spanStart[this.me] + result.partIndex} is not finite; every member keeps its own values there`)
+    if (result.overflowed) this.options.log?.warn(`the mean of part ${this.plan.spanStart[this.me] + result.partIndex} is not finite; every member keeps its own values there`)
     const part = this.spanParts[result.partIndex]
     const partIndex = this.plan.spanStart[this.me] + result.partIndex
     if (this.mySlot >= 0) {
@@ -257,7 +258,7 @@ export class AllReduceRunner {
     if (this.reducer != null && !this.reducer.isBanned(slot)) {
       this.bannedSenders.add(peer)
       if (deadline !== undefined) this.cutOff[deadline].push(peer)
-      this.options.log?.(`all-reduce: leaving sender ${peer} out of the rest of our span: ${reason}`)
+      this.options.log?.warn(`leaving sender ${peer} out of the rest of our span: ${reason}`)
       this.reducer.ban(slot)
       this.deadlines?.update()
     }
@@ -296,7 +297,7 @@ export class AllReduceRunner {
         // reducer gave up on a TLS handshake slowed by load after our side had finished it): the
         // parts go over libp2p instead, once.
         if (framed.kind !== 'direct' || progress.accepted || this.abort.signal.aborted) throw err
-        this.options.log?.(`all-reduce: the direct channel to ${peer} closed before the reducer accepted it (${describeError(err)}); sending over libp2p`)
+        this.options.log?.debug(`the direct channel to ${peer} closed before the reducer accepted it (${describeError(err)}); sending over libp2p`)
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
         framed = await this.options.dialer.openOverLibp2p(peer, channelOptions)
         await this.exchangeWith(r, framed, progress)
@@ -304,7 +305,7 @@ export class AllReduceRunner {
     } catch (err) {
       this.failedReducers.add(peer)
       this.partsKeptLocal += (end - start) - progress.received
-      this.options.log?.(`all-reduce: keeping ${end - start - progress.received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
+      this.options.log?.warn(`keeping ${end - start - progress.received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
       framed?.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
     }
   }
@@ -368,7 +369,7 @@ export class AllReduceRunner {
   }
 
   private expire (): void {
-    this.options.log?.(`all-reduce: ${this.options.timeoutMs} ms passed, finishing with what arrived`)
+    this.options.log?.warn(`${this.options.timeoutMs} ms passed, finishing with what arrived`)
     this.abort.abort()
     const reducer = this.reducer
     if (reducer != null) {

@@ -9,6 +9,7 @@ import { toAgent } from '../../api/parameter-bounds.js'
 import { DictionaryStore, mergeEntries, type StoredEntry } from './store.js'
 import { describeError } from '../errors.js'
 import { connectPatiently } from './connect.js'
+import { silentLog, type Log } from '../log.js'
 
 export const RENDEZVOUS_PROTOCOL = '/avs/rendezvous/1.0.0'
 const MAX_REQUEST_BYTES = 16 * 1024
@@ -36,7 +37,7 @@ export interface RendezvousInit {
   /** Bounds every exchange with a replica, both ways (default: the averager's default requestTimeout, 3 s). */
   readonly requestTimeoutMs?: number
   readonly now?: () => number
-  readonly log?: (msg: string) => void
+  readonly log?: Log
   readonly observer?: RendezvousObserver
 }
 
@@ -77,6 +78,7 @@ export class Rendezvous implements Startable {
   /** Replicas that just failed (a dead peer lingers in routing tables): skipped for a while. */
   private readonly suspects = new Map<string, number>()
   private readonly now: () => number
+  private readonly log: Log
   private pruneTimer: NodeJS.Timeout | undefined
   private readonly node: RpcNode
   private readonly options: RendezvousInit & { readonly requestTimeoutMs: number }
@@ -85,6 +87,7 @@ export class Rendezvous implements Startable {
     this.node = rpcNodeOf(components)
     this.options = { ...init, requestTimeoutMs: init.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS }
     this.now = init.now ?? (() => Date.now() / 1000)
+    this.log = (init.log ?? silentLog).child({ component: 'rendezvous' })
   }
 
   async start (): Promise<void> {
@@ -165,7 +168,7 @@ export class Rendezvous implements Startable {
         // once: asking it again costs nothing, and skipping it for SUSPECT_MS while others use it
         // split the key's peers (64 agents started one after another: 125 such refusals).
         if (!(err instanceof Error && err.name === 'UnsupportedProtocolError')) this.suspects.set(peer.toString(), Date.now() + SUSPECT_MS)
-        this.options.log?.(`rendezvous replica ${peer.toString()} failed: ${describeError(err)}`)
+        this.log.debug(`replica ${peer.toString()} failed: ${describeError(err)}`)
       }
     })
     await Promise.all(calls)
@@ -310,7 +313,7 @@ export class Rendezvous implements Startable {
       this.closestCache.set(key, { peers: found, at: Date.now() })
       this.options.observer?.lookup?.({ key, ms: performance.now() - started, found: found.length, ok: true })
     } catch (err) {
-      this.options.log?.(`closest-peer lookup for ${key} failed: ${describeError(err)}`)
+      this.log.debug(`closest-peer lookup for ${key} failed: ${describeError(err)}`)
       this.options.observer?.lookup?.({ key, ms: performance.now() - started, found: found.length, ok: false })
     }
   }

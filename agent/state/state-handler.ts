@@ -7,6 +7,7 @@ import { elementCount } from '../schema.js'
 import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { CHUNK_BYTES, MAX_REQUEST_FRAME_BYTES, MAX_STATE_STREAMS_PER_CONNECTION, MAX_STATE_STREAMS_PER_PEER } from './state-protocol.js'
 import { PerPeerStreamLimit, refuseStream } from '../net/rpc.js'
+import type { Log } from '../log.js'
 
 export interface StateSnapshot {
   readonly tensors: readonly NamedTensor[]
@@ -21,7 +22,7 @@ export interface StateHandlerOptions {
   readonly requestTimeoutMs: number
   readonly maxConcurrentUploads: number
   readonly onUpload?: (outcome: UploadOutcome) => void
-  readonly log?: (msg: string) => void
+  readonly log?: Log
 }
 
 /** Streams buffered beyond this are slowing the uploader down: write() waits for them to drain. */
@@ -85,10 +86,10 @@ export class StateHandler {
       }
       await framed.closeWrite()
       this.options.onUpload?.('served')
-      this.options.log?.(`served state to ${peer} in ${Date.now() - started} ms`)
+      this.options.log?.info(`served state to ${peer} in ${Date.now() - started} ms`)
     } catch (err) {
       this.options.onUpload?.('failed')
-      this.options.log?.(`state upload to ${peer} failed: ${describeError(err)}`)
+      this.options.log?.warn(`state upload to ${peer} failed: ${describeError(err)}`)
       framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
     } finally {
       if (counted) this.active--

@@ -9,6 +9,7 @@ import { StateHandler, type StateSource, type UploadOutcome } from './state-hand
 import { downloadFrom } from './state-download.js'
 import { orderDonors } from './donor-order.js'
 import { DEFAULT_MAX_STATE_BYTES, donorKey, stateProtocol, type ExpectedTensor } from './state-protocol.js'
+import type { Log } from '../log.js'
 
 export type DownloadOutcome = 'success' | 'failed' | 'no_donors'
 
@@ -25,7 +26,7 @@ export interface StateSharingOptions {
   readonly minDownloadBytesPerSecond?: number
   /** Rounds over the donors that answered busy before giving up (default 3). */
   readonly busyRetries?: number
-  readonly log?: (msg: string) => void
+  readonly log?: Log
   /** For averaging_state_uploads_total: once per upload request, with how it ended. */
   readonly onUpload?: (outcome: UploadOutcome) => void
   /** For averaging_state_downloads_total{outcome}: once per download() call. */
@@ -111,11 +112,11 @@ export class StateSharing {
     try {
       entries = (await this.node.services.rendezvous.find(this.key, { settled: true })).filter(e => e.looking && e.peerId !== self)
     } catch (err) {
-      this.options.log?.(`looking up state donors failed: ${describeError(err)}`)
+      this.options.log?.warn(`looking up state donors failed: ${describeError(err)}`)
       entries = []
     }
     if (entries.length === 0) {
-      this.options.log?.('no peer offers its state to download')
+      this.options.log?.info('no peer offers its state to download')
       this.options.onDownload?.('no_donors')
       return null
     }
@@ -137,15 +138,15 @@ export class StateSharing {
             expected
           })
           if (state === 'busy') {
-            this.options.log?.(`state donor ${donor} is busy, trying the next one`)
+            this.options.log?.debug(`state donor ${donor} is busy, trying the next one`)
             busy.push(donor)
             continue
           }
-          this.options.log?.(`downloaded state from ${donor} in ${Date.now() - started} ms`)
+          this.options.log?.info(`downloaded state from ${donor} in ${Date.now() - started} ms`)
           this.options.onDownload?.('success')
           return { ...state, donor }
         } catch (err) {
-          this.options.log?.(`state download from ${donor} failed: ${describeError(err)}`)
+          this.options.log?.warn(`state download from ${donor} failed: ${describeError(err)}`)
         }
       }
       order = busy
@@ -166,7 +167,7 @@ export class StateSharing {
         addrs: ownAddrBytes(this.node)
       })
     }).catch((err: unknown) => {
-      this.options.log?.(`announcing state donor failed: ${describeError(err)}`)
+      this.options.log?.debug(`announcing state donor failed: ${describeError(err)}`)
     })
     this.announcing = next
     await next

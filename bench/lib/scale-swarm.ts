@@ -11,6 +11,7 @@ import { routingTableSize } from '../../agent/net/bootstrap.js'
 import type { RendezvousObserver } from '../../agent/rendezvous/rendezvous.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks } from '../../agent/averager.js'
 import { seededRandom } from '../../agent/util/random.js'
+import { linesLog } from '../../agent/log.js'
 
 /** Bytes and messages sent, per protocol, by every node of the process together. */
 export class TrafficCounter {
@@ -102,7 +103,7 @@ export async function startScaleSwarm (options: ScaleSwarmOptions): Promise<Scal
         inMemory: { latencyMs: options.latencyMs },
         metrics: options.traffic != null ? () => options.traffic?.metrics() as Metrics : undefined,
         // Every rendezvous serves from its node's start, before any averager starts (and asks its first key's replicas).
-        rendezvous: { requestTimeoutMs: options.config(i).requestTimeout * 1000, observer: options.observer, ...(log != null ? { log: (msg: string) => { log(i, msg) } } : {}) }
+        rendezvous: { requestTimeoutMs: options.config(i).requestTimeout * 1000, observer: options.observer, ...(log != null ? { log: linesLog((msg) => { log(i, msg) }) } : {}) }
       }))
     }
     options.progress?.(`${options.peers} nodes created (${Date.now() - started} ms); joining`)

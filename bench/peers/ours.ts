@@ -12,9 +12,10 @@ import { createSwarmNode } from '../../agent/net/node.js'
 import { settleRoutingTable } from '../../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/averager.js'
 import { isCompressionName } from '../../agent/compression/index.js'
+import { linesLog } from '../../agent/log.js'
 
 await runBenchPeer(async (env) => {
-  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`], rendezvous: { requestTimeoutMs: 2000, log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } } })
+  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`], rendezvous: { requestTimeoutMs: 2000, log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) }) } })
   const data = new Float32Array(env.elements)
   const compression = env.compression
   if (!isCompressionName(compression) && compression !== 'auto') throw new Error(`unknown compression ${compression}`)
@@ -48,7 +49,7 @@ await runBenchPeer(async (env) => {
         dataThreads,
         dataHost: benchHost(),
         ...(bandwidth !== undefined ? { bandwidth } : {})
-      }, { log: (msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) } })
+      }, { log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) }) })
     },
     prepare () { fillTensor(data, env.rank) },
     async allReduce () {

@@ -11,6 +11,7 @@ import type { RankReport } from '../lib/moshpit-coordinator.js'
 import { createSwarmNode } from '../../agent/net/node.js'
 import { settleRoutingTable } from '../../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/averager.js'
+import { linesLog } from '../../agent/log.js'
 
 const env = process.env
 const coord = env.BENCH_COORD ?? ''
@@ -28,7 +29,7 @@ function crash (why: string): never {
 async function main (): Promise<void> {
   if (coord === '' || !Number.isInteger(host) || !Number.isInteger(rank)) throw new Error('BENCH_COORD, BENCH_HOST and BENCH_RANKS (one rank) are required: this program is started by bench/moshpit.ts')
   const requestTimeout = seconds('BENCH_REQUEST_TIMEOUT', 3)
-  const node = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: requestTimeout * 1000, log } })
+  const node = await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: requestTimeout * 1000, log: linesLog(log) } })
   const hello = await post(coord, '/hello', { host, ranks: [rank], addrs: { [rank]: node.getMultiaddrs()[0].toString() } }) as {
     addrs: string[], start: Record<string, { bits: string, vector: number[] }>
   }
@@ -58,7 +59,7 @@ async function main (): Promise<void> {
     requestTimeout,
     allreduceTimeout: seconds('BENCH_ALLREDUCE_TIMEOUT', 20)
   }, {
-    log,
+    log: linesLog(log),
     onGroup: (group) => { if (victim) crash(`group of ${group.peerIds.length} assembled, before its all-reduce`) }
   })
   log(`ready with group bits "${start.bits}"`)

@@ -9,6 +9,7 @@ import type { StepResult } from '../../agent/averager.js'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import { AGENT_METRICS as M } from '../../api/metric-names.js'
 import { sampleValue } from './metrics-text.js'
+import { linesLog } from '../../agent/log.js'
 
 // A group member that goes quiet: it joins the group, then its parts stop coming, as
 // from a process stopped with SIGSTOP (its connections stay open, nothing is reset). With fixed
@@ -77,7 +78,7 @@ test('a member that goes quiet is cut off by the adaptive deadline, long before 
       ...(p === SILENT ? { mode: 'client' as const, dataChannel: 'libp2p' as const } : {})
     }),
     hooks: (p) => ({
-      log: (msg: string) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) },
+      log: linesLog((msg) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) }),
       // As agent/main.ts records a step.
       onStep: (outcome, detail) => { metrics[p].recordRound(outcome, detail) }
     })

@@ -6,6 +6,7 @@ import { startSwarm, fill, weightedMean, type SwarmFixture } from './swarm-fixtu
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
 import { TensorPart } from '../../agent/proto/averaging.js'
 import type { SwarmNode } from '../../agent/net/node.js'
+import { linesLog } from '../../agent/log.js'
 
 // A dishonest group member: it joins groups like anyone, then sends parts holding NaN,
 // +-Inf or the wrong number of bytes. The honest peers must end with the exact mean of the honest
@@ -92,7 +93,7 @@ test('NaN, Inf and wrong-length parts from a group member never reach the means;
     // is reduced by an honest peer and the expected result is exact.
     // The hostile's parts take libp2p streams, where this test rewrites them; the reducers' checks are the same on either path.
     config: (p) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: PART_BYTES, mode: p === HOSTILE ? 'client' : 'node', ...(p === HOSTILE ? { dataChannel: 'libp2p' as const } : {}) }),
-    hooks: (p) => ({ log: (msg: string) => { logs[p].push(msg) } })
+    hooks: (p) => ({ log: linesLog((msg) => { logs[p].push(msg) }) })
   })
   try {
     poisonAggregateStreams(swarm.nodes[HOSTILE], () => current, counter)

@@ -89,7 +89,7 @@ export async function startSidecarSwarm (n: number, config: Partial<AveragerConf
       agent.ctx = ctx
       const listening = new Promise<string>((resolve, reject) => {
         const stateSharing = options.stateSharing === true
-          ? new StateSharing(node, { prefix: averagerConfig.prefix, requestTimeoutMs: averagerConfig.requestTimeout * 1000, log: msg => { log.debug(msg) } })
+          ? new StateSharing(node, { prefix: averagerConfig.prefix, requestTimeoutMs: averagerConfig.requestTimeout * 1000, log })
           : undefined
         const run = sidecarWorkload(ctx, { host: '127.0.0.1', port: 0, onListening: resolve, stateSharing, shmDir, memoryBytes: options.memoryBytes }).run()
         agent.run = run

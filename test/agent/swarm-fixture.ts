@@ -2,6 +2,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { createSwarmNode, type SwarmNode, type SwarmNodeOptions } from '../../agent/net/node.js'
 import { routingTableSize } from '../../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor } from '../../agent/averager.js'
+import { linesLog, type Log } from '../../agent/log.js'
 
 export interface SwarmFixture {
   readonly nodes: SwarmNode[]
@@ -36,7 +37,7 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
     allreduceTimeout: 30,
     ...options.config?.(i)
   }))
-  const logOf = (i: number): ((msg: string) => void) | undefined => process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
+  const logOf = (i: number): Log | undefined => process.env.AVS_TEST_LOG != null ? linesLog((msg) => { console.error(`[peer ${i}] ${msg}`) }) : undefined
   try {
     // Each node's rendezvous service with its averager's request timeout, as the agent configures it.
     nodes.push(...await startConnectedNodes(n, (i) => ({ rendezvous: { requestTimeoutMs: configs[i].requestTimeout * 1000, log: logOf(i) }, ...options.node?.(i) })))

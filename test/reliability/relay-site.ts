@@ -11,6 +11,7 @@ import { ConnectionKinds } from '../../agent/net/connection-kinds.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/averager.js'
 import { describeError } from '../../agent/errors.js'
 import { fill } from '../agent/swarm-fixture.js'
+import { linesLog } from '../../agent/log.js'
 
 export interface SiteAgent {
   /** Base64 protobuf private key (the parent builds the allow list from them). */
@@ -50,7 +51,7 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
     allowPeers: config.allow,
     dhtServerLater: true,
     // The averager's requestTimeout below (3 s).
-    rendezvous: { requestTimeoutMs: 3000, ...(process.env.AVS_TEST_LOG !== undefined ? { log: (m: string) => { process.stderr.write(`[${index}] ${m}\n`) } } : {}) },
+    rendezvous: { requestTimeoutMs: 3000, ...(process.env.AVS_TEST_LOG !== undefined ? { log: linesLog((m) => { process.stderr.write(`[${index}] ${m}\n`) }) } : {}) },
     onProtectedConnection: (c) => { if (isCircuit(c.remoteAddr)) protectedRelayed.push(1) },
     relay: a.relaySlots !== undefined
       ? { maxReservations: a.relaySlots, circuitBytes: 1 << 30, circuitDurationMs: 600_000, onRelayed: (bytes, source) => { relayed.set(source, (relayed.get(source) ?? 0) + bytes) } }
@@ -89,7 +90,7 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
     senderTimeout: 15,
     // Several parts per reducer, so parts cross the relay between the sites.
     partSizeBytes: 16 * 1024
-  }, process.env.AVS_TEST_LOG !== undefined ? { log: (m) => { process.stderr.write(`[${index} ${node.peerId.toString().slice(-6)}] ${m}\n`) } } : {})
+  }, process.env.AVS_TEST_LOG !== undefined ? { log: linesLog((m) => { process.stderr.write(`[${index} ${node.peerId.toString().slice(-6)}] ${m}\n`) }) } : {})
   return running
 }
 

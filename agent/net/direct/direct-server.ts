@@ -4,6 +4,7 @@ import { describeError } from '../../errors.js'
 import type { DataChannelIdentity } from './identity.js'
 import { authenticatedPeer } from './identity.js'
 import { SocketFrameChannel } from './socket-channel.js'
+import type { Log } from '../../log.js'
 
 /** Open connections (handshaking or not) from one IP address; a group member needs one per round. */
 const MAX_CONNECTIONS_PER_ADDRESS = 64
@@ -27,7 +28,7 @@ export interface DirectServerOptions {
    */
   readonly reusePort?: boolean
   readonly accept: (channel: SocketFrameChannel) => void
-  readonly log?: (msg: string) => void
+  readonly log?: Log
 }
 
 /**
@@ -64,7 +65,7 @@ export class DirectServer {
       sockets.add(raw)
       raw.on('close', () => { sockets.delete(raw) })
     })
-    server.on('tlsClientError', (err) => { options.log?.(`direct channel: a handshake failed: ${err.message}`) })
+    server.on('tlsClientError', (err) => { options.log?.debug(`a handshake failed: ${err.message}`) })
     server.on('secureConnection', (socket) => {
       socket.on('error', () => {})
       sockets.add(socket)
@@ -79,7 +80,7 @@ export class DirectServer {
           options.accept(new SocketFrameChannel(socket, peer, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames }))
         } catch (err) {
           clearTimeout(timer)
-          options.log?.(`direct channel: refused a connection from ${socket.remoteAddress ?? '?'}: ${describeError(err)}`)
+          options.log?.debug(`refused a connection from ${socket.remoteAddress ?? '?'}: ${describeError(err)}`)
           socket.destroy()
         }
       })()

@@ -176,7 +176,7 @@ export class SidecarApi {
   private async startAverager (schema: readonly StoredTensor[]): Promise<DecentralizedAverager> {
     // The averager sees float32 names and shapes only: the storage dtype is this trainer's business.
     const tensors: NamedTensor[] = schema.map(t => ({ name: t.name, shape: t.shape, data: new Float32Array(elementCount(t.shape)) }))
-    const averager = await this.ctx.createAverager(tensors, { log: msg => { this.ctx.log.debug(msg) } })
+    const averager = await this.ctx.createAverager(tensors)
     try {
       await this.loadState(averager, schema)
     } catch (err) {

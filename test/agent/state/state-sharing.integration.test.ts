@@ -12,6 +12,7 @@ import { StateSharing, type StateSharingOptions } from '../../../agent/state/sta
 import { donorKey, stateProtocol } from '../../../agent/state/state-protocol.js'
 import { StateChunk, StateHeader } from '../../../agent/proto/averaging.js'
 import { fill, weightedMean, maxAbsDiff } from '../swarm-fixture.js'
+import { linesLog } from '../../../agent/log.js'
 
 const PREFIX = 'test'
 
@@ -72,7 +73,7 @@ async function sleep (ms: number): Promise<void> {
 }
 
 function sharing (peers: Peers, i: number, options: Partial<StateSharingOptions> = {}): StateSharing {
-  const log = process.env.AVS_TEST_LOG != null ? (msg: string) => { console.error(`[peer ${i}] ${msg}`) } : undefined
+  const log = process.env.AVS_TEST_LOG != null ? linesLog((msg) => { console.error(`[peer ${i}] ${msg}`) }) : undefined
   return new StateSharing(peers.nodes[i], { prefix: PREFIX, requestTimeoutMs: 1000, log, ...options })
 }
 
@@ -238,7 +239,7 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, a trickle, silence) 
       const newcomer = new StateSharing(peers.nodes[8], {
         prefix: PREFIX,
         requestTimeoutMs: 1000,
-        log: (msg) => { if (msg.includes('failed')) failures.push(msg) }
+        log: linesLog((msg) => { if (msg.includes('failed')) failures.push(msg) })
       })
       const started = Date.now()
       const result = await newcomer.download(expected)

@@ -13,6 +13,7 @@ import type { SocketFrameChannel } from '../socket-channel.js'
 import type { FromDataThread, ListenRequest, DialRequest, ToDataThread } from './thread-messages.js'
 import { Outbox } from './outbox.js'
 import { BufferPool } from './buffer-pool.js'
+import type { Log } from '../../../log.js'
 
 if (parentPort == null) throw new Error('data-thread.js runs as a worker thread started by DataThreads')
 const port = parentPort
@@ -27,6 +28,15 @@ const framePool = new BufferPool()
 const outbox = new Outbox<FromDataThread>((messages, transfer) => { port.postMessage(messages, transfer) })
 function post (message: FromDataThread, transfer: ArrayBuffer[] = []): void {
   outbox.post(message, transfer)
+}
+
+/** The servers' log, posted to the main thread, which writes it to the agent's log at the same level. */
+const postedLog: Log = {
+  debug: (message) => { post({ t: 'log', level: 'debug', message }) },
+  info: (message) => { post({ t: 'log', level: 'info', message }) },
+  warn: (message) => { post({ t: 'log', level: 'warn', message }) },
+  error: (message) => { post({ t: 'log', level: 'error', message }) },
+  child: () => postedLog
 }
 
 /** Flushed bytes reported to the main thread together: well below its 4 MiB of writes in flight. */
@@ -141,7 +151,7 @@ async function listen (req: number, options: ListenRequest): Promise<void> {
         })
         : undefined,
       accept: (channel) => { post({ t: 'incoming', listener, id: adopt(channel, options.maxQueuedFrames), peer: channel.remotePeer }) },
-      log: (message) => { post({ t: 'log', message }) }
+      log: postedLog
     })
     listeners.set(listener, server)
     post({ t: 'listening', req, listener, port: server.port })

@@ -7,6 +7,7 @@ import { ThreadFrameChannel, type ThreadLink } from './thread-channel.js'
 import type { FromDataThread, ToDataThread } from './thread-messages.js'
 import { Outbox } from './outbox.js'
 import { BufferPool } from './buffer-pool.js'
+import type { Log } from '../../../log.js'
 
 
 type FrameBounds = { readonly maxFrameBytes: number, readonly maxQueuedFrames: number }
@@ -24,7 +25,7 @@ class DataThread implements ThreadLink {
   private nextReq = 1
   private failure: Error | null = null
 
-  constructor (private readonly log?: (message: string) => void) {
+  constructor (private readonly log?: Log) {
     this.worker = new Worker(new URL('./data-thread.js', import.meta.url))
     // The agent decides when to stop; a data thread alone never holds the process open.
     this.worker.unref()
@@ -126,7 +127,7 @@ class DataThread implements ThreadLink {
       case 'end': this.channels.get(message.id)?.onEnd(); break
       case 'failed': this.channels.get(message.id)?.onFailed(message.message); break
       case 'closed': this.channels.get(message.id)?.onClosed(); break
-      case 'log': this.log?.(message.message); break
+      case 'log': this.log?.[message.level](message.message); break
       case 'incoming': {
         const options = this.listeners.get(message.listener)
         const channel = this.adopt(message.id, message.peer, options ?? { maxFrameBytes: 0, maxQueuedFrames: 1 })
@@ -157,7 +158,7 @@ class DataThread implements ThreadLink {
   private fail (err: Error): void {
     if (this.failure != null) return
     this.failure = err
-    this.log?.(`${err.message}; its ${this.channels.size} connection(s) are dropped and the other data threads carry on`)
+    this.log?.warn(`${err.message}; its ${this.channels.size} connection(s) are dropped and the other data threads carry on`)
     for (const pending of this.pending.values()) pending.reject(err)
     this.pending.clear()
     for (const channel of this.channels.values()) {
@@ -178,7 +179,7 @@ export class DataThreads implements DirectTransport {
 
   private constructor (private readonly pool: readonly DataThread[]) {}
 
-  static start (count: number, log?: (message: string) => void): DataThreads {
+  static start (count: number, log?: Log): DataThreads {
     if (!Number.isInteger(count) || count < 1) throw new RangeError(`data threads must be a whole number >= 1, got ${count}`)
     return new DataThreads(Array.from({ length: count }, () => new DataThread(log)))
   }

@@ -6,6 +6,7 @@
 
 import type { DirectDialOptions } from '../direct-dial.js'
 import type { DirectServerOptions } from '../direct-server.js'
+import type { LogLevel } from '../../../log.js'
 
 /** A server's options as plain data: the callbacks stay on the main thread. */
 export type ListenRequest = Pick<DirectServerOptions, 'identity' | 'host' | 'port' | 'protocol' | 'maxFrameBytes' | 'maxQueuedFrames' | 'handshakeTimeoutMs'> & {
@@ -47,4 +48,4 @@ export type FromDataThread =
   | { readonly t: 'end', readonly id: number }
   | { readonly t: 'failed', readonly id: number, readonly message: string }
   | { readonly t: 'closed', readonly id: number }
-  | { readonly t: 'log', readonly message: string }
+  | { readonly t: 'log', readonly level: LogLevel, readonly message: string }

@@ -16,6 +16,7 @@ import { aggregateProtocol } from '../../../../agent/allreduce/aggregate-protoco
 import { AggregateHeader, AggregateReply, MatchCode } from '../../../../agent/proto/averaging.js'
 import type { NamedTensor } from '../../../../agent/averager.js'
 import type { GroupInfo } from '../../../../agent/matchmaking/group-info.js'
+import { linesLog } from '../../../../agent/log.js'
 
 const PROTOCOL = '/avs/test/aggregate/1.0.0'
 const small = (peer: number): NamedTensor[] => [{ name: 'w', shape: [50_000], data: fill(50_000, peer) }]
@@ -327,7 +328,7 @@ test('direct channel: a reducer that drops the connection after the TLS handshak
   const swarm = await startSwarm(4, {
     tensors: small,
     node: (i) => i === 0 ? { privateKey: key } : {},
-    hooks: () => ({ log: (msg) => { logs.push(msg) } }),
+    hooks: () => ({ log: linesLog((msg) => { logs.push(msg) }) }),
     config: (i) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, ...(i === 0 ? { dataHost: '127.0.0.2', dataPort: dropping.port } : {}) })
   })
   try {

@@ -52,10 +52,9 @@ export interface Rejection {
 export function reasonToReject (config: LeaderConfig, state: LeaderState | null, request: JoinRequest, from: string): Rejection | null {
   if (state == null || state.assembled) return { code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: 'not looking for a group' }
   if (config.mode === PeerMode.CLIENT) return { code: MatchCode.PROTOCOL_VIOLATION, reason: 'a client-mode peer cannot lead' }
-  if (request.info == null || !Number.isFinite(request.expiration) || request.schemaHash.byteLength === 0 ||
-      !Number.isFinite(request.info.weight) || request.info.weight < 0 || !validRound(request.info.round) ||
-      (request.info.bandwidth != null && !(request.info.bandwidth >= 0 && Number.isFinite(request.info.bandwidth))) ||
-      request.info.userData.byteLength > MAX_GATHER_BYTES) {
+  // The same checks on the follower's info as every member makes on the group's (validInfo): one
+  // the members would refuse, accepted here, made them all drop the group the leader ran with it.
+  if (request.info == null || !Number.isFinite(request.expiration) || request.schemaHash.byteLength === 0 || !validInfo(request.info)) {
     return { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }
   }
   if (!equalBytes(request.schemaHash, config.schemaHash)) return { code: MatchCode.BAD_SCHEMA_HASH, reason: 'tensor schema differs' }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  aloneUnderKey, bestCandidate, enoughToAssemble, groupFull, outranks, reasonToReject, triedKey,
+  aloneUnderKey, bestCandidate, enoughToAssemble, groupFull, outranks, reasonToReject, triedKey, validInfo,
   type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -180,4 +180,14 @@ test('a peer moves to the leftover key only when nobody else looked under its ke
   assert.equal(aloneUnderKey({ ...search, followers: new Map([['f', {}]]) }, [], 'me', now), false, 'we have a follower')
   assert.equal(aloneUnderKey({ ...search, leftoverKey: undefined }, [], 'me', now), false, 'no leftover key to go to')
   assert.equal(aloneUnderKey({ ...search, groupKey: 'avs.leftovers' }, [], 'me', now), false, 'already under the leftover key')
+})
+
+test('a leader refuses a follower whose codec timings the members would refuse: one such follower would spoil the group it joins', () => {
+  // Every follower drops a BEGIN_ALLREDUCE whose gathered infos fail validInfo, while the leader
+  // runs the round with them: a leader that accepted this follower would wait for a group that left.
+  for (const bad of [{ secondsNone: NaN }, { secondsNone: -1 }, { secondsFloat16: Infinity }]) {
+    assert.equal(validInfo(info(bad)), false)
+    assert.deepEqual(reasonToReject(LEADER, leading(), request({ info: info(bad) }), 'peer-F'), { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }, JSON.stringify(bad))
+  }
+  assert.equal(reasonToReject(LEADER, leading(), request({ info: info({ secondsNone: 0.5, secondsFloat16: 0 }) }), 'peer-F'), null)
 })

@@ -1,6 +1,6 @@
 import type { SwarmNode } from './net/node.js'
 import { Matchmaker } from './matchmaking/matchmaker.js'
-import { MAX_ROUND, validRound } from './matchmaking/group-info.js'
+import { MAX_GATHER_BYTES, MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
 import { AggregateDialer } from './allreduce/aggregate-dialer.js'
@@ -306,7 +306,7 @@ export class DecentralizedAverager {
     if (!(weight >= 0) || !Number.isFinite(weight)) throw new AveragingError(`weight must be a finite number >= 0, got ${weight}`)
     if (options.round !== undefined && !validRound(options.round)) throw new AveragingError(`round must be an integer from 0 to ${MAX_ROUND}, got ${options.round}`)
     const userData = options.gather === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(options.gather))
-    if (userData.byteLength > 16 * 1024) throw new AveragingError('gathered data must serialise to at most 16 KiB of JSON')
+    if (userData.byteLength > MAX_GATHER_BYTES) throw new AveragingError(`gathered data must serialise to at most ${MAX_GATHER_BYTES / 1024} KiB of JSON`)
     const times = config.compression === 'auto' ? this.codecClock.times : {}
     const info: PeerInfo = {
       mode: wireMode(config.mode), bandwidth: this.declaredBandwidth, weight,

@@ -15,6 +15,9 @@ export interface GroupInfo {
 
 export const MAX_GROUP_SIZE = 1024
 
+/** The most bytes of gathered data (a member's userData: the JSON of its `gather`) a group carries per member. */
+export const MAX_GATHER_BYTES = 16 * 1024
+
 export function groupIdHex (groupId: Uint8Array): string {
   return Buffer.from(groupId).toString('hex')
 }

@@ -12,7 +12,8 @@ import { ConnectingError, connectPatiently } from '../rendezvous/connect.js'
 import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
-import { MAX_GROUP_SIZE, validRound, type GroupInfo } from './group-info.js'
+import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
+import { aloneUnderKey, bestCandidate, triedKey, validInfo } from './decisions.js'
 
 export interface MatchmakerConfig {
   readonly prefix: string
@@ -62,11 +63,7 @@ export class Matchmaker {
       lock: this.lock,
       current: () => this.search,
       onFollowerJoined: () => {
-        const search = this.search
-        if (search != null && !search.assembled && search.currentLeader == null &&
-            search.followers.size + 1 >= this.config.targetGroupSize) {
-          search.assemble()
-        }
+        this.search?.assembleIfFull(this.config.targetGroupSize)
         this.wakeup.notify()
       },
       now: this.now
@@ -119,11 +116,10 @@ export class Matchmaker {
       const now = this.now()
       if (now >= search.deadline) return null
       if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration)) {
-        if (search.declaredExpiration != null && search.currentLeader == null) {
-          if (search.followers.size > 0 && search.followers.size + 1 >= this.config.minGroupSize) return search.assemble()
-          search.disband(null, 'too few peers before the leader expired')
-          if (this.aloneUnderKey(search, known, now)) await this.moveToLeftovers(search)
-        }
+        const outcome = search.expire(now, this.config.minGroupSize)
+        if (outcome === 'disbanded') {
+          if (aloneUnderKey(search, known, this.selfId, now)) await this.moveToLeftovers(search)
+        } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
         this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
@@ -136,11 +132,16 @@ export class Matchmaker {
         })
       }
       if (search.assembled) break
-      const candidate = this.bestCandidate(search, known)
+      const candidate = bestCandidate(known, {
+        selfId: this.selfId,
+        myExpiration: isClient ? Infinity : (search.declaredExpiration ?? Infinity),
+        tried: search.tried,
+        now: this.now()
+      })
       if (candidate != null) {
-        search.tried.add(`${candidate.peerId}@${candidate.expiration}`)
+        search.tried.add(triedKey(candidate.peerId, candidate.expiration))
         this.config.log?.(`asking ${candidate.peerId.slice(-6)} exp ${candidate.expiration.toFixed(3)} (mine ${search.declaredExpiration?.toFixed(3)}) known=${known.length}`)
-        const group = await this.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs, 0)
+        const group = await this.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs)
         if (group != null) return search.adopt(group)
         pollMs = POLL_MIN_MS
         continue
@@ -163,23 +164,9 @@ export class Matchmaker {
     const expiration = search.declaredExpiration
     if (expiration == null) return
     search.expiryTimer = setTimeout(() => {
-      if (search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return
-      if (search.followers.size > 0 && search.followers.size + 1 >= this.config.minGroupSize) {
-        search.assemble()
-        this.wakeup.notify()
-      }
+      if (search.declaredExpiration !== expiration) return
+      if (search.assembleIfEnough(this.config.minGroupSize) != null) this.wakeup.notify()
     }, Math.max(0, (expiration - this.now()) * 1000))
-  }
-
-  /**
-   * Whether a whole declaration passed with nobody else looking under our key: the rest of our
-   * Moshpit key grouped without us (a group assembled at its expiration one short, a member lost),
-   * and nobody will come before the next round. Seen at 16 peers on a 4x4 grid under load: such
-   * peers re-declared alone until their step timed out.
-   */
-  private aloneUnderKey (search: Search, known: readonly StoredEntry[], now: number): boolean {
-    if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
-    return !known.some(e => e.looking && e.peerId !== this.selfId && e.expiration > now)
   }
 
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone under theirs meet. */
@@ -210,23 +197,23 @@ export class Matchmaker {
     }).catch(() => {})
   }
 
-  /** The best-ranked peer that outranks us and that we have not asked at this expiration yet. */
-  private bestCandidate (search: Search, entries: readonly StoredEntry[]): StoredEntry | null {
-    const now = this.now()
-    const myExpiration = this.config.mode === PeerMode.CLIENT ? Infinity : (search.declaredExpiration ?? Infinity)
-    let best: StoredEntry | null = null
-    for (const e of entries) {
-      if (!e.looking || e.expiration <= now || e.peerId === this.selfId) continue
-      if (search.tried.has(`${e.peerId}@${e.expiration}`)) continue
-      if (!outranks(e.expiration, e.peerId, myExpiration, this.selfId)) continue
-      if (best == null || outranks(e.expiration, e.peerId, best.expiration, best.peerId)) best = e
+  /**
+   * Follower side: ask a leader, and if accepted wait for its group; follow where it sends us (a
+   * busy leader's own leader, a disbanding leader's new one), at most MAX_REDIRECTS times.
+   */
+  private async followLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[]): Promise<GroupInfo | null> {
+    let next: { leaderId: string, addrs: readonly Uint8Array[] } = { leaderId, addrs }
+    for (let redirects = 0; redirects <= MAX_REDIRECTS && !search.assembled; redirects++) {
+      const outcome = await this.askLeader(search, next.leaderId, leaderExpiration, next.addrs)
+      if (outcome == null) return null
+      if ('group' in outcome) return outcome.group
+      next = { leaderId: outcome.redirect, addrs: [] }
     }
-    return best
+    return null
   }
 
-  /** Follower side: ask a leader, and if accepted wait for its group (following redirects when it disbands). */
-  private async followLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[], depth: number): Promise<GroupInfo | null> {
-    if (depth > MAX_REDIRECTS || search.assembled) return null
+  /** One leader asked: its group, where it sends us next, or null (refused, failed, nothing to follow). */
+  private async askLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[]): Promise<{ group: GroupInfo } | { redirect: string } | null> {
     let leader: PeerId
     try { leader = peerIdFromString(leaderId) } catch { return null }
     if (addrs.length > 0 && this.node.getConnections(leader).length === 0) await rememberAddrs(this.node, leader, addrs).catch(() => {})
@@ -239,7 +226,7 @@ export class Matchmaker {
       search.rejections.push(describeError(err))
       this.config.log?.(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
       // Still connecting is no answer from the leader: ask it again once connected.
-      if (err instanceof ConnectingError) search.tried.delete(`${leaderId}@${leaderExpiration}`)
+      if (err instanceof ConnectingError) search.tried.delete(triedKey(leaderId, leaderExpiration))
       return null
     }
     const ask = await this.lock.run(async () => {
@@ -287,7 +274,7 @@ export class Matchmaker {
     if ('redirect' in ask) {
       if (ask.redirect === this.selfId || search.tried.has(`${ask.redirect}@redirect`)) return null
       search.tried.add(`${ask.redirect}@redirect`)
-      return await this.followLeader(search, ask.redirect, leaderExpiration, [], depth + 1)
+      return ask
     }
     try {
       const myExpiration = this.config.mode === PeerMode.CLIENT ? leaderExpiration : (search.declaredExpiration ?? leaderExpiration)
@@ -295,14 +282,14 @@ export class Matchmaker {
       const second = await ask.read(waitMs)
       if (second == null) { search.rejections.push('leader closed the stream'); return null }
       const reply = MessageFromLeader.decode(second)
-      if (reply.code === MatchCode.BEGIN_ALLREDUCE) return this.parseGroup(reply, leaderId)
+      if (reply.code === MatchCode.BEGIN_ALLREDUCE) {
+        const group = this.parseGroup(reply, leaderId)
+        return group != null ? { group } : null
+      }
       search.rejections.push(`${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}`)
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
         const next = peerIdFromBytes(reply.suggestedLeader).toString()
-        if (next !== this.selfId) {
-          search.currentLeader = null
-          return await this.followLeader(search, next, leaderExpiration, [], depth + 1)
-        }
+        if (next !== this.selfId) return { redirect: next }
       }
       return null
     } catch (err) {
@@ -325,17 +312,4 @@ export class Matchmaker {
     if (!reply.gathered.every(validInfo)) return null
     return { groupId: reply.groupId, peerIds, infos: reply.gathered, myIndex, leader }
   }
-}
-
-/** hivemind's leader order: earlier expiration first, peer id breaks ties. */
-export function outranks (expA: number, idA: string, expB: number, idB: string): boolean {
-  return expA < expB || (expA === expB && idA < idB)
-}
-
-/** What every member's plan relies on: a finite weight and bandwidth, at most 16 KiB of gathered data. */
-export function validInfo (info: PeerInfo): boolean {
-  return Number.isFinite(info.weight) && info.weight >= 0 && validRound(info.round) &&
-    (info.bandwidth == null || (Number.isFinite(info.bandwidth) && info.bandwidth >= 0)) &&
-    [info.secondsNone, info.secondsFloat16].every(s => s == null || (Number.isFinite(s) && s >= 0)) &&
-    info.userData.byteLength <= 16 * 1024
 }

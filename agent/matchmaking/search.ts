@@ -3,6 +3,7 @@ import { MatchCode, type MessageFromLeader, type PeerInfo } from '../proto/avera
 import { peerIdToBytes } from '../net/rpc.js'
 import { shuffle } from '../util/random.js'
 import type { GroupInfo } from './group-info.js'
+import { enoughToAssemble, groupFull } from './decisions.js'
 
 export interface Follower {
   readonly peerId: string
@@ -70,6 +71,33 @@ export class Search {
     })
   }
 
+  /** A follower joined while we lead: a full group assembles at once. Returns whether it did. */
+  assembleIfFull (targetGroupSize: number): boolean {
+    if (this.assembled || this.currentLeader != null || !groupFull(this.followers.size, targetGroupSize)) return false
+    this.assemble()
+    return true
+  }
+
+  /** At our declared expiration, leading: assemble with enough followers (the group), else nothing happens (null). */
+  assembleIfEnough (minGroupSize: number): GroupInfo | null {
+    if (this.assembled || this.currentLeader != null || !enoughToAssemble(this.followers.size, minGroupSize)) return null
+    return this.assemble()
+  }
+
+  /**
+   * Our declaration ran out at `now` while we lead: assemble with enough followers (the group), else
+   * send them away ('disbanded'). Null while nothing is due: not declared, not expired, following a
+   * leader, or already assembled.
+   */
+  expire (now: number, minGroupSize: number): GroupInfo | 'disbanded' | null {
+    if (this.assembled || this.currentLeader != null || this.declaredExpiration == null || now < this.declaredExpiration) return null
+    const group = this.assembleIfEnough(minGroupSize)
+    if (group != null) return group
+    this.disband(null, 'too few peers before the leader expired')
+    return 'disbanded'
+  }
+
+  /** Takes a group: the one we assembled, or our leader's. The first group taken is the search's outcome. */
   adopt (group: GroupInfo): GroupInfo {
     if (this.outcome == null) {
       this.outcome = group

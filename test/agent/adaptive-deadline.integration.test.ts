@@ -1,15 +1,14 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Uint8ArrayList } from 'uint8arraylist'
-import type { Stream } from '@libp2p/interface'
 import { startSwarm, fill, weightedMean } from './swarm-fixture.js'
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
-import type { SwarmNode } from '../../agent/net/node.js'
 import type { StepResult } from '../../agent/averager.js'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import { AGENT_METRICS as M } from '../../api/metric-names.js'
 import { sampleValue } from './metrics-text.js'
 import { linesLog } from '../../agent/log.js'
+import type { SwarmNode } from '../../agent/net/node.js'
+import { rewriteOutgoingFrames } from './frame-rewriter.js'
 
 // A group member that goes quiet: it joins the group, then its parts stop coming, as
 // from a process stopped with SIGSTOP (its connections stay open, nothing is reset). With fixed
@@ -29,32 +28,12 @@ const PARTS_BEFORE_SILENCE = 3
 /** What the silent peer lets through on its aggregate streams: frame 0 is the header, then parts. */
 let framesLetThrough = Infinity
 
-/** Drops the silent peer's outgoing aggregate frames past framesLetThrough; the stream stays open. */
+/** Drops the silent peer's outgoing aggregate frames past framesLetThrough (as it stood when the stream opened); the stream stays open. */
 function silenceAggregateStreams (node: SwarmNode): void {
-  const dial = node.dialProtocol.bind(node)
-  node.dialProtocol = (async (peer: Parameters<SwarmNode['dialProtocol']>[0], protocols: string | string[], options?: Parameters<SwarmNode['dialProtocol']>[2]) => {
-    const stream = await dial(peer, protocols, options)
-    const protocol = Array.isArray(protocols) ? protocols[0] : protocols
-    if (protocol === aggregateProtocol(PREFIX)) dropFramesAfter(stream, framesLetThrough)
-    return stream
-  }) as SwarmNode['dialProtocol']
-}
-
-function dropFramesAfter (stream: Stream, limit: number): void {
-  const send = stream.send.bind(stream)
-  const pending = new Uint8ArrayList()
-  let frames = 0
-  stream.send = (data: Uint8Array | Uint8ArrayList): boolean => {
-    pending.append(data)
-    const out = new Uint8ArrayList()
-    while (pending.byteLength >= 4) {
-      const length = pending.getUint32(0, true)
-      if (pending.byteLength < 4 + length) break
-      if (frames++ < limit) out.append(pending.subarray(0, 4 + length))
-      pending.consume(4 + length)
-    }
-    return out.byteLength > 0 ? send(out) : true
-  }
+  rewriteOutgoingFrames(node, aggregateProtocol(PREFIX), () => {
+    const limit = framesLetThrough
+    return (payload, index) => index < limit ? payload : null
+  })
 }
 
 test('a member that goes quiet is cut off by the adaptive deadline, long before the fixed sender timeout, and the others get the exact mean of who delivered', { timeout: 240_000 }, async () => {

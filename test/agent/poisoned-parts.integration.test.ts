@@ -1,12 +1,11 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Uint8ArrayList } from 'uint8arraylist'
-import type { Stream } from '@libp2p/interface'
 import { startSwarm, fill, weightedMean, type SwarmFixture } from './swarm-fixture.js'
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
 import { TensorPart } from '../../agent/proto/averaging.js'
 import type { SwarmNode } from '../../agent/net/node.js'
 import { linesLog } from '../../agent/log.js'
+import { rewriteOutgoingFrames } from './frame-rewriter.js'
 
 // A dishonest group member: it joins groups like anyone, then sends parts holding NaN,
 // +-Inf or the wrong number of bytes. The honest peers must end with the exact mean of the honest
@@ -23,43 +22,15 @@ type Poison = (values: Uint8Array, partOfStream: number) => Uint8Array
 
 /** Rewrites the data of the hostile peer's outgoing TensorParts; the stream's first frame (the header) passes. */
 function poisonAggregateStreams (node: SwarmNode, poison: () => Poison | null, counter: { poisoned: number }): void {
-  const dial = node.dialProtocol.bind(node)
-  node.dialProtocol = (async (peer: Parameters<SwarmNode['dialProtocol']>[0], protocols: string | string[], options?: Parameters<SwarmNode['dialProtocol']>[2]) => {
-    const stream = await dial(peer, protocols, options)
-    const protocol = Array.isArray(protocols) ? protocols[0] : protocols
-    if (protocol === aggregateProtocol(PREFIX)) rewriteFrames(stream, poison, counter)
-    return stream
-  }) as SwarmNode['dialProtocol']
-}
-
-function rewriteFrames (stream: Stream, poison: () => Poison | null, counter: { poisoned: number }): void {
-  const send = stream.send.bind(stream)
-  const pending = new Uint8ArrayList()
-  let frames = 0
-  stream.send = (data: Uint8Array | Uint8ArrayList): boolean => {
-    pending.append(data)
-    const out = new Uint8ArrayList()
-    while (pending.byteLength >= 4) {
-      const length = pending.getUint32(0, true)
-      if (pending.byteLength < 4 + length) break
-      let payload = pending.subarray(4, 4 + length)
-      pending.consume(4 + length)
-      const index = frames++
-      const mutate = poison()
-      if (index > 0 && mutate != null) {
-        const part = TensorPart.decode(payload)
-        if (part.data.byteLength > 0) {
-          const data = mutate(part.data, index - 1)
-          if (data !== part.data) counter.poisoned++
-          payload = TensorPart.encode({ ...part, data: data as Uint8Array<ArrayBuffer> })
-        }
-      }
-      const header = new Uint8Array(4)
-      new DataView(header.buffer).setUint32(0, payload.byteLength, true)
-      out.append(header, payload)
-    }
-    return out.byteLength > 0 ? send(out) : true
-  }
+  rewriteOutgoingFrames(node, aggregateProtocol(PREFIX), () => (payload, index) => {
+    const mutate = poison()
+    if (index === 0 || mutate == null) return payload
+    const part = TensorPart.decode(payload)
+    if (part.data.byteLength === 0) return payload
+    const data = mutate(part.data, index - 1)
+    if (data !== part.data) counter.poisoned++
+    return TensorPart.encode({ ...part, data: data as Uint8Array<ArrayBuffer> })
+  })
 }
 
 function floats (fillWith: number, bytes: number): Uint8Array {

@@ -1,13 +1,14 @@
 import type { IncomingMessage } from 'node:http'
 import { elementCount } from '../../schema.js'
-import { RequestError, MAX_GATHER_BYTES } from './request-parsing.js'
+import { RequestError } from './request-parsing.js'
+import { MAX_GATHER_BYTES } from '../../matchmaking/group-info.js'
 import { narrow, widen } from './dtypes.js'
 import { packedBytes, type StoredTensor } from './region-layout.js'
 import { bytesOf } from './region.js'
 
 /** `application/vnd.avs.tensors`: u32le n + n bytes of control JSON + every tensor's bytes in registered order and dtype. */
 export const TENSORS_CONTENT_TYPE = 'application/vnd.avs.tensors'
-/** A control document carries weight, timeout and gather (≤ 16 KiB) or a step summary with everyone's gather. */
+/** A control document carries weight, timeout and gather (≤ MAX_GATHER_BYTES) or a step summary with everyone's gather. */
 export const MAX_CONTROL_BYTES = 4 * MAX_GATHER_BYTES + 4096
 
 export function isTensorsBody (contentType: string | undefined): boolean {

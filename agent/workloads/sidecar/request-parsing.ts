@@ -2,6 +2,7 @@ import { elementCount, type TensorSchema } from '../../schema.js'
 import { base64Length, decodeFloat32, firstNonFinite } from './tensor-codec.js'
 import { isDtype, DTYPES } from './dtypes.js'
 import type { StoredTensor } from './region-layout.js'
+import { MAX_GATHER_BYTES } from '../../matchmaking/group-info.js'
 
 export { containerMemoryBytes } from '../../util/memory.js'
 
@@ -19,7 +20,6 @@ export const MAX_NAME_LENGTH = 256
  * base64. The region and binary paths have no such limit, only the container's memory.
  */
 export const MAX_ELEMENTS = 64 * 1024 * 1024
-export const MAX_GATHER_BYTES = 16 * 1024
 export const MAX_STEP_TIMEOUT = 3600
 /** A register body carries names and shapes only. */
 export const REGISTER_BODY_LIMIT = 4 * 1024 * 1024

@@ -1,0 +1,193 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
+import type { StoredEntry } from '../../../agent/rendezvous/store.js'
+import {
+  aloneUnderKey, bestCandidate, enoughToAssemble, groupFull, outranks, reasonToReject, triedKey, validInfo,
+  type LeaderConfig, type LeaderState
+} from '../../../agent/matchmaking/decisions.js'
+import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
+
+// Matchmaking's decisions without a network: the time is a number the test sets (a fake clock).
+
+const SCHEMA = new Uint8Array([1, 2, 3])
+const KEY = 'avs.grid0.0_1'
+const LEADER: LeaderConfig = { selfId: 'peer-L', mode: PeerMode.NODE, schemaHash: SCHEMA, targetGroupSize: 4 }
+
+function info (over: Partial<PeerInfo> = {}): PeerInfo {
+  return { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0, ...over }
+}
+
+function request (over: Partial<JoinRequest> = {}): JoinRequest {
+  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), ...over }
+}
+
+function leading (over: Partial<LeaderState> = {}, followers: string[] = []): LeaderState {
+  return {
+    assembled: false,
+    groupKey: KEY,
+    declaredExpiration: 100,
+    currentLeader: null,
+    followers: new Map(followers.map(f => [f, {}])),
+    ...over
+  }
+}
+
+function entry (peerId: string, expiration: number, looking = true): StoredEntry {
+  return { peerId, expiration, looking, priority: 0, addrs: [] }
+}
+
+test('a leader accepts a well-formed request under its key from a follower that expires no earlier', () => {
+  assert.equal(reasonToReject(LEADER, leading(), request(), 'peer-F'), null)
+  assert.equal(reasonToReject(LEADER, leading(), request({ expiration: 100 }), 'peer-F'), null, 'the same expiration is no reason to refuse')
+})
+
+test('a peer with no search under way, or whose group already assembled, is not looking for a group', () => {
+  assert.equal(reasonToReject(LEADER, null, request(), 'peer-F')?.code, MatchCode.NOT_LOOKING_FOR_GROUP)
+  assert.equal(reasonToReject(LEADER, leading({ assembled: true }), request(), 'peer-F')?.code, MatchCode.NOT_LOOKING_FOR_GROUP)
+})
+
+test('a client-mode peer never leads: every request it gets is a protocol violation', () => {
+  const rejection = reasonToReject({ ...LEADER, mode: PeerMode.CLIENT }, leading(), request(), 'peer-F')
+  assert.deepEqual(rejection, { code: MatchCode.PROTOCOL_VIOLATION, reason: 'a client-mode peer cannot lead' })
+})
+
+test('a malformed request (no info, non-finite expiration, empty schema, bad weight, round, bandwidth or oversized gather) is a protocol violation', () => {
+  const malformed: Array<[string, JoinRequest]> = [
+    ['no info', request({ info: undefined })],
+    ['NaN expiration', request({ expiration: NaN })],
+    ['infinite expiration', request({ expiration: Infinity })],
+    ['empty schema hash', request({ schemaHash: new Uint8Array(0) })],
+    ['NaN weight', request({ info: info({ weight: NaN }) })],
+    ['negative weight', request({ info: info({ weight: -1 }) })],
+    ['fractional round', request({ info: info({ round: 1.5 }) })],
+    ['negative round', request({ info: info({ round: -1 }) })],
+    ['negative bandwidth', request({ info: info({ bandwidth: -1 }) })],
+    ['infinite bandwidth', request({ info: info({ bandwidth: Infinity }) })],
+    ['NaN bandwidth', request({ info: info({ bandwidth: NaN }) })],
+    ['gather one byte too long', request({ info: info({ userData: new Uint8Array(MAX_GATHER_BYTES + 1) }) })]
+  ]
+  for (const [what, r] of malformed) {
+    assert.deepEqual(reasonToReject(LEADER, leading(), r, 'peer-F'), { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }, what)
+  }
+  assert.equal(reasonToReject(LEADER, leading(), request({ info: info({ userData: new Uint8Array(MAX_GATHER_BYTES) }) }), 'peer-F'), null, 'a gather of exactly MAX_GATHER_BYTES is allowed')
+})
+
+test('a request for another tensor schema or another group key is refused, naming the key the leader is on', () => {
+  assert.equal(reasonToReject(LEADER, leading(), request({ schemaHash: new Uint8Array([1, 2, 4]) }), 'peer-F')?.code, MatchCode.BAD_SCHEMA_HASH)
+  assert.equal(reasonToReject(LEADER, leading(), request({ schemaHash: new Uint8Array([1, 2]) }), 'peer-F')?.code, MatchCode.BAD_SCHEMA_HASH)
+  assert.deepEqual(reasonToReject(LEADER, leading(), request({ groupKey: 'avs.leftovers' }), 'peer-F'), { code: MatchCode.BAD_GROUP_KEY, reason: `leader is on ${KEY}` })
+})
+
+test('a leader that has not declared yet, or that expires after the follower, refuses it', () => {
+  assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: null }), request(), 'peer-F')?.code, MatchCode.NOT_DECLARED)
+  assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: 110.001 }), request({ expiration: 110 }), 'peer-F')?.code, MatchCode.BAD_EXPIRATION_TIME)
+})
+
+test('a peer that follows another leader is not a leader and points the asker at its own leader', () => {
+  const rejection = reasonToReject(LEADER, leading({ currentLeader: 'peer-Z' }), request(), 'peer-F')
+  assert.deepEqual(rejection, { code: MatchCode.NOT_A_LEADER, reason: 'leader follows another peer', suggestedLeader: 'peer-Z' })
+})
+
+test('a peer already among the followers, or the leader itself, is a duplicate', () => {
+  assert.equal(reasonToReject(LEADER, leading({}, ['peer-F']), request(), 'peer-F')?.code, MatchCode.DUPLICATE_PEER_ID)
+  assert.equal(reasonToReject(LEADER, leading(), request(), LEADER.selfId)?.code, MatchCode.DUPLICATE_PEER_ID)
+})
+
+test('a leader with targetGroupSize - 1 followers is full; one fewer still takes a newcomer', () => {
+  assert.equal(reasonToReject(LEADER, leading({}, ['a', 'b', 'c']), request(), 'peer-F')?.code, MatchCode.GROUP_IS_FULL)
+  assert.equal(reasonToReject(LEADER, leading({}, ['a', 'b']), request(), 'peer-F'), null)
+  assert.equal(groupFull(3, 4), true)
+  assert.equal(groupFull(2, 4), false)
+})
+
+test('the first failing check wins, in hivemind\'s order', () => {
+  // Each request fails the named check and every check after it.
+  const everythingWrong = request({ schemaHash: new Uint8Array([9]), groupKey: 'other', expiration: 50 })
+  const full = leading({ currentLeader: 'peer-Z' }, ['a', 'b', 'c', 'peer-F'])
+  assert.equal(reasonToReject(LEADER, { ...full, assembled: true }, request({ info: undefined }), 'peer-F')?.code, MatchCode.NOT_LOOKING_FOR_GROUP)
+  assert.equal(reasonToReject({ ...LEADER, mode: PeerMode.CLIENT }, full, request({ info: undefined }), 'peer-F')?.reason, 'a client-mode peer cannot lead')
+  assert.equal(reasonToReject(LEADER, full, everythingWrong, 'peer-F')?.code, MatchCode.BAD_SCHEMA_HASH)
+  assert.equal(reasonToReject(LEADER, { ...full, declaredExpiration: null }, request({ groupKey: 'other', expiration: 50 }), 'peer-F')?.code, MatchCode.BAD_GROUP_KEY)
+  assert.equal(reasonToReject(LEADER, { ...full, declaredExpiration: null }, request({ expiration: 50 }), 'peer-F')?.code, MatchCode.NOT_DECLARED)
+  assert.equal(reasonToReject(LEADER, full, request({ expiration: 50 }), 'peer-F')?.code, MatchCode.BAD_EXPIRATION_TIME)
+  assert.equal(reasonToReject(LEADER, full, request(), 'peer-F')?.code, MatchCode.NOT_A_LEADER)
+  assert.equal(reasonToReject(LEADER, { ...full, currentLeader: null }, request(), 'peer-F')?.code, MatchCode.DUPLICATE_PEER_ID)
+  assert.equal(reasonToReject(LEADER, { ...full, currentLeader: null }, request(), 'peer-G')?.code, MatchCode.GROUP_IS_FULL)
+})
+
+test('the earlier expiration outranks; at equal expirations the smaller peer id does; nobody outranks itself', () => {
+  assert.equal(outranks(10, 'z', 11, 'a'), true)
+  assert.equal(outranks(11, 'a', 10, 'z'), false)
+  assert.equal(outranks(10, 'a', 10, 'b'), true)
+  assert.equal(outranks(10, 'b', 10, 'a'), false)
+  assert.equal(outranks(10, 'a', 10, 'a'), false)
+  assert.equal(outranks(10, 'a', Infinity, 'a'), true, 'a client (expiration +inf) is outranked by anyone')
+})
+
+test('the best candidate is the best-ranked looking, unexpired, untried peer that outranks us', () => {
+  const now = 100
+  const view = { selfId: 'me', myExpiration: 120, tried: new Set<string>(), now }
+  const entries = [
+    entry('p-late', 119),
+    entry('p-b', 110),
+    entry('p-a', 110),
+    entry('p-after-me', 121)
+  ]
+  assert.equal(bestCandidate(entries, view)?.peerId, 'p-a', 'equal expirations: the smaller id')
+  assert.equal(bestCandidate(entries.slice(0, 1).concat(entry('p-after-me', 121)), view)?.peerId, 'p-late')
+  assert.equal(bestCandidate([entry('p-after-me', 121), entry('p-tie', 120)], view), null, 'nobody outranks us: "p-tie" > "me" at our expiration')
+  assert.equal(bestCandidate([entry('a-tie', 120)], view)?.peerId, 'a-tie', 'at our own expiration a smaller id outranks us')
+})
+
+test('the best candidate skips entries that are not looking, expired, ourselves or already tried at that expiration', () => {
+  const now = 100
+  const entries = [
+    entry('p-withdrawn', 101, false),
+    entry('p-expired', 100),
+    entry('me', 101),
+    entry('p-tried', 102),
+    entry('p-good', 103)
+  ]
+  const tried = new Set([triedKey('p-tried', 102), triedKey('p-good', 999)])
+  assert.equal(bestCandidate(entries, { selfId: 'me', myExpiration: 120, tried, now })?.peerId, 'p-good')
+  assert.equal(bestCandidate(entries.slice(0, 4), { selfId: 'me', myExpiration: 120, tried, now }), null)
+  // A new declaration of a tried peer (another expiration) is a new candidate.
+  assert.equal(bestCandidate([entry('p-tried', 104)], { selfId: 'me', myExpiration: 120, tried, now })?.peerId, 'p-tried')
+  // The fake clock moves on: p-good expires.
+  assert.equal(bestCandidate(entries, { selfId: 'me', myExpiration: 120, tried, now: 103 }), null)
+})
+
+test('a client (own expiration +inf) may ask anyone looking', () => {
+  const view = { selfId: 'me', myExpiration: Infinity, tried: new Set<string>(), now: 100 }
+  assert.equal(bestCandidate([entry('zz', 5000), entry('zy', 5000)], view)?.peerId, 'zy')
+})
+
+test('a leader assembles at expiry with at least one follower and minGroupSize members, never alone', () => {
+  assert.equal(enoughToAssemble(0, 1), false, 'alone is no group, whatever minGroupSize says')
+  assert.equal(enoughToAssemble(1, 2), true)
+  assert.equal(enoughToAssemble(1, 3), false)
+  assert.equal(enoughToAssemble(2, 3), true)
+})
+
+test('a peer moves to the leftover key only when nobody else looked under its key for a whole declaration', () => {
+  const now = 100
+  const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
+  assert.equal(aloneUnderKey(search, [], 'me', now), true, 'nobody declared')
+  assert.equal(aloneUnderKey(search, [entry('me', 120), entry('p-gone', 100), entry('p-done', 130, false)], 'me', now), true,
+    'only ourselves, an expired entry and a withdrawn one')
+  assert.equal(aloneUnderKey(search, [entry('p-other', 100.5)], 'me', now), false, 'someone else still looking')
+  assert.equal(aloneUnderKey({ ...search, followers: new Map([['f', {}]]) }, [], 'me', now), false, 'we have a follower')
+  assert.equal(aloneUnderKey({ ...search, leftoverKey: undefined }, [], 'me', now), false, 'no leftover key to go to')
+  assert.equal(aloneUnderKey({ ...search, groupKey: 'avs.leftovers' }, [], 'me', now), false, 'already under the leftover key')
+})
+
+test('a leader refuses a follower whose codec timings the members would refuse: one such follower would spoil the group it joins', () => {
+  // Every follower drops a BEGIN_ALLREDUCE whose gathered infos fail validInfo, while the leader
+  // runs the round with them: a leader that accepted this follower would wait for a group that left.
+  for (const bad of [{ secondsNone: NaN }, { secondsNone: -1 }, { secondsFloat16: Infinity }]) {
+    assert.equal(validInfo(info(bad)), false)
+    assert.deepEqual(reasonToReject(LEADER, leading(), request({ info: info(bad) }), 'peer-F'), { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }, JSON.stringify(bad))
+  }
+  assert.equal(reasonToReject(LEADER, leading(), request({ info: info({ secondsNone: 0.5, secondsFloat16: 0 }) }), 'peer-F'), null)
+})

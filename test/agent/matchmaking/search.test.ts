@@ -1,0 +1,123 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { MatchCode, PeerMode, type MessageFromLeader, type PeerInfo } from '../../../agent/proto/averaging.js'
+import { Search } from '../../../agent/matchmaking/search.js'
+import type { GroupInfo } from '../../../agent/matchmaking/group-info.js'
+
+// Search's transitions (assemble, disband, adopt) with a fake clock: `now` is a number the test moves.
+
+const decoder = new TextDecoder()
+
+function info (weight: number): PeerInfo {
+  return { mode: PeerMode.NODE, weight, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 }
+}
+
+/** A leader declared until `expiration`, with followers whose second messages are recorded. */
+function leaderWith (followers: string[], expiration = 100): { search: Search, received: Map<string, MessageFromLeader[]> } {
+  const search = new Search('leader', 'key', info(1), 1000)
+  search.declaredExpiration = expiration
+  const received = new Map<string, MessageFromLeader[]>()
+  for (const [k, id] of followers.entries()) {
+    received.set(id, [])
+    search.followers.set(id, { peerId: id, info: info(k + 2), settle: (m) => { received.get(id)!.push(m) } })
+  }
+  return { search, received }
+}
+
+async function settled (search: Search): Promise<GroupInfo | 'pending'> {
+  return await Promise.race([search.done, new Promise<'pending'>(resolve => { setImmediate(() => { resolve('pending') }) })])
+}
+
+test('before its declared expiration a leader neither assembles nor disbands', async () => {
+  const { search, received } = leaderWith(['f1'])
+  assert.equal(search.expire(99.999, 2), null)
+  assert.equal(search.assembled, false)
+  assert.deepEqual(received.get('f1'), [])
+  assert.equal(await settled(search), 'pending')
+})
+
+test('at its expiration a leader with enough followers assembles: every member learns the same group id, order and metadata', async () => {
+  const { search, received } = leaderWith(['f1', 'f2'])
+  const group = search.expire(100, 3)
+  assert.ok(group != null && group !== 'disbanded')
+  assert.equal(search.assembled, true)
+  assert.deepEqual([...group.peerIds].sort(), ['f1', 'f2', 'leader'])
+  assert.equal(group.peerIds[group.myIndex], 'leader')
+  assert.equal(group.leader, 'leader')
+  assert.equal(group.groupId.byteLength, 20)
+  assert.deepEqual(group.infos.map(i => i.weight), group.peerIds.map(p => p === 'leader' ? 1 : p === 'f1' ? 2 : 3), 'each member keeps its own info')
+  for (const f of ['f1', 'f2']) {
+    const messages = received.get(f)!
+    assert.equal(messages.length, 1, `${f} hears once`)
+    assert.equal(messages[0].code, MatchCode.BEGIN_ALLREDUCE)
+    assert.deepEqual(messages[0].groupId, group.groupId)
+    assert.deepEqual(messages[0].orderedPeerIds.map(b => decoder.decode(b)), group.peerIds)
+    assert.deepEqual(messages[0].gathered, group.infos)
+  }
+  assert.equal(search.followers.size, 0)
+  assert.equal(await settled(search), group, 'the search is done with that group')
+  assert.equal(search.expire(200, 3), null, 'an assembled search does nothing more')
+})
+
+test('at its expiration a leader with too few followers disbands them and stays unassembled', async () => {
+  const { search, received } = leaderWith(['f1'])
+  assert.equal(search.expire(100.5, 3), 'disbanded')
+  assert.equal(search.assembled, false)
+  assert.equal(search.followers.size, 0)
+  const [message, ...more] = received.get('f1')!
+  assert.equal(more.length, 0)
+  assert.equal(message.code, MatchCode.GROUP_DISBANDED)
+  assert.equal(message.suggestedLeader.byteLength, 0, 'no leader to point at')
+  assert.equal(message.reason, 'too few peers before the leader expired')
+  assert.equal(await settled(search), 'pending')
+})
+
+test('a leader alone at its expiration disbands even where minGroupSize is 1', () => {
+  const { search } = leaderWith([])
+  assert.equal(search.expire(100, 1), 'disbanded')
+  assert.equal(search.assembled, false)
+})
+
+test('an undeclared search or one following a leader is not due at any time', () => {
+  const undeclared = new Search('leader', 'key', info(1), 1000)
+  assert.equal(undeclared.expire(1e9, 1), null)
+  const { search, received } = leaderWith(['f1'])
+  search.currentLeader = 'other'
+  assert.equal(search.expire(500, 2), null)
+  assert.equal(search.assembleIfEnough(2), null)
+  assert.equal(search.assembleIfFull(2), false)
+  assert.deepEqual(received.get('f1'), [])
+})
+
+test('a leader assembles as soon as its group is full, and not one follower earlier', () => {
+  const { search } = leaderWith(['f1', 'f2'])
+  assert.equal(search.assembleIfFull(4), false)
+  assert.equal(search.assembled, false)
+  search.followers.set('f3', { peerId: 'f3', info: info(4), settle: () => {} })
+  assert.equal(search.assembleIfFull(4), true)
+  assert.equal(search.group?.peerIds.length, 4)
+  assert.equal(search.assembleIfFull(4), false, 'already assembled')
+})
+
+test('joining a leader disbands our own followers towards it', () => {
+  const { search, received } = leaderWith(['f1', 'f2'])
+  search.currentLeader = 'new-leader'
+  search.disband('new-leader', 'our leader joined another group')
+  for (const f of ['f1', 'f2']) {
+    const [message] = received.get(f)!
+    assert.equal(message.code, MatchCode.GROUP_DISBANDED)
+    assert.equal(decoder.decode(message.suggestedLeader), 'new-leader')
+  }
+  assert.equal(search.followers.size, 0)
+})
+
+test('a follower adopts its leader\'s group; the first group adopted stays the outcome', async () => {
+  const search = new Search('me', 'key', info(1), 1000)
+  const theirs: GroupInfo = { groupId: new Uint8Array(20).fill(7), peerIds: ['them', 'me'], infos: [info(2), info(1)], myIndex: 1, leader: 'them' }
+  assert.equal(search.adopt(theirs), theirs)
+  assert.equal(search.assembled, true)
+  assert.equal(await settled(search), theirs)
+  const other: GroupInfo = { ...theirs, groupId: new Uint8Array(20).fill(8) }
+  assert.equal(search.adopt(other), theirs)
+  assert.equal(search.assemble(), theirs, 'assembling after adopting keeps the adopted group')
+})

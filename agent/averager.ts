@@ -170,7 +170,7 @@ export class DecentralizedAverager {
       minGroupSize: config.minGroupSize,
       averagingExpiration: config.averagingExpiration,
       requestTimeout: config.requestTimeout,
-      log: (m) => { this.log.child({ component: 'matchmaker' }).debug(m) }
+      log: this.log.child({ component: 'matchmaker' })
     })
     const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
     // A new stream's first frame can queue behind megabytes of other streams' parts on the

@@ -14,6 +14,7 @@ import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
 import { aloneUnderKey, bestCandidate, triedKey, validInfo } from './decisions.js'
+import type { Log } from '../log.js'
 
 export interface MatchmakerConfig {
   readonly prefix: string
@@ -25,7 +26,7 @@ export interface MatchmakerConfig {
   readonly averagingExpiration: number
   /** Seconds to wait for a leader's first reply. */
   readonly requestTimeout: number
-  readonly log?: (msg: string) => void
+  readonly log?: Log
 }
 
 const POLL_MIN_MS = 20
@@ -123,11 +124,11 @@ export class Matchmaker {
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
         this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
-        this.config.log?.(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
+        this.config.log?.debug(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
         pollMs = POLL_MIN_MS
       } else {
         known = await this.rendezvous.find(search.groupKey).catch((err) => {
-          this.config.log?.(`rendezvous lookup failed: ${describeError(err)}`)
+          this.config.log?.debug(`rendezvous lookup failed: ${describeError(err)}`)
           return []
         })
       }
@@ -140,7 +141,7 @@ export class Matchmaker {
       })
       if (candidate != null) {
         search.tried.add(triedKey(candidate.peerId, candidate.expiration))
-        this.config.log?.(`asking ${candidate.peerId.slice(-6)} exp ${candidate.expiration.toFixed(3)} (mine ${search.declaredExpiration?.toFixed(3)}) known=${known.length}`)
+        this.config.log?.debug(`asking ${candidate.peerId.slice(-6)} exp ${candidate.expiration.toFixed(3)} (mine ${search.declaredExpiration?.toFixed(3)}) known=${known.length}`)
         const group = await this.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs)
         if (group != null) return search.adopt(group)
         pollMs = POLL_MIN_MS
@@ -176,7 +177,7 @@ export class Matchmaker {
     await this.withdraw(search)
     search.groupKey = search.leftoverKey
     search.tried.clear()
-    this.config.log?.(`alone under ${from} for a whole declaration; looking under ${search.groupKey}`)
+    this.config.log?.info(`alone under ${from} for a whole declaration; looking under ${search.groupKey}`)
   }
 
   private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
@@ -185,7 +186,7 @@ export class Matchmaker {
         peerId: this.selfId, expiration, looking: true, priority: 0, addrs: ownAddrBytes(this.node)
       })
     } catch (err) {
-      this.config.log?.(`declaring under ${search.groupKey} failed: ${describeError(err)}`)
+      this.config.log?.warn(`declaring under ${search.groupKey} failed: ${describeError(err)}`)
       return []
     }
   }
@@ -224,7 +225,7 @@ export class Matchmaker {
       await connectPatiently(this.node, leader, requestMs)
     } catch (err) {
       search.rejections.push(describeError(err))
-      this.config.log?.(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
+      this.config.log?.debug(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
       // Still connecting is no answer from the leader: ask it again once connected.
       if (err instanceof ConnectingError) search.tried.delete(triedKey(leaderId, leaderExpiration))
       return null
@@ -253,7 +254,7 @@ export class Matchmaker {
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
-          this.config.log?.(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
+          this.config.log?.debug(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
           // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
           if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
@@ -266,7 +267,7 @@ export class Matchmaker {
         return framed
       } catch (err) {
         search.rejections.push(describeError(err))
-        this.config.log?.(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
+        this.config.log?.debug(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
         return null
       }
     })

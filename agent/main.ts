@@ -78,7 +78,7 @@ function trackConnectionKinds (node: SwarmNode, metrics: AgentMetrics): Connecti
  * (the relay restarted) reserves again.
  */
 async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean, metrics: AgentMetrics, log: Log): Promise<{ reach: Reachability, averager: AveragerConfig, watchdog?: NodeJS.Timeout }> {
-  const reach = await establishReachability(node, config.reachability, { announced: config.announceAddrs.length > 0, bootstrapped: joined && config.bootstrapPeers.length > 0 }, (m) => { log.warn(m) })
+  const reach = await establishReachability(node, config.reachability, { announced: config.announceAddrs.length > 0, bootstrapped: joined && config.bootstrapPeers.length > 0 }, log)
   metrics.reachability.labels(reach.kind).set(1)
   // Peers may add us to their routing tables only now, with the addresses we announce now.
   if (reach.kind !== 'unreachable') await node.services.dht.setMode('server')
@@ -90,7 +90,7 @@ async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean
     log.info({ addrs: reach.addrs }, `reachable: no, reserved relay slot on ${reach.relay} (${reach.why})`)
     const watchdog = setInterval(() => {
       if (circuitAddrs(node).length > 0 || node.status !== 'started') return
-      void reserveRelaySlot(node, (m) => { log.warn(m) }).then(slot => { if (slot !== undefined) log.info(`reserved a relay slot again, on ${slot.relay}`) })
+      void reserveRelaySlot(node, log).then(slot => { if (slot !== undefined) log.info(`reserved a relay slot again, on ${slot.relay}`) })
     }, 30_000)
     watchdog.unref()
     return { reach, averager: config.averager, watchdog }
@@ -120,7 +120,7 @@ function abortOnSignals (log: Log): AbortController {
  * Identify lost under load).
  */
 async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log, reach: (joined: boolean) => Promise<R>): Promise<{ joined: boolean, watchdog: NodeJS.Timeout, reached: R }> {
-  const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal, log: (m: string) => { log.info(m) } }
+  const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal, log }
   const joined = await connectBootstrap(node, bootstrapOptions)
   const reached = await reach(joined)
   if (joined && config.bootstrapPeers.length > 0) {
@@ -194,7 +194,7 @@ function loadConfig (): AgentConfig | undefined {
 
 /** The addresses of AVS_ANNOUNCE_FILE, read once before the node starts; undefined without one. */
 async function readAnnounceFile (config: AgentConfig, log: Log): Promise<AnnounceFile | undefined> {
-  const announce = config.announceFile === undefined ? undefined : new AnnounceFile(config.announceFile, (m) => { log.info(m) })
+  const announce = config.announceFile === undefined ? undefined : new AnnounceFile(config.announceFile, log)
   await announce?.reread()
   return announce
 }

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import { describeError } from '../errors.js'
+import type { Log } from '../log.js'
 
 /**
  * Extra addresses to announce, from a file the operator keeps up to date (AVS_ANNOUNCE_FILE: a
@@ -14,7 +15,7 @@ export class AnnounceFile {
   private text = ''
   private timer?: NodeJS.Timeout
 
-  constructor (private readonly path: string, private readonly log: (msg: string) => void) {}
+  constructor (private readonly path: string, private readonly log: Log) {}
 
   /** The addresses read last (without /p2p). */
   get addrs (): readonly Multiaddr[] { return this.current }
@@ -27,10 +28,10 @@ export class AnnounceFile {
     this.text = text
     const parsed: Multiaddr[] = []
     for (const entry of text.split(/[,\s]+/).filter(e => e !== '')) {
-      try { parsed.push(multiaddr(entry)) } catch (err) { this.log(`${this.path}: ignoring "${entry}": ${describeError(err)}`) }
+      try { parsed.push(multiaddr(entry)) } catch (err) { this.log.warn(`${this.path}: ignoring "${entry}": ${describeError(err)}`) }
     }
     this.current = parsed
-    this.log(`announcing ${parsed.length === 0 ? 'no extra addresses' : parsed.map(String).join(', ')} (from ${this.path})`)
+    this.log.info(`announcing ${parsed.length === 0 ? 'no extra addresses' : parsed.map(String).join(', ')} (from ${this.path})`)
     return true
   }
 

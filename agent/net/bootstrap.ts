@@ -3,6 +3,7 @@ import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import type { SwarmNode } from './node.js'
 import { describeError } from '../errors.js'
 import { kadRoutingTable } from './kad-routing-table.js'
+import type { Log } from '../log.js'
 
 /**
  * Resolves /dns4 and /dns multiaddrs to /ip4 ones, with the given DNS servers when set (the
@@ -21,7 +22,7 @@ export async function resolveMultiaddr (text: string, dnsServers: readonly strin
 export interface BootstrapOptions {
   readonly peers: readonly string[]
   readonly dnsServers: readonly string[]
-  readonly log: (msg: string) => void
+  readonly log: Log
   readonly signal: AbortSignal
   readonly retryMs?: number
 }
@@ -46,12 +47,12 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
     }))
     const ok = results.filter(r => r.status === 'fulfilled').length
     if (ok > 0) {
-      options.log(`connected to ${ok} of ${targets.length} bootstrap peers`)
+      options.log.info(`connected to ${ok} of ${targets.length} bootstrap peers`)
       return true
     }
     if (attempt === 1 || attempt % 10 === 0) {
       const first = results.find(r => r.status === 'rejected') as PromiseRejectedResult | undefined
-      options.log(`no bootstrap peer answered yet (attempt ${attempt}): ${describeError(first?.reason)}`)
+      options.log.warn(`no bootstrap peer answered yet (attempt ${attempt}): ${describeError(first?.reason)}`)
     }
     await new Promise(resolve => setTimeout(resolve, delay))
     delay = Math.min(delay * 2, 5000)
@@ -92,7 +93,7 @@ export function routingTableSize (node: SwarmNode): number {
 export async function rejoinWhileIsolated (node: SwarmNode, options: BootstrapOptions, attempts = 5): Promise<number> {
   let size = routingTableSize(node)
   for (let attempt = 1; size === 0 && attempt <= attempts && options.signal?.aborted !== true; attempt++) {
-    options.log?.(`the routing table is empty (attempt ${attempt} of ${attempts}); reconnecting to the bootstrap peers`)
+    options.log.warn(`the routing table is empty (attempt ${attempt} of ${attempts}); reconnecting to the bootstrap peers`)
     for (const peer of node.getPeers()) await node.hangUp(peer).catch(() => {})
     await connectBootstrap(node, options)
     size = await settleRoutingTable(node)

@@ -3,6 +3,7 @@ import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import { describeError } from '../errors.js'
 import { RELAY_V2_HOP_CODEC } from './relay.js'
 import type { SwarmNode } from './node.js'
+import type { Log } from '../log.js'
 
 /**
  * How this agent can be reached by the swarm:
@@ -52,7 +53,7 @@ export async function natObserved (node: SwarmNode, signal: AbortSignal): Promis
  * protocol): the circuit transport then listens on <relay>/p2p-circuit and libp2p announces
  * that address (identify push, the DHT). Returns the relay's id and our new addresses.
  */
-export async function reserveRelaySlot (node: SwarmNode, log: (m: string) => void): Promise<{ relay: string, addrs: string[] } | undefined> {
+export async function reserveRelaySlot (node: SwarmNode, log: Log): Promise<{ relay: string, addrs: string[] } | undefined> {
   for (const connection of node.getConnections()) {
     if (connection.status !== 'open' || isCircuit(connection.remoteAddr)) continue
     const peer = connection.remotePeer
@@ -64,7 +65,7 @@ export async function reserveRelaySlot (node: SwarmNode, log: (m: string) => voi
     try {
       await node.services.internals.transportManager.listen([at])
     } catch (err) {
-      log(`relay ${peer.toString()} refused a slot: ${describeError(err)}`)
+      log.warn(`relay ${peer.toString()} refused a slot: ${describeError(err)}`)
     }
     const addrs = circuitAddrs(node).filter(a => a.includes(peer.toString()))
     if (addrs.length > 0) return { relay: peer.toString(), addrs }
@@ -83,7 +84,7 @@ export function circuitAddrs (node: SwarmNode): string[] {
  * `setting` is AVS_REACHABILITY; with announce addresses (the operator exposed the agent) or no
  * bootstrap peers (we are the one others start from) auto means public.
  */
-export async function establishReachability (node: SwarmNode, setting: 'auto' | 'public' | 'private', context: { announced: boolean, bootstrapped: boolean }, log: (m: string) => void): Promise<Reachability> {
+export async function establishReachability (node: SwarmNode, setting: 'auto' | 'public' | 'private', context: { announced: boolean, bootstrapped: boolean }, log: Log): Promise<Reachability> {
   if (setting === 'public') return { kind: 'public', why: 'AVS_REACHABILITY=public' }
   let why = 'AVS_REACHABILITY=private'
   if (setting === 'auto') {

@@ -37,7 +37,7 @@ export interface SiteConfig {
 const config = JSON.parse(process.argv[2]) as SiteConfig
 const say = (line: object): void => { process.stdout.write(JSON.stringify(line) + '\n') }
 
-interface Running { node: SwarmNode, kinds: ConnectionKinds, reach?: Reachability, averager?: DecentralizedAverager, relayed: Map<string, number>, protectedRelayed: number[] }
+interface Running { node: SwarmNode, kinds: ConnectionKinds, reach?: Reachability, averager?: DecentralizedAverager, relayed: Map<string, number>, protectedRelayed: number[], warnings: string[] }
 
 async function startAgent (a: SiteAgent, index: number): Promise<Running> {
   const relayed = new Map<string, number>()
@@ -58,12 +58,12 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
       : undefined
   })
   const kinds = new ConnectionKinds(node)
-  const running: Running = { node, kinds, relayed, protectedRelayed }
+  const running: Running = { node, kinds, relayed, protectedRelayed, warnings: [] }
   if (config.outsider === true) return running
   // As agent/main.ts joins: connect, learn how we are reached (and turn the DHT server unless
   // nobody can reach us), then let the routing table fill.
   if (config.bootstrap !== undefined) await node.dial(multiaddr(config.bootstrap), { signal: AbortSignal.timeout(10_000) })
-  running.reach = await establishReachability(node, 'auto', { announced: false, bootstrapped: config.bootstrap !== undefined }, (m) => { say({ type: 'log', index, m }) })
+  running.reach = await establishReachability(node, 'auto', { announced: false, bootstrapped: config.bootstrap !== undefined }, linesLog((m) => { say({ type: 'log', index, m }) }))
   if (running.reach.kind !== 'unreachable') await node.services.dht.setMode('server')
   if (config.bootstrap !== undefined) await settleRoutingTable(node, 4000, 500)
   // Experiment (not run by the test): announce the addresses our NAT showed peers, so DCUtR has
@@ -90,7 +90,14 @@ async function startAgent (a: SiteAgent, index: number): Promise<Running> {
     senderTimeout: 15,
     // Several parts per reducer, so parts cross the relay between the sites.
     partSizeBytes: 16 * 1024
-  }, process.env.AVS_TEST_LOG !== undefined ? { log: linesLog((m) => { process.stderr.write(`[${index} ${node.peerId.toString().slice(-6)}] ${m}\n`) }) } : {})
+  }, {
+    // Warnings (a sender left out, a reducer's span kept local, and why) go into the step's report;
+    // everything goes to stderr with AVS_TEST_LOG.
+    log: linesLog((m) => {
+      if (process.env.AVS_TEST_LOG !== undefined) process.stderr.write(`[${index} ${node.peerId.toString().slice(-6)}] ${m}\n`)
+      if (!m.startsWith('debug ') && !m.startsWith('info ')) running.warnings.push(m)
+    }, process.env.AVS_TEST_LOG !== undefined ? 'debug' : 'warn')
+  })
   return running
 }
 
@@ -106,7 +113,7 @@ async function command (line: string): Promise<void> {
       try {
         const res = await r.averager!.step({ timeout: 60 })
         const values = await r.averager!.withTensors(ts => Buffer.from(ts[0].data.buffer, ts[0].data.byteOffset, ts[0].data.byteLength).toString('base64'))
-        say({ type: 'step', index, peerId: r.node.peerId.toString(), groupId: res.groupId, peers: res.peers, ms: Date.now() - started, failedReducers: res.allreduce.failedReducers, bannedSenders: res.allreduce.bannedSenders, parts: [res.allreduce.partsTotal, res.allreduce.partsReduced, res.allreduce.partsKeptLocal], bytes: [res.allreduce.bytesSent, res.allreduce.bytesReceived], values, dataPath: r.averager!.dataChannel.opened })
+        say({ type: 'step', index, peerId: r.node.peerId.toString(), groupId: res.groupId, peers: res.peers, ms: Date.now() - started, failedReducers: res.allreduce.failedReducers, bannedSenders: res.allreduce.bannedSenders, parts: [res.allreduce.partsTotal, res.allreduce.partsReduced, res.allreduce.partsKeptLocal], bytes: [res.allreduce.bytesSent, res.allreduce.bytesReceived], values, dataChannel: r.averager!.dataChannel.opened, warnings: r.warnings.splice(0) })
       } catch (err) {
         say({ type: 'step', index, error: describeError(err), ms: Date.now() - started })
       }

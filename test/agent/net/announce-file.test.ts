@@ -6,12 +6,13 @@ import { join } from 'node:path'
 import { AnnounceFile } from '../../../agent/net/announce-file.js'
 import { createSwarmNode } from '../../../agent/net/node.js'
 import { loadAgentConfig } from '../../../agent/config.js'
+import { linesLog } from '../../../agent/log.js'
 
 test('AnnounceFile: missing means nothing extra; a written file is picked up on reread; bad entries are skipped', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'avs-announce-'))
   const logs: string[] = []
   try {
-    const f = new AnnounceFile(join(dir, 'demo-agent-0'), (m) => logs.push(m))
+    const f = new AnnounceFile(join(dir, 'demo-agent-0'), linesLog((m) => logs.push(m)))
     assert.equal(await f.reread(), false, 'a missing file is no change from nothing')
     assert.deepEqual(f.addrs, [])
     writeFileSync(join(dir, 'demo-agent-0'), '/ip4/203.0.113.7/tcp/30001,/dns4/abc.elb.amazonaws.com/tcp/31337, not-a-multiaddr\n')

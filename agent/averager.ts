@@ -126,6 +126,12 @@ export interface AveragerHooks {
   /** Called when matchmaking assembled our group, before the all-reduce starts. */
   readonly onGroup?: (group: GroupInfo) => void
   readonly onStep?: (outcome: 'success' | 'partial' | 'failure', detail: StepDetail) => void
+  /**
+   * The Moshpit grid's bits for this agent as the swarm's membership stands (GridLayout), asked
+   * before each step: when their width differs from the bits held (the first step, a scale across
+   * a power of two) the agent lays itself out again; the same width keeps the bits rounds evolved.
+   */
+  readonly gridBits?: () => string | undefined
 }
 
 const encoder = new TextEncoder()
@@ -319,6 +325,11 @@ export class DecentralizedAverager {
     const deadline = Date.now() / 1000 + timeout
     const signal = options.signal != null ? AbortSignal.any([options.signal, this.shutdownController.signal]) : this.shutdownController.signal
     const started = Date.now()
+    const grid = this.hooks.gridBits?.()
+    if (grid !== undefined && grid.length !== this.bits.length) {
+      this.log.info(`on the Moshpit grid from now on: bits "${grid}" (were "${this.bits}")`)
+      this.bits = grid
+    }
     for (;;) {
       const key = this.currentGroupKey
       let group

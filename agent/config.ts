@@ -23,6 +23,8 @@ export interface AgentConfig {
   readonly announceAddrs: readonly string[]
   /** AVS_ANNOUNCE_FILE: more addresses to announce, reread while the agent runs; undefined when unset. */
   readonly announceFile?: string
+  /** AVS_MEMBERS_DIR: the swarm's membership (members, bootstrap), for the Moshpit grid; undefined when unset. */
+  readonly membersDir?: string
   readonly bootstrapPeers: readonly string[]
   readonly dnsServers: readonly string[]
   readonly psk?: Uint8Array
@@ -225,6 +227,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     p2pPort: parse('p2pPort', integer(0, 65535), 31337),
     announceAddrs: parse('announceAddrs', list, []),
     announceFile: raw('announceFile'),
+    membersDir: raw('membersDir'),
     bootstrapPeers: parse('bootstrapPeers', list, []),
     dnsServers: parse('dnsServers', list, []),
     psk,

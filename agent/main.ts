@@ -22,6 +22,7 @@ import { Checkpointer } from './checkpoint/checkpointer.js'
 import { establishReachability, circuitAddrs, modeFor, reserveRelaySlot, type Reachability } from './net/reach.js'
 import { ConnectionKinds, CONNECTION_KINDS } from './net/connection-kinds.js'
 import type { AveragerConfig } from './averager.js'
+import { GridLayout } from './moshpit/grid-layout.js'
 
 const VERSION = '0.1.0'
 /** How often AVS_ANNOUNCE_FILE is reread; a kubelet takes up to a minute to update a mounted ConfigMap anyway. */
@@ -139,8 +140,13 @@ async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: Abort
 
 /** An averager for the workload's tensors, its rounds counted in the metrics and its data channel logged. */
 async function createAverager (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log, tensors: Parameters<WorkloadContext['createAverager']>[0], hooks: Parameters<WorkloadContext['createAverager']>[1]): Promise<DecentralizedAverager> {
+  // Bits set in the spec are the user's layout; empty ones follow the operator's membership.
+  const grid = config.membersDir !== undefined && config.averager.initialGroupBits === ''
+    ? new GridLayout(config.membersDir, config.podName, config.averager.targetGroupSize)
+    : undefined
   const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
     log: log.child({ component: 'averager' }),
+    ...(grid !== undefined ? { gridBits: () => grid.bits() } : {}),
     ...hooks,
     onStep: (outcome, detail) => {
       metrics.recordRound(outcome, detail)

@@ -28,6 +28,7 @@ export const AGENT_ENV = {
   mode: { name: 'AVS_MODE', description: 'node (sends and reduces), client (sends only, no inbound) or auxiliary (reduces only, weight 0).', default: 'node' },
   p2pPort: { name: 'AVS_P2P_PORT', description: 'TCP port for libp2p.', default: '31337' },
   announceAddrs: { name: 'AVS_ANNOUNCE_ADDRS', description: 'Comma-separated multiaddrs to announce instead of the listen address.' },
+  membersDir: { name: 'AVS_MEMBERS_DIR', description: 'A folder holding the swarm\'s member count (`members`) and bootstrap count (`bootstrap`), reread before each round: an agent whose initial group bits are empty places itself on the Moshpit grid by its rank from its pod name. The operator mounts it (the <swarm>-members ConfigMap, rewritten when the swarm is scaled); missing files leave every agent under one key.' },
   announceFile: { name: 'AVS_ANNOUNCE_FILE', description: 'A file of comma-separated multiaddrs (without /p2p) announced before the other addresses, reread every few seconds; a missing file announces nothing extra. The operator mounts it for swarms with spec.network.expose (a node\'s or a load balancer\'s address, known only after the pod started).' },
   bootstrapPeers: { name: 'AVS_BOOTSTRAP_PEERS', description: 'Comma-separated multiaddrs (with /p2p/<peer id>) dialled first; /dns4 names allowed.' },
   dnsServers: { name: 'AVS_DNS_SERVERS', description: 'Comma-separated host:port DNS servers used to resolve /dns4 multiaddrs instead of the system resolver.' },

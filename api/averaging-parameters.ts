@@ -44,7 +44,7 @@ export const AVERAGING_PARAMETERS = {
   },
   initialGroupBits: {
     env: 'AVS_INITIAL_GROUP_BITS',
-    description: 'Initial Moshpit group bits, up to 64 characters of 0 and 1 appended to the prefix; the agents change them after each round so that groups mix.',
+    description: 'Initial Moshpit group bits, up to 64 characters of 0 and 1 appended to the prefix; the agents change them after each round so that groups mix. Empty (the default): the operator lays the swarm out on a Moshpit grid of targetGroupSize by pod rank and swarm size (the <swarm>-members ConfigMap), so N = g^d members reach the exact mean in d rounds; set bits to lay out groups yourself.',
     bound: { kind: 'string', pattern: '^[01]*$', maxLength: 64, says: 'up to 64 characters of 0 and 1' },
     default: ''
   },

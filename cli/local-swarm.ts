@@ -29,6 +29,7 @@ import { sampleSwarm, type SwarmSample } from './local/progress.js'
 import { renderReport, type SoloPoint } from './local/report.js'
 import { startTrainers, stopTrainers, trainerArgv, type TrainerExit } from './local/trainers.js'
 import { UserError } from './local/user-error.js'
+import { membersData } from '../operator/builders/members.js'
 
 interface LocalSwarmOptions { readonly file: string, readonly duration: number, readonly out: string, readonly checkpoints: string, readonly python?: string }
 
@@ -171,8 +172,11 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
   const checkpointDir = pods.some(p => p.env[AGENT_ENV.checkpointDir.name] !== undefined) ? makeDir(opts.checkpoints) : undefined
   if (checkpointDir !== undefined) console.log(`Checkpoints go to ${join(checkpointDir, swarm.metadata.name)}`)
   run.checkpointDir = checkpointDir
+  // The members ConfigMap as its mount would hold it: a folder of this machine for every agent.
+  const membersDir = pods.some(p => p.env[AGENT_ENV.membersDir.name] !== undefined) ? writeMembers(join(runDir, 'members'), membersData(swarm)) : undefined
   const agents = pods.map((pod, i) => {
     const extra = {
+      ...(pod.env[AGENT_ENV.membersDir.name] === undefined ? {} : agentEnv({ membersDir })),
       ...(shmRoot === undefined ? {} : agentEnv({ sidecarPort: plan.sidecarPorts[i], shmDir: makeDir(join(shmRoot, pod.name)) })),
       ...(pod.env[AGENT_ENV.checkpointDir.name] === undefined ? {} : agentEnv({ checkpointDir }))
     }
@@ -343,3 +347,9 @@ main().catch((err) => {
   process.stderr.write(`local-swarm: ${describeError(err)}\n`)
   process.exitCode = 1
 })
+
+function writeMembers (dir: string, data: Record<string, string>): string {
+  mkdirSync(dir, { recursive: true })
+  for (const [file, text] of Object.entries(data)) writeFileSync(join(dir, file), text)
+  return dir
+}

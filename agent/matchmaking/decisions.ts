@@ -92,6 +92,11 @@ export function triedKey (peerId: string, expiration: number): string {
   return `${peerId}@${expiration}`
 }
 
+/** The `tried` key of a leader we were sent to (by a busy or disbanding leader): asked once per search. */
+export function redirectKey (peerId: string): string {
+  return `${peerId}@redirect`
+}
+
 /** The best-ranked looking, unexpired peer that outranks us and that we have not asked at this expiration yet. */
 export function bestCandidate (entries: readonly StoredEntry[], view: CandidateView): StoredEntry | null {
   let best: StoredEntry | null = null

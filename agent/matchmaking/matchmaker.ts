@@ -13,7 +13,7 @@ import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { aloneUnderKey, bestCandidate, triedKey, validInfo } from './decisions.js'
+import { aloneUnderKey, bestCandidate, redirectKey, triedKey, validInfo } from './decisions.js'
 import type { Log } from '../log.js'
 
 export interface MatchmakerConfig {
@@ -226,8 +226,12 @@ export class Matchmaker {
     } catch (err) {
       search.rejections.push(describeError(err))
       this.config.log?.debug(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
-      // Still connecting is no answer from the leader: ask it again once connected.
-      if (err instanceof ConnectingError) search.tried.delete(triedKey(leaderId, leaderExpiration))
+      // Still connecting is no answer from the leader: ask it again once connected (whether we
+      // came to it as a candidate or by a redirect).
+      if (err instanceof ConnectingError) {
+        search.tried.delete(triedKey(leaderId, leaderExpiration))
+        search.tried.delete(redirectKey(leaderId))
+      }
       return null
     }
     const ask = await this.lock.run(async () => {
@@ -273,8 +277,8 @@ export class Matchmaker {
     })
     if (ask == null) return null
     if ('redirect' in ask) {
-      if (ask.redirect === this.selfId || search.tried.has(`${ask.redirect}@redirect`)) return null
-      search.tried.add(`${ask.redirect}@redirect`)
+      if (ask.redirect === this.selfId || search.tried.has(redirectKey(ask.redirect))) return null
+      search.tried.add(redirectKey(ask.redirect))
       return ask
     }
     try {

@@ -17,6 +17,7 @@ import { buildService } from './service.js'
 import { buildStatefulSet, roleReplicas } from './statefulset.js'
 import { buildAgentService, buildAnnounceConfigMap, exposedPods, exposeTypeOf, exposure } from './expose.js'
 import { reachableByPod, type ReachableInputs } from './reachable.js'
+import { buildMembersConfigMap, followsGrid } from './members.js'
 
 /** Moved to operator/objects.ts (shared with the I/O layer); re-exported for cli/local. */
 export type { KubeObj }
@@ -53,6 +54,7 @@ export function buildDesired (s: AveragingSwarm, inp: DesiredInputs): Desired {
   const configHash = shortHash({ config: configData(s), psk: s.spec.network.privateNetworkSecret ?? null })
   const r = roleReplicas(s)
   const objects: KubeObj[] = [buildService(s), buildIdentitySecret(s, inp.identityData), buildConfigMap(s)]
+  if (followsGrid(s, 'agent')) objects.push(buildMembersConfigMap(s))
   if (inp.pskData !== undefined) objects.push(buildPskSecret(s, inp.pskData))
   for (let i = 0; i < nb; i++) {
     objects.push(buildStatefulSet(s, names.bootstrapSet(s, i), r.bootstrap(i), {

@@ -20,6 +20,8 @@ export const names = {
   configMap: (s: AveragingSwarm) => `${s.metadata.name}-config`,
   /** Per-pod announce addresses of an exposed swarm (builders/expose.ts). */
   announceConfigMap: (s: AveragingSwarm) => `${s.metadata.name}-announce`,
+  /** The swarm's member counts for the Moshpit grid (builders/members.ts). */
+  membersConfigMap: (s: AveragingSwarm) => `${s.metadata.name}-members`,
   bootstrapSet: (s: AveragingSwarm, i: number) => `${s.metadata.name}-bootstrap-${i}`,
   bootstrapPod: (s: AveragingSwarm, i: number) => `${s.metadata.name}-bootstrap-${i}-0`,
   agentSet: (s: AveragingSwarm) => `${s.metadata.name}-agent`,

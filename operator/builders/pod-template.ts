@@ -13,6 +13,7 @@ import { CONFIG_KEYS, configData, SECTION_KEYS } from './configmap.js'
 import { checkpointClaimName, s3Env } from './checkpoint-store.js'
 import { ANNOTATION_CONFIG_HASH, names, ownedLabels, roleSelector, type Role } from './names.js'
 import { ANNOUNCE_MOUNT_DIR, ANNOUNCE_VOLUME, exposeTypeOf, exposure } from './expose.js'
+import { MEMBERS_MOUNT_DIR, MEMBERS_VOLUME, followsGrid } from './members.js'
 
 export const AGENT_CONTAINER = 'agent'
 export const TRAINER_CONTAINER = 'trainer'
@@ -84,6 +85,7 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
     // $(AVS_POD_NAME) is expanded by the kubelet: one StatefulSet, a file per pod.
     env.push(value(AGENT_ENV.announceFile.name, `${ANNOUNCE_MOUNT_DIR}/$(${AGENT_ENV.podName.name})`))
   }
+  if (followsGrid(s, p.role)) env.push(value(AGENT_ENV.membersDir.name, MEMBERS_MOUNT_DIR))
   env.push(...relayEnv(s, p.role))
   if (p.config.agentDnsServers !== undefined) env.push(value(AGENT_ENV.dnsServers.name, p.config.agentDnsServers))
   if (s.spec.network.privateNetworkSecret !== undefined) env.push(value(AGENT_ENV.pskFile.name, `${PSK_MOUNT_DIR}/${PSK_FILE}`))
@@ -164,6 +166,7 @@ function agentContainer (s: AveragingSwarm, p: PodInputs) {
   if (writesCheckpoints(s, p) && checkpointClaimName(s) !== undefined) mounts.push({ name: CHECKPOINT_VOLUME, mountPath: CHECKPOINT_MOUNT_DIR })
   const e = exposure(s)
   if (e !== undefined) mounts.push({ name: ANNOUNCE_VOLUME, mountPath: ANNOUNCE_MOUNT_DIR, readOnly: true })
+  if (followsGrid(s, p.role)) mounts.push({ name: MEMBERS_VOLUME, mountPath: MEMBERS_MOUNT_DIR, readOnly: true })
   // HostPort: the node forwards its own ports to the agent (and the scheduler keeps two agents of the swarm off one node).
   const host = exposeTypeOf(s, p.role) === 'HostPort'
   const ports: KubeObject[] = [
@@ -223,11 +226,13 @@ export function buildPodTemplate (s: AveragingSwarm, p: PodInputs) {
   if (claimName !== undefined && writesCheckpoints(s, p)) volumes.push({ name: CHECKPOINT_VOLUME, persistentVolumeClaim: { claimName } })
   // optional: the pod starts before the operator knows its address; the agent rereads the file.
   if (exposure(s) !== undefined) volumes.push({ name: ANNOUNCE_VOLUME, configMap: { name: names.announceConfigMap(s), optional: true } })
+  // optional: until the operator wrote it the agents keep one key; they read it again every round.
+  if (followsGrid(s, p.role)) volumes.push({ name: MEMBERS_VOLUME, configMap: { name: names.membersConfigMap(s), optional: true } })
   const containers: KubeObject[] = [agentContainer(s, p)]
   if (s.spec.workload.type === 'sidecar') { const t = trainerContainer(s); if (t !== undefined) containers.push(t) }
   const reserved = new Set([AGENT_CONTAINER, TRAINER_CONTAINER])
   containers.push(...(o.containers ?? []).filter(c => !reserved.has(String(c.name))))
-  const reservedVolumes = new Set(['tmp', 'psk', SHM_VOLUME, CHECKPOINT_VOLUME, ANNOUNCE_VOLUME])
+  const reservedVolumes = new Set(['tmp', 'psk', SHM_VOLUME, CHECKPOINT_VOLUME, ANNOUNCE_VOLUME, MEMBERS_VOLUME])
   volumes.push(...(o.volumes ?? []).filter(v => !reservedVolumes.has(String(v.name))))
   const gpuPlacement = p.role !== 'auxiliary'
   return {

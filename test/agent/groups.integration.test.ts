@@ -2,6 +2,10 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startSwarm, fill, maxAbsDiff } from './swarm-fixture.js'
 import { MatchmakingError } from '../../agent/errors.js'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { GridLayout } from '../../agent/moshpit/grid-layout.js'
 
 const small = (peer: number) => [{ name: 'x', shape: [2000], data: fill(2000, peer) }]
 
@@ -53,9 +57,20 @@ test('a group below minGroupSize fails cleanly, and a retry with enough peers su
   } finally { await swarm.stop() }
 })
 
-test('16 peers on a 4x4 Moshpit grid reach the global mean in 2 rounds', { timeout: 180_000 }, async () => {
-  const bits = (i: number) => (i % 4).toString(2).padStart(2, '0')
-  const swarm = await startSwarm(16, { tensors: small, config: i => ({ targetGroupSize: 4, minGroupSize: 4, initialGroupBits: bits(i), requestTimeout: 3, averagingExpiration: 6 }) })
+// The grid either from bits each peer is given, or as an operator-run swarm lays it out: empty
+// bits, and the membership files the operator mounts (16 members, 1 bootstrap agent), each peer
+// ranked by its pod name.
+const membersDir = mkdtempSync(join(tmpdir(), 'avs-members-'))
+writeFileSync(join(membersDir, 'members'), '16')
+writeFileSync(join(membersDir, 'bootstrap'), '1')
+const podName = (i: number): string => i === 0 ? 'grid-bootstrap-0-0' : `grid-agent-${i - 1}`
+const layouts = [
+  { name: 'bits given to each peer', bits: (i: number) => (i % 4).toString(2).padStart(2, '0'), hooks: undefined },
+  { name: 'bits laid out from the membership the operator mounts', bits: () => '', hooks: (i: number) => ({ gridBits: () => new GridLayout(membersDir, podName(i), 4).bits() }) }
+]
+
+for (const layout of layouts) test(`16 peers on a 4x4 Moshpit grid reach the global mean in 2 rounds (${layout.name})`, { timeout: 180_000 }, async () => {
+  const swarm = await startSwarm(16, { tensors: small, config: i => ({ targetGroupSize: 4, minGroupSize: 4, initialGroupBits: layout.bits(i), requestTimeout: 3, averagingExpiration: 6 }), hooks: layout.hooks })
   try {
     const originals = swarm.averagers.map((_, p) => small(p)[0].data)
     const mean = new Float64Array(2000)
@@ -68,6 +83,11 @@ test('16 peers on a 4x4 Moshpit grid reach the global mean in 2 rounds', { timeo
     const before = await deviation()
     const round1 = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
     for (const r of round1) assert.equal(r.peers.length, 4)
+    // Round 1's groups are the grid's rows: peers of one rank modulo 4.
+    for (const [i, r] of round1.entries()) {
+      const rows = r.peers.map(p => swarm.nodes.findIndex(n => n.peerId.toString() === p) % 4)
+      assert.deepEqual(new Set(rows), new Set([i % 4]), `peer ${i} grouped with its row (ranks modulo 4: ${rows.join(', ')})`)
+    }
     const after1 = await deviation()
     const round2 = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
     for (const r of round2) assert.equal(r.peers.length, 4)

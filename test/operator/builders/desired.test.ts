@@ -3,10 +3,10 @@ import assert from 'node:assert/strict'
 import { desiredFor, find, swarm } from './fixture.js'
 import { ANNOTATION_CONFIG_HASH } from '../../../operator/builders/names.js'
 
-test('a swarm owns a Service, Secret, ConfigMap, one StatefulSet per bootstrap agent, the agents\' StatefulSet and a PDB', async () => {
+test('a swarm owns a Service, Secret, its config and members ConfigMaps, one StatefulSet per bootstrap agent, the agents\' StatefulSet and a PDB', async () => {
   const d = await desiredFor(swarm())
   assert.deepEqual(d.objects.map(o => `${o.kind}/${o.metadata.name}`), [
-    'Service/demo-agents', 'Secret/demo-identity', 'ConfigMap/demo-config',
+    'Service/demo-agents', 'Secret/demo-identity', 'ConfigMap/demo-config', 'ConfigMap/demo-members',
     'StatefulSet/demo-bootstrap-0', 'StatefulSet/demo-bootstrap-1', 'StatefulSet/demo-agent', 'PodDisruptionBudget/demo'
   ])
   for (const o of d.objects) {

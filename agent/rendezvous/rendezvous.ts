@@ -25,7 +25,13 @@ const CLOSEST_CACHE_MS = 60_000
 const MAX_HOPS = 3
 /** Keys whose learned closer peers are kept (a few per round per peer). */
 const LEARNED_KEYS = 1024
-const SUSPECT_MS = 30_000
+/**
+ * A replica that failed is skipped for this many request timeouts (a dead peer lingers in routing
+ * tables). In request timeouts, not a fixed 30 s: after a network cut heals, each side still
+ * skipped the other's replicas for up to 30 s, longer than a swarm's rounds take to merge (the
+ * partition test, once in a clean-clone CI run: no group spanned the halves after healing).
+ */
+const SUSPECT_REQUEST_TIMEOUTS = 5
 /** A settled find waits this many request timeouts at most for the key's network lookup. */
 const SETTLE_REQUEST_TIMEOUTS = 3
 /** Addresses kept per entry, and the longest one accepted. */
@@ -165,9 +171,9 @@ export class Rendezvous implements Startable {
       } catch (err) {
         failed++
         // A peer that does not speak the protocol yet (its agent is still starting) answered at
-        // once: asking it again costs nothing, and skipping it for SUSPECT_MS while others use it
+        // once: asking it again costs nothing, and skipping it for a while as others use it
         // split the key's peers (64 agents started one after another: 125 such refusals).
-        if (!(err instanceof Error && err.name === 'UnsupportedProtocolError')) this.suspects.set(peer.toString(), Date.now() + SUSPECT_MS)
+        if (!(err instanceof Error && err.name === 'UnsupportedProtocolError')) this.suspects.set(peer.toString(), Date.now() + SUSPECT_REQUEST_TIMEOUTS * this.options.requestTimeoutMs)
         this.log.debug(`replica ${peer.toString()} failed: ${describeError(err)}`)
       }
     })
@@ -220,6 +226,8 @@ export class Rendezvous implements Startable {
   }
 
   private async serve (bytes: Uint8Array, from: PeerId): Promise<Uint8Array> {
+    // A peer whose request reached us is alive and reachable: no longer a suspect.
+    this.suspects.delete(from.toString())
     const request = RendezvousRequest.decode(bytes)
     if (request.key.length === 0 || request.key.length > 512) return RendezvousResponse.encode({ entries: [], error: 'key must be 1 to 512 characters' })
     let entry: StoredEntry | undefined

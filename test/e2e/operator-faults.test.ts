@@ -35,7 +35,7 @@ function expectedNames (bootstrap: number): Record<Exclude<Kind, 'Pod'>, string[
     StatefulSet: [`${SWARM}-agent`, ...Array.from({ length: bootstrap }, (_, i) => `${SWARM}-bootstrap-${i}`)].sort(),
     Service: [`${SWARM}-agents`],
     Secret: [`${SWARM}-identity`],
-    ConfigMap: [`${SWARM}-config`],
+    ConfigMap: [`${SWARM}-config`, `${SWARM}-members`],
     PodDisruptionBudget: [SWARM]
   }
 }

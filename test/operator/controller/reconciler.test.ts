@@ -49,14 +49,14 @@ test('first reconcile: every object applied, then the status, then the events', 
   const calls = cluster.takeCalls()
   const applies = calls.filter(c => c.startsWith('apply '))
   assert.deepEqual(applies.sort(), [
-    'apply ConfigMap/demo-config', 'apply PodDisruptionBudget/demo', 'apply Secret/demo-identity', 'apply Service/demo-agents',
+    'apply ConfigMap/demo-config', 'apply ConfigMap/demo-members', 'apply PodDisruptionBudget/demo', 'apply Secret/demo-identity', 'apply Service/demo-agents',
     'apply StatefulSet/demo-agent', 'apply StatefulSet/demo-aux', 'apply StatefulSet/demo-bootstrap-0'
   ])
   assert.equal(res.writes, applies.length + 1)
   const statusAt = calls.indexOf('applyStatus demo')
   assert.ok(statusAt > calls.findLastIndex(c => c.startsWith('apply ')), calls.join('\n'))
   assert.ok(calls.slice(0, statusAt).every(c => !c.startsWith('event ')), `events only after the status write:\n${calls.join('\n')}`)
-  assert.equal(calls.filter(c => c.startsWith('event ')).length, 7)
+  assert.equal(calls.filter(c => c.startsWith('event ')).length, 8)
   assert.ok(reasons(cluster).every(r => r === 'Normal/Created'))
   assert.equal(cluster.swarmStatus('ml', 'demo')?.phase, 'Progressing') // the new StatefulSets have not been observed yet
   assert.equal(res.status?.bootstrapPeers?.length, 1)

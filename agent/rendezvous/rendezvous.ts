@@ -29,7 +29,9 @@ const LEARNED_KEYS = 1024
  * A replica that failed is skipped for this many request timeouts (a dead peer lingers in routing
  * tables). In request timeouts, not a fixed 30 s: after a network cut heals, each side still
  * skipped the other's replicas for up to 30 s, longer than a swarm's rounds take to merge (the
- * partition test, once in a clean-clone CI run: no group spanned the halves after healing).
+ * partition test, once in a clean-clone CI run: no group spanned the halves after healing). A
+ * peer's own request reaching us does not clear it: an agent starved of CPU still sends requests
+ * and still answers too late (256 agents in one process: more exchanges reached no replica).
  */
 const SUSPECT_REQUEST_TIMEOUTS = 5
 /** A settled find waits this many request timeouts at most for the key's network lookup. */
@@ -226,8 +228,6 @@ export class Rendezvous implements Startable {
   }
 
   private async serve (bytes: Uint8Array, from: PeerId): Promise<Uint8Array> {
-    // A peer whose request reached us is alive and reachable: no longer a suspect.
-    this.suspects.delete(from.toString())
     const request = RendezvousRequest.decode(bytes)
     if (request.key.length === 0 || request.key.length > 512) return RendezvousResponse.encode({ entries: [], error: 'key must be 1 to 512 characters' })
     let entry: StoredEntry | undefined

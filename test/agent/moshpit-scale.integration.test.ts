@@ -9,7 +9,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
 import { startScaleSwarm, scaleConfig } from '../../bench/lib/scale-swarm.js'
-import { runRounds, RoundProbe } from '../../bench/lib/scale-rounds.js'
+import { runRounds, RoundProbe, formatRound } from '../../bench/lib/scale-rounds.js'
 import { gridGroupBits } from '../../agent/moshpit/group-bits.js'
 import { seededRandom } from '../../agent/util/random.js'
 import type { StepResult } from '../../agent/averager.js'
@@ -29,7 +29,7 @@ function variance (tensors: readonly Float32Array[]): number {
   return total / (n * tensors.length)
 }
 
-test('256 peers on a 4⁴ grid: every peer in one group a round, each group holding its exact mean, the second round mixing the first', { timeout: 600_000 }, async () => {
+test('256 peers on a 4⁴ grid: every peer in one group a round, each group holding its exact mean, the second round mixing the first', { timeout: 600_000 }, async (t) => {
   const random = seededRandom('scale-test')
   const probe = new RoundProbe()
   const swarm = await startScaleSwarm({
@@ -72,6 +72,8 @@ test('256 peers on a 4⁴ grid: every peer in one group a round, each group hold
         }
       }
     })
+    // The rounds' figures go to the TAP output: a failure elsewhere still shows how close these came.
+    for (const r of rounds) t.diagnostic(formatRound(r))
     assert.deepEqual(problems.slice(0, 5), [])
     for (const r of rounds) {
       assert.ok(r.failedSteps <= PEERS / 50, `round ${r.round}: ${r.failedSteps} of ${PEERS} peers found no group`)

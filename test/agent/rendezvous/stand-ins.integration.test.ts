@@ -1,0 +1,33 @@
+/**
+ * A key's replicas that stop answering (a crashed agent lingering in routing tables, an agent
+ * starved of CPU) must not leave the key unreachable: the next closest peers stand in for them.
+ */
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { sha256 } from 'multiformats/hashes/sha2'
+import { startConnectedNodes } from '../swarm-fixture.js'
+import { RENDEZVOUS_PROTOCOL, rankByDistance } from '../../../agent/rendezvous/rendezvous.js'
+import type { StoredEntry } from '../../../agent/rendezvous/store.js'
+
+test('when a key\'s three closest peers hold every request unanswered, a declaration and a lookup still meet on the next closest', { timeout: 120_000 }, async () => {
+  const nodes = await startConnectedNodes(8, () => ({ rendezvous: { requestTimeoutMs: 1000 } }))
+  try {
+    const key = 'stand-ins-test'
+    const target = (await sha256.digest(new TextEncoder().encode(key))).digest
+    const ranked = await rankByDistance(nodes.map(n => n.peerId), target)
+    const byRank = ranked.map(id => nodes.find(n => n.peerId.equals(id))!)
+    // The three replicas accept each stream and never answer.
+    for (const stalled of byRank.slice(0, 3)) {
+      await stalled.unhandle(RENDEZVOUS_PROTOCOL)
+      await stalled.handle(RENDEZVOUS_PROTOCOL, () => {}, { maxInboundStreams: 64 })
+    }
+    const [declarer, finder] = [byRank[3], byRank[4]]
+    const entry: StoredEntry = { peerId: declarer.peerId.toString(), expiration: Date.now() / 1000 + 60, looking: true, priority: 0, addrs: [] }
+    const declared = await declarer.services.rendezvous.declare(key, entry)
+    assert.deepEqual(declared.map(e => e.peerId), [entry.peerId], 'the declarer reads its own entry back from a stand-in')
+    const found = await finder.services.rendezvous.find(key)
+    assert.deepEqual(found.map(e => e.peerId), [entry.peerId], 'another peer finds the entry on the stand-ins')
+  } finally {
+    await Promise.allSettled(nodes.map(async n => { await n.stop() }))
+  }
+})

@@ -17,7 +17,8 @@ export interface RpcNode {
   readonly peerStore: PeerStore
   handle (protocol: string, handler: StreamHandler, options?: StreamHandlerOptions): Promise<void>
   unhandle (protocol: string): Promise<void>
-  dial (peer: PeerId, options?: AbortOptions): Promise<Connection>
+  /** `force` opens a new connection beside those already open. */
+  dial (peer: PeerId, options?: AbortOptions & { force?: boolean }): Promise<Connection>
   dialProtocol (peer: PeerId, protocol: string, options?: AbortOptions): Promise<Stream>
   getConnections (peer?: PeerId): Connection[]
   getMultiaddrs (): Multiaddr[]
@@ -83,11 +84,14 @@ export interface OpenOptions {
   readonly timeoutMs: number
   readonly maxFrameBytes: number
   readonly maxQueuedFrames?: number
+  /** The connection to open the stream on (default: the one libp2p picks, the first open one). */
+  readonly connection?: Connection
 }
 
 /** Opens a framed stream to a peer on a protocol, bounded by a timeout. */
 export async function openFramed (node: RpcNode, peer: PeerId, protocol: string, options: OpenOptions): Promise<FramedStream> {
-  const stream = await node.dialProtocol(peer, protocol, { signal: AbortSignal.timeout(options.timeoutMs) })
+  const signal = AbortSignal.timeout(options.timeoutMs)
+  const stream = options.connection != null ? await options.connection.newStream(protocol, { signal }) : await node.dialProtocol(peer, protocol, { signal })
   return new FramedStream(stream, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
 }
 

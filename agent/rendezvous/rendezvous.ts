@@ -1,5 +1,5 @@
 import { sha256 } from 'multiformats/hashes/sha2'
-import { serviceDependencies, type PeerId, type PeerRouting, type Startable } from '@libp2p/interface'
+import { serviceDependencies, type Connection, type PeerId, type PeerRouting, type Startable } from '@libp2p/interface'
 import type { KadDHT } from '@libp2p/kad-dht'
 import { RendezvousRequest, RendezvousResponse, type RendezvousEntry, type RendezvousPeer } from '../proto/averaging.js'
 import { callUnary, handleUnary, ownAddrBytes, peerIdFromBytes, peerIdToBytes, rememberAddrs, rpcNodeOf, type RpcComponents, type RpcNode } from '../net/rpc.js'
@@ -83,8 +83,8 @@ export class Rendezvous implements Startable {
   private readonly closestCache = new Map<string, { peers: PeerId[], at: number, pending?: Promise<void> }>()
   /** Peers that replicas named as closest to a key: the next exchanges on the key ask them. */
   private readonly learned = new Map<string, PeerId[]>()
-  /** Replicas that just failed (a dead peer lingers in routing tables): skipped for a while. */
-  private readonly suspects = new Map<string, number>()
+  /** Replicas that just failed (a dead peer lingers in routing tables): skipped until `until`, probed from `probeAt`. */
+  private readonly suspects = new Map<string, Suspicion>()
   private readonly now: () => number
   private readonly log: Log
   private pruneTimer: NodeJS.Timeout | undefined
@@ -177,10 +177,7 @@ export class Rendezvous implements Startable {
         this.suspects.delete(peer.toString())
       } catch (err) {
         failed++
-        // A peer that does not speak the protocol yet (its agent is still starting) answered at
-        // once: asking it again costs nothing, and skipping it for a while as others use it
-        // split the key's peers (64 agents started one after another: 125 such refusals).
-        if (!(err instanceof Error && err.name === 'UnsupportedProtocolError')) this.suspects.set(peer.toString(), Date.now() + SUSPECT_REQUEST_TIMEOUTS * this.options.requestTimeoutMs)
+        if (!isUnsupported(err)) this.suspect(peer)
         this.log.debug(`replica ${peer.toString()} failed: ${describeError(err)}`)
       }
     })
@@ -269,7 +266,8 @@ export class Rendezvous implements Startable {
   /**
    * The REPLICAS peers closest to the key by Kademlia distance among those we know (our routing
    * table, the closer peers replicas named, a network lookup's), ourselves included when we are
-   * among them, skipping replicas that failed us lately (a dead peer lingers in routing tables).
+   * among them, skipping replicas that failed us lately (a dead peer lingers in routing tables)
+   * while a background question tells whether they answer again.
    * Peers whose sets drifted apart that way meet again through the closer peers every answer
    * names. (Asking suspects without waiting for them, with the next closest as extras, left a
    * 4-agent swarm whose tables held only the bootstrap agent without groups: restore test.)
@@ -293,11 +291,71 @@ export class Rendezvous implements Startable {
     const chosen: PeerId[] = []
     const now = Date.now()
     for (const peer of await rankByDistance(candidates, target)) {
-      if ((this.suspects.get(peer.toString()) ?? 0) > now) continue
+      const suspicion = this.suspects.get(peer.toString())
+      if (suspicion != null && suspicion.until > now) {
+        this.probe(peer, key, suspicion)
+        continue
+      }
       chosen.push(peer)
       if (chosen.length === REPLICAS) break
     }
     return chosen
+  }
+
+  private suspect (peer: PeerId): void {
+    const id = peer.toString()
+    const now = Date.now()
+    this.suspects.set(id, {
+      until: now + SUSPECT_REQUEST_TIMEOUTS * this.options.requestTimeoutMs,
+      probeAt: now + this.options.requestTimeoutMs,
+      probing: this.suspects.get(id)?.probing ?? false
+    })
+  }
+
+  /**
+   * Asks a suspect that would have been among the key's replicas for the key, in the background,
+   * one question at a time and not within a request timeout of its last failure (a peer that just
+   * failed rarely answers the next moment): an answer within the request timeout ends the suspicion.
+   * A peer starved of CPU still answers late and stays suspected.
+   */
+  private probe (peer: PeerId, key: string, suspicion: Suspicion): void {
+    if (suspicion.probing || Date.now() < suspicion.probeAt) return
+    suspicion.probing = true
+    const id = peer.toString()
+    this.probeOnce(peer, key).then(
+      () => { this.suspects.delete(id) },
+      (err) => {
+        if (isUnsupported(err)) this.suspects.delete(id)
+        else this.suspect(peer)
+        this.log.debug(`suspect ${id} still failed: ${describeError(err)}`)
+      }
+    ).finally(() => {
+      const now = this.suspects.get(id)
+      if (now != null) now.probing = false
+    })
+  }
+
+  /**
+   * The question goes over a new connection. After a network cut heals, TCP resends on the
+   * connections that lived through it only when its backed-off retransmission timer fires, seconds
+   * later for a cut of seconds: each side kept failing the other's replicas for ~8 s (3 rounds) after
+   * healing (partition test, agents' debug logs). A new connection answers at once; once it has,
+   * the old ones that carry only control traffic are closed, so the next requests do not queue on
+   * them again. Old ones carrying averaging streams are left to recover or fail by themselves.
+   */
+  private async probeOnce (peer: PeerId, key: string): Promise<void> {
+    const old = this.node.getConnections(peer)
+    const fresh = await dialWithin(this.node, peer, this.options.requestTimeoutMs, old.length > 0)
+    const bytes = await callUnary(this.node, peer, RENDEZVOUS_PROTOCOL, RendezvousRequest.encode({ key }), {
+      timeoutMs: this.options.requestTimeoutMs, maxFrameBytes: MAX_RESPONSE_BYTES, connection: fresh
+    })
+    const response = RendezvousResponse.decode(bytes)
+    if (response.error !== '') throw new Error(response.error)
+    for (const stale of old) {
+      if (stale === fresh || stale.streams.some(s => !isControlProtocol(s.protocol))) continue
+      this.log.debug(`closing a connection to ${peer.toString()} that a new one outran`)
+      stale.abort(new Error('a newer connection to the peer answered while this one did not'))
+    }
   }
 
   /** Waits for the key's pending lookup, at most a few request timeouts (a lookup ends at 30 s). */
@@ -332,6 +390,14 @@ export class Rendezvous implements Startable {
   }
 }
 
+interface Suspicion {
+  /** Skipped as a replica until then (ms since the epoch). */
+  until: number
+  /** Asked in the background from then on. */
+  probeAt: number
+  probing: boolean
+}
+
 /** The peers, without repeats, nearest the target first by the XOR distance of their ids' sha256. */
 export async function rankByDistance (peers: readonly PeerId[], target: Uint8Array): Promise<PeerId[]> {
   const unique: PeerId[] = []
@@ -339,6 +405,25 @@ export async function rankByDistance (peers: readonly PeerId[], target: Uint8Arr
   const scored = await Promise.all(unique.map(async (peer) => ({ peer, id: (await sha256.digest(peer.toMultihash().bytes)).digest })))
   scored.sort((a, b) => compareXor(a.id, b.id, target))
   return scored.map(s => s.peer)
+}
+
+/**
+ * A peer that does not speak the protocol yet (its agent is still starting) answered at once:
+ * asking it again costs nothing, and skipping it for a while as others use it split the key's
+ * peers (64 agents started one after another: 125 such refusals).
+ */
+function isUnsupported (err: unknown): boolean {
+  return err instanceof Error && err.name === 'UnsupportedProtocolError'
+}
+
+/** Opens a connection (a new one beside those open when `force`), failing after waitMs. */
+async function dialWithin (node: RpcNode, peer: PeerId, waitMs: number, force: boolean): Promise<Connection> {
+  return await node.dial(peer, { force, signal: AbortSignal.timeout(waitMs) })
+}
+
+/** Streams that closing a connection may cut without losing averaging work: the rendezvous, the DHT, identify, ping. */
+function isControlProtocol (protocol: string | undefined): boolean {
+  return protocol == null || protocol === RENDEZVOUS_PROTOCOL || protocol.startsWith('/ipfs/')
 }
 
 function compareXor (a: Uint8Array, b: Uint8Array, target: Uint8Array): number {

@@ -31,3 +31,34 @@ test('when a key\'s three closest peers hold every request unanswered, a declara
     await Promise.allSettled(nodes.map(async n => { await n.stop() }))
   }
 })
+
+test('replicas that answer again are asked again within a request timeout, not when their suspicion lapses', { timeout: 120_000 }, async () => {
+  const requestTimeoutMs = 1000
+  const nodes = await startConnectedNodes(8, () => ({ rendezvous: { requestTimeoutMs } }))
+  try {
+    const key = 'probe-test'
+    const target = (await sha256.digest(new TextEncoder().encode(key))).digest
+    const byRank = (await rankByDistance(nodes.map(n => n.peerId), target)).map(id => nodes.find(n => n.peerId.equals(id))!)
+    const replicas = byRank.slice(0, 3)
+    // Stalled the way a cut network or a frozen agent stalls them: requests arrive, answers never leave.
+    for (const stalled of replicas) Object.assign(stalled.services.rendezvous, { serve: async () => await new Promise(() => {}) })
+    const declarer = byRank[3]
+    const entry = (): StoredEntry => ({ peerId: declarer.peerId.toString(), expiration: Date.now() / 1000 + 60, looking: true, priority: 0, addrs: [] })
+    await declarer.services.rendezvous.declare(key, entry())
+    const suspectedAt = Date.now()
+    // The network heals: the replicas answer again.
+    for (const replica of replicas) delete (replica.services.rendezvous as unknown as { serve?: unknown }).serve
+    // The first exchange a request timeout after the failures skips the suspects and asks them in
+    // the background; the next one asks them as replicas.
+    await new Promise(resolve => setTimeout(resolve, requestTimeoutMs))
+    await declarer.services.rendezvous.declare(key, entry())
+    await new Promise(resolve => setTimeout(resolve, 300))
+    await declarer.services.rendezvous.declare(key, entry())
+    const elapsed = Date.now() - suspectedAt
+    const holding = replicas.filter(r => r.services.rendezvous.store.get(key, Date.now() / 1000).some(e => e.peerId === declarer.peerId.toString()))
+    assert.ok(elapsed < 5 * requestTimeoutMs, `the test outran the suspicion it checks (${elapsed} ms)`)
+    assert.equal(holding.length, 3, `${holding.length} of the key's 3 replicas hold the declaration ${elapsed} ms after they were suspected`)
+  } finally {
+    await Promise.allSettled(nodes.map(async n => { await n.stop() }))
+  }
+})

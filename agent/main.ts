@@ -142,7 +142,7 @@ async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: Abort
 async function createAverager (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log, tensors: Parameters<WorkloadContext['createAverager']>[0], hooks: Parameters<WorkloadContext['createAverager']>[1]): Promise<DecentralizedAverager> {
   // Bits set in the spec are the user's layout; empty ones follow the operator's membership.
   const grid = config.membersDir !== undefined && config.averager.initialGroupBits === ''
-    ? new GridLayout(config.membersDir, config.podName, config.averager.targetGroupSize)
+    ? new GridLayout(config.membersDir, config.podName, config.averager.targetGroupSize, line => { log.warn(line) })
     : undefined
   const averager = await DecentralizedAverager.create(node, tensors, config.averager, {
     log: log.child({ component: 'averager' }),

@@ -44,14 +44,31 @@ export function rankFromPodName (podName: string, m: Membership): number | undef
   return rank !== undefined && rank < m.members && (bootstrap == null || rank < m.bootstrap) ? rank : undefined
 }
 
-/** Reads the membership again each round and says which grid bits the agent should start from. */
+/**
+ * Reads the membership again each round and says which grid bits the agent should start from.
+ * When it cannot place the agent (the files missing or malformed, a pod name without a rank) it
+ * says why once, through `warn`, and again only when the reason changes: a user who expects the
+ * grid learns why the agent kept one group key.
+ */
 export class GridLayout {
-  constructor (private readonly dir: string, private readonly podName: string, private readonly groupSize: number) {}
+  private reason: string | undefined
+
+  constructor (
+    private readonly dir: string,
+    private readonly podName: string,
+    private readonly groupSize: number,
+    private readonly warn: (line: string) => void = () => {}
+  ) {}
 
   /** The grid bits for the current membership, or undefined when it is unknown or does not place this agent. */
   bits (): string | undefined {
     const m = readMembership(this.dir)
     const rank = m === undefined ? undefined : rankFromPodName(this.podName, m)
+    const reason = m === undefined
+      ? `the swarm's membership (files members and bootstrap in ${this.dir}) is missing or malformed`
+      : rank === undefined ? `pod ${this.podName} has no rank among the swarm's ${m.members} members` : undefined
+    if (reason !== undefined && reason !== this.reason) this.warn(`${reason}: this agent stays off the Moshpit grid, under its group key as it stands`)
+    this.reason = reason
     return m === undefined || rank === undefined ? undefined : gridGroupBits(rank, m.members, this.groupSize)
   }
 }

@@ -18,6 +18,7 @@ import { validateSwarm } from '../../api/v1alpha1/validate.js'
 import { withDefaults } from '../../api/v1alpha1/defaults.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
 import { peerIdOf } from '../../operator/builders/identity.js'
+import { AGENT_CONTAINER } from '../../operator/builders/pod-template.js'
 import { operatorKubeconfig } from './operator-identity.js'
 
 const NS = 'ml'
@@ -175,6 +176,13 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
       assert.equal(st.readyReplicas, 8)
       assert.ok(st.lastRoundTime)
       t.diagnostic(`Ready with rounds after ${((Date.now() - started) / 1000).toFixed(0)} s: readyReplicas ${st.readyReplicas}, roundsCompleted ${st.roundsCompleted}, meanGroupSize ${st.meanGroupSize}, lastRoundTime ${st.lastRoundTime}`)
+      // The members ConfigMap put the agents on a Moshpit grid: 8 members in groups of 4 make two
+      // keys, bits "0" and "1", four agents under each (bootstrap agents ranked first).
+      const bits = await Promise.all((await livePods('demo')).map(async p => {
+        const log = await kubectl('logs', '-n', NS, p.metadata.name, '-c', AGENT_CONTAINER)
+        return /on the Moshpit grid from now on: bits \\?"([01]*)\\?"/.exec(log)?.[1] ?? `none (${p.metadata.name})`
+      }))
+      assert.deepEqual(bits.sort(), ['0', '0', '0', '0', '1', '1', '1', '1'])
     } else {
       const st = await waitFor('phase Degraded', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Degraded' ? x : undefined }, 90_000, 1000)
       const d = st.conditions.find((c: any) => c.type === 'Degraded')

@@ -42,7 +42,7 @@ test('a swarm whose every agent is killed at once comes back from its newest che
   const subnet = 1 + (process.pid % 200)
   const ips = Array.from({ length: AGENTS }, (_, i) => `127.78.${subnet}.${10 + i}`)
   const { agents } = await buildSidecarSwarm({
-    name: 'restore', replicas: AGENTS, bootstrapReplicas: 1, ips, sidecarPorts: await freePorts(AGENTS), p2pPort: 31337, metricsPort: 9400,
+    name: 'restore', replicas: AGENTS, bootstrapReplicas: 1, ips, sidecarPorts: await freePorts(AGENTS), p2pPort: 31337, metricsPort: 9400, membersDir: join(outDir, 'members'),
     timing: { targetGroupSize: AGENTS, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: 10 }
   })
   const extra = agentEnv({ checkpointDir: checkpoints, checkpointEvery: EVERY, checkpointKeep: 3 })

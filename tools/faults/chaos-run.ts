@@ -114,7 +114,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const ips = Array.from({ length: o.agents }, (_, i) => `127.77.${o.subnet}.${10 + i}`)
   const { agents } = await buildSidecarSwarm({
     name: 'chaos', replicas: o.agents, bootstrapReplicas: o.bootstrap, timing: o.timing, ips,
-    sidecarPorts: await freePorts(o.agents), p2pPort: 31337, metricsPort: 9400, dnsServer: dns.address
+    sidecarPorts: await freePorts(o.agents), p2pPort: 31337, metricsPort: 9400, dnsServer: dns.address, membersDir: join(o.outDir, 'members')
   }).then(r => { for (const [k, v] of r.dnsRecords) records.set(k, v); return r })
   const procs = agents.map(a => new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir }))
   const t = o.timing

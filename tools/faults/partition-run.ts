@@ -65,7 +65,7 @@ export interface PartitionResult {
   readonly wallMs: number
 }
 
-interface Line { type: string, agent: number, groupId?: string, attempt?: number, startedAt?: number, wallMs?: number, averaged?: boolean, peers?: string[], unreachedPeers?: string[], groupSize?: number, peerId?: string, values?: string, nonFinite?: boolean, message?: string, transportError?: string }
+interface Line { type: string, agent: number, groupId?: string, attempt?: number, startedAt?: number, wallMs?: number, matchmakingMs?: number, averaged?: boolean, peers?: string[], unreachedPeers?: string[], groupSize?: number, peerId?: string, values?: string, nonFinite?: boolean, message?: string, transportError?: string }
 
 /**
  * The partition run: the swarm's agents live in two network namespaces joined by a bridge;
@@ -92,7 +92,7 @@ export async function runPartition (o: PartitionOptions): Promise<PartitionResul
       name: 'split', replicas: n, bootstrapReplicas: o.bootstrap, timing: o.timing,
       ips: Array.from({ length: n }, (_, i) => halves.addrs[halfOf(i)][Math.floor(i / 2)]),
       sidecarPorts: Array.from({ length: n }, (_, i) => 9401 + Math.floor(i / 2)),
-      p2pPort: 31337, metricsPort: 9400
+      p2pPort: 31337, metricsPort: 9400, membersDir: join(o.outDir, 'members')
     })
     for (const a of agents) { const p = new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir, netns: halves.namespaces[halfOf(a.index)] }); procs.push(p); p.start() }
     o.log(`agents in ${halves.namespaces[0]} (${halves.addrs[0].join(', ')}) and ${halves.namespaces[1]} (${halves.addrs[1].join(', ')}); logs in ${o.outDir}`)
@@ -123,7 +123,11 @@ export async function runPartition (o: PartitionOptions): Promise<PartitionResul
         if (line.type === 'error') violations.push(`agent ${line.agent}'s trainer stopped: ${line.message ?? ''}`)
         if (line.type === 'start') latest.set(line.agent, decodeFloat32(line.values!)!)
         if (line.type === 'step') {
-          const p: Phase = healAt > 0 && line.startedAt! >= healAt ? 'healed' : cutAt > 0 && line.startedAt! >= cutAt ? 'partitioned' : 'before'
+          // A step belongs to the phase in which its group formed: one that began during the cut and
+          // met the other half after the heal (its matchmaking outlasted the cut) is a healed group,
+          // not a leak (seen once the halves merged within a second of healing).
+          const formedAt = line.startedAt! + (line.averaged === true ? line.matchmakingMs ?? 0 : 0)
+          const p: Phase = healAt > 0 && formedAt >= healAt ? 'healed' : cutAt > 0 && formedAt >= cutAt ? 'partitioned' : 'before'
           steps.push({ ...line, values: undefined, phase: p })
           appendFileSync(join(o.outDir, 'steps.jsonl'), JSON.stringify({ ...line, values: undefined, phase: p }) + '\n')
           if (line.nonFinite !== true && line.transportError === undefined) latest.set(line.agent, decodeFloat32(line.values!)!)

@@ -1,9 +1,12 @@
 import { randomUUID } from 'node:crypto'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { validateSwarm } from '../../api/v1alpha1/validate.js'
 import { withDefaults, type AveragingSwarm } from '../../api/v1alpha1/index.js'
 import { buildDesired } from '../../operator/builders/desired.js'
 import { ensureIdentityKeys } from '../../operator/builders/identity.js'
 import { DEFAULT_BUILDER_CONFIG } from '../../operator/builders/config.js'
+import { membersData } from '../../operator/builders/members.js'
 import { expandPods, type LocalPod } from '../../cli/local/pods.js'
 import { AGENT_ENV } from '../../api/agent-env.js'
 import { agentEnv } from '../../agent/process/agent-process.js'
@@ -37,6 +40,11 @@ export interface SidecarSwarmOptions {
   readonly metricsPort: number
   /** host:port of a DNS server answering the bootstrap names; without it /dns4 names become /ip4 addresses. */
   readonly dnsServer?: string
+  /**
+   * A folder that stands in for the members ConfigMap's mount: the operator's files are written
+   * there, so the agents lay out the Moshpit grid as they do in a cluster.
+   */
+  readonly membersDir: string
 }
 
 /**
@@ -77,10 +85,16 @@ export async function buildSidecarSwarm (o: SidecarSwarmOptions): Promise<{ swar
   const pods = expandPods(desired.objects, 'default', DEFAULT_BUILDER_CONFIG.clusterDomain)
   if (pods.length !== o.replicas) throw new Error(`the builders made ${pods.length} pods for ${o.replicas} replicas`)
   if (o.ips.length < pods.length || o.sidecarPorts.length < pods.length) throw new Error('every agent needs an address and a sidecar port')
+  mkdirSync(o.membersDir, { recursive: true })
+  for (const [file, text] of Object.entries(membersData(swarm))) writeFileSync(join(o.membersDir, file), text)
   const dnsRecords = new Map<string, string>()
   pods.forEach((p, i) => { dnsRecords.set(p.hostname, o.ips[i]) })
   const agents = pods.map((p, i): SwarmAgent => {
-    const env: Record<string, string> = { ...p.env, ...agentEnv({ podIP: o.ips[i], sidecarPort: o.sidecarPorts[i] }) }
+    const env: Record<string, string> = {
+      ...p.env,
+      ...agentEnv({ podIP: o.ips[i], sidecarPort: o.sidecarPorts[i] }),
+      ...(p.env[AGENT_ENV.membersDir.name] === undefined ? {} : agentEnv({ membersDir: o.membersDir }))
+    }
     const bootstrap = AGENT_ENV.bootstrapPeers.name
     if (o.dnsServer === undefined && env[bootstrap] !== undefined) {
       env[bootstrap] = env[bootstrap].replace(/\/dns4\/([^/]+)\//g, (_m, host: string) => `/ip4/${dnsRecords.get(host.toLowerCase()) ?? host}/`)

@@ -49,3 +49,24 @@ test("an agent's grid bits follow the membership as it is rewritten: 16 members,
     assert.equal(layout.bits(), undefined, 'rank 5 is not a member of a swarm of 4')
   } finally { rmSync(dir, { recursive: true, force: true }) }
 })
+
+test('an agent the membership cannot place says why once, and again only when the reason changes', () => {
+  const dir = membersDir()
+  try {
+    const warnings: string[] = []
+    const layout = new GridLayout(dir, 's-agent-4', 4, line => { warnings.push(line) })
+    assert.equal(layout.bits(), undefined)
+    assert.equal(layout.bits(), undefined)
+    assert.equal(warnings.length, 1, warnings.join('\n'))
+    assert.match(warnings[0], /membership \(files members and bootstrap in .*\) is missing or malformed: this agent stays off the Moshpit grid/)
+    writeFileSync(join(dir, 'members'), '4')
+    writeFileSync(join(dir, 'bootstrap'), '1')
+    assert.equal(layout.bits(), undefined)
+    assert.match(warnings[1], /pod s-agent-4 has no rank among the swarm's 4 members/)
+    writeFileSync(join(dir, 'members'), '16')
+    assert.equal(layout.bits(), gridGroupBits(5, 16, 4))
+    writeFileSync(join(dir, 'members'), 'x')
+    assert.equal(layout.bits(), undefined)
+    assert.equal(warnings.length, 3, 'losing the membership after a placement is said again')
+  } finally { rmSync(dir, { recursive: true, force: true }) }
+})

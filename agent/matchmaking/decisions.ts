@@ -116,14 +116,28 @@ export interface KeyView {
   readonly followers: ReadonlyMap<string, unknown>
 }
 
+/** When the entries under our key were read, and the declaration they are judged against (seconds). */
+export interface ViewAge {
+  /** When the replicas' answer arrived. */
+  readonly readAt: number
+  /** When our declaration ended. */
+  readonly declaredUntil: number
+  readonly averagingExpiration: number
+}
+
 /**
  * Whether a whole declaration passed with nobody else looking under our key: the rest of our
  * Moshpit key grouped without us (a group assembled at its expiration one short, a member lost),
  * and nobody will come before the next round. Seen at 16 peers on a 4x4 grid under load: such
- * peers re-declared alone until their step timed out. Only where there is a leftover key to go to.
+ * peers re-declared alone until their step timed out. Only where there is a leftover key to go to,
+ * and only on a view read in the second half of the declaration: an agent frozen (SIGSTOP) past
+ * its declaration's end woke with the view from before the freeze, in which nobody had come yet,
+ * moved to the leftover key and waited there alone for the rest of its step while the others
+ * grouped under their grid keys (chaos run at one fault per 15 s: 8 of 15 freezes cost 17-21 s).
  */
-export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number): boolean {
+export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number, view: ViewAge): boolean {
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
+  if (view.readAt < view.declaredUntil - view.averagingExpiration / 2) return false
   return !known.some(e => e.looking && e.peerId !== selfId && e.expiration > now)
 }
 

@@ -113,17 +113,20 @@ export class Matchmaker {
     const isClient = this.config.mode === PeerMode.CLIENT
     let pollMs = POLL_MIN_MS
     let known: StoredEntry[] = []
+    let knownAt = -Infinity
     while (!search.assembled && signal?.aborted !== true) {
       const now = this.now()
       if (now >= search.deadline) return null
       if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration)) {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
-          if (aloneUnderKey(search, known, this.selfId, now)) await this.moveToLeftovers(search)
+          const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration }
+          if (aloneUnderKey(search, known, this.selfId, now, view)) await this.moveToLeftovers(search)
         } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
         this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
+        knownAt = this.now()
         this.config.log?.debug(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
         pollMs = POLL_MIN_MS
       } else {
@@ -131,6 +134,7 @@ export class Matchmaker {
           this.config.log?.debug(`rendezvous lookup failed: ${describeError(err)}`)
           return []
         })
+        knownAt = this.now()
       }
       if (search.assembled) break
       const candidate = bestCandidate(known, {

@@ -173,13 +173,21 @@ test('a leader assembles at expiry with at least one follower and minGroupSize m
 test('a peer moves to the leftover key only when nobody else looked under its key for a whole declaration', () => {
   const now = 100
   const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
-  assert.equal(aloneUnderKey(search, [], 'me', now), true, 'nobody declared')
-  assert.equal(aloneUnderKey(search, [entry('me', 120), entry('p-gone', 100), entry('p-done', 130, false)], 'me', now), true,
+  const view = { readAt: 99.8, declaredUntil: 100, averagingExpiration: 3 }
+  assert.equal(aloneUnderKey(search, [], 'me', now, view), true, 'nobody declared')
+  assert.equal(aloneUnderKey(search, [entry('me', 120), entry('p-gone', 100), entry('p-done', 130, false)], 'me', now, view), true,
     'only ourselves, an expired entry and a withdrawn one')
-  assert.equal(aloneUnderKey(search, [entry('p-other', 100.5)], 'me', now), false, 'someone else still looking')
-  assert.equal(aloneUnderKey({ ...search, followers: new Map([['f', {}]]) }, [], 'me', now), false, 'we have a follower')
-  assert.equal(aloneUnderKey({ ...search, leftoverKey: undefined }, [], 'me', now), false, 'no leftover key to go to')
-  assert.equal(aloneUnderKey({ ...search, groupKey: 'avs.leftovers' }, [], 'me', now), false, 'already under the leftover key')
+  assert.equal(aloneUnderKey(search, [entry('p-other', 100.5)], 'me', now, view), false, 'someone else still looking')
+  assert.equal(aloneUnderKey({ ...search, followers: new Map([['f', {}]]) }, [], 'me', now, view), false, 'we have a follower')
+  assert.equal(aloneUnderKey({ ...search, leftoverKey: undefined }, [], 'me', now, view), false, 'no leftover key to go to')
+  assert.equal(aloneUnderKey({ ...search, groupKey: 'avs.leftovers' }, [], 'me', now, view), false, 'already under the leftover key')
+})
+
+test('a view read early in the declaration (the process was frozen past its end) is no proof of being alone', () => {
+  const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
+  // Declared at 97 until 100, read the key at 97.2, frozen, woke at 106.
+  assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 97.2, declaredUntil: 100, averagingExpiration: 3 }), false)
+  assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 98.6, declaredUntil: 100, averagingExpiration: 3 }), true, 'read in the second half')
 })
 
 test('a leader refuses a follower whose codec timings the members would refuse: one such follower would spoil the group it joins', () => {

@@ -23,13 +23,12 @@ import { makeHeldOut, makeShard } from '../agent/workloads/builtin/synthetic-dat
 import { describeError } from '../agent/errors.js'
 import { AgentProcess, agentEnv, stopAgents } from '../agent/process/agent-process.js'
 import { AGENT_ENV } from '../api/agent-env.js'
-import { expandPods, type LocalPod } from './local/pods.js'
+import { expandPods, writeMembersMount, type LocalPod } from './local/pods.js'
 import { startStaticDns } from './local/dns.js'
 import { sampleSwarm, type SwarmSample } from './local/progress.js'
 import { renderReport, type SoloPoint } from './local/report.js'
 import { startTrainers, stopTrainers, trainerArgv, type TrainerExit } from './local/trainers.js'
 import { UserError } from './local/user-error.js'
-import { membersData } from '../operator/builders/members.js'
 
 interface LocalSwarmOptions { readonly file: string, readonly duration: number, readonly out: string, readonly checkpoints: string, readonly python?: string }
 
@@ -173,7 +172,7 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
   if (checkpointDir !== undefined) console.log(`Checkpoints go to ${join(checkpointDir, swarm.metadata.name)}`)
   run.checkpointDir = checkpointDir
   // The members ConfigMap as its mount would hold it: a folder of this machine for every agent.
-  const membersDir = pods.some(p => p.env[AGENT_ENV.membersDir.name] !== undefined) ? writeMembers(join(runDir, 'members'), membersData(swarm)) : undefined
+  const membersDir = pods.some(p => p.env[AGENT_ENV.membersDir.name] !== undefined) ? writeMembersMount(join(runDir, 'members'), swarm) : undefined
   const agents = pods.map((pod, i) => {
     const extra = {
       ...(pod.env[AGENT_ENV.membersDir.name] === undefined ? {} : agentEnv({ membersDir })),
@@ -347,9 +346,3 @@ main().catch((err) => {
   process.stderr.write(`local-swarm: ${describeError(err)}\n`)
   process.exitCode = 1
 })
-
-function writeMembers (dir: string, data: Record<string, string>): string {
-  mkdirSync(dir, { recursive: true })
-  for (const [file, text] of Object.entries(data)) writeFileSync(join(dir, file), text)
-  return dir
-}

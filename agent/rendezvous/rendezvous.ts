@@ -207,11 +207,12 @@ export class Rendezvous implements Startable {
     return ranked.slice(0, REPLICAS).some(p => fresh.some(f => f.equals(p)))
   }
 
-  private async ask (peer: PeerId, key: string, entry: StoredEntry | undefined, request: Uint8Array): Promise<{ entries: StoredEntry[], closer: RendezvousPeer[] }> {
+  /** One replica's answer, over `connection` when given (else the one libp2p picks, opened patiently). */
+  private async ask (peer: PeerId, key: string, entry: StoredEntry | undefined, request: Uint8Array, connection?: Connection): Promise<{ entries: StoredEntry[], closer: RendezvousPeer[] }> {
     if (peer.equals(this.node.peerId)) return { entries: this.serveLocally(key, entry), closer: await this.closerPeers(key) }
-    await connectPatiently(this.node, peer, this.options.requestTimeoutMs)
+    if (connection == null) await connectPatiently(this.node, peer, this.options.requestTimeoutMs)
     const bytes = await callUnary(this.node, peer, RENDEZVOUS_PROTOCOL, request, {
-      timeoutMs: this.options.requestTimeoutMs, maxFrameBytes: MAX_RESPONSE_BYTES
+      timeoutMs: this.options.requestTimeoutMs, maxFrameBytes: MAX_RESPONSE_BYTES, connection
     })
     const response = RendezvousResponse.decode(bytes)
     if (response.error !== '') throw new Error(response.error)
@@ -330,8 +331,8 @@ export class Rendezvous implements Startable {
         this.log.debug(`suspect ${id} still failed: ${describeError(err)}`)
       }
     ).finally(() => {
-      const now = this.suspects.get(id)
-      if (now != null) now.probing = false
+      const current = this.suspects.get(id)
+      if (current != null) current.probing = false
     })
   }
 
@@ -345,12 +346,8 @@ export class Rendezvous implements Startable {
    */
   private async probeOnce (peer: PeerId, key: string): Promise<void> {
     const old = this.node.getConnections(peer)
-    const fresh = await dialWithin(this.node, peer, this.options.requestTimeoutMs, old.length > 0)
-    const bytes = await callUnary(this.node, peer, RENDEZVOUS_PROTOCOL, RendezvousRequest.encode({ key }), {
-      timeoutMs: this.options.requestTimeoutMs, maxFrameBytes: MAX_RESPONSE_BYTES, connection: fresh
-    })
-    const response = RendezvousResponse.decode(bytes)
-    if (response.error !== '') throw new Error(response.error)
+    const fresh = await this.node.dial(peer, { force: old.length > 0, signal: AbortSignal.timeout(this.options.requestTimeoutMs) })
+    await this.ask(peer, key, undefined, RendezvousRequest.encode({ key }), fresh)
     for (const stale of old) {
       if (stale === fresh || stale.streams.some(s => !isControlProtocol(s.protocol))) continue
       this.log.debug(`closing a connection to ${peer.toString()} that a new one outran`)
@@ -414,11 +411,6 @@ export async function rankByDistance (peers: readonly PeerId[], target: Uint8Arr
  */
 function isUnsupported (err: unknown): boolean {
   return err instanceof Error && err.name === 'UnsupportedProtocolError'
-}
-
-/** Opens a connection (a new one beside those open when `force`), failing after waitMs. */
-async function dialWithin (node: RpcNode, peer: PeerId, waitMs: number, force: boolean): Promise<Connection> {
-  return await node.dial(peer, { force, signal: AbortSignal.timeout(waitMs) })
 }
 
 /** Streams that closing a connection may cut without losing averaging work: the rendezvous, the DHT, identify, ping. */

@@ -1,4 +1,8 @@
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { KubeObj } from '../../operator/builders/desired.js'
+import type { AveragingSwarm } from '../../api/v1alpha1/index.js'
+import { membersData } from '../../operator/builders/members.js'
 import { AGENT_CONTAINER, TRAINER_CONTAINER } from '../../operator/builders/pod-template.js'
 
 /** One agent of the local swarm: what the kubelet would run for one pod of a StatefulSet. */
@@ -81,4 +85,11 @@ function resolve (e: EnvVar, pod: { name: string, namespace: string, ip: string 
   if (from?.secretKeyRef != null) return secrets.get(from.secretKeyRef.name)?.[from.secretKeyRef.key] ?? process.env[e.name]
   if (from?.configMapKeyRef != null) return configMaps.get(from.configMapKeyRef.name)?.[from.configMapKeyRef.key]
   return undefined
+}
+
+/** The members ConfigMap as its mount holds it: the operator's files written into `dir`, a folder of this machine. Returns `dir`. */
+export function writeMembersMount (dir: string, swarm: AveragingSwarm): string {
+  mkdirSync(dir, { recursive: true })
+  for (const [file, text] of Object.entries(membersData(swarm))) writeFileSync(join(dir, file), text)
+  return dir
 }

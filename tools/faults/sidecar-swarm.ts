@@ -1,13 +1,10 @@
 import { randomUUID } from 'node:crypto'
-import { mkdirSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
 import { validateSwarm } from '../../api/v1alpha1/validate.js'
 import { withDefaults, type AveragingSwarm } from '../../api/v1alpha1/index.js'
 import { buildDesired } from '../../operator/builders/desired.js'
 import { ensureIdentityKeys } from '../../operator/builders/identity.js'
 import { DEFAULT_BUILDER_CONFIG } from '../../operator/builders/config.js'
-import { membersData } from '../../operator/builders/members.js'
-import { expandPods, type LocalPod } from '../../cli/local/pods.js'
+import { expandPods, writeMembersMount, type LocalPod } from '../../cli/local/pods.js'
 import { AGENT_ENV } from '../../api/agent-env.js'
 import { agentEnv } from '../../agent/process/agent-process.js'
 
@@ -85,8 +82,7 @@ export async function buildSidecarSwarm (o: SidecarSwarmOptions): Promise<{ swar
   const pods = expandPods(desired.objects, 'default', DEFAULT_BUILDER_CONFIG.clusterDomain)
   if (pods.length !== o.replicas) throw new Error(`the builders made ${pods.length} pods for ${o.replicas} replicas`)
   if (o.ips.length < pods.length || o.sidecarPorts.length < pods.length) throw new Error('every agent needs an address and a sidecar port')
-  mkdirSync(o.membersDir, { recursive: true })
-  for (const [file, text] of Object.entries(membersData(swarm))) writeFileSync(join(o.membersDir, file), text)
+  writeMembersMount(o.membersDir, swarm)
   const dnsRecords = new Map<string, string>()
   pods.forEach((p, i) => { dnsRecords.set(p.hostname, o.ips[i]) })
   const agents = pods.map((p, i): SwarmAgent => {

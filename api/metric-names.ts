@@ -50,6 +50,8 @@ export const AGENT_METRICS = {
   bannedSenders: agent.counter('averaging_banned_senders_total'),
   /** Banned senders that were late, by the deadline that cut them off: adaptive (median + k·MAD) or fixed (sender or all-reduce timeout). */
   senderCutoffs: agent.counter('averaging_sender_cutoffs_total', ['deadline']),
+  /** Reducers a sender gave up on for not returning their means, by deadline: adaptive (median + k·MAD) or fixed (reducer or all-reduce timeout). */
+  reducerCutoffs: agent.counter('averaging_reducer_cutoffs_total', ['deadline']),
   /** The bandwidth this agent declared in its last round, bytes/s (0 before it declared any: the group then assumes its mean). */
   declaredBandwidth: agent.gauge('averaging_declared_bandwidth_bytes_per_second'),
   /** All-reduces run, by the codec the group used (compression: auto picks none or float16 per round). */

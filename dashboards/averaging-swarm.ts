@@ -78,12 +78,16 @@ export function buildDashboard (): Dashboard {
         ]
       },
       {
-        title: 'Late senders cut off',
-        description: 'Group members a reducer left out of its span for being late, by the deadline that cut them off: adaptive (they owed a part the majority had ' +
-          'delivered, and waited past the median of the others\' waits plus 4 scaled MADs, at least a request timeout over it) or fixed (the sender timeout or the all-reduce timeout). ' +
+        title: 'Late members cut off',
+        description: 'Group members left out for being late, by the deadline that cut them off. Senders: a reducer left them out of its span; reducers: a sender ' +
+          'kept their span local. Adaptive: they owed a part (or its mean) the majority had delivered, and waited past the median of the others\' waits plus 4 scaled MADs, ' +
+          'at least two request timeouts over it. Fixed: the sender or reducer timeout, or the all-reduce timeout. ' +
           'Where adaptive dominates, dead or stalled members cost a few seconds each instead of a whole timeout.',
         unit: 'short',
-        queries: [{ expr: `sum by (deadline) (${increase(series(A.senderCutoffs, BY_SWARM))})`, legend: '{{deadline}}' }]
+        queries: [
+          { expr: `sum by (deadline) (${increase(series(A.senderCutoffs, BY_SWARM))})`, legend: 'senders, {{deadline}}' },
+          { expr: `sum by (deadline) (${increase(series(A.reducerCutoffs, BY_SWARM))})`, legend: 'reducers, {{deadline}}' }
+        ]
       },
       {
         title: 'Declared bandwidth',

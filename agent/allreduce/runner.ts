@@ -6,6 +6,7 @@ import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
 import { SenderDeadlines, type CutOff } from './sender-deadlines.js'
+import { ReducerDeadlines, type ReducerCutOff } from './reducer-deadlines.js'
 import { createReduceKernels, type KernelBackend, type ReduceKernels } from '../kernels/reduce-kernels.js'
 import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
 import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
@@ -53,6 +54,12 @@ export interface AllReduceResult {
    * or the all-reduce timeout).
    */
   readonly cutOffSenders: Readonly<Record<Deadline, readonly string[]>>
+  /**
+   * Those of failedReducers given up on for being late, by the deadline: adaptive (median + k·MAD
+   * of the other reducers' waits, once a majority answered) or fixed (the reducer timeout, or the
+   * all-reduce timeout).
+   */
+  readonly cutOffReducers: Readonly<Record<Deadline, readonly string[]>>
   readonly partsTotal: number
   /** Parts of the group's vector that we reduced for everyone (0 for client-mode peers). */
   readonly partsReduced: number
@@ -85,7 +92,14 @@ export class AllReduceRunner {
   private readonly failedReducers = new Set<string>()
   private readonly bannedSenders = new Set<string>()
   private readonly cutOff: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
+  private readonly cutOffReducers: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
   private readonly deadlines: SenderDeadlines | null
+  /** How long we wait for each reducer's means (null when we send nothing). */
+  private readonly reducerDeadlines: ReducerDeadlines | null
+  /** The channel to each reducer we send to, by group index: a late one is aborted. */
+  private readonly reducerChannels = new Map<number, FrameChannel>()
+  /** Reducers cut off by the adaptive deadline, by group index, with why (a channel still being opened then fails on arrival). */
+  private readonly reducersCutOff = new Map<number, ProtocolError>()
   private readonly abort = new AbortController()
   private readonly started = Date.now()
   private bytesSent = 0
@@ -121,6 +135,15 @@ export class AllReduceRunner {
       this.deadlines = null
       this.reducerDone()
     }
+    this.reducerDeadlines = this.mySlot < 0
+      ? null
+      : new ReducerDeadlines({
+        spanParts: group.peerIds.map((_, r) => this.plan.spanEnd[r] - this.plan.spanStart[r]),
+        me: this.me,
+        floorMs: options.deadlineSlackMs,
+        capMs: options.reducerTimeoutMs,
+        onCutOff: (c) => { this.cutOffReducerAdaptively(c) }
+      })
   }
 
   get maxFrameBytes (): number {
@@ -145,6 +168,7 @@ export class AllReduceRunner {
     } finally {
       clearTimeout(timer)
       this.deadlines?.stop()
+      this.reducerDeadlines?.stop()
     }
     return {
       groupSize: this.options.group.peerIds.length,
@@ -154,6 +178,7 @@ export class AllReduceRunner {
       failedReducers: [...this.failedReducers],
       bannedSenders: [...this.bannedSenders],
       cutOffSenders: { adaptive: [...this.cutOff.adaptive], fixed: [...this.cutOff.fixed] },
+      cutOffReducers: { adaptive: [...this.cutOffReducers.adaptive], fixed: [...this.cutOffReducers.fixed] },
       partsTotal: this.mySlot >= 0 ? this.plan.parts.length : 0,
       partsReduced: this.spanParts.length,
       partsKeptLocal: this.partsKeptLocal,
@@ -232,6 +257,7 @@ export class AllReduceRunner {
     if (this.mySlot >= 0) {
       if (result.mean != null) this.applyMean(part, result.mean)
       else this.partsKeptLocal++
+      this.reducerDeadlines?.delivered(this.me)
     }
     // The mean is this part's own array and the codec's output is new or a view of it: the pieces
     // stay unchanged while the writes below are queued.
@@ -281,6 +307,17 @@ export class AllReduceRunner {
 
   // ---------------------------------------------------------------- sender side
 
+  /** Exactly what a reducer timeout does, only sooner: the rest of its span stays local. */
+  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples }: ReducerCutOff): void {
+    const peer = this.options.group.peerIds[reducer]
+    const ms = (x: number): number => Math.round(x)
+    const why = new ProtocolError(`reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} within the adaptive deadline: ` +
+      `waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms (median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the waits of ${samples} reducer(s) that answered it)`)
+    this.cutOffReducers.adaptive.push(peer)
+    this.reducersCutOff.set(reducer, why)
+    this.reducerChannels.get(reducer)?.abort(why)
+  }
+
   private async sendTo (r: number): Promise<void> {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
@@ -296,13 +333,16 @@ export class AllReduceRunner {
         // A direct channel that broke before the reducer accepted it carried nothing (say the
         // reducer gave up on a TLS handshake slowed by load after our side had finished it): the
         // parts go over libp2p instead, once.
-        if (framed.kind !== 'direct' || progress.accepted || this.abort.signal.aborted) throw err
+        if (framed.kind !== 'direct' || progress.accepted || this.abort.signal.aborted || this.reducersCutOff.has(r)) throw err
         this.options.log?.debug(`the direct channel to ${peer} closed before the reducer accepted it (${describeError(err)}); sending over libp2p`)
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
         framed = await this.options.dialer.openOverLibp2p(peer, channelOptions)
         await this.exchangeWith(r, framed, progress)
       }
     } catch (err) {
+      this.reducerDeadlines?.failed(r)
+      // A read past the reducer timeout, or the all-reduce's, is the fixed deadline (the adaptive one recorded itself).
+      if (err instanceof TimeoutError && !this.reducersCutOff.has(r)) this.cutOffReducers.fixed.push(peer)
       this.failedReducers.add(peer)
       this.partsKeptLocal += (end - start) - progress.received
       this.options.log?.warn(`keeping ${end - start - progress.received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
@@ -316,6 +356,9 @@ export class AllReduceRunner {
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
     this.channels[framed.kind]++
+    this.reducerChannels.set(r, framed)
+    const cut = this.reducersCutOff.get(r)
+    if (cut !== undefined) throw cut
     this.abort.signal.addEventListener('abort', () => { framed.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
     await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer> }))
     const writing = this.writeParts(framed, start, end)
@@ -333,6 +376,7 @@ export class AllReduceRunner {
       const result = decodeTensorPartPieces(bytes)
       if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
       progress.received++
+      this.reducerDeadlines?.delivered(r)
       if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }
       if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
       const part = this.plan.parts[index]

@@ -21,6 +21,7 @@ export class AgentMetrics {
   readonly dataChannels: Counter<'path'>
   readonly bannedSenders: Counter
   readonly senderCutoffs: Counter<'deadline'>
+  readonly reducerCutoffs: Counter<'deadline'>
   readonly declaredBandwidth: Gauge
   readonly codecRounds: Counter<'codec'>
   readonly peersConnected: Gauge
@@ -66,6 +67,8 @@ export class AgentMetrics {
     this.bannedSenders = new Counter({ name: M.bannedSenders.name, help: 'Group members left out of a span this agent reduced (failed, too slow, or sent invalid parts: NaN, wrong length).', registers })
     this.senderCutoffs = new Counter({ name: M.senderCutoffs.name, help: 'Senders left out of a span for being late, by deadline: adaptive (median + k·MAD of the others\' waits, once a majority delivered) or fixed (sender or all-reduce timeout).', labelNames: M.senderCutoffs.labels, registers })
     for (const deadline of ['adaptive', 'fixed']) this.senderCutoffs.labels(deadline).inc(0)
+    this.reducerCutoffs = new Counter({ name: M.reducerCutoffs.name, help: 'Reducers a sender gave up on for not returning the means of their span, by deadline: adaptive (median + k·MAD of the other reducers\' waits, once a majority answered) or fixed (reducer or all-reduce timeout).', labelNames: M.reducerCutoffs.labels, registers })
+    for (const deadline of ['adaptive', 'fixed']) this.reducerCutoffs.labels(deadline).inc(0)
     this.declaredBandwidth = new Gauge({ name: M.declaredBandwidth.name, help: 'Bandwidth this agent declared to its last group, bytes/s: the spec\'s, else its measured link rate; 0 before it declared any (the group assumes its mean).', registers })
     this.codecRounds = new Counter({ name: M.codecRounds.name, help: 'All-reduces run, by the codec the group used (compression auto picks none or float16 per round).', labelNames: M.codecRounds.labels, registers })
     for (const codec of COMPRESSION_NAMES) this.codecRounds.labels(codec).inc(0)
@@ -115,6 +118,7 @@ export class AgentMetrics {
       this.partsKeptLocal.inc(r.partsKeptLocal)
       this.bannedSenders.inc(r.bannedSenders.length)
       for (const [deadline, peers] of Object.entries(r.cutOffSenders)) this.senderCutoffs.labels(deadline).inc(peers.length)
+      for (const [deadline, peers] of Object.entries(r.cutOffReducers)) this.reducerCutoffs.labels(deadline).inc(peers.length)
       for (const [path, n] of Object.entries(r.channels)) this.dataChannels.labels(path).inc(n)
       this.lastRoundTimestamp.set(Date.now() / 1000)
     }

@@ -13,7 +13,8 @@ import { rewriteOutgoingFrames } from './frame-rewriter.js'
 // A group member that goes quiet: it joins the group, then its parts stop coming, as
 // from a process stopped with SIGSTOP (its connections stay open, nothing is reset). With fixed
 // timeouts the reducers wait the whole sender timeout; with adaptive deadlines they cut it off
-// once the rest of the group delivered and it is far behind their median wait.
+// once the rest of the group delivered and it is far behind their median wait. The second test
+// freezes a member that also reduces a span: the senders give up on its means the same way.
 
 const PREFIX = 'quiet'
 /** 1024 float32 values per part, 30 parts per reducer: more than the part window (16). */
@@ -22,6 +23,11 @@ const ELEMENTS = 90 * 1024
 const SILENT = 3
 /** Fixed timeouts long enough that a round finishing before them cannot be luck. */
 const SENDER_TIMEOUT_S = 60
+/**
+ * The frozen member's test: its own step waits this long for senders that never reach it, so it
+ * is shorter than the first test's; the fixed reducer timeout (twice it) is still 5x the adaptive one.
+ */
+const FROZEN_SENDER_TIMEOUT_S = 20
 /** Parts the silent peer delivers to each reducer before it goes quiet (mid-span, not at the start). */
 const PARTS_BEFORE_SILENCE = 3
 
@@ -34,6 +40,15 @@ function silenceAggregateStreams (node: SwarmNode): void {
     const limit = framesLetThrough
     return (payload, index) => index < limit ? payload : null
   })
+}
+
+/** Streams sent to `node` for `protocol` are held open, never read nor answered, as by a stopped process. Before the handler is registered. */
+function holdAnsweredStreams (node: SwarmNode, protocol: string): void {
+  const handle = node.handle.bind(node)
+  node.handle = (async (protocols: string | string[], handler: Parameters<SwarmNode['handle']>[1], options?: Parameters<SwarmNode['handle']>[2]) => {
+    const held: typeof handler = () => {}
+    await handle(protocols, (Array.isArray(protocols) ? protocols[0] : protocols) === protocol ? held : handler, options)
+  }) as SwarmNode['handle']
 }
 
 test('a member that goes quiet is cut off by the adaptive deadline, long before the fixed sender timeout, and the others get the exact mean of who delivered', { timeout: 240_000 }, async () => {
@@ -129,6 +144,77 @@ test('a member that goes quiet is cut off by the adaptive deadline, long before 
       assert.equal(sampleValue(text, M.senderCutoffs.name, { deadline: 'adaptive' }), 2, `peer ${p}'s adaptive cut-offs`)
       assert.equal(sampleValue(text, M.senderCutoffs.name, { deadline: 'fixed' }), 0, `peer ${p}'s fixed cut-offs`)
     }
+  } finally {
+    await swarm.stop()
+  }
+})
+
+test('a member frozen right after its group formed is cut off as sender and as reducer by the adaptive deadlines, and its span stays local', { timeout: 240_000 }, async () => {
+  const initial = (p: number): Float32Array => fill(ELEMENTS, p)
+  const logs: string[][] = [[], [], [], []]
+  const metrics = [0, 1, 2, 3].map(() => new AgentMetrics('frozen'))
+  const swarm = await startSwarm(4, {
+    prefix: PREFIX,
+    tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: initial(p) }],
+    // The frozen peer is a full member (it reduces a span) whose channels are libp2p streams,
+    // where this test silences them: its parts are dropped and the streams sent to it are never
+    // answered, as from a process stopped with SIGSTOP once the group formed.
+    config: (p) => ({
+      targetGroupSize: 4,
+      minGroupSize: 4,
+      partSizeBytes: PART_BYTES,
+      requestTimeout: 2,
+      averagingExpiration: 4,
+      allreduceTimeout: 4 * FROZEN_SENDER_TIMEOUT_S,
+      senderTimeout: FROZEN_SENDER_TIMEOUT_S,
+      ...(p === SILENT ? { dataChannel: 'libp2p' as const } : {})
+    }),
+    hooks: (p, nodes) => {
+      if (p === SILENT) {
+        rewriteOutgoingFrames(nodes[p], aggregateProtocol(PREFIX), () => () => null)
+        holdAnsweredStreams(nodes[p], aggregateProtocol(PREFIX))
+      }
+      return {
+        log: linesLog((msg) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) }),
+        onStep: (outcome, detail) => { metrics[p].recordRound(outcome, detail) }
+      }
+    }
+  })
+  const honest = [0, 1, 2]
+  const frozenId = swarm.nodes[SILENT].peerId.toString()
+  const honestMean = weightedMean(honest.map(initial), [1, 1, 1])
+  try {
+    const frozenStep = swarm.averagers[SILENT].step({ timeout: 200 }).catch(err => err as Error)
+    const results = await Promise.all(honest.map(async p => await swarm.averagers[p].step({ timeout: 200 })))
+    // The averager's fixed reducer timeout: twice the sender timeout.
+    const reducerTimeoutMs = 2 * FROZEN_SENDER_TIMEOUT_S * 1000
+    for (const [p, r] of results.entries()) {
+      assert.ok(r.peers.includes(frozenId), `the frozen peer was in peer ${p}'s group`)
+      assert.deepEqual(r.allreduce.cutOffSenders, { adaptive: [frozenId], fixed: [] }, `peer ${p} cut it off as a sender adaptively; logs: ${logs[p].join(' | ')}`)
+      assert.deepEqual(r.allreduce.cutOffReducers, { adaptive: [frozenId], fixed: [] }, `peer ${p} cut it off as a reducer adaptively; logs: ${logs[p].join(' | ')}`)
+      assert.deepEqual(r.allreduce.failedReducers, [frozenId], `peer ${p} gave up on the frozen reducer and only on it`)
+      assert.ok(r.allreduce.durationMs < reducerTimeoutMs / 2, `peer ${p} finished long before the fixed reducer timeout (${reducerTimeoutMs} ms): ${r.allreduce.durationMs} ms`)
+      assert.ok(logs[p].some(l => l.includes(`reducer ${frozenId} sent no mean`) && l.includes('within the adaptive deadline')), `peer ${p} logged why it gave up on the frozen reducer`)
+    }
+    // The spans the honest peers reduced hold the honest mean; the frozen peer's span, each peer's own values.
+    const values = await Promise.all(honest.map(async p => await swarm.averagers[p].withTensors(t => t[0].data.slice())))
+    const own = honest.map(initial)
+    let kept = 0
+    for (let i = 0; i < ELEMENTS; i++) {
+      const averaged = values.every(v => Math.abs(v[i] - honestMean[i]) < 1e-4)
+      const local = values.every((v, j) => v[i] === own[j][i])
+      if (!averaged && !local) assert.fail(`element ${i}: neither the honest mean ${honestMean[i]} nor each peer's own value (${values.map(v => v[i]).join(', ')})`)
+      if (local && !averaged) kept++
+    }
+    // The frozen peer's span is about a quarter of the vector (equal bandwidths): those elements stayed local, the rest were averaged.
+    assert.ok(kept > ELEMENTS / 8 && kept < ELEMENTS / 2, `${kept} of ${ELEMENTS} elements kept local: the frozen reducer's span, about a quarter`)
+    for (const p of honest) {
+      const text = await metrics[p].registry.metrics()
+      assert.equal(sampleValue(text, M.reducerCutoffs.name, { deadline: 'adaptive' }), 1, `peer ${p}'s adaptive reducer cut-offs`)
+      assert.equal(sampleValue(text, M.reducerCutoffs.name, { deadline: 'fixed' }), 0, `peer ${p}'s fixed reducer cut-offs`)
+    }
+    await swarm.nodes[SILENT].stop()
+    await frozenStep
   } finally {
     await swarm.stop()
   }

@@ -39,6 +39,8 @@ test('/metrics of real agents after real rounds: the bandwidth each declared and
         }
         assert.equal(sampleValue(text, M.senderCutoffs.name, { deadline: 'adaptive' }), 0, 'nobody was cut off')
         assert.equal(sampleValue(text, M.senderCutoffs.name, { deadline: 'fixed' }), 0, 'nobody was cut off')
+        assert.equal(sampleValue(text, M.reducerCutoffs.name, { deadline: 'adaptive' }), 0, 'no reducer was cut off')
+        assert.equal(sampleValue(text, M.reducerCutoffs.name, { deadline: 'fixed' }), 0, 'no reducer was cut off')
       }
     }
     const used = new Set<CompressionName>(results.flat().map(r => r.codec))

@@ -1,0 +1,128 @@
+import { adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
+
+/** A reducer the adaptive deadline cut off: it owed us the mean of part `part` (relative to its span) for `waitedMs`. */
+export interface ReducerCutOff {
+  /** The reducer's index in the group. */
+  readonly reducer: number
+  readonly part: number
+  readonly waitedMs: number
+  readonly wait: AdaptiveWait
+  /** How many delivered waits the limit came from. */
+  readonly samples: number
+}
+
+export interface ReducerDeadlineOptions {
+  /** Parts in each member's span, by group index (0: it reduces nothing and is never waited for). */
+  readonly spanParts: readonly number[]
+  /** Our own group index: our span's means count as delivered like anyone's; we are never cut off. */
+  readonly me: number
+  /** Least slack over the median wait (agent/allreduce/adaptive-deadline.ts). */
+  readonly floorMs: number
+  /** The fixed reducer timeout: the adaptive limit never exceeds it. */
+  readonly capMs: number
+  readonly onCutOff: (cutOff: ReducerCutOff) => void
+}
+
+/**
+ * The sender's adaptive deadlines, the mirror of the reducer's (sender-deadlines.ts): measures how
+ * long each reducer took to send back the means of its span and, once a majority of the reducers
+ * (our own span among them) returned the mean of the oldest part still owed, cuts off those still
+ * owing it after median + k·MAD of the majority's waits. A member stopped with SIGSTOP right after
+ * its group formed keeps its connections open and answers nothing: the others cut it off as a
+ * sender within the adaptive deadline, then waited for it as a reducer until the fixed reducer
+ * timeout (10 s of a 12 s round in the chaos run). A reducer that is late because one of ITS
+ * senders is late is not cut off: every reducer waits for that sender, so the median moves with it.
+ *
+ * A wait runs from the round's start for a span's first mean, from the previous mean otherwise.
+ */
+export class ReducerDeadlines {
+  private readonly received: number[]
+  private readonly waitingSince: number[]
+  /** Reducers we stopped waiting for (failed, or cut off). */
+  private readonly gone: boolean[]
+  /** Waits (ms) measured per relative part index. */
+  private readonly samples = new Map<number, number[]>()
+  private timer: NodeJS.Timeout | undefined
+  private stopped = false
+
+  constructor (private readonly options: ReducerDeadlineOptions, private readonly now: () => number = () => performance.now()) {
+    const start = now()
+    this.received = options.spanParts.map(() => 0)
+    this.waitingSince = options.spanParts.map(() => start)
+    this.gone = options.spanParts.map(n => n === 0)
+  }
+
+  /** Reducer r's next mean arrived (for our own span: its next part is done). */
+  delivered (r: number): void {
+    const k = this.received[r]
+    const list = this.samples.get(k) ?? []
+    list.push(this.now() - this.waitingSince[r])
+    this.samples.set(k, list)
+    this.received[r] = k + 1
+    this.waitingSince[r] = this.now()
+    this.update()
+  }
+
+  /** We stopped waiting for reducer r (its channel failed, or it was cut off). */
+  failed (r: number): void {
+    this.gone[r] = true
+    this.update()
+  }
+
+  stop (): void {
+    this.stopped = true
+    clearTimeout(this.timer)
+  }
+
+  private update (): void {
+    if (this.stopped) return
+    clearTimeout(this.timer)
+    this.timer = undefined
+    const due = this.laggards()
+    if (due === undefined || due.late.length === 0) return
+    const first = Math.min(...due.late.map(r => this.waitingSince[r])) + due.wait.limitMs
+    // One turn of the event loop after the timer, as the reducer's deadlines do: means that
+    // arrived while the process was busy are read before anyone is judged late.
+    this.timer = setTimeout(() => { setImmediate(() => { this.expire() }) }, Math.max(0, first - this.now()))
+  }
+
+  private expire (): void {
+    if (this.stopped) return
+    const due = this.laggards()
+    if (due !== undefined) {
+      const now = this.now()
+      for (const r of due.late) {
+        const waitedMs = now - this.waitingSince[r]
+        if (waitedMs >= due.wait.limitMs) {
+          this.gone[r] = true
+          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples })
+        }
+      }
+    }
+    this.update()
+  }
+
+  /** The oldest mean still owed, its adaptive limit and the reducers owing it; undefined before a quorum. */
+  private laggards (): { part: number, wait: AdaptiveWait, samples: number, late: number[] } | undefined {
+    const { spanParts, me, floorMs, capMs } = this.options
+    let part = Infinity
+    for (let r = 0; r < spanParts.length; r++) {
+      if (!this.gone[r] && this.received[r] < spanParts[r]) part = Math.min(part, this.received[r])
+    }
+    if (part === Infinity) return undefined
+    for (const k of this.samples.keys()) if (k < part) this.samples.delete(k)
+    let expected = 0
+    let delivered = 0
+    const late: number[] = []
+    for (let r = 0; r < spanParts.length; r++) {
+      if (spanParts[r] <= part || (this.gone[r] && this.received[r] <= part)) continue
+      expected++
+      if (this.received[r] > part) delivered++
+      else if (r !== me) late.push(r)
+    }
+    if (!quorumReached(delivered, expected)) return undefined
+    const samples = this.samples.get(part) ?? []
+    const wait = adaptiveWait(samples, floorMs, capMs)
+    return wait === undefined ? undefined : { part, wait, samples: samples.length, late }
+  }
+}

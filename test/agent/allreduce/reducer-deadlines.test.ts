@@ -1,0 +1,73 @@
+import { test, mock } from 'node:test'
+import assert from 'node:assert/strict'
+import { ReducerDeadlines, type ReducerCutOff } from '../../../agent/allreduce/reducer-deadlines.js'
+
+/** A fake clock the deadlines read, moved with Node's mocked timers. */
+function setup (spanParts: number[], me = 0): { deadlines: ReducerDeadlines, cutOffs: ReducerCutOff[], at: (ms: number) => void } {
+  mock.timers.enable({ apis: ['setTimeout', 'setImmediate'] })
+  let now = 0
+  const cutOffs: ReducerCutOff[] = []
+  const deadlines = new ReducerDeadlines({ spanParts, me, floorMs: 2000, capMs: 20_000, onCutOff: (c) => { cutOffs.push(c) } }, () => now)
+  return { deadlines, cutOffs, at: (ms) => { mock.timers.tick(ms - now); now = ms; mock.timers.runAll() } }
+}
+
+test('a reducer that never answers is cut off at median + slack once a majority answered, not before', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, at } = setup([2, 2, 2, 2])
+  at(100); deadlines.delivered(0)
+  at(110); deadlines.delivered(1)
+  at(2000)
+  assert.equal(cutOffs.length, 0, 'two of four answered: no majority, nobody is judged')
+  at(2100); deadlines.delivered(2)
+  // Waits 100, 110, 2100: median 110, slack max(4·1.48·MAD, median, floor 2000) = 2000 → limit 2110 from the round's start.
+  at(2109)
+  assert.equal(cutOffs.length, 0, 'not before the limit')
+  at(2200)
+  assert.equal(cutOffs.length, 1)
+  assert.equal(cutOffs[0].reducer, 3)
+  assert.equal(cutOffs[0].part, 0)
+  assert.equal(Math.round(cutOffs[0].wait.limitMs), 2110)
+  deadlines.stop()
+})
+
+test('later means are timed from the previous one, and a reducer already answered is never cut off', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, at } = setup([2, 2, 2])
+  at(50); deadlines.delivered(0); deadlines.delivered(1); deadlines.delivered(2)
+  at(5000); deadlines.delivered(0)
+  at(5100); deadlines.delivered(1)
+  // Reducer 2's second mean is owed from 50 ms; the waits for it were 4950 and 5050: limit 5000 + 5000.
+  at(10_000)
+  assert.equal(cutOffs.length, 0, 'still within median + median of the second part')
+  at(10_100)
+  assert.deepEqual(cutOffs.map(c => [c.reducer, c.part]), [[2, 1]])
+  deadlines.stop()
+})
+
+test('a group of two never cuts off its other reducer, and a reducer that failed is not waited for', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const pair = setup([3, 3])
+  pair.at(10); pair.deadlines.delivered(0)
+  pair.at(60_000)
+  assert.equal(pair.cutOffs.length, 0, 'one of two is no majority')
+  pair.deadlines.stop()
+  mock.timers.reset()
+  const four = setup([1, 1, 1, 1], 1)
+  four.at(10); four.deadlines.delivered(1)
+  four.deadlines.failed(0)
+  four.at(20); four.deadlines.delivered(2)
+  // Expected now: reducers 1, 2, 3; two answered, a majority: reducer 3 is cut off, the failed one is not reported.
+  four.at(10_000)
+  assert.deepEqual(four.cutOffs.map(c => c.reducer), [3])
+  four.deadlines.stop()
+})
+
+test('our own span is never cut off, and reducers without a span are never waited for', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, at } = setup([4, 0, 4, 4, 0], 0)
+  at(10); deadlines.delivered(2)
+  at(20); deadlines.delivered(3)
+  at(30_000)
+  assert.deepEqual(cutOffs, [], 'the one owing is ourselves')
+  deadlines.stop()
+})

@@ -177,11 +177,18 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
       assert.ok(st.lastRoundTime)
       t.diagnostic(`Ready with rounds after ${((Date.now() - started) / 1000).toFixed(0)} s: readyReplicas ${st.readyReplicas}, roundsCompleted ${st.roundsCompleted}, meanGroupSize ${st.meanGroupSize}, lastRoundTime ${st.lastRoundTime}`)
       // The members ConfigMap put the agents on a Moshpit grid: 8 members in groups of 4 make two
-      // keys, bits "0" and "1", four agents under each (bootstrap agents ranked first).
-      const bits = await Promise.all((await livePods('demo')).map(async p => {
+      // keys, bits "0" and "1", four agents under each (bootstrap agents ranked first). An agent logs
+      // its bits when its first round starts, one period after it turned Ready; agents turn Ready
+      // seconds apart, so the first group can finish before the last agent started: wait for all.
+      const gridBits = async () => Promise.all((await livePods('demo')).map(async p => {
         const log = await kubectl('logs', '-n', NS, p.metadata.name, '-c', AGENT_CONTAINER)
         return /on the Moshpit grid from now on: bits \\?"([01]*)\\?"/.exec(log)?.[1] ?? `none (${p.metadata.name})`
       }))
+      let bits: string[] = []
+      await waitFor('every agent placed on the Moshpit grid', async () => {
+        bits = await gridBits()
+        return bits.every(b => !b.startsWith('none')) ? bits : undefined
+      }, 60_000, 2000).catch(() => undefined)
       assert.deepEqual(bits.sort(), ['0', '0', '0', '0', '1', '1', '1', '1'])
     } else {
       const st = await waitFor('phase Degraded', async () => { const x = (await swarm('demo')).status; return x?.phase === 'Degraded' ? x : undefined }, 90_000, 1000)

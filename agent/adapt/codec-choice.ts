@@ -18,8 +18,21 @@ export type AutoCodec = typeof AUTO_CODECS[number]
  */
 export const FLOAT16_MARGIN = 0.9
 
-/** A codec not used for this many rounds loses its estimate and is tried again: links change. */
+/**
+ * A codec not used for this many rounds loses its estimate and is tried again: links change. Each
+ * probe that finds it still the slower doubles the wait, up to MAX_REPROBE_ROUNDS: at 1 Gbit/s on
+ * busy cores a float16 probe every 10 rounds cost more than the choice saved (one round in ten at
+ * the slower codec). A probe it wins brings the wait back to REPROBE_ROUNDS.
+ */
 export const REPROBE_ROUNDS = 10
+export const MAX_REPROBE_ROUNDS = 160
+
+/**
+ * The codec in use taking this factor longer or shorter than when the other was last measured means
+ * the link or the cores changed: the other is probed at the next round, whatever the wait, and the
+ * one in use is measured again from its last round (its average still holds the old link).
+ */
+export const CHANGED_RATIO = 2
 
 export interface CodecTimes {
   readonly none?: number
@@ -41,17 +54,45 @@ export function chooseCodec (members: readonly CodecTimes[]): AutoCodec {
 export class CodecClock {
   private readonly seconds: Partial<Record<AutoCodec, number>> = {}
   private readonly idle: Record<AutoCodec, number> = { none: 0, float16: 0 }
+  /** Rounds a codec may go unused before it is probed again (backs off while probes lose). */
+  private readonly wait: Record<AutoCodec, number> = { none: REPROBE_ROUNDS, float16: REPROBE_ROUNDS }
+  /** The codec's estimate was dropped: its next measured round is a probe. */
+  private readonly probing: Record<AutoCodec, boolean> = { none: false, float16: false }
+  /** A codec's estimate when the other was last measured, to notice a changed link. */
+  private readonly whenOtherMeasured: Partial<Record<AutoCodec, number>> = {}
 
   get times (): CodecTimes { return { ...this.seconds } }
+
+  /** Rounds a codec may now go unused before it is probed again. */
+  reprobeAfter (codec: AutoCodec): number { return this.wait[codec] }
 
   /** After a round with `codec` that took `seconds` (moving average, half-half). */
   record (codec: AutoCodec, seconds: number): void {
     if (!(seconds > 0) || !Number.isFinite(seconds)) return
     const old = this.seconds[codec]
     this.seconds[codec] = old === undefined ? seconds : (old + seconds) / 2
-    for (const c of AUTO_CODECS) {
-      this.idle[c] = c === codec ? 0 : this.idle[c] + 1
-      if (this.idle[c] >= REPROBE_ROUNDS) { delete this.seconds[c]; this.idle[c] = 0 }
+    const other: AutoCodec = codec === 'none' ? 'float16' : 'none'
+    if (this.probing[codec]) {
+      this.probing[codec] = false
+      const won = this.seconds[other] === undefined || chooseCodec([this.seconds]) === codec
+      this.wait[codec] = won ? REPROBE_ROUNDS : Math.min(2 * this.wait[codec], MAX_REPROBE_ROUNDS)
+    }
+    if (this.seconds[other] !== undefined) this.whenOtherMeasured[other] = this.seconds[other]
+    this.idle[codec] = 0
+    this.idle[other] += 1
+    const then = this.whenOtherMeasured[codec]
+    const ratio = then === undefined ? 1 : this.seconds[codec] / then
+    const changed = ratio >= CHANGED_RATIO || ratio <= 1 / CHANGED_RATIO
+    if (this.seconds[other] !== undefined && (changed || this.idle[other] >= this.wait[other])) {
+      if (changed) {
+        // The old average is stale too: start the codec in use again from this round.
+        this.seconds[codec] = seconds
+        this.wait[other] = REPROBE_ROUNDS
+      }
+      delete this.seconds[other]
+      delete this.whenOtherMeasured[codec]
+      this.probing[other] = true
+      this.idle[other] = 0
     }
   }
 }

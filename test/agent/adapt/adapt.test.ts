@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { parseNetDev, peakWindowRate, smoothRate } from '../../../agent/adapt/link-rate.js'
-import { chooseCodec, CodecClock, REPROBE_ROUNDS } from '../../../agent/adapt/codec-choice.js'
+import { chooseCodec, CHANGED_RATIO, CodecClock, MAX_REPROBE_ROUNDS, REPROBE_ROUNDS, type AutoCodec } from '../../../agent/adapt/codec-choice.js'
 
 test('peakWindowRate: the fastest window, not the round mean', () => {
   // 1 s at 10 MB/s, then 1 s idle (waiting for a slow peer): the mean is 5 MB/s, the link 10.
@@ -55,4 +55,41 @@ test('CodecClock forgets a codec left unused for REPROBE_ROUNDS rounds, so a cha
   for (let k = 0; k < REPROBE_ROUNDS - 2; k++) clock.record('float16', 2)
   assert.equal(clock.times.none, undefined)
   assert.equal(chooseCodec([clock.times]), 'none')
+})
+
+/** Rounds of one member choosing alone with the given round time per codec; the rounds float16 ran. */
+function float16Rounds (clock: CodecClock, rounds: number, time: (codec: AutoCodec, round: number) => number, from = 0): number[] {
+  const used: number[] = []
+  for (let r = from; r < from + rounds; r++) {
+    const codec = chooseCodec([clock.times])
+    if (codec === 'float16') used.push(r)
+    clock.record(codec, time(codec, r))
+  }
+  return used
+}
+
+test('CodecClock backs off probing a codec that keeps losing: 10, 20, 40, 80, then every 160 rounds', () => {
+  const clock = new CodecClock()
+  const used = float16Rounds(clock, 470, c => c === 'none' ? 1 : 2)
+  // Round 1 learns float16; then a probe after each wait: 10, 20, 40, 80, 160 rounds of none.
+  assert.deepEqual(used, [1, 12, 33, 74, 155, 316])
+  assert.equal(clock.reprobeAfter('float16'), MAX_REPROBE_ROUNDS)
+  assert.equal(clock.reprobeAfter('none'), REPROBE_ROUNDS)
+})
+
+test('CodecClock: a probe the codec wins resets its wait; a changed round time probes at once', () => {
+  const clock = new CodecClock()
+  float16Rounds(clock, 200, c => c === 'none' ? 1 : 2)
+  assert.ok(clock.reprobeAfter('float16') > REPROBE_ROUNDS)
+  // The link slows: none takes 3x as long, float16 is now the faster. The moving average of none
+  // crosses CHANGED_RATIO within a few rounds and float16 is measured at once, not 160 rounds later.
+  assert.ok(3 >= CHANGED_RATIO)
+  const used = float16Rounds(clock, 10, c => c === 'none' ? 3 : 2, 200)
+  assert.ok(used.length > 0 && used[0] < 205, `float16 probed at ${String(used[0])}`)
+  assert.equal(chooseCodec([clock.times]), 'float16')
+  assert.equal(clock.reprobeAfter('float16'), REPROBE_ROUNDS)
+  // Noise below CHANGED_RATIO does not: none stays probed on its schedule only.
+  const quiet = new CodecClock()
+  const steady = float16Rounds(quiet, 300, (c, r) => c === 'none' ? (r % 2 === 0 ? 1.3 : 0.8) : 2)
+  assert.deepEqual(steady, [1, 12, 33, 74, 155])
 })

@@ -31,7 +31,7 @@ function report (r: ChaosResult, command: string, load: string, baseline?: Chaos
     `spread between agents (max range):      ${sci(first)} -> ${sci(last)}, rose ${r.spreadRises} times in ${r.spreadSeries.length} samples`,
     `state per agent:                        ${r.stateBytes} bytes`,
     `run time:                               ${ms(r.wallMs)}`,
-    `averaged steps per minute (all agents): ${r.averagedPerMinute.toFixed(1)}${baseline === undefined ? '' : ` against ${baseline.averagedPerMinute.toFixed(1)} without faults in the same run: ${(100 * r.averagedPerMinute / baseline.averagedPerMinute).toFixed(1)} %`}`,
+    `averaged steps per minute (all agents): ${r.averagedPerMinute.toFixed(1)} over ${ms(r.throughputWindowMs)}${r.faults.length > 0 ? ' of the fault schedule' : ''}${baseline === undefined ? '' : ` against ${baseline.averagedPerMinute.toFixed(1)} without faults in the same run: ${(100 * r.averagedPerMinute / baseline.averagedPerMinute).toFixed(1)} %`}`,
     `violations:                             ${r.violations.length === 0 ? 'none' : ''}`,
     ...r.violations.map(v => `  - ${v}`),
     `machine load (1-min average, start/end): ${load}`,

@@ -18,6 +18,8 @@ import { PeerMode, type PeerInfo } from './proto/averaging.js'
 import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
 import { AveragingError, MatchmakingError, describeError } from './errors.js'
 import { Mutex } from './util/mutex.js'
+import { untilOrDeadline } from './util/wakeable-sleep.js'
+import { SETTLE_MAX_MS } from './net/bootstrap.js'
 import { ownAddrBytes, rememberAddrs } from './net/rpc.js'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
@@ -132,6 +134,13 @@ export interface AveragerHooks {
    * a power of two) the agent lays itself out again; the same width keeps the bits rounds evolved.
    */
   readonly gridBits?: () => string | undefined
+  /**
+   * Settles once the routing table has (joinSwarm): an agent starts its workload while the table
+   * fills, so a restarted agent's trainer registers and its state downloads meanwhile. The first
+   * step's matchmaking waits for it, at most SETTLE_MAX_MS and never past the step's deadline or
+   * abort: replicas picked from a table still filling are the wrong ones.
+   */
+  readonly routed?: Promise<unknown>
 }
 
 const encoder = new TextEncoder()
@@ -148,6 +157,8 @@ export class DecentralizedAverager {
   /** Peak-window rate of our link in recent rounds, bytes/s (agent/adapt/link-rate.ts). */
   private measuredRate: number | undefined
   private readonly codecClock = new CodecClock()
+  /** The first step waited for hooks.routed (or gave up on it): later steps do not. */
+  private routedOnce = false
   private readonly matchmaker: Matchmaker
   private readonly router: AggregateRouter
   private dialer: AggregateDialer
@@ -324,6 +335,11 @@ export class DecentralizedAverager {
     const timeout = options.timeout ?? 2 * config.averagingExpiration + config.allreduceTimeout
     const deadline = Date.now() / 1000 + timeout
     const signal = options.signal != null ? AbortSignal.any([options.signal, this.shutdownController.signal]) : this.shutdownController.signal
+    if (this.hooks.routed !== undefined && !this.routedOnce) {
+      const settled = await untilOrDeadline(this.hooks.routed, Math.min(SETTLE_MAX_MS, deadline * 1000 - Date.now()), signal)
+      this.routedOnce = true
+      if (!settled) this.log.info('the first round starts before the routing table settled')
+    }
     const started = Date.now()
     const grid = this.hooks.gridBits?.()
     if (grid !== undefined && grid.length !== this.bits.length) {

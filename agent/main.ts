@@ -8,6 +8,7 @@ import { prometheusMetrics } from '@libp2p/prometheus-metrics'
 import { loadAgentConfig, type AgentConfig } from './config.js'
 import { createSwarmNode, type SwarmNode } from './net/node.js'
 import { AnnounceFile } from './net/announce-file.js'
+import { P2P_CODE } from './net/rpc.js'
 import { connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
 import { DecentralizedAverager } from './averager.js'
 import { AgentMetrics } from './metrics/agent-metrics.js'
@@ -115,19 +116,21 @@ function abortOnSignals (log: Log): AbortController {
 }
 
 /**
- * Joins the swarm through the bootstrap peers, learns how it is reached (`reach`, which turns the
- * DHT server where it can be), then waits for the routing table to settle; returns whether it
- * joined, and a watchdog that joins again whenever the routing table runs empty (peers gone,
- * Identify lost under load).
+ * Joins the swarm through the bootstrap peers and learns how it is reached (`reach`, which turns
+ * the DHT server where it can be); returns whether it joined, `routed`, which settles once the
+ * routing table has (the workload starts meanwhile: a restarted agent's trainer registers and its
+ * state downloads while the table fills; the first round waits for it), and a watchdog that joins
+ * again whenever the routing table runs empty (peers gone, Identify lost under load).
  */
-async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log, reach: (joined: boolean) => Promise<R>): Promise<{ joined: boolean, watchdog: NodeJS.Timeout, reached: R }> {
+async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log, reach: (joined: boolean) => Promise<R>): Promise<{ joined: boolean, routed: Promise<void>, watchdog: NodeJS.Timeout, reached: R }> {
   const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal, log }
   const joined = await connectBootstrap(node, bootstrapOptions)
   const reached = await reach(joined)
-  if (joined && config.bootstrapPeers.length > 0) {
-    const size = await settleRoutingTable(node)
-    log.info(`routing table settled at ${size === 0 ? await rejoinWhileIsolated(node, bootstrapOptions) : size} peers`)
-  }
+  const routed = joined && config.bootstrapPeers.length > 0
+    ? settleRoutingTable(node)
+      .then(async size => { log.info(`routing table settled at ${size === 0 ? await rejoinWhileIsolated(node, bootstrapOptions) : size} peers`) })
+      .catch((err: unknown) => { log.warn(`settling the routing table failed: ${describeError(err)}`) })
+    : Promise.resolve()
   let rejoining = false
   const watchdog = setInterval(() => {
     if (rejoining || config.bootstrapPeers.length === 0 || routingTableSize(node) > 0 || signal.aborted) return
@@ -135,7 +138,7 @@ async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: Abort
     void rejoinWhileIsolated(node, bootstrapOptions, 1).finally(() => { rejoining = false })
   }, 30_000)
   watchdog.unref()
-  return { joined, watchdog, reached }
+  return { joined, routed, watchdog, reached }
 }
 
 /** An averager for the workload's tensors, its rounds counted in the metrics and its data channel logged. */
@@ -241,25 +244,30 @@ async function main (): Promise<number> {
   if (config === undefined) return 2
   const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
   const metrics = new AgentMetrics(config.swarm)
+  // Ready: the workload says so (the trainer registered) and the routing table settled.
   let ready = false
+  let settled = false
   const announce = await readAnnounceFile(config, log)
   const node = await startNode(config, metrics, log, announce)
   // A changed address goes into our peer record, which identify pushes to the peers we know.
-  announce?.watch(ANNOUNCE_REREAD_MS, () => { void node.peerStore.patch(node.peerId, { multiaddrs: node.getMultiaddrs().map(a => a.decapsulateCode(421)) }).catch(() => {}) })
-  const server = await startMetricsServer(config.podIP, config.metricsPort, metrics.registry, { live: () => true, ready: () => ready })
+  announce?.watch(ANNOUNCE_REREAD_MS, () => { void node.peerStore.patch(node.peerId, { multiaddrs: node.getMultiaddrs().map(a => a.decapsulateCode(P2P_CODE)) }).catch(() => {}) })
+  const server = await startMetricsServer(config.podIP, config.metricsPort, metrics.registry, { live: () => true, ready: () => ready && settled })
   log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort }, 'agent started')
-  const { name: backend } = await loadTensorBackend()
+  // A sidecar agent's trainer owns the model: tfjs (0.35 s of CPU at every start, a restart's
+  // way back into rounds) is loaded only by the builtin workload that trains with it.
+  const backend = config.workload === 'builtin' ? (await loadTensorBackend()).name : 'trainer'
   const gauges = startGauges(node, metrics)
   trackConnectionKinds(node, metrics)
   const shutdown = abortOnSignals(log)
-  const { joined, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, log))
+  const { joined, routed, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, log))
+  void routed.then(() => { settled = true })
   config = { ...config, averager: reached.averager }
   metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
   const checkpointer = checkpointerFor(config, metrics, log)
   const ctx: WorkloadContext = {
     node, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
     checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline, completionOnTrainerExit: config.completionOnTrainerExit,
-    createAverager: async (tensors, hooks) => await createAverager(node, config, metrics, log, tensors, hooks),
+    createAverager: async (tensors, hooks) => await createAverager(node, config, metrics, log, tensors, { ...hooks, routed }),
     setReady: (value) => { ready = value && joined }
   }
   const stateSharing = stateSharingFor(node, config, metrics, log)

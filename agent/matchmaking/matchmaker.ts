@@ -2,7 +2,7 @@ import type { PeerId } from '@libp2p/interface'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { SwarmNode } from '../net/node.js'
 import { JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../proto/averaging.js'
-import { openFramed, ownAddrBytes, peerIdFromBytes, rememberAddrs } from '../net/rpc.js'
+import { atOwnAddress, openFramed, ownAddrBytes, peerIdFromBytes, rememberAddrs } from '../net/rpc.js'
 import { MatchmakingError, describeError } from '../errors.js'
 import { Mutex } from '../util/mutex.js'
 import { Wakeup } from '../util/wakeable-sleep.js'
@@ -221,7 +221,13 @@ export class Matchmaker {
   private async askLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[]): Promise<{ group: GroupInfo } | { redirect: string } | null> {
     let leader: PeerId
     try { leader = peerIdFromString(leaderId) } catch { return null }
-    if (addrs.length > 0 && this.node.getConnections(leader).length === 0) await rememberAddrs(this.node, leader, addrs).catch(() => {})
+    if (addrs.length > 0 && this.node.getConnections(leader).length === 0) {
+      if (atOwnAddress(this.node, addrs)) {
+        this.config.log?.debug(`not asking ${leaderId.slice(-6)}: it was announced at our own address (our previous process)`)
+        return null
+      }
+      await rememberAddrs(this.node, leader, addrs).catch(() => {})
+    }
     const requestMs = this.config.requestTimeout * 1000
     // Connect before taking the lock: a handshake slowed by load neither holds up the join
     // requests others send us meanwhile nor is thrown away at our request timeout.

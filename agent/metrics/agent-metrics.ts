@@ -98,7 +98,7 @@ export class AgentMetrics {
     this.checkpointTimestamp = new Gauge({ name: M.checkpointTimestamp.name, help: 'Unix seconds of that checkpoint.', registers })
     this.checkpointSkipped = new Counter({ name: M.checkpointSkipped.name, help: 'Newer checkpoints a restore passed over (torn, corrupt or another schema).', registers })
     this.completed = new Gauge({ name: M.completed.name, help: '1 once this agent reached the swarm\'s completion and the final checkpoint is durable.', registers })
-    this.info = new Gauge({ name: M.info.name, help: 'Constant 1, labelled with the tensor backend, peer mode, workload and version.', labelNames: M.info.labels, registers })
+    this.info = new Gauge({ name: M.info.name, help: 'Constant 1, labelled with the tensor backend (trainer for sidecar agents: their trainer owns the model), peer mode, workload and version.', labelNames: M.info.labels, registers })
   }
 
   recordRound (outcome: 'success' | 'partial' | 'failure', detail: StepDetail): void {

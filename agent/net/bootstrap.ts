@@ -60,6 +60,9 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
   return false
 }
 
+/** The longest a routing table is waited for to settle. */
+export const SETTLE_MAX_MS = 8000
+
 /**
  * After the first bootstrap connection the routing table fills over a few self-queries. The
  * rendezvous picks a key's replicas from it, so a newcomer that looks up too early asks the
@@ -69,13 +72,14 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
  * rendezvous followed the closer peers its replicas name, which finds a key's replicas from a
  * table that is still filling.
  */
-export async function settleRoutingTable (node: SwarmNode, maxMs = 8000, quietMs = 500): Promise<number> {
+export async function settleRoutingTable (node: SwarmNode, maxMs = SETTLE_MAX_MS, quietMs = 500): Promise<number> {
   const size = (): number => routingTableSize(node)
   const deadline = Date.now() + maxMs
   let last = size()
   let stableSince = Date.now()
   await node.services.dht.refreshRoutingTable().catch(() => {})
-  while (Date.now() < deadline) {
+  // The node may stop meanwhile (the agent settles while its workload runs): no use waiting then.
+  while (Date.now() < deadline && node.status === 'started') {
     await new Promise(resolve => setTimeout(resolve, 200))
     const now = size()
     if (now !== last) { last = now; stableSince = Date.now() } else if (now > 0 && Date.now() - stableSince >= quietMs) break

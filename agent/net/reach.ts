@@ -1,6 +1,7 @@
 import { networkInterfaces } from 'node:os'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import { describeError } from '../errors.js'
+import { P2P_CODE } from './rpc.js'
 import { RELAY_V2_HOP_CODEC } from './relay.js'
 import type { SwarmNode } from './node.js'
 import type { Log } from '../log.js'
@@ -59,7 +60,7 @@ export async function reserveRelaySlot (node: SwarmNode, log: Log): Promise<{ re
     const peer = connection.remotePeer
     const protocols: string[] = await node.peerStore.get(peer).then(p => p.protocols, () => [])
     if (!protocols.includes(RELAY_V2_HOP_CODEC)) continue
-    const at = multiaddr(`${connection.remoteAddr.decapsulateCode(421).toString()}/p2p/${peer.toString()}/p2p-circuit`)
+    const at = multiaddr(`${connection.remoteAddr.decapsulateCode(P2P_CODE).toString()}/p2p/${peer.toString()}/p2p-circuit`)
     // Set first: the address update that follows the reservation must already leave them out.
     node.services.internals.announceRelayOnly(true)
     try {

@@ -80,6 +80,29 @@ export function ownAddrBytes (node: RpcNode): Uint8Array[] {
   return node.getMultiaddrs().map(ma => ma.bytes)
 }
 
+/** The /p2p component's multicodec: an address without it is where a peer listens, whoever it is. */
+export const P2P_CODE = 421
+
+/**
+ * Whether a peer's announced addresses are where we listen: our previous incarnation, which a
+ * restarted agent (new peer id, same address) still finds listed as a leader or state donor until
+ * its entry expires. Dialling it is a failed handshake with ourselves (0.3 s of every restart).
+ * Relayed addresses never count: every peer behind one relay shares its address.
+ */
+export function atOwnAddress (node: Pick<RpcNode, 'getMultiaddrs'>, addrs: readonly Uint8Array[]): boolean {
+  const where = (ma: Multiaddr): string | undefined =>
+    ma.getComponents().some(c => c.name === 'p2p-circuit') ? undefined : ma.decapsulateCode(P2P_CODE).toString()
+  const own = new Set(node.getMultiaddrs().map(where).filter(a => a !== undefined))
+  return addrs.some(bytes => {
+    try {
+      const at = where(multiaddr(bytes))
+      return at !== undefined && own.has(at)
+    } catch {
+      return false
+    }
+  })
+}
+
 export interface OpenOptions {
   readonly timeoutMs: number
   readonly maxFrameBytes: number

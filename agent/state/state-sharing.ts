@@ -3,7 +3,7 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import type { SwarmNode } from '../net/node.js'
 import type { StoredEntry } from '../rendezvous/store.js'
 import type { NamedTensor } from '../averager.js'
-import { ownAddrBytes, rememberAddrs } from '../net/rpc.js'
+import { atOwnAddress, ownAddrBytes, rememberAddrs } from '../net/rpc.js'
 import { AveragingError, describeError } from '../errors.js'
 import { StateHandler, type StateSource, type UploadOutcome } from './state-handler.js'
 import { downloadFrom } from './state-download.js'
@@ -107,10 +107,9 @@ export class StateSharing {
    * it, then goes back to the busy ones a few times. Null when none could.
    */
   async download (expected?: readonly ExpectedTensor[]): Promise<DownloadResult | null> {
-    const self = this.node.peerId.toString()
     let entries: StoredEntry[]
     try {
-      entries = (await this.node.services.rendezvous.find(this.key, { settled: true })).filter(e => e.looking && e.peerId !== self)
+      entries = await this.findDonors()
     } catch (err) {
       this.options.log?.warn(`looking up state donors failed: ${describeError(err)}`)
       entries = []
@@ -153,6 +152,21 @@ export class StateSharing {
     }
     this.options.onDownload?.('failed')
     return null
+  }
+
+  /**
+   * The donors listed under our key, ourselves and our previous process (same address, another
+   * peer id) left out. A plain find first: it follows the closer peers the replicas name, which
+   * reaches the key's replicas from a routing table still filling (a restarted agent asks at once).
+   * The settled find's kad-dht lookup (up to a few request timeouts) only when it found nobody.
+   */
+  private async findDonors (): Promise<StoredEntry[]> {
+    const self = this.node.peerId.toString()
+    const donors = async (settled: boolean): Promise<StoredEntry[]> =>
+      (await this.node.services.rendezvous.find(this.key, { settled }))
+        .filter(e => e.looking && e.peerId !== self && !atOwnAddress(this.node, e.addrs))
+    const found = await donors(false)
+    return found.length > 0 ? found : await donors(true)
   }
 
   /** Serialised, so a later announcement never lands before an earlier one. */

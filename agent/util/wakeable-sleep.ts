@@ -16,3 +16,26 @@ export class Wakeup {
     this.wake?.()
   }
 }
+
+/**
+ * Waits for `promise` to settle, for at most `ms`, or until `signal` aborts; never throws (a
+ * rejection counts as settled). Returns whether it settled in time.
+ */
+export async function untilOrDeadline (promise: Promise<unknown>, ms: number, signal?: AbortSignal): Promise<boolean> {
+  if (ms <= 0 || signal?.aborted === true) return false
+  let timer: NodeJS.Timeout | undefined
+  let onAbort: (() => void) | undefined
+  try {
+    return await Promise.race([
+      promise.then(() => true, () => true),
+      new Promise<boolean>(resolve => {
+        timer = setTimeout(() => { resolve(false) }, ms)
+        onAbort = () => { resolve(false) }
+        signal?.addEventListener('abort', onAbort, { once: true })
+      })
+    ])
+  } finally {
+    clearTimeout(timer)
+    if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort)
+  }
+}

@@ -30,6 +30,8 @@ export interface ChaosOptions {
   readonly faultGapMs: number
   /** Faults start every faultGapMs from the first one, on a fixed clock (the anchors' "one every 15 s"), instead of a random gap after the previous one ended. */
   readonly fixedCadence?: boolean
+  /** Trainers train while their step runs (TrainerOptions.overlap). */
+  readonly overlap?: boolean
   /** How long SIGSTOP lasts before SIGCONT (ms, randomised ±30%). */
   readonly freezeMs: number
   /** How long a killed agent stays down before its new process starts (ms). */
@@ -153,7 +155,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     const incarnation = procs[i].incarnation
     const run = runTrainer({
       agent: i, incarnation, baseUrl: `http://127.0.0.1:${agents[i].sidecarPort}`, elements: o.elements, seed: `${o.seed}-agent-${i}`, adoptPeerState: incarnation > 1,
-      periodMs: o.periodMs, stepLimitMs: stepBoundMs * 3, budget: budgets[i], signal: controller.signal,
+      periodMs: o.periodMs, overlap: o.overlap, stepLimitMs: stepBoundMs * 3, budget: budgets[i], signal: controller.signal,
       keepGoing: () => !allDone(),
       onStart: (r) => { starts.push(r); latest.set(i, r.values); note() },
       onAttempt: (agent, attempt) => { inFlight.set(agent, attempt) },

@@ -53,6 +53,7 @@ function commandLine (): Command {
     .option('--period <ms>', 'trainer time between steps', '1500')
     .option('--fault-gap <ms>', 'mean pause between faults', '6000')
     .option('--fixed-cadence', 'a fault every --fault-gap ms on a fixed clock (the anchors\' one every 15 s), not a random gap after the previous one')
+    .option('--overlap', 'trainers train while their step runs (ParameterAverager.step(wait=False)), so an iteration lasts the longer of the two')
     .option('--baseline', 'first run the same swarm without faults, and report the throughput against it')
     .option('--freeze <ms>', 'SIGSTOP length', '5000')
     .option('--restart-delay <ms>', 'time a killed agent stays down', '1000')
@@ -71,7 +72,7 @@ async function main (): Promise<void> {
   const loadAtStart = loadavg()[0]
   const options: ChaosOptions = {
     agents: Number(o.agents), bootstrap: Number(o.bootstrap), rounds: Number(o.rounds), seed: o.seed, elements: Number(o.elements),
-    periodMs: Number(o.period), faults, warmupLimitMs: 120_000, faultGapMs: Number(o.faultGap), fixedCadence: o.fixedCadence !== undefined,
+    periodMs: Number(o.period), faults, warmupLimitMs: 120_000, faultGapMs: Number(o.faultGap), fixedCadence: o.fixedCadence !== undefined, overlap: o.overlap !== undefined,
     freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: Number(o.allreduceTimeout) },
     subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, log: (l) => { console.log(l) }

@@ -58,6 +58,12 @@ export interface TrainerOptions {
   readonly adoptPeerState: boolean
   /** Milliseconds of "training" between steps (the trainer only waits: it averages, never trains). */
   readonly periodMs: number
+  /**
+   * Train while the step runs, as ParameterAverager.step(wait=False) lets a PyTorch trainer: an
+   * iteration lasts the longer of the training and the step instead of their sum, so a slow round
+   * (a member killed or frozen) costs the trainer only what it outlasts the training.
+   */
+  readonly overlap?: boolean
   /** Client-side limit of one step request; a step past it is a failure the run reports. */
   readonly stepLimitMs: number
   /** Shared across incarnations: attempts made so far and the total to make. */
@@ -95,7 +101,8 @@ export async function runTrainer (o: TrainerOptions): Promise<void> {
   let values = o.adoptPeerState && state.origin === 'peers' ? decodeFloat32(state.tensors.w) ?? new Float32Array(o.elements) : initialValues(o.seed, o.elements, o.offset)
   o.onStart({ agent: o.agent, incarnation: o.incarnation, at: Date.now(), registerMs: Date.now() - started, origin: state.origin, peerId: status.peerId, values })
   while ((o.budget.attempts < o.budget.rounds || o.keepGoing?.() === true) && !o.signal.aborted) {
-    await sleep(o.periodMs * (0.75 + Math.random() * 0.5), o.signal)
+    const training = sleep(o.periodMs * (0.75 + Math.random() * 0.5), o.signal)
+    if (o.overlap !== true) await training
     if (o.signal.aborted) return
     o.budget.attempts++
     const attempt = o.budget.attempts
@@ -121,6 +128,7 @@ export async function runTrainer (o: TrainerOptions): Promise<void> {
         groupSize: 0, peers: [], partsKeptLocal: 0, unreachedPeers: [], nonFinite: false, transportError: (err as Error).message, values
       })
     }
+    await training
   }
 }
 

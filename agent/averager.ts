@@ -20,6 +20,7 @@ import { AveragingError, MatchmakingError, describeError } from './errors.js'
 import { Mutex } from './util/mutex.js'
 import { untilOrDeadline } from './util/wakeable-sleep.js'
 import { SETTLE_MAX_MS } from './net/bootstrap.js'
+import type { ArrivalClock } from './matchmaking/arrivals.js'
 import { ownAddrBytes, rememberAddrs } from './net/rpc.js'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
@@ -141,6 +142,10 @@ export interface AveragerHooks {
    * abort: replicas picked from a table still filling are the wrong ones.
    */
   readonly routed?: Promise<unknown>
+  /** A group we led assembled `savedSeconds` before its declaration expired (matchmaking/arrivals.ts). */
+  readonly onEarlyAssembly?: (savedSeconds: number) => void
+  /** The matchmaker's memory of followers' arrival delays (default: a new one; tests pass one already filled). */
+  readonly arrivals?: ArrivalClock
 }
 
 const encoder = new TextEncoder()
@@ -187,7 +192,9 @@ export class DecentralizedAverager {
       minGroupSize: config.minGroupSize,
       averagingExpiration: config.averagingExpiration,
       requestTimeout: config.requestTimeout,
-      log: this.log.child({ component: 'matchmaker' })
+      log: this.log.child({ component: 'matchmaker' }),
+      arrivals: hooks.arrivals,
+      onEarlyAssembly: hooks.onEarlyAssembly
     })
     const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
     // A new stream's first frame can queue behind megabytes of other streams' parts on the

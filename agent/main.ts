@@ -151,6 +151,10 @@ async function createAverager (node: SwarmNode, config: AgentConfig, metrics: Ag
     log: log.child({ component: 'averager' }),
     ...(grid !== undefined ? { gridBits: () => grid.bits() } : {}),
     ...hooks,
+    onEarlyAssembly: (saved) => {
+      metrics.earlyAssemblies.inc()
+      metrics.earlyAssemblySavedSeconds.inc(saved)
+    },
     onStep: (outcome, detail) => {
       metrics.recordRound(outcome, detail)
       const banned = detail.result?.bannedSenders ?? []

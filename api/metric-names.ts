@@ -52,6 +52,10 @@ export const AGENT_METRICS = {
   senderCutoffs: agent.counter('averaging_sender_cutoffs_total', ['deadline']),
   /** Reducers a sender gave up on for not returning their means, by deadline: adaptive (median + k·MAD) or fixed (reducer or all-reduce timeout). */
   reducerCutoffs: agent.counter('averaging_reducer_cutoffs_total', ['deadline']),
+  /** Groups this agent led that assembled short of the declaration's expiration: a quorum in, the followers' arrival cutoff passed and nobody else looking under the key (agent/matchmaking/arrivals.ts). */
+  earlyAssemblies: agent.counter('averaging_early_assemblies_total'),
+  /** Seconds those groups did not wait for members that were not coming. */
+  earlyAssemblySavedSeconds: agent.counter('averaging_early_assembly_saved_seconds_total'),
   /** The bandwidth this agent declared in its last round, bytes/s (0 before it declared any: the group then assumes its mean). */
   declaredBandwidth: agent.gauge('averaging_declared_bandwidth_bytes_per_second'),
   /** All-reduces run, by the codec the group used (compression: auto picks none or float16 per round). */

@@ -78,15 +78,18 @@ export function buildDashboard (): Dashboard {
         ]
       },
       {
-        title: 'Late members cut off',
+        title: 'Late members cut off, groups assembled early',
         description: 'Group members left out for being late, by the deadline that cut them off. Senders: a reducer left them out of its span; reducers: a sender ' +
           'kept their span local. Adaptive: they owed a part (or its mean) the majority had delivered, and waited past the median of the others\' waits plus 4 scaled MADs, ' +
           'at least two request timeouts over it. Fixed: the sender or reducer timeout, or the all-reduce timeout. ' +
-          'Where adaptive dominates, dead or stalled members cost a few seconds each instead of a whole timeout.',
+          'Where adaptive dominates, dead or stalled members cost a few seconds each instead of a whole timeout. ' +
+          'Groups assembled early: leaders that stopped waiting for members who were not coming (a quorum in, past median + k·MAD of past arrivals, ' +
+          'nobody else looking under the key) instead of waiting out averagingExpiration.',
         unit: 'short',
         queries: [
           { expr: `sum by (deadline) (${increase(series(A.senderCutoffs, BY_SWARM))})`, legend: 'senders, {{deadline}}' },
-          { expr: `sum by (deadline) (${increase(series(A.reducerCutoffs, BY_SWARM))})`, legend: 'reducers, {{deadline}}' }
+          { expr: `sum by (deadline) (${increase(series(A.reducerCutoffs, BY_SWARM))})`, legend: 'reducers, {{deadline}}' },
+          { expr: `sum(${increase(series(A.earlyAssemblies, BY_SWARM))})`, legend: 'groups assembled early' }
         ]
       },
       {

@@ -141,6 +141,33 @@ export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], s
   return !known.some(e => e.looking && e.peerId !== selfId && e.expiration > now)
 }
 
+/** Members a leader must have (itself included) before it may assemble short of its expiration: a strict majority of the target, and minGroupSize. */
+export function earlyQuorum (targetGroupSize: number, minGroupSize: number): number {
+  return Math.max(minGroupSize, Math.floor(targetGroupSize / 2) + 1, 2)
+}
+
+/** What assembleEarly looks at: the leader's search, its arrival cutoff and when it declared. */
+export interface EarlyView {
+  readonly followers: ReadonlyMap<string, unknown>
+  /** When the current declaration began (seconds). */
+  readonly declaredAt: number
+  /** Seconds after a declaration by which followers have come (ArrivalClock.cutoff), if known. */
+  readonly cutoff: number | undefined
+  readonly quorum: number
+}
+
+/**
+ * Whether a leader assembles now instead of at its expiration: it has a quorum, the arrival
+ * cutoff passed since it declared, and every peer it sees looking under its key (unexpired) has
+ * joined it. A peer seen declaring is waited for as before, however late; only peers not looking
+ * at all (killed, frozen before declaring, not stepping yet) are given up on.
+ */
+export function assembleEarly (view: EarlyView, known: readonly StoredEntry[], selfId: string, now: number): boolean {
+  if (view.cutoff === undefined || view.followers.size + 1 < view.quorum) return false
+  if (now < view.declaredAt + view.cutoff) return false
+  return known.every(e => !e.looking || e.expiration <= now || e.peerId === selfId || view.followers.has(e.peerId))
+}
+
 function equalBytes (a: Uint8Array, b: Uint8Array): boolean {
   if (a.byteLength !== b.byteLength) return false
   for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false

@@ -19,6 +19,8 @@ export interface JoinHandlerContext {
   current (): Search | null
   /** Called after a follower joined, so the search loop can react (assemble when full). */
   onFollowerJoined (): void
+  /** A peer asked to join while we were not looking (its group key): one that came too late. */
+  onTurnedAway (groupKey: string): void
   now (): number
 }
 
@@ -43,6 +45,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
           const search = ctx.current()
           const rejection = reasonToReject(ctx, search, request, from)
           if (rejection != null) {
+            if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) ctx.onTurnedAway(request.groupKey)
             const reply = message(rejection.code, rejection.reason)
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
           }

@@ -13,7 +13,8 @@ import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { aloneUnderKey, bestCandidate, redirectKey, triedKey, validInfo } from './decisions.js'
+import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, redirectKey, triedKey, validInfo } from './decisions.js'
+import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
 
 export interface MatchmakerConfig {
@@ -27,6 +28,10 @@ export interface MatchmakerConfig {
   /** Seconds to wait for a leader's first reply. */
   readonly requestTimeout: number
   readonly log?: Log
+  /** A group we led assembled short of its expiration: how many seconds early. */
+  readonly onEarlyAssembly?: (savedSeconds: number) => void
+  /** Followers' arrival delays so far (default: none yet). */
+  readonly arrivals?: ArrivalClock
 }
 
 const POLL_MIN_MS = 20
@@ -43,6 +48,10 @@ export class Matchmaker {
   private readonly wakeup = new Wakeup()
   private search: Search | null = null
   private readonly selfId: string
+  /** Followers' arrival delays, for assembling short of the expiration (./arrivals.ts). */
+  private readonly arrivals: ArrivalClock
+  /** Our last declaration we assembled short of its expiration: askers until then came late. */
+  private lastEarly: { groupKey: string, declaredAt: number, expiration: number } | null = null
 
   constructor (
     private readonly node: SwarmNode,
@@ -51,6 +60,7 @@ export class Matchmaker {
     private readonly now: () => number = () => Date.now() / 1000
   ) {
     this.selfId = node.peerId.toString()
+    this.arrivals = config.arrivals ?? new ArrivalClock()
   }
 
   async start (): Promise<void> {
@@ -64,8 +74,15 @@ export class Matchmaker {
       lock: this.lock,
       current: () => this.search,
       onFollowerJoined: () => {
-        this.search?.assembleIfFull(this.config.targetGroupSize)
+        const search = this.search
+        if (search?.declaredAt != null) this.arrivals.record(this.now() - search.declaredAt)
+        search?.assembleIfFull(this.config.targetGroupSize)
         this.wakeup.notify()
+      },
+      onTurnedAway: (groupKey) => {
+        // Counted only where we cut a declaration short: it would have joined had we waited.
+        const last = this.lastEarly
+        if (last != null && last.groupKey === groupKey && this.now() < last.expiration) this.arrivals.record(this.now() - last.declaredAt)
       },
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
@@ -124,6 +141,7 @@ export class Matchmaker {
           if (aloneUnderKey(search, known, this.selfId, now, view)) await this.moveToLeftovers(search)
         } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
+        search.declaredAt = now
         this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
         knownAt = this.now()
@@ -137,6 +155,7 @@ export class Matchmaker {
         knownAt = this.now()
       }
       if (search.assembled) break
+      if (this.assembleShort(search, known)) break
       const candidate = bestCandidate(known, {
         selfId: this.selfId,
         myExpiration: isClient ? Infinity : (search.declaredExpiration ?? Infinity),
@@ -172,6 +191,29 @@ export class Matchmaker {
       if (search.declaredExpiration !== expiration) return
       if (search.assembleIfEnough(this.config.minGroupSize) != null) this.wakeup.notify()
     }, Math.max(0, (expiration - this.now()) * 1000))
+  }
+
+  /**
+   * Leading with a quorum, past the followers' arrival cutoff, and everybody we see looking under
+   * our key has joined: assemble now rather than wait out the declaration for peers that are not
+   * coming (decisions.ts assembleEarly). Returns whether it assembled.
+   */
+  private assembleShort (search: Search, known: readonly StoredEntry[]): boolean {
+    if (search.currentLeader != null || search.followers.size === 0 || search.declaredAt == null || search.declaredExpiration == null) return false
+    const now = this.now()
+    const view = {
+      followers: search.followers,
+      declaredAt: search.declaredAt,
+      cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
+      quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize)
+    }
+    if (!assembleEarly(view, known, this.selfId, now)) return false
+    const size = search.followers.size + 1
+    search.assemble()
+    this.lastEarly = { groupKey: search.groupKey, declaredAt: search.declaredAt, expiration: search.declaredExpiration }
+    this.config.log?.debug(`assembled ${size} of ${this.config.targetGroupSize} ${(now - search.declaredAt).toFixed(2)} s after declaring, ${(search.declaredExpiration - now).toFixed(2)} s before expiring: nobody else is looking under ${search.groupKey}`)
+    this.config.onEarlyAssembly?.(search.declaredExpiration - now)
+    return true
   }
 
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone under theirs meet. */

@@ -19,6 +19,8 @@ export interface Follower {
  */
 export class Search {
   declaredExpiration: number | null = null
+  /** When the current declaration began: followers' arrival delays count from it. */
+  declaredAt: number | null = null
   currentLeader: string | null = null
   readonly followers = new Map<string, Follower>()
   readonly tried = new Set<string>()

@@ -22,6 +22,8 @@ export class AgentMetrics {
   readonly bannedSenders: Counter
   readonly senderCutoffs: Counter<'deadline'>
   readonly reducerCutoffs: Counter<'deadline'>
+  readonly earlyAssemblies: Counter
+  readonly earlyAssemblySavedSeconds: Counter
   readonly declaredBandwidth: Gauge
   readonly codecRounds: Counter<'codec'>
   readonly peersConnected: Gauge
@@ -69,6 +71,8 @@ export class AgentMetrics {
     for (const deadline of ['adaptive', 'fixed']) this.senderCutoffs.labels(deadline).inc(0)
     this.reducerCutoffs = new Counter({ name: M.reducerCutoffs.name, help: 'Reducers a sender gave up on for not returning the means of their span, by deadline: adaptive (median + k·MAD of the other reducers\' waits, once a majority answered) or fixed (reducer or all-reduce timeout).', labelNames: M.reducerCutoffs.labels, registers })
     for (const deadline of ['adaptive', 'fixed']) this.reducerCutoffs.labels(deadline).inc(0)
+    this.earlyAssemblies = new Counter({ name: M.earlyAssemblies.name, help: 'Groups this agent led that assembled before their declaration expired: a quorum had joined, the followers\' arrival cutoff (median + k·MAD of past arrivals) had passed, and nobody else was looking under the key.', registers })
+    this.earlyAssemblySavedSeconds = new Counter({ name: M.earlyAssemblySavedSeconds.name, help: 'Seconds of declaration the early-assembled groups did not wait out.', registers })
     this.declaredBandwidth = new Gauge({ name: M.declaredBandwidth.name, help: 'Bandwidth this agent declared to its last group, bytes/s: the spec\'s, else its measured link rate; 0 before it declared any (the group assumes its mean).', registers })
     this.codecRounds = new Counter({ name: M.codecRounds.name, help: 'All-reduces run, by the codec the group used (compression auto picks none or float16 per round).', labelNames: M.codecRounds.labels, registers })
     for (const codec of COMPRESSION_NAMES) this.codecRounds.labels(codec).inc(0)

@@ -1,0 +1,54 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import type { StoredEntry } from '../../../agent/rendezvous/store.js'
+import { ArrivalClock, ARRIVALS_KEPT, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
+import { assembleEarly, earlyQuorum, type EarlyView } from '../../../agent/matchmaking/decisions.js'
+
+// Assembling short of the expiration, without a network: the time is a number the test sets.
+
+const looking = (peerId: string, expiration = 115): StoredEntry => ({ peerId, expiration, looking: true, priority: 0, addrs: [] })
+
+test('ArrivalClock: no cutoff before MIN_ARRIVALS; then median + max(k·σ̂, median, floor), at most the declaration', () => {
+  const clock = new ArrivalClock()
+  for (let i = 0; i < MIN_ARRIVALS - 1; i++) clock.record(0.2)
+  assert.equal(clock.cutoff(0.5, 15), undefined)
+  clock.record(0.2)
+  // Every follower came 0.2 s after the declaration: MAD 0, the slack is the floor (0.5 s).
+  assert.equal(clock.cutoff(0.5, 15), 0.7)
+  // A spread of arrivals widens it: median 1, MAD 0.5 -> 1 + 4 · 1.4826 · 0.5.
+  const spread = new ArrivalClock()
+  for (const d of [0.5, 0.5, 0.5, 1, 1, 1.5, 1.5, 1.5]) spread.record(d)
+  assert.ok(Math.abs(spread.cutoff(0.5, 15)! - (1 + 4 * 1.4826 * 0.5)) < 1e-9)
+  assert.equal(spread.cutoff(0.5, 2), 2, 'never past the declaration')
+  // Garbage is not an arrival; only the last ARRIVALS_KEPT count.
+  for (const bad of [-1, NaN, Infinity]) spread.record(bad)
+  assert.equal(spread.count, 8)
+  for (let i = 0; i < ARRIVALS_KEPT; i++) spread.record(3)
+  assert.equal(spread.count, ARRIVALS_KEPT)
+  // All at 3 s: the slack is at least the median itself (a follower may take twice the typical).
+  assert.equal(spread.cutoff(0.5, 15), 6)
+})
+
+test('earlyQuorum: a strict majority of the target and at least minGroupSize', () => {
+  assert.equal(earlyQuorum(4, 2), 3)
+  assert.equal(earlyQuorum(4, 4), 4)
+  assert.equal(earlyQuorum(8, 2), 5)
+  assert.equal(earlyQuorum(2, 1), 2)
+  assert.equal(earlyQuorum(3, 2), 2)
+})
+
+test('assembleEarly: a quorum, past the cutoff, and nobody looking under the key who has not joined', () => {
+  const followers = new Map([['b', 1], ['c', 1]])
+  const view: EarlyView = { followers, declaredAt: 100, cutoff: 1.5, quorum: 3 }
+  const key = [looking('a'), looking('b'), looking('c')]
+  assert.equal(assembleEarly(view, key, 'a', 101.4), false, 'before the cutoff')
+  assert.equal(assembleEarly(view, key, 'a', 101.5), true)
+  // d declared under our key and has not joined yet: it is waited for, however late.
+  assert.equal(assembleEarly(view, [...key, looking('d')], 'a', 105), false)
+  // ...unless its declaration expired or it stopped looking (a killed or frozen member's leftovers).
+  assert.equal(assembleEarly(view, [...key, looking('d', 104)], 'a', 105), true)
+  assert.equal(assembleEarly(view, [...key, { ...looking('d'), looking: false }], 'a', 105), true)
+  // No quorum, or no estimate yet: wait for the expiration as before.
+  assert.equal(assembleEarly({ ...view, followers: new Map([['b', 1]]) }, key.slice(0, 2), 'a', 105), false)
+  assert.equal(assembleEarly({ ...view, cutoff: undefined }, key, 'a', 105), false)
+})

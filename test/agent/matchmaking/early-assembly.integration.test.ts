@@ -1,0 +1,52 @@
+// A leader whose key lost a member (killed, frozen before it declared) assembles once a quorum is
+// in and its followers' usual arrival time has passed, instead of waiting out its declaration.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { startSwarm, fill, weightedMean, maxAbsDiff } from '../swarm-fixture.js'
+import { ArrivalClock, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
+import type { NamedTensor } from '../../../agent/averager.js'
+
+const tensors = (p: number): NamedTensor[] => [{ name: 'x', shape: [128], data: fill(128, p) }]
+/** Followers came 0.1 s after their leader declared, MIN_ARRIVALS times: a cutoff of 0.1 + 0.5 s. */
+function seasoned (): ArrivalClock {
+  const clock = new ArrivalClock()
+  for (let i = 0; i < MIN_ARRIVALS; i++) clock.record(0.1)
+  return clock
+}
+const EXPIRATION = 20
+
+test('three of four members group well before the declaration expires, and average to their exact mean', { timeout: 120_000 }, async () => {
+  let early = 0
+  const swarm = await startSwarm(4, {
+    tensors,
+    config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: EXPIRATION }),
+    hooks: () => ({ arrivals: seasoned(), onEarlyAssembly: () => { early++ } })
+  })
+  try {
+    // Member 3 does not step (as if killed): the other three find nobody else under the key.
+    const results = await Promise.all(swarm.averagers.slice(0, 3).map(async a => await a.step({ timeout: 3 * EXPIRATION })))
+    for (const r of results) assert.equal(r.peers.length, 3)
+    assert.equal(early, 1, 'the leader assembled early')
+    const mean = weightedMean([0, 1, 2].map(p => tensors(p)[0].data), [1, 1, 1])
+    for (const a of swarm.averagers.slice(0, 3)) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+    // Waiting out the declaration takes 20 s; the cutoff is 0.6 s after it began.
+    for (const r of results) assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
+  } finally { await swarm.stop() }
+})
+
+test('without a quorum the leader waits for its expiration as before', { timeout: 120_000 }, async () => {
+  let early = 0
+  const swarm = await startSwarm(2, {
+    tensors,
+    // Target 4: two members are no quorum (3 needed).
+    config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: 3 }),
+    hooks: () => ({ arrivals: seasoned(), onEarlyAssembly: () => { early++ } })
+  })
+  try {
+    const two = await Promise.all(swarm.averagers.slice(0, 2).map(async a => await a.step({ timeout: 30 })))
+    for (const r of two) assert.equal(r.peers.length, 2)
+    assert.equal(early, 0, 'two of four is no quorum')
+    const mean = weightedMean([0, 1].map(p => tensors(p)[0].data), [1, 1])
+    for (const a of swarm.averagers.slice(0, 2)) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+  } finally { await swarm.stop() }
+})

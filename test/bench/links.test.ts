@@ -3,6 +3,7 @@ import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { runLinksRow } from '../../bench/lib/links-run.js'
 import { shapedLinksUnsupported } from '../../bench/lib/shaped-links.js'
+import { ONE_FLOW, measureRate } from '../../bench/lib/tcp-goodput.js'
 
 const unsupported = await shapedLinksUnsupported()
 if (unsupported !== undefined) console.log(`shaped-links test skipped: ${unsupported}`)
@@ -23,6 +24,22 @@ test('bench:links: 4 peers over shaped links average exactly, and the namespaces
     assert.ok(row.movedBytesPerRoundPerPeer != null && row.movedBytesPerRoundPerPeer > 2 * 4 * (1 << 20), `tc counted ${row.movedBytesPerRoundPerPeer} bytes per peer per round`)
     // A 100 Mbit/s link cannot carry a round in less than its floor: the shaping is real.
     assert.ok(row.stats!.roundMs / 1000 >= row.floorBestS, `round ${row.stats!.roundMs} ms, floor ${row.floorBestS} s`)
+  } finally {
+    const left = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter(l => l.startsWith(tag))
+    assert.deepEqual(left, [], 'the test\'s network namespaces are gone')
+  }
+})
+
+// bench:tbf-goodput's measurement, so it cannot rot: one TCP flow through a 100 Mbit/s tbf link.
+// Above 0.5 of line rate: it measures payload, not a stall; at most 1.0: the shaping is real.
+test('bench:tbf-goodput: one TCP flow through a 100 Mbit/s tbf link, and the namespaces are gone after', { skip: unsupported, timeout: 30_000 }, async () => {
+  const tag = `lg${process.pid % 10000}`
+  try {
+    const [row] = await measureRate({ tag, mbit: 100, cases: [ONE_FLOW], totalBytes: 12e6 })
+    assert.equal(row.bytes, 12e6)
+    assert.ok(row.ratio > 0.5 && row.ratio <= 1.0, `goodput ${row.goodputMbit.toFixed(1)} Mbit/s = ${row.ratio.toFixed(3)} of 100 Mbit/s in ${row.seconds.toFixed(2)} s`)
+    // tbf counted headers too: the payload is less than what it let through.
+    assert.ok(row.wireBytes > row.bytes, `tbf passed ${row.wireBytes} bytes for ${row.bytes} of payload`)
   } finally {
     const left = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter(l => l.startsWith(tag))
     assert.deepEqual(left, [], 'the test\'s network namespaces are gone')

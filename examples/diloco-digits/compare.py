@@ -2,7 +2,8 @@
 
 - one trainer alone on its non-IID shard (no averaging): what a trainer gets without the swarm;
 - one model on all the training data: what the swarm should come close to;
-- with --simulate, also 8 trainers with DiLoCo averaged in this process (every outer step one group of 8),
+- with --simulate, also 8 trainers with DiLoCo averaged in this process (every outer step one group of 8, or
+  random groups of --group-size as the swarm's matchmaking makes them; --local-momentum averages θ alone),
   the swarm's result without agents, handy to tune --local-steps and the learning rates.
 
 It then prints the swarm's held-out accuracies from the latest `npm start -- examples/diloco-digits.yaml`
@@ -40,14 +41,25 @@ def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: 
 
 
 def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float, outer_lr: float, outer_momentum: float,
-                    batch: int, seed: int) -> List[torch.nn.Module]:
-    """DiLoCo with every trainer in one group each outer step (the swarm's best case), weighted by samples."""
+                    batch: int, seed: int, group_size: int = 0, local_momentum: bool = False,
+                    group_seed: int = 0) -> List[torch.nn.Module]:
+    """DiLoCo as DiLoCoOptimizer does it through the agents, in this process.
+
+    Each outer step every trainer takes its own Nesterov step on its own pseudo-gradient (θ', m'), then each group
+    replaces its members' θ' (and m', unless ``local_momentum``) by their mean, weighted by samples (equal here).
+    ``group_size`` 0 puts all trainers in one group every outer step (the swarm's best case); otherwise the
+    trainers are split at random into groups of that size each outer step (as the swarm's matchmaking does).
+    With one fixed group and equal weights, local momentum is the same as averaged momentum (the mean of the
+    members' m follows the averaged m exactly: the update is linear); they differ when groups change.
+    """
     models = [make_model(seed) for _ in shards]
     inner = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-4) for m in models]
     orders = [batches(len(y), batch, seed=1000 + k) for k, (_, y) in enumerate(shards)]
-    theta = [p.detach().clone() for p in models[0].parameters()]
-    momentum = [torch.zeros_like(p) for p in theta]
+    theta = [[p.detach().clone() for p in models[0].parameters()] for _ in models]
+    momentum = [[torch.zeros_like(p) for p in theta[0]] for _ in models]
+    rng = np.random.default_rng(group_seed)
     loss_fn = torch.nn.CrossEntropyLoss()
+    n = len(models)
     for step in range(1, steps + 1):
         for k, (x, y) in enumerate(shards):
             idx = next(orders[k])
@@ -56,16 +68,23 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
             inner[k].step()
         if step % local_steps == 0:
             with torch.no_grad():
-                for i, (t, m) in enumerate(zip(theta, momentum)):
-                    # Each trainer's Nesterov step on its own pseudo-gradient, then the mean of θ' and m' (linear, so the
-                    # same as the step on the mean pseudo-gradient): what DiLoCoOptimizer does through the agents.
-                    local = torch.stack([list(mod.parameters())[i] for mod in models]).mean(dim=0)
-                    delta = t - local
-                    m.mul_(outer_momentum).add_(delta)
-                    t.sub_(outer_lr * (delta + outer_momentum * m))
-                for mod in models:
-                    for p, t in zip(mod.parameters(), theta):
-                        p.copy_(t)
+                for k, mod in enumerate(models):
+                    for t, m, local in zip(theta[k], momentum[k], mod.parameters()):
+                        delta = t - local
+                        m.mul_(outer_momentum).add_(delta)
+                        t.sub_(outer_lr * (delta + outer_momentum * m))
+                order = rng.permutation(n) if group_size else np.arange(n)
+                size = group_size or n
+                for group in (order[i:i + size] for i in range(0, n, size)):
+                    averaged = [theta] if local_momentum else [theta, momentum]
+                    for state in averaged:
+                        for i in range(len(state[0])):
+                            mean = torch.stack([state[k][i] for k in group]).mean(dim=0)
+                            for k in group:
+                                state[k][i].copy_(mean)
+                for mod, t in zip(models, theta):
+                    for p, tp in zip(mod.parameters(), t):
+                        p.copy_(tp)
     return models
 
 
@@ -84,6 +103,15 @@ def swarm_accuracies(run: Optional[str]) -> tuple:
     return run, accs
 
 
+def swarm_momentum(run: str) -> str:
+    """'local' or 'averaged': what the run's trainers logged (trainer.py --local-momentum), '?' for older logs."""
+    kinds = set()
+    for log in glob.glob(os.path.join(run, "*.trainer.log")):
+        with open(log, encoding="utf-8", errors="replace") as f:
+            kinds.update(re.findall(r"outer momentum (local|averaged)", f.read()))
+    return "/".join(sorted(kinds)) or "?"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description="baselines of the digits example")
     p.add_argument("--steps", type=int, default=800, help="inner steps, as the trainers' --steps")
@@ -96,6 +124,12 @@ def main() -> None:
     p.add_argument("--shard", type=int, default=0, help="the shard of the lone trainer")
     p.add_argument("--run", default=None, help="run folder of the swarm (default: the latest runs/diloco-digits-*)")
     p.add_argument("--simulate", action="store_true", help="also simulate the 8 DiLoCo trainers in this process")
+    p.add_argument("--group-size", type=int, default=0,
+                   help="with --simulate: random groups of this size each outer step (0: all trainers in one group)")
+    p.add_argument("--local-momentum", action="store_true",
+                   help="with --simulate: average only the outer parameters, each trainer keeps its own momentum")
+    p.add_argument("--group-seed", type=int, default=0, help="with --simulate --group-size: the random groups' seed")
+    p.add_argument("--no-baselines", action="store_true", help="skip the lone-trainer and all-data baselines")
     args = p.parse_args()
     torch.set_num_threads(1)
 
@@ -106,23 +140,29 @@ def main() -> None:
         rows = shard_indices(y_train, k)
         shards.append((torch.from_numpy(x_train[rows]), torch.from_numpy(y_train[rows])))
 
+    print(f"held-out accuracy after {args.steps} inner steps of batch {args.batch} ({len(y_test)} held-out digits):")
+    run, accs = swarm_accuracies(args.run)
+    if accs:
+        print(f"  {len(accs)} trainers with DiLoCo through the swarm: mean {np.mean(accs):.4f} "
+              f"(min {min(accs):.4f}, max {max(accs):.4f}; {run}; {swarm_momentum(run)} momentum)")
+    else:
+        print("  the swarm: no finished run found (npm start -- examples/diloco-digits.yaml, then run this again)")
+    if args.simulate:
+        sim = [accuracy(m, xt, yt) for m in simulate_diloco(shards, args.steps, args.local_steps, args.lr, args.outer_lr,
+                                                             args.outer_momentum, args.batch, args.seed, args.group_size,
+                                                             args.local_momentum, args.group_seed)]
+        groups = f"random groups of {args.group_size}" if args.group_size else f"one group of {TRAINERS}"
+        print(f"  {TRAINERS} trainers with DiLoCo simulated in-process ({groups}, "
+              f"{'local' if args.local_momentum else 'averaged'} momentum): mean {np.mean(sim):.4f} "
+              f"(min {min(sim):.4f}, max {max(sim):.4f})")
+    if args.no_baselines:
+        return
     x, y = shards[args.shard]
     alone = accuracy(train_alone(x, y, args.steps, args.lr, args.batch, args.seed, 1000 + args.shard), xt, yt)
     everything = accuracy(train_alone(torch.from_numpy(x_train), torch.from_numpy(y_train), args.steps, args.lr, args.batch,
                                       args.seed, 999), xt, yt)
     alone_all = [accuracy(train_alone(*shards[k], args.steps, args.lr, args.batch, args.seed, 1000 + k), xt, yt)
                  for k in range(TRAINERS)]
-    print(f"held-out accuracy after {args.steps} inner steps of batch {args.batch} ({len(y_test)} held-out digits):")
-    run, accs = swarm_accuracies(args.run)
-    if accs:
-        print(f"  {len(accs)} trainers with DiLoCo through the swarm: mean {np.mean(accs):.4f} "
-              f"(min {min(accs):.4f}, max {max(accs):.4f}; {run})")
-    else:
-        print("  the swarm: no finished run found (npm start -- examples/diloco-digits.yaml, then run this again)")
-    if args.simulate:
-        sim = [accuracy(m, xt, yt) for m in simulate_diloco(shards, args.steps, args.local_steps, args.lr, args.outer_lr,
-                                                             args.outer_momentum, args.batch, args.seed)]
-        print(f"  {TRAINERS} trainers with DiLoCo simulated in-process (one group of {TRAINERS}): {np.mean(sim):.4f}")
     print(f"  one trainer alone on shard {args.shard}:               {alone:.4f} "
           f"(each shard alone: mean {np.mean(alone_all):.4f}, max {max(alone_all):.4f})")
     print(f"  one model on all the training data:          {everything:.4f}")

@@ -8,6 +8,9 @@ own shard (mostly 3 of the 10 classes), and every --local-steps inner steps take
     npm start -- examples/diloco-digits.yaml          # 8 agents + 8 of these trainers on this machine
     python3 examples/diloco-digits/compare.py         # the same steps alone on one shard, and on all data
 
+--local-momentum averages the outer parameters alone (DiLoCoOptimizer(average_momentum=False), half the bytes);
+each trainer then keeps its own outer momentum (clients/python/README.md compares the two).
+
 Shard: --shard, else $AVS_SHARD_INDEX, else derived from $AVS_POD_NAME (the YAML gives the trainer its pod
 name): <swarm>-bootstrap-<i>-0 is shard i, <swarm>-agent-<n> is shard --bootstrap-replicas + n.
 """
@@ -106,6 +109,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--shard", type=int, default=None)
     p.add_argument("--trainers", type=int, default=TRAINERS)
     p.add_argument("--bootstrap-replicas", type=int, default=2, help="spec.bootstrap.replicas, to number shards from pod names")
+    p.add_argument("--local-momentum", action="store_true",
+                   help="average only the outer parameters; each trainer keeps its own outer momentum "
+                        "(DiLoCoOptimizer(average_momentum=False): 1x the parameters per outer step instead of 2x)")
     return p.parse_args(argv)
 
 
@@ -133,8 +139,9 @@ def main() -> None:
     model = make_model(args.seed).to(dev)
     inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     opt = DiLoCoOptimizer(model.named_parameters(), inner, local_steps=args.local_steps, outer_lr=args.outer_lr,
-                          outer_momentum=args.outer_momentum, timeout=args.timeout)
-    print(f"state from the agent: {opt.origin}", flush=True)
+                          outer_momentum=args.outer_momentum, timeout=args.timeout,
+                          average_momentum=not args.local_momentum)
+    print(f"state from the agent: {opt.origin}; outer momentum {'local' if args.local_momentum else 'averaged'}", flush=True)
     if opt.complete:
         # A cluster restarts a container that exited 0: this trainer already finished the run.
         print("the run is complete already (this trainer finished before); nothing to do", flush=True)
@@ -167,7 +174,7 @@ def main() -> None:
         print("last outer step found no group: the model ends on the last averaged outer parameters", flush=True)
     acc = accuracy(model, xt, yt)
     print(f"final held-out accuracy {acc:.4f} (shard {shard}, {args.steps} inner steps, {opt.outer_step_count} outer steps, "
-          f"{averaged} averaged, {time.time() - started:.0f} s)", flush=True)
+          f"{averaged} averaged, {'local' if args.local_momentum else 'averaged'} momentum, {time.time() - started:.0f} s)", flush=True)
     # With spec.completion.onTrainerExit the agent's run ends here, once its last averaged round is checkpointed.
     done = opt.finish()
     print(f"agent: complete {done['complete']}, final checkpoint round {done.get('checkpointRound', '-')}", flush=True)

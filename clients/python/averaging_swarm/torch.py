@@ -3,14 +3,21 @@
     avg = ParameterAverager(model.named_parameters())
     avg.step(weight=samples_since_last_step)            # parameters now hold the group's mean
 
+    future = avg.step(weight=samples, wait=False)       # overlapped: the round runs while training goes on
+    ...                                                 # local steps on the parameters
+    avg.land()                                          # parameters += group mean − snapshot sent
+
     opt = DiLoCoOptimizer(model.named_parameters(), torch.optim.AdamW(model.parameters()), local_steps=500)
     loss.backward(); opt.step(samples=len(batch), loss=loss.item()); opt.zero_grad()
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from concurrent.futures import Future
+from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple, Union, overload
 
 import numpy as np
 import torch
@@ -91,7 +98,16 @@ def _sync(params: List[torch.Tensor]) -> None:
 
 
 class ParameterAverager:
-    """Averages a model's parameters in place: ``step`` copies them into the region, steps, copies the mean back."""
+    """Averages a model's parameters in place through the pod's agent.
+
+    ``step()`` copies the parameters into the region, runs one round and copies the group's weighted mean back.
+    ``step(wait=False)`` overlaps the round with training, like hivemind's ``DecentralizedAverager.step(wait=False)``:
+    it copies the parameters into the region (the *snapshot sent*), starts the agent's round in a background
+    thread and returns a :class:`concurrent.futures.Future` at once; the trainer goes on taking local steps on
+    its parameters, and :meth:`land` (or the next :meth:`step`) adds ``group mean − snapshot sent`` to them, so
+    the local steps taken meanwhile are kept (delayed averaging). While a round is in flight the agent owns the
+    region: touch it (``averager.get_tensors()``) only after :meth:`land`.
+    """
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], url: Optional[str] = None,
                  shm_dir: Optional[str] = None, transport: str = "shm"):
@@ -103,25 +119,132 @@ class ParameterAverager:
             self._region = [region_tensor(views[s.name], s.dtype) for s in self.averager.specs]
         self._host = _HostRegistration(self.averager, self.params)
         self._staging = [self._host.staging_for(slot.offset, r) for slot, r in zip(self.averager.slots, self._region)]
+        self._pending: Optional["Future[StepResult]"] = None
+        self._thread: Optional[threading.Thread] = None
+        self._sent: List[torch.Tensor] = []
+        """CPU copies of the region as sent by the round in flight, in the parameters' dtypes."""
 
-    @torch.no_grad()
-    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None) -> StepResult:
-        """One round: the parameters then hold the group's weighted mean (unchanged when ``averaged`` is False)."""
-        with self.averager.get_tensors():
+    @overload
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
+             wait: Literal[True] = True) -> StepResult: ...
+
+    @overload
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None, *,
+             wait: Literal[False]) -> "Future[StepResult]": ...
+
+    @overload
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
+             wait: bool = True) -> Union[StepResult, "Future[StepResult]"]: ...
+
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
+             wait: bool = True) -> Union[StepResult, "Future[StepResult]"]:
+        """One round; a round still in flight is landed first (:meth:`land`, whose error, if any, is raised here).
+
+        ``wait=True`` (default): returns the :class:`StepResult` once the parameters hold the group's weighted mean
+        (unchanged when ``averaged`` is False). ``wait=False``: copies the parameters into the region and returns
+        a ``Future[StepResult]`` at once, while the agent averages the snapshot in a background thread; the
+        parameters are not touched until :meth:`land`. The future cannot be cancelled, and its result alone
+        changes nothing: call :meth:`land` (or the next ``step``) to apply the round.
+        """
+        self.land()
+        with torch.no_grad(), self.averager.get_tensors():
             for p, r, s in zip(self.params, self._region, self._staging):
                 self._host.copy(r, p.detach(), s)
             _sync(self.params)
-        result = self.averager.step(weight=weight, gather=gather, timeout=timeout)
-        if result.averaged:
-            self._copy_into_params()
-        return result
+            if not wait:
+                self._sent = [r.clone() for r in self._region]
+        if wait:
+            result = self.averager.step(weight=weight, gather=gather, timeout=timeout)
+            if result.averaged:
+                with torch.no_grad():
+                    self._copy_into_params()
+            return result
+        future: "Future[StepResult]" = Future()
+        future.set_running_or_notify_cancel()  # running from now on: cancel() returns False
+        thread = threading.Thread(target=self._run_step, args=(future, weight, gather, timeout),
+                                  name="averaging-swarm-step", daemon=True)
+        self._pending, self._thread = future, thread
+        thread.start()
+        return future
 
-    @torch.no_grad()
+    def _run_step(self, future: "Future[StepResult]", weight: Optional[float], gather: Any,
+                  timeout: Optional[float]) -> None:
+        try:
+            result = self.averager.step(weight=weight, gather=gather, timeout=timeout)
+        except BaseException as err:  # noqa: B036 - handed to whoever waits on the future
+            future.set_exception(err)
+        else:
+            future.set_result(result)
+
+    @property
+    def round_in_flight(self) -> bool:
+        """True from ``step(wait=False)`` until the round is landed (or dropped), whether or not the agent is done."""
+        return self._pending is not None
+
+    def land(self) -> Optional[StepResult]:
+        """Waits for the round in flight, if any, and applies it; returns its result, or None when none was in flight.
+
+        When the round averaged, each parameter becomes ``p + (mean − sent)``: ``p`` its current value (local
+        steps taken since ``step(wait=False)`` included), ``mean`` the group's weighted mean the agent wrote into
+        the region, ``sent`` the snapshot sent. The correction ``mean − sent`` is computed in float32 on the CPU
+        from the region's values, then added in float32 on the parameter's device and cast back to the
+        parameter's dtype: float32 parameters get two float32 roundings (the difference, the sum); float16 and
+        bfloat16 parameters get one rounding to nearest even of ``float32(p) + (mean − sent)`` (the mean itself is
+        the agent's, already rounded to the dtype). With no local step taken meanwhile this is the mean itself.
+        Parts the group kept local (``raw["partsKeptLocal"]``) hold the values sent, so their correction is zero.
+
+        When the round did not average (``averaged`` False) the parameters stay as trained. When it raised (the
+        agent refused or could not be reached), the parameters stay as trained and the error is raised here; the
+        round counts as landed either way.
+        """
+        future = self._pending
+        if future is None:
+            return None
+        try:
+            result = future.result()
+            if result.averaged:
+                self._apply_correction()
+            return result
+        finally:
+            self._forget()
+
+    def _apply_correction(self) -> None:
+        with torch.no_grad(), self.averager.get_tensors():
+            for p, r, sent in zip(self.params, self._region, self._sent):
+                correction = r.float() - sent.float()
+                correction = correction.to(p.device)
+                if p.dtype == torch.float32:
+                    p.data.add_(correction)
+                else:
+                    p.data.copy_(p.data.float().add_(correction))
+            _sync(self.params)
+
+    def _forget(self) -> None:
+        """Waits for the background thread to end and drops the round in flight."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+        self._pending, self._thread = None, None
+        self._sent = []
+
+    def _drop(self) -> None:
+        """Waits for the agent's step to end without applying the round or raising its error."""
+        if self._pending is not None:
+            with contextlib.suppress(BaseException):
+                self._pending.exception()
+            self._forget()
+
     def load_state_from_peers(self) -> str:
-        """Copies the agent's state into the parameters unless it is ``initial``; returns the origin."""
+        """Copies the agent's state into the parameters unless it is ``initial``; returns the origin.
+
+        A round in flight is dropped, not landed: this waits for the agent's step to end, then the agent's state
+        replaces the parameters (its error, if the round raised one, is not raised).
+        """
+        self._drop()
         origin = self.averager.load_state_from_peers()
         if origin != "initial":
-            self._copy_into_params()
+            with torch.no_grad():
+                self._copy_into_params()
         return origin
 
     def _copy_into_params(self) -> None:
@@ -135,10 +258,21 @@ class ParameterAverager:
         return self.averager.complete
 
     def finish(self) -> Dict[str, Any]:
-        """This trainer is done: see :meth:`DecentralizedAverager.finish`."""
+        """This trainer is done: lands the round in flight (:meth:`land`), then :meth:`DecentralizedAverager.finish`.
+
+        When that round raised, its error is raised here before the agent is told (the round counts as landed:
+        call ``finish()`` again).
+        """
+        self.land()
         return self.averager.finish()
 
     def close(self) -> None:
+        """Lands the round in flight, if any (its error becomes a RuntimeWarning), then unmaps and deletes the region."""
+        if self._pending is not None:
+            try:
+                self.land()
+            except Exception as err:  # noqa: BLE001 - close() must not fail on the last round's error
+                warnings.warn(f"the round in flight at close() did not average: {err}", RuntimeWarning, stacklevel=2)
         self._host.close()
         self._region.clear()
         self.averager.close()
@@ -147,18 +281,22 @@ class ParameterAverager:
 class DiLoCoOptimizer:
     """DiLoCo: ``local_steps`` inner steps, then one outer Nesterov step on the swarm's averaged pseudo-gradient.
 
-    The averaged tensors are, per parameter, the outer parameters ``outer/<name>`` (θ) and the outer momentum
-    ``momentum/<name>`` (m), float32. Each outer step computes Δ = θ − θ_local, m' = μ·m + Δ and
-    θ' = θ − lr·(Δ + μ·m') (torch's SGD with ``nesterov=True``) in numpy float32 on the CPU, averages θ' and m'
-    weighted by the samples since the last outer step, and loads the mean θ into the model. Members of one group
-    leave with bit-identical θ; alone (no group within ``timeout``) a trainer keeps its own θ', m'. Needs the
-    agent's averagingAlpha to be 1.
+    The averaged tensors are, per parameter, the outer parameters ``outer/<name>`` (θ) and, with
+    ``average_momentum=True`` (default), the outer momentum ``momentum/<name>`` (m), float32. Each outer step
+    computes Δ = θ − θ_local, m' = μ·m + Δ and θ' = θ − lr·(Δ + μ·m') (torch's SGD with ``nesterov=True``) in
+    numpy float32 on the CPU, averages θ' (and m') weighted by the samples since the last outer step, and loads
+    the mean θ into the model. Members of one group leave with bit-identical θ; alone (no group within
+    ``timeout``) a trainer keeps its own θ', m'. Needs the agent's averagingAlpha to be 1.
+
+    ``average_momentum=False`` registers θ alone: each outer step moves 1× the parameters instead of 2×, and each
+    trainer keeps its own m (never averaged, never published: a newcomer downloads θ only and starts with m = 0).
+    Every trainer of a swarm must use the same setting (the registered tensors differ).
     """
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
                  local_steps: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  timeout: Optional[float] = None, url: Optional[str] = None, shm_dir: Optional[str] = None,
-                 transport: str = "shm"):
+                 transport: str = "shm", average_momentum: bool = True):
         if local_steps < 1:
             raise ValueError(f"local_steps is {local_steps}; it must be at least 1")
         self.names, self.params = _named(named_parameters)
@@ -167,14 +305,18 @@ class DiLoCoOptimizer:
         self.outer_lr = outer_lr
         self.outer_momentum = outer_momentum
         self.timeout = timeout
+        self.average_momentum = average_momentum
+        """Whether m is averaged with θ (2× the parameters per outer step) or kept by each trainer (1×)."""
         shapes = {n: tuple(p.shape) for n, p in zip(self.names, self.params)}
-        self.averager = DecentralizedAverager(
-            {**{f"outer/{n}": (s, "float32") for n, s in shapes.items()},
-             **{f"momentum/{n}": (s, "float32") for n, s in shapes.items()}},
-            url=url, shm_dir=shm_dir, transport=transport)
+        tensors: Dict[str, Tuple[Tuple[int, ...], str]] = {f"outer/{n}": (s, "float32") for n, s in shapes.items()}
+        if average_momentum:
+            tensors.update({f"momentum/{n}": (s, "float32") for n, s in shapes.items()})
+        self.averager = DecentralizedAverager(tensors, url=url, shm_dir=shm_dir, transport=transport)
         with self.averager.get_tensors() as views:
             self._theta = [views[f"outer/{n}"] for n in self.names]
-            self._momentum = [views[f"momentum/{n}"] for n in self.names]
+            self._momentum: List[np.ndarray] = (
+                [views[f"momentum/{n}"] for n in self.names] if average_momentum
+                else [np.zeros(shapes[n], dtype=np.float32) for n in self.names])
         self._pinned = [torch.empty(tuple(p.shape), dtype=torch.float32, pin_memory=True) if p.is_cuda else None
                         for p in self.params]
         self.local_step = 0
@@ -211,7 +353,7 @@ class DiLoCoOptimizer:
 
     @torch.no_grad()
     def outer_step(self) -> StepResult:
-        """Nesterov on the pseudo-gradient, the swarm's weighted mean of θ and m, θ into the model."""
+        """Nesterov on the pseudo-gradient, the swarm's weighted mean of θ (and m, when averaged), θ into the model."""
         mu, lr = np.float32(self.outer_momentum), np.float32(self.outer_lr)
         with self.averager.get_tensors():
             for p, pinned, theta, m in zip(self.params, self._pinned, self._theta, self._momentum):
@@ -230,7 +372,9 @@ class DiLoCoOptimizer:
         """Takes θ and m from the agent (a live peer's for a newcomer) and θ into the model; returns the origin.
 
         When the agent holds nothing yet (``initial``) θ becomes the model's parameters, m zeros, and the agent
-        is given them so that peers downloading state get real parameters.
+        is given them so that peers downloading state get real parameters. With ``average_momentum=False`` the
+        agent holds θ alone: m is this trainer's own and is left as it is (zeros for a newcomer, which starts
+        from the swarm's θ with m = 0), except at ``initial``, where it is zeroed.
         """
         origin = self.averager.load_state_from_peers()
         if origin == "initial":
@@ -256,6 +400,7 @@ class DiLoCoOptimizer:
         return {n: torch.from_numpy(t.copy()) for n, t in zip(self.names, self._theta)}
 
     def state_dict(self) -> Dict[str, Any]:
+        """The inner optimizer's state, the counters, θ (``outer``) and m (``momentum``), copies by parameter name."""
         return {
             "inner_optimizer": self.inner_optimizer.state_dict(),
             "local_step": self.local_step,
@@ -267,7 +412,11 @@ class DiLoCoOptimizer:
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restores a checkpoint and gives its θ and m to the agent (the model's parameters are the caller's)."""
+        """Restores a checkpoint and gives its θ and m to the agent (the model's parameters are the caller's).
+
+        With ``average_momentum=False`` the agent gets θ and m stays in this trainer. State dicts are the same
+        either way, so a checkpoint of one setting loads into the other.
+        """
         self.inner_optimizer.load_state_dict(state["inner_optimizer"])
         self.local_step = int(state["local_step"])
         self.outer_step_count = int(state.get("outer_step_count", 0))

@@ -1,13 +1,16 @@
 """averaging_swarm.torch against real agents: in-place parameter averaging and DiLoCo."""
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from averaging_swarm import AgentError  # noqa: E402
 from averaging_swarm.layout import bfloat16_to_float32, float32_to_bfloat16  # noqa: E402
 from averaging_swarm.torch import DiLoCoOptimizer, ParameterAverager, nesterov_update  # noqa: E402
 
@@ -141,3 +144,286 @@ def test_a_diloco_newcomer_starts_from_the_swarms_outer_parameters_and_momentum(
         assert torch.equal(newcomer.state_dict()["momentum"][name], state["momentum"][name])
     first.close()
     newcomer.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Overlapped parameter averaging: step(wait=False), land()
+
+
+def mixed_params(seed: int) -> list:
+    """float32, float16 and bfloat16 parameters holding dyadic values their dtype stores exactly."""
+    rng = np.random.default_rng(seed)
+    w = torch.nn.Parameter(torch.from_numpy(dyadic(rng, (4, 3))))
+    b = torch.nn.Parameter(torch.from_numpy(dyadic(rng, (3,))))
+    h = torch.nn.Parameter(torch.from_numpy(dyadic(rng, (5,)).astype(np.float16)))
+    e = torch.nn.Parameter(torch.from_numpy(bfloat16_to_float32(float32_to_bfloat16(dyadic(rng, (7,))))).to(torch.bfloat16))
+    return [("w", w), ("b", b), ("half", h), ("emb", e)]
+
+
+def as32(p: torch.Tensor) -> np.ndarray:
+    return p.detach().float().numpy().copy()
+
+
+def rounded(values: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """float32 values rounded to nearest even in the parameter's dtype, widened back to float32."""
+    if dtype == torch.bfloat16:
+        return bfloat16_to_float32(float32_to_bfloat16(values))
+    if dtype == torch.float16:
+        return values.astype(np.float16).astype(np.float32)
+    return values.astype(np.float32)
+
+
+def local_steps(models: list, rng: np.random.Generator, dyadic_steps: bool) -> list:
+    """Adds a known delta to every parameter in its own dtype (as an optimizer step would); returns the new values."""
+    with torch.no_grad():
+        for model in models:
+            for _, p in model:
+                if dyadic_steps:
+                    delta = rng.integers(-64, 64, size=tuple(p.shape)) / 1024
+                else:
+                    delta = rng.standard_normal(tuple(p.shape)) * 0.01  # not dyadic: the float32 sums round
+                p.add_(torch.from_numpy(delta.astype(np.float32)).to(p.dtype))
+    return [{n: as32(p) for n, p in model} for model in models]
+
+
+def landed(trained: np.ndarray, mean32: np.ndarray, sent: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """What land() computes, in numpy float32: trained + (the mean as stored − sent), rounded once to the dtype."""
+    return rounded(trained + (rounded(mean32, dtype) - sent), dtype)
+
+
+def test_an_overlapped_round_keeps_the_local_steps_taken_meanwhile_and_the_next_step_lands_it_first(start_swarm):
+    swarm = start_swarm(2)
+    models = [mixed_params(11), mixed_params(12)]
+    weights = [1, 3]
+    avgs = [ParameterAverager(m, url=a.url, shm_dir=a.shm_dir) for m, a in zip(models, swarm.agents)]
+    rng = np.random.default_rng(99)
+    try:
+        # Round 1: both trainers send a snapshot and train on while the agents average it.
+        assert not any(a.round_in_flight for a in avgs)
+        assert all(a.land() is None for a in avgs)
+        sent = [{n: as32(p) for n, p in m} for m in models]
+        futures = [a.step(weight=w, timeout=30, wait=False) for a, w in zip(avgs, weights)]
+        assert all(isinstance(f, Future) for f in futures)
+        assert all(a.round_in_flight for a in avgs)
+        assert not any(f.cancel() for f in futures), "a round in flight cannot be cancelled"
+        trained = local_steps(models, rng, dyadic_steps=False)
+        results = [a.land() for a in avgs]
+        assert all(r is not None and r.averaged for r in results), [r and r.error for r in results]
+        assert [r.group_size for r in results] == [2, 2]
+        assert results[0] is futures[0].result() and results[1] is futures[1].result()
+        assert not any(a.round_in_flight for a in avgs)
+        assert all(a.land() is None for a in avgs), "landed once"
+        for i, m in enumerate(models):
+            for name, p in m:
+                mean32 = weighted_mean32([sent[0][name], sent[1][name]], weights)
+                expected = landed(trained[i][name], mean32, sent[i][name], p.dtype)
+                np.testing.assert_array_equal(as32(p), expected, err_msg=f"trainer {i} {name}")
+                # That is the mean of the snapshots plus this trainer's own local delta, up to the dtype's rounding:
+                exact = mean32.astype(np.float64) + (trained[i][name].astype(np.float64) - sent[i][name])
+                if p.dtype == torch.float32:
+                    np.testing.assert_allclose(as32(p), exact, rtol=2e-6, atol=1e-6, err_msg=name)
+                else:
+                    half_ulp = 2.0 ** (-8 if p.dtype == torch.bfloat16 else -11)
+                    bound = half_ulp * (np.abs(mean32) + np.abs(as32(p))) + 1e-6
+                    assert np.all(np.abs(as32(p) - exact) <= bound), (name, as32(p), exact)
+                assert p.grad is None
+
+        # Round 2 in flight, then a plain step(): it lands round 2 first, then averages the landed values.
+        sent2 = [{n: as32(p) for n, p in m} for m in models]
+        futures2 = [a.step(weight=w, timeout=30, wait=False) for a, w in zip(avgs, weights)]
+        trained2 = local_steps(models, rng, dyadic_steps=True)
+        results3 = in_threads(*[lambda a=a, w=w: a.step(weight=w, timeout=30) for a, w in zip(avgs, weights)])
+        assert all(f.done() and f.result().averaged for f in futures2), [f.result().error for f in futures2]
+        assert all(r.averaged for r in results3), [r.error for r in results3]
+        assert not any(a.round_in_flight for a in avgs)
+        for name, p in models[0]:
+            mean2 = weighted_mean32([sent2[0][name], sent2[1][name]], weights)
+            landed2 = [landed(trained2[i][name], mean2, sent2[i][name], p.dtype) for i in range(2)]
+            if p.dtype == torch.float32:  # dyadic local steps: the correction is exact, mean2 + local delta
+                for i in range(2):
+                    np.testing.assert_array_equal(landed2[i], mean2 + (trained2[i][name] - sent2[i][name]))
+            mean3 = rounded(weighted_mean32(landed2, weights), p.dtype)
+            for i, m in enumerate(models):
+                np.testing.assert_array_equal(as32(dict(m)[name]), mean3, err_msg=f"trainer {i} {name}")
+
+        # Round 4 in flight: load_state_from_peers() drops it (the state replaces the parameters); close() lands it.
+        sent4 = [{n: as32(p) for n, p in m} for m in models]
+        for a, w in zip(avgs, weights):
+            a.step(weight=w, timeout=30, wait=False)
+        trained4 = local_steps(models, rng, dyadic_steps=True)
+        assert avgs[0].load_state_from_peers() == "averaged"
+        assert not avgs[0].round_in_flight
+        region = avgs[1].averager.region_path
+        assert region is not None and os.path.exists(region)
+        avgs[1].close()
+        assert not avgs[1].round_in_flight and not os.path.exists(region)
+        for name, p in models[0]:
+            mean4 = weighted_mean32([sent4[0][name], sent4[1][name]], weights)
+            np.testing.assert_array_equal(as32(p), rounded(mean4, p.dtype), err_msg=f"state {name}")
+            np.testing.assert_array_equal(as32(dict(models[1])[name]), landed(trained4[1][name], mean4, sent4[1][name], p.dtype),
+                                          err_msg=f"closed {name}")
+    finally:
+        for a in avgs:
+            a.close()
+
+
+def test_an_overlapped_round_that_finds_no_group_leaves_the_parameters_as_trained(start_swarm):
+    swarm = start_swarm(1)  # groups need 2: no group can form
+    model = mixed_params(21)
+    avg = ParameterAverager(model, url=swarm[0].url, shm_dir=swarm[0].shm_dir)
+    rng = np.random.default_rng(5)
+    try:
+        future = avg.step(weight=1, timeout=2, wait=False)
+        trained = local_steps([model], rng, dyadic_steps=False)[0]
+        result = avg.land()
+        assert result is future.result() and not result.averaged and result.error
+        for name, p in model:
+            np.testing.assert_array_equal(as32(p), trained[name], err_msg=name)
+
+        # A round the agent refuses (a NaN sent): land() leaves the parameters as trained and raises the error.
+        w = dict(model)["w"]
+        with torch.no_grad():
+            w[0, 0] = float("nan")
+        future = avg.step(weight=1, timeout=2, wait=False)
+        with torch.no_grad():
+            w[0, 0] = 0.5  # training goes on (and repairs the NaN)
+        trained = {n: as32(p) for n, p in model}
+        with pytest.raises(AgentError):
+            avg.land()
+        assert isinstance(future.exception(), AgentError)
+        assert not avg.round_in_flight and avg.land() is None
+        for name, p in model:
+            np.testing.assert_array_equal(as32(p), trained[name], err_msg=name)
+
+        # finish() lands the round in flight before telling the agent this trainer is done.
+        avg.step(weight=1, timeout=2, wait=False)
+        trained = local_steps([model], rng, dyadic_steps=False)[0]
+        done = avg.finish()
+        assert "complete" in done
+        assert not avg.round_in_flight
+        for name, p in model:
+            np.testing.assert_array_equal(as32(p), trained[name], err_msg=name)
+
+        # close() with a refused round in flight: the error becomes a warning and the region goes.
+        with torch.no_grad():
+            w[0, 0] = float("nan")
+        avg.step(weight=1, timeout=2, wait=False)
+        region = avg.averager.region_path
+        with pytest.warns(RuntimeWarning, match="round in flight"):
+            avg.close()
+        assert region is not None and not os.path.exists(region)
+    finally:
+        avg.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DiLoCo with each trainer's own momentum: average_momentum=False
+
+
+def inner_steps(opt: DiLoCoOptimizer, model: torch.nn.Module, seed: int, steps: int, samples: int) -> None:
+    x, y = regression(seed)
+    for _ in range(steps):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        assert opt.step(samples=samples) is None
+        opt.zero_grad()
+
+
+def outer_state(opt: DiLoCoOptimizer, model: torch.nn.Module) -> tuple:
+    """θ, m and the model's (local) parameters, float32 copies by name."""
+    theta = {n: t.numpy() for n, t in opt.outer_parameters().items()}
+    momentum = {n: t.numpy() for n, t in opt.state_dict()["momentum"].items()}
+    local = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+    return theta, momentum, local
+
+
+def test_diloco_with_local_momentum_averages_only_the_outer_parameters_and_keeps_each_trainers_momentum(start_swarm):
+    swarm = start_swarm(2)
+    models = []
+    for _ in range(2):
+        torch.manual_seed(7)  # the same initial θ on both, whichever of them publishes it
+        models.append(torch.nn.Linear(4, 1))
+    lr, mu = np.float32(0.7), np.float32(0.9)
+    opts = [diloco(m, a, local_steps=10**6, timeout=30, average_momentum=False) for m, a in zip(models, swarm.agents)]
+    try:
+        n_params = sum(p.numel() for p in models[0].parameters())
+        for o in opts:
+            assert not o.average_momentum
+            assert [s.name for s in o.averager.specs] == ["outer/weight", "outer/bias"]
+            assert sum(s.nbytes for s in o.averager.specs) == 4 * n_params, "1x the parameters in float32, not 2x"
+        global_m = {}
+        for outer, samples in enumerate([(64, 192), (320, 32)]):  # the second step weighs the trainers differently
+            for o, m, seed, k in zip(opts, models, (0, 1), samples):
+                inner_steps(o, m, seed, 3, k)
+            weights = [3 * k for k in samples]
+            before = [outer_state(o, m) for o, m in zip(opts, models)]
+            new_theta, new_m = [], []
+            for theta, momentum, local in before:
+                t = {n: v.copy() for n, v in theta.items()}
+                mm = {n: v.copy() for n, v in momentum.items()}
+                for n in t:
+                    nesterov_update(t[n], mm[n], local[n], lr, mu)
+                new_theta.append(t)
+                new_m.append(mm)
+            results = in_threads(*[o.outer_step for o in opts])
+            assert all(r.averaged and r.group_size == 2 for r in results), [r.error for r in results]
+            assert opts[0].outer_params_hash == opts[1].outer_params_hash
+            for name in new_theta[0]:
+                mean = weighted_mean32([new_theta[0][name], new_theta[1][name]], weights)
+                for i, (o, m) in enumerate(zip(opts, models)):
+                    np.testing.assert_array_equal(o.outer_parameters()[name].numpy(), mean, err_msg=f"θ {outer} {i} {name}")
+                    np.testing.assert_array_equal(dict(m.named_parameters())[name].detach().numpy(), mean)
+                    np.testing.assert_array_equal(o.state_dict()["momentum"][name].numpy(), new_m[i][name],
+                                                  err_msg=f"each trainer keeps its own m ({outer} {i} {name})")
+                assert not np.array_equal(new_m[0][name], new_m[1][name]), "the members' momenta differ"
+                theta = before[0][0][name]
+                np.testing.assert_array_equal(theta, before[1][0][name])  # one θ entering each step
+                delta = weighted_mean32([theta - before[i][2][name] for i in range(2)], weights)  # mean pseudo-gradient
+                if outer == 0:
+                    # Fresh momentum (m = 0 on both): the mean of the members' θ' is the global Nesterov step on the
+                    # mean pseudo-gradient, up to float32 rounding.
+                    global_m[name] = delta
+                    np.testing.assert_allclose(mean, theta - lr * (delta + mu * global_m[name]), rtol=1e-5, atol=1e-6)
+                else:
+                    # The members' momenta differ and are weighed differently than when they were made: the step is the
+                    # Nesterov step with the mean of their momenta under this step's weights, not the averaged-momentum
+                    # (global) one.
+                    global_m[name] = mu * global_m[name] + delta
+                    averaged_momentum = theta - lr * (delta + mu * global_m[name])
+                    assert np.abs(mean - averaged_momentum).max() > 1e-3, (mean, averaged_momentum)
+                    mean_m = weighted_mean32([before[i][1][name] for i in range(2)], weights)
+                    np.testing.assert_allclose(mean, theta - lr * (delta + mu * (mu * mean_m + delta)), rtol=1e-5, atol=1e-6)
+    finally:
+        for o in opts:
+            o.close()
+
+
+def test_a_local_momentum_newcomer_downloads_the_outer_parameters_only_and_starts_its_momentum_at_zero(start_swarm):
+    swarm = start_swarm(2)
+    torch.manual_seed(2)
+    first_model = torch.nn.Linear(4, 1)
+    first = diloco(first_model, swarm[0], local_steps=2, timeout=2, average_momentum=False)
+    results = train(first, first_model, 0, 2)  # alone: the fallback leaves θ', m' (m' nonzero)
+    assert len(results) == 1 and not results[0].averaged
+    state = first.state_dict()
+    assert all(bool(m.abs().sum() > 0) for m in state["momentum"].values())
+
+    torch.manual_seed(3)
+    newcomer_model = torch.nn.Linear(4, 1)
+    newcomer = diloco(newcomer_model, swarm[1], local_steps=2, timeout=2, average_momentum=False)
+    try:
+        assert newcomer.origin == "peers"
+        assert newcomer.outer_params_hash == first.outer_params_hash
+        for name, p in newcomer_model.named_parameters():
+            assert torch.equal(p.detach(), state["outer"][name])
+            assert torch.equal(newcomer.state_dict()["momentum"][name], torch.zeros_like(p))
+        # A checkpoint restores θ and this trainer's m, and gives the agent θ.
+        newcomer.load_state_dict(state)
+        assert newcomer.outer_params_hash == first.outer_params_hash
+        restored = newcomer.state_dict()
+        for name in state["momentum"]:
+            assert torch.equal(restored["momentum"][name], state["momentum"][name])
+            assert torch.equal(restored["outer"][name], state["outer"][name])
+        assert restored["local_step"] == state["local_step"] == 2
+    finally:
+        first.close()
+        newcomer.close()

@@ -3,7 +3,8 @@
 - one trainer alone on its non-IID shard (no averaging): what a trainer gets without the swarm;
 - one model on all the training data: what the swarm should come close to;
 - with --simulate, also 8 trainers with DiLoCo averaged in this process (every outer step one group of 8, or
-  random groups of --group-size as the swarm's matchmaking makes them; --local-momentum averages θ alone),
+  random groups of --group-size as the swarm's matchmaking makes them; --local-momentum averages θ alone;
+  --overlap-delay D lands each round D inner steps after its outer step, as DiLoCoOptimizer(overlap=True) does),
   the swarm's result without agents, handy to tune --local-steps and the learning rates.
 
 It then prints the swarm's held-out accuracies from the latest `npm start -- examples/diloco-digits.yaml`
@@ -42,7 +43,7 @@ def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: 
 
 def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float, outer_lr: float, outer_momentum: float,
                     batch: int, seed: int, group_size: int = 0, local_momentum: bool = False,
-                    group_seed: int = 0) -> List[torch.nn.Module]:
+                    group_seed: int = 0, overlap_delay: int = 0) -> List[torch.nn.Module]:
     """DiLoCo as DiLoCoOptimizer does it through the agents, in this process.
 
     Each outer step every trainer takes its own Nesterov step on its own pseudo-gradient (θ', m'), then each group
@@ -51,6 +52,10 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
     trainers are split at random into groups of that size each outer step (as the swarm's matchmaking does).
     With one fixed group and equal weights, local momentum is the same as averaged momentum (the mean of the
     members' m follows the averaged m exactly: the update is linear); they differ when groups change.
+
+    ``overlap_delay`` D > 0 is the overlapped outer step: each model goes on from its own θ' and the round lands
+    D inner steps later (at the next outer step, before its Nesterov step, when D >= local_steps), adding
+    (mean θ − θ') to the model, so the D inner steps taken meanwhile are kept. 0: the mean θ at once.
     """
     models = [make_model(seed) for _ in shards]
     inner = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-4) for m in models]
@@ -60,12 +65,27 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
     rng = np.random.default_rng(group_seed)
     loss_fn = torch.nn.CrossEntropyLoss()
     n = len(models)
+    delay = min(overlap_delay, local_steps)
+    sent: List[List[torch.Tensor]] = []
+    """With overlap, each trainer's θ' of the round in flight (theta then holds the group's mean)."""
+    land_at = 0
+
+    def land() -> None:
+        """model = mean θ + (model − θ'), in float32 as DiLoCoOptimizer.land() computes it."""
+        with torch.no_grad():
+            for mod, t, s in zip(models, theta, sent):
+                for p, tp, sp in zip(mod.parameters(), t, s):
+                    p.copy_(tp + (p - sp))
+
     for step in range(1, steps + 1):
         for k, (x, y) in enumerate(shards):
             idx = next(orders[k])
             inner[k].zero_grad()
             loss_fn(models[k](x[idx]), y[idx]).backward()
             inner[k].step()
+        if sent and step == land_at:
+            land()
+            sent = []
         if step % local_steps == 0:
             with torch.no_grad():
                 for k, mod in enumerate(models):
@@ -73,6 +93,9 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
                         delta = t - local
                         m.mul_(outer_momentum).add_(delta)
                         t.sub_(outer_lr * (delta + outer_momentum * m))
+                if delay:
+                    sent = [[tp.clone() for tp in t] for t in theta]
+                    land_at = step + delay
                 order = rng.permutation(n) if group_size else np.arange(n)
                 size = group_size or n
                 for group in (order[i:i + size] for i in range(0, n, size)):
@@ -82,9 +105,11 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
                             mean = torch.stack([state[k][i] for k in group]).mean(dim=0)
                             for k in group:
                                 state[k][i].copy_(mean)
-                for mod, t in zip(models, theta):
+                for mod, t in zip(models, sent or theta):
                     for p, tp in zip(mod.parameters(), t):
                         p.copy_(tp)
+    if sent:  # the last round lands after the last inner step (the trainer's finish())
+        land()
     return models
 
 
@@ -103,13 +128,18 @@ def swarm_accuracies(run: Optional[str]) -> tuple:
     return run, accs
 
 
-def swarm_momentum(run: str) -> str:
-    """'local' or 'averaged': what the run's trainers logged (trainer.py --local-momentum), '?' for older logs."""
+def swarm_logged(run: str, pattern: str) -> str:
+    """What the run's trainers logged for a setting (the pattern's group), '?' for logs that predate it."""
     kinds = set()
     for log in glob.glob(os.path.join(run, "*.trainer.log")):
         with open(log, encoding="utf-8", errors="replace") as f:
-            kinds.update(re.findall(r"outer momentum (local|averaged)", f.read()))
+            kinds.update(re.findall(pattern, f.read()))
     return "/".join(sorted(kinds)) or "?"
+
+
+def swarm_momentum(run: str) -> str:
+    """'local' or 'averaged': what the run's trainers logged (trainer.py --local-momentum), '?' for older logs."""
+    return swarm_logged(run, r"outer momentum (local|averaged)")
 
 
 def main() -> None:
@@ -129,6 +159,8 @@ def main() -> None:
     p.add_argument("--local-momentum", action="store_true",
                    help="with --simulate: average only the outer parameters, each trainer keeps its own momentum")
     p.add_argument("--group-seed", type=int, default=0, help="with --simulate --group-size: the random groups' seed")
+    p.add_argument("--overlap-delay", type=int, default=0,
+                   help="with --simulate: overlapped outer steps whose rounds land this many inner steps later (0: none)")
     p.add_argument("--no-baselines", action="store_true", help="skip the lone-trainer and all-data baselines")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -144,16 +176,18 @@ def main() -> None:
     run, accs = swarm_accuracies(args.run)
     if accs:
         print(f"  {len(accs)} trainers with DiLoCo through the swarm: mean {np.mean(accs):.4f} "
-              f"(min {min(accs):.4f}, max {max(accs):.4f}; {run}; {swarm_momentum(run)} momentum)")
+              f"(min {min(accs):.4f}, max {max(accs):.4f}; {run}; {swarm_momentum(run)} momentum; "
+              f"{swarm_logged(run, r'outer steps (overlapped|blocking)')} outer steps)")
     else:
         print("  the swarm: no finished run found (npm start -- examples/diloco-digits.yaml, then run this again)")
     if args.simulate:
         sim = [accuracy(m, xt, yt) for m in simulate_diloco(shards, args.steps, args.local_steps, args.lr, args.outer_lr,
                                                              args.outer_momentum, args.batch, args.seed, args.group_size,
-                                                             args.local_momentum, args.group_seed)]
+                                                             args.local_momentum, args.group_seed, args.overlap_delay)]
         groups = f"random groups of {args.group_size}" if args.group_size else f"one group of {TRAINERS}"
         print(f"  {TRAINERS} trainers with DiLoCo simulated in-process ({groups}, "
-              f"{'local' if args.local_momentum else 'averaged'} momentum): mean {np.mean(sim):.4f} "
+              f"{'local' if args.local_momentum else 'averaged'} momentum"
+              f"{f', rounds landing {args.overlap_delay} inner steps late' if args.overlap_delay else ''}): mean {np.mean(sim):.4f} "
               f"(min {min(sim):.4f}, max {max(sim):.4f})")
     if args.no_baselines:
         return

@@ -10,6 +10,9 @@ own shard (mostly 3 of the 10 classes), and every --local-steps inner steps take
 
 --local-momentum averages the outer parameters alone (DiLoCoOptimizer(average_momentum=False), half the bytes);
 each trainer then keeps its own outer momentum (clients/python/README.md compares the two).
+--overlap overlaps each outer round with the next inner steps (DiLoCoOptimizer(overlap=True)): the outer step returns
+at once with the trainer's own θ' in the model, and the round lands (model = mean θ + the inner progress since) at the
+first inner step after the agent is done, or before the next outer step at the latest.
 
 Shard: --shard, else $AVS_SHARD_INDEX, else derived from $AVS_POD_NAME (the YAML gives the trainer its pod
 name): <swarm>-bootstrap-<i>-0 is shard i, <swarm>-agent-<n> is shard --bootstrap-replicas + n.
@@ -21,6 +24,7 @@ import os
 import re
 import sys
 import time
+from concurrent.futures import Future
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -112,6 +116,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--local-momentum", action="store_true",
                    help="average only the outer parameters; each trainer keeps its own outer momentum "
                         "(DiLoCoOptimizer(average_momentum=False): 1x the parameters per outer step instead of 2x)")
+    p.add_argument("--overlap", action="store_true",
+                   help="overlap each outer round with the next inner steps (DiLoCoOptimizer(overlap=True)); "
+                        "the round lands during those steps, keeping the progress made meanwhile")
     return p.parse_args(argv)
 
 
@@ -140,8 +147,9 @@ def main() -> None:
     inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     opt = DiLoCoOptimizer(model.named_parameters(), inner, local_steps=args.local_steps, outer_lr=args.outer_lr,
                           outer_momentum=args.outer_momentum, timeout=args.timeout,
-                          average_momentum=not args.local_momentum)
-    print(f"state from the agent: {opt.origin}; outer momentum {'local' if args.local_momentum else 'averaged'}", flush=True)
+                          average_momentum=not args.local_momentum, overlap=args.overlap)
+    print(f"state from the agent: {opt.origin}; outer momentum {'local' if args.local_momentum else 'averaged'}; "
+          f"outer steps {'overlapped' if args.overlap else 'blocking'}", flush=True)
     if opt.complete:
         # A cluster restarts a container that exited 0: this trainer already finished the run.
         print("the run is complete already (this trainer finished before); nothing to do", flush=True)
@@ -152,19 +160,38 @@ def main() -> None:
     last_averaged = None
     started = time.time()
     order = batches(len(rows), args.batch, seed=1000 + shard)
+    in_flight: Optional[Tuple[int, int]] = None
+    """With --overlap: (outer step, inner step) of the round in flight."""
+
+    def log(result, outer: int, step: int, when: str) -> None:
+        """One line per outer round, once its result is in the model (no round in flight: nothing blocks)."""
+        nonlocal averaged, last_averaged
+        averaged += int(bool(result.averaged))
+        if result.averaged:
+            last_averaged = opt.outer_parameters()
+        print(f"outer step {outer}: inner step {step}{when}, loss {loss.item():.4f}, "
+              f"{'averaged in a group of ' + str(result.group_size) if result.averaged else 'alone (' + str(result.error) + ')'}, "
+              f"held-out accuracy {accuracy(model, xt, yt):.4f}, params {opt.outer_params_hash}", flush=True)
+
     for step in range(1, args.steps + 1):
         idx = next(order).to(dev)
         loss = loss_fn(model(x[idx]), y[idx])
         opt.zero_grad()
         loss.backward()
+        if in_flight is not None and (opt.local_step + 1) % args.local_steps == 0:
+            # This step takes the next outer step, which would land the round first: land it here, to log it.
+            log(opt.land(), in_flight[0], in_flight[1], f", landed before inner step {step} (blocking)")
+            in_flight = None
         result = opt.step(samples=len(idx), loss=loss.item())
-        if result is not None:
-            averaged += int(bool(result.averaged))
-            if result.averaged:
-                last_averaged = opt.outer_parameters()
-            print(f"outer step {opt.outer_step_count}: inner step {step}, loss {loss.item():.4f}, "
-                  f"{'averaged in a group of ' + str(result.group_size) if result.averaged else 'alone (' + str(result.error) + ')'}, "
-                  f"held-out accuracy {accuracy(model, xt, yt):.4f}, params {opt.outer_params_hash}", flush=True)
+        if in_flight is not None and not opt.round_in_flight:  # landed by this inner step: the agent was done
+            log(opt.last_result, in_flight[0], in_flight[1], f", landed at inner step {step}")
+            in_flight = None
+        if isinstance(result, Future):
+            in_flight = (opt.outer_step_count, step)
+        elif result is not None:
+            log(result, opt.outer_step_count, step, "")
+    if in_flight is not None:
+        log(opt.land(), in_flight[0], in_flight[1], ", landed after the last inner step")
     if opt.last_result is not None and not opt.last_result.averaged and last_averaged is not None:
         # The last outer step found no group (the others had finished): end on the swarm's last averaged outer
         # parameters rather than on this trainer's own, shard-biased outer step.
@@ -174,7 +201,8 @@ def main() -> None:
         print("last outer step found no group: the model ends on the last averaged outer parameters", flush=True)
     acc = accuracy(model, xt, yt)
     print(f"final held-out accuracy {acc:.4f} (shard {shard}, {args.steps} inner steps, {opt.outer_step_count} outer steps, "
-          f"{averaged} averaged, {'local' if args.local_momentum else 'averaged'} momentum, {time.time() - started:.0f} s)", flush=True)
+          f"{averaged} averaged, {'local' if args.local_momentum else 'averaged'} momentum, "
+          f"{'overlapped' if args.overlap else 'blocking'} outer steps, {time.time() - started:.0f} s)", flush=True)
     # With spec.completion.onTrainerExit the agent's run ends here, once its last averaged round is checkpointed.
     done = opt.finish()
     print(f"agent: complete {done['complete']}, final checkpoint round {done.get('checkpointRound', '-')}", flush=True)

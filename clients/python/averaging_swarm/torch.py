@@ -9,6 +9,9 @@
 
     opt = DiLoCoOptimizer(model.named_parameters(), torch.optim.AdamW(model.parameters()), local_steps=500)
     loss.backward(); opt.step(samples=len(batch), loss=loss.item()); opt.zero_grad()
+
+    opt = DiLoCoOptimizer(..., overlap=True)            # outer steps return a Future; their rounds land during
+                                                        # the next inner steps (model = mean θ + inner progress)
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import hashlib
 import threading
 import warnings
 from concurrent.futures import Future
-from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple, Union, overload
+from typing import Any, Dict, Generic, Iterable, List, Literal, Optional, Tuple, TypeVar, Union, cast, overload
 
 import numpy as np
 import torch
@@ -97,6 +100,60 @@ def _sync(params: List[torch.Tensor]) -> None:
         torch.cuda.synchronize()
 
 
+def _land_outer(p: torch.Tensor, theta: np.ndarray, sent: np.ndarray) -> None:
+    """p becomes θ + δ, δ = p − θ' with θ' = ``sent`` as it was loaded into p (rounded to p's dtype).
+
+    δ and θ + δ are computed in float32 on p's device (θ + δ then rounded to p's dtype): δ is exact whenever p
+    and θ' are within a factor of two of each other (Sterbenz), and 0 where p still holds θ', which then gets θ.
+    """
+    loaded = torch.from_numpy(sent).to(p.device).to(p.dtype)
+    landed = p.data.float() - loaded.float()
+    landed.add_(torch.from_numpy(theta).to(p.device))
+    p.data.copy_(landed)
+
+
+class _RoundInFlight:
+    """One agent round (:meth:`DecentralizedAverager.step`) running in a background thread, and its Future.
+
+    The future is running from the start (``cancel()`` returns False) and gets the :class:`StepResult`, or the
+    error the step raised. Whoever started the round must not touch the averager's region until :meth:`result`
+    or :meth:`drop` has returned: the agent owns it meanwhile.
+    """
+
+    def __init__(self, averager: DecentralizedAverager, weight: Optional[float], gather: Any, timeout: Optional[float]):
+        self.future: "Future[StepResult]" = Future()
+        self.future.set_running_or_notify_cancel()
+        self._thread = threading.Thread(target=self._run, args=(averager, weight, gather, timeout),
+                                        name="averaging-swarm-step", daemon=True)
+        self._thread.start()
+
+    def _run(self, averager: DecentralizedAverager, weight: Optional[float], gather: Any,
+             timeout: Optional[float]) -> None:
+        try:
+            result = averager.step(weight=weight, gather=gather, timeout=timeout)
+        except BaseException as err:  # noqa: B036 - handed to whoever waits on the future
+            self.future.set_exception(err)
+        else:
+            self.future.set_result(result)
+
+    def done(self) -> bool:
+        """Whether the agent's step has ended (non-blocking)."""
+        return self.future.done()
+
+    def result(self) -> StepResult:
+        """Waits for the round (and its thread) to end; returns its result or raises its error."""
+        try:
+            return self.future.result()
+        finally:
+            self._thread.join()
+
+    def drop(self) -> None:
+        """Waits for the round (and its thread) to end without raising its error."""
+        with contextlib.suppress(BaseException):
+            self.future.exception()
+        self._thread.join()
+
+
 class ParameterAverager:
     """Averages a model's parameters in place through the pod's agent.
 
@@ -119,8 +176,7 @@ class ParameterAverager:
             self._region = [region_tensor(views[s.name], s.dtype) for s in self.averager.specs]
         self._host = _HostRegistration(self.averager, self.params)
         self._staging = [self._host.staging_for(slot.offset, r) for slot, r in zip(self.averager.slots, self._region)]
-        self._pending: Optional["Future[StepResult]"] = None
-        self._thread: Optional[threading.Thread] = None
+        self._round: Optional[_RoundInFlight] = None
         self._sent: List[torch.Tensor] = []
         """CPU copies of the region as sent by the round in flight, in the parameters' dtypes."""
 
@@ -159,27 +215,13 @@ class ParameterAverager:
                 with torch.no_grad():
                     self._copy_into_params()
             return result
-        future: "Future[StepResult]" = Future()
-        future.set_running_or_notify_cancel()  # running from now on: cancel() returns False
-        thread = threading.Thread(target=self._run_step, args=(future, weight, gather, timeout),
-                                  name="averaging-swarm-step", daemon=True)
-        self._pending, self._thread = future, thread
-        thread.start()
-        return future
-
-    def _run_step(self, future: "Future[StepResult]", weight: Optional[float], gather: Any,
-                  timeout: Optional[float]) -> None:
-        try:
-            result = self.averager.step(weight=weight, gather=gather, timeout=timeout)
-        except BaseException as err:  # noqa: B036 - handed to whoever waits on the future
-            future.set_exception(err)
-        else:
-            future.set_result(result)
+        self._round = _RoundInFlight(self.averager, weight, gather, timeout)
+        return self._round.future
 
     @property
     def round_in_flight(self) -> bool:
         """True from ``step(wait=False)`` until the round is landed (or dropped), whether or not the agent is done."""
-        return self._pending is not None
+        return self._round is not None
 
     def land(self) -> Optional[StepResult]:
         """Waits for the round in flight, if any, and applies it; returns its result, or None when none was in flight.
@@ -190,23 +232,25 @@ class ParameterAverager:
         from the region's values, then added in float32 on the parameter's device and cast back to the
         parameter's dtype: float32 parameters get two float32 roundings (the difference, the sum); float16 and
         bfloat16 parameters get one rounding to nearest even of ``float32(p) + (mean − sent)`` (the mean itself is
-        the agent's, already rounded to the dtype). With no local step taken meanwhile this is the mean itself.
+        the agent's, already rounded to the dtype). With no local step taken meanwhile this is the mean exactly
+        where mean and sent are within a factor of two of each other (the difference is then exact), else within
+        one float32 rounding of it.
         Parts the group kept local (``raw["partsKeptLocal"]``) hold the values sent, so their correction is zero.
 
         When the round did not average (``averaged`` False) the parameters stay as trained. When it raised (the
         agent refused or could not be reached), the parameters stay as trained and the error is raised here; the
         round counts as landed either way.
         """
-        future = self._pending
-        if future is None:
+        round_ = self._round
+        if round_ is None:
             return None
         try:
-            result = future.result()
+            result = round_.result()
             if result.averaged:
                 self._apply_correction()
             return result
         finally:
-            self._forget()
+            self._round, self._sent = None, []
 
     def _apply_correction(self) -> None:
         with torch.no_grad(), self.averager.get_tensors():
@@ -219,20 +263,11 @@ class ParameterAverager:
                     p.data.copy_(p.data.float().add_(correction))
             _sync(self.params)
 
-    def _forget(self) -> None:
-        """Waits for the background thread to end and drops the round in flight."""
-        thread = self._thread
-        if thread is not None:
-            thread.join()
-        self._pending, self._thread = None, None
-        self._sent = []
-
     def _drop(self) -> None:
         """Waits for the agent's step to end without applying the round or raising its error."""
-        if self._pending is not None:
-            with contextlib.suppress(BaseException):
-                self._pending.exception()
-            self._forget()
+        if self._round is not None:
+            self._round.drop()
+            self._round, self._sent = None, []
 
     def load_state_from_peers(self) -> str:
         """Copies the agent's state into the parameters unless it is ``initial``; returns the origin.
@@ -268,7 +303,7 @@ class ParameterAverager:
 
     def close(self) -> None:
         """Lands the round in flight, if any (its error becomes a RuntimeWarning), then unmaps and deletes the region."""
-        if self._pending is not None:
+        if self._round is not None:
             try:
                 self.land()
             except Exception as err:  # noqa: BLE001 - close() must not fail on the last round's error
@@ -278,25 +313,63 @@ class ParameterAverager:
         self.averager.close()
 
 
-class DiLoCoOptimizer:
+_Outcome = TypeVar("_Outcome")
+"""What an outer step returns: :class:`StepResult`, or ``Future[StepResult]`` with ``overlap=True``."""
+
+
+class DiLoCoOptimizer(Generic[_Outcome]):
     """DiLoCo: ``local_steps`` inner steps, then one outer Nesterov step on the swarm's averaged pseudo-gradient.
 
     The averaged tensors are, per parameter, the outer parameters ``outer/<name>`` (θ) and, with
     ``average_momentum=True`` (default), the outer momentum ``momentum/<name>`` (m), float32. Each outer step
     computes Δ = θ − θ_local, m' = μ·m + Δ and θ' = θ − lr·(Δ + μ·m') (torch's SGD with ``nesterov=True``) in
     numpy float32 on the CPU, averages θ' (and m') weighted by the samples since the last outer step, and loads
-    the mean θ into the model. Members of one group leave with bit-identical θ; alone (no group within
-    ``timeout``) a trainer keeps its own θ', m'. Needs the agent's averagingAlpha to be 1.
+    the mean θ into the model. Members of one group leave with bit-identical θ (and m, when averaged), and
+    without overlap the model holds θ (cast to the parameters' dtype), so their models are bit-identical too;
+    alone (no group within ``timeout``) a trainer keeps its own θ', m'. Needs the agent's averagingAlpha to be 1.
 
     ``average_momentum=False`` registers θ alone: each outer step moves 1× the parameters instead of 2×, and each
     trainer keeps its own m (never averaged, never published: a newcomer downloads θ only and starts with m = 0).
     Every trainer of a swarm must use the same setting (the registered tensors differ).
+
+    ``overlap=True`` (Streaming DiLoCo's overlapped outer step) hides the round behind the next inner steps: the
+    outer step computes θ', m' as above, starts the agent's round in a background thread, loads this trainer's
+    own θ' into the model and returns a ``Future[StepResult]`` at once. Inner steps go on from θ'. The round
+    *lands* at the first :meth:`step` after the agent is done (a non-blocking check after that call's inner
+    step), or, blocking, at :meth:`land`, the next outer step, :meth:`state_dict`, :meth:`outer_parameters`,
+    :attr:`outer_params_hash`, :meth:`finish` or :meth:`close`. Landing an averaged round sets θ to the group's
+    mean θ (bit-identical on every member, as without overlap), m to the mean m (or keeps this trainer's own m'
+    with ``average_momentum=False``), and moves the model by ``θ − θ'``, keeping the inner progress δ = p − θ'
+    made since the outer step: the model becomes θ + δ, so the members' models differ by their own δ. The next
+    Δ = θ − θ_local then counts every inner step exactly once. See :meth:`land` for the rounding and the
+    failure cases.
     """
+
+    @overload
+    def __init__(self: "DiLoCoOptimizer[StepResult]", named_parameters: Iterable[Tuple[str, torch.Tensor]],
+                 inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
+                 outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
+                 shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
+                 overlap: Literal[False] = ...) -> None: ...
+
+    @overload
+    def __init__(self: "DiLoCoOptimizer[Future[StepResult]]", named_parameters: Iterable[Tuple[str, torch.Tensor]],
+                 inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
+                 outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
+                 shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
+                 overlap: Literal[True]) -> None: ...
+
+    @overload
+    def __init__(self: "DiLoCoOptimizer[Union[StepResult, Future[StepResult]]]",
+                 named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
+                 local_steps: int = ..., outer_lr: float = ..., outer_momentum: float = ...,
+                 timeout: Optional[float] = ..., url: Optional[str] = ..., shm_dir: Optional[str] = ...,
+                 transport: str = ..., average_momentum: bool = ..., *, overlap: bool) -> None: ...
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
                  local_steps: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  timeout: Optional[float] = None, url: Optional[str] = None, shm_dir: Optional[str] = None,
-                 transport: str = "shm", average_momentum: bool = True):
+                 transport: str = "shm", average_momentum: bool = True, *, overlap: bool = False):
         if local_steps < 1:
             raise ValueError(f"local_steps is {local_steps}; it must be at least 1")
         self.names, self.params = _named(named_parameters)
@@ -307,6 +380,8 @@ class DiLoCoOptimizer:
         self.timeout = timeout
         self.average_momentum = average_momentum
         """Whether m is averaged with θ (2× the parameters per outer step) or kept by each trainer (1×)."""
+        self.overlap = overlap
+        """Whether outer steps return a Future at once and their rounds land during the next inner steps."""
         shapes = {n: tuple(p.shape) for n, p in zip(self.names, self.params)}
         tensors: Dict[str, Tuple[Tuple[int, ...], str]] = {f"outer/{n}": (s, "float32") for n, s in shapes.items()}
         if average_momentum:
@@ -322,10 +397,17 @@ class DiLoCoOptimizer:
         self.local_step = 0
         """Inner steps since construction (or the loaded state dict)."""
         self.outer_step_count = 0
+        """Outer steps taken (with overlap: started, whether or not their round has landed)."""
         self.last_result: Optional[StepResult] = None
+        """The last outer round's result (with overlap: the last round landed)."""
         self._samples = 0
         self._losses: List[float] = []
         self._reported_error = False
+        self._round: Optional[_RoundInFlight] = None
+        self._sent_theta: List[np.ndarray] = []
+        """Copies of θ' as sent by the round in flight (and of m', when averaged): restored when it does not average."""
+        self._sent_momentum: List[np.ndarray] = []
+        self._round_report: Tuple[int, List[float]] = (0, [])
         self.origin = self.load_state_from_peers()
 
     @property
@@ -336,11 +418,13 @@ class DiLoCoOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.inner_optimizer.zero_grad(set_to_none=set_to_none)
 
-    def step(self, samples: Optional[int] = None, loss: Optional[float] = None) -> Optional[StepResult]:
-        """One inner step; every ``local_steps``-th call also runs the outer step and returns its result.
+    def step(self, samples: Optional[int] = None, loss: Optional[float] = None) -> Optional[_Outcome]:
+        """One inner step; every ``local_steps``-th call also runs the outer step and returns what it returns.
 
         ``samples`` (default 1, so that weights count inner steps) weights this trainer in the outer average;
-        ``loss`` is averaged over the outer step's inner steps and reported to the agent.
+        ``loss`` is averaged over the outer step's inner steps and reported to the agent. With ``overlap=True``
+        a call that is not an outer step lands the round in flight once the agent is done with it (after this
+        call's inner step; its error, if the round raised one, is raised here, the inner step taken).
         """
         self.inner_optimizer.step()
         self.local_step += 1
@@ -349,23 +433,99 @@ class DiLoCoOptimizer:
             self._losses.append(float(loss))
         if self.local_step % self.local_steps == 0:
             return self.outer_step()
+        if self._round is not None and self._round.done():
+            self.land()
         return None
 
     @torch.no_grad()
-    def outer_step(self) -> StepResult:
-        """Nesterov on the pseudo-gradient, the swarm's weighted mean of θ (and m, when averaged), θ into the model."""
-        mu, lr = np.float32(self.outer_momentum), np.float32(self.outer_lr)
-        with self.averager.get_tensors():
-            for p, pinned, theta, m in zip(self.params, self._pinned, self._theta, self._momentum):
-                local = self._local_float32(p, pinned)
-                nesterov_update(theta, m, local, lr, mu)
-        result = self.averager.step(weight=max(self._samples, 1), timeout=self.timeout,
-                                    gather={"samples": self._samples})
-        self._theta_into_model()
+    def outer_step(self) -> _Outcome:
+        """Nesterov on the pseudo-gradient, the swarm's weighted mean of θ (and m, when averaged), θ into the model.
+
+        Without overlap: returns the round's :class:`StepResult` once the model holds θ. With ``overlap=True``:
+        lands the round still in flight first (blocking; if that round raised, its error is raised here and this
+        outer step is not taken: call ``outer_step()`` again to take it), then computes θ', m', starts the
+        round, loads θ' into the model and returns the round's ``Future[StepResult]`` at once. The future
+        cannot be cancelled and its result alone changes nothing: the round lands as the class docstring says.
+        """
+        if not self.overlap:
+            self._nesterov_into_region(keep_sent=False)
+            result = self.averager.step(weight=max(self._samples, 1), timeout=self.timeout,
+                                        gather={"samples": self._samples})
+            self._theta_into_model()
+            self.outer_step_count += 1
+            self.last_result = result
+            self._report(self._samples, self._losses)
+            self._samples, self._losses = 0, []
+            return cast(_Outcome, result)
+        self.land()
+        self._nesterov_into_region(keep_sent=True)
+        self._theta_into_model()  # this trainer's own θ', before the agent owns the region
+        samples = self._samples
+        self._round_report = (samples, self._losses)
+        self._samples, self._losses = 0, []
+        self._round = _RoundInFlight(self.averager, max(samples, 1), {"samples": samples}, self.timeout)
         self.outer_step_count += 1
+        return cast(_Outcome, self._round.future)
+
+    @property
+    def round_in_flight(self) -> bool:
+        """True from an overlapped outer step until its round lands (or is dropped), whether or not the agent is done."""
+        return self._round is not None
+
+    @torch.no_grad()
+    def land(self) -> Optional[StepResult]:
+        """Waits for the overlapped round in flight, if any, and applies it; returns its result (None when none).
+
+        Averaged: θ becomes the group's mean θ (bit-identical on every member) and m the mean m (with
+        ``average_momentum=False`` this trainer keeps its own m'). The model keeps the inner progress made since
+        the outer step: each parameter becomes ``θ + δ`` with ``δ = p − θ'``, ``p`` its value now and ``θ'`` this
+        trainer's θ' as it was loaded into the model (rounded to the parameter's dtype), both computed in float32
+        on the parameter's device, then rounded to the parameter's dtype. δ is exact in float32 whenever p and θ'
+        are within a factor of two of each other (Sterbenz's lemma: the usual case, an inner step's progress
+        being small against the weights), and then a float32 parameter holds θ + δ correctly rounded (one
+        rounding); elsewhere within two float32 roundings. Where δ is 0 (no inner step since the outer step, or
+        an element the inner steps left alone) the parameter gets θ itself, bit for bit as without overlap.
+        Parts the group kept local hold θ', so for them θ − θ' is zero. A progress report goes to the agent (the
+        outer step's samples and mean loss, the hash of the landed θ).
+
+        Not averaged (no group within ``timeout``): θ and m stay this trainer's own θ', m' (written back from
+        this trainer's copies) and the model stays as trained, as a lone trainer without overlap. Raised (the
+        agent refused the round or could not be reached): the same, and the error is raised here; the round
+        counts as landed either way (no report is sent for it).
+        """
+        round_ = self._round
+        if round_ is None:
+            return None
+        sent_theta, sent_momentum = self._sent_theta, self._sent_momentum
+        self._round, self._sent_theta, self._sent_momentum = None, [], []
+        try:
+            result = round_.result()
+        except BaseException:
+            self._restore(sent_theta, sent_momentum)
+            raise
+        if not result.averaged:
+            self._restore(sent_theta, sent_momentum)
+        else:
+            with self.averager.get_tensors():
+                for p, theta, sent in zip(self.params, self._theta, sent_theta):
+                    _land_outer(p, theta, sent)
+            _sync(self.params)
         self.last_result = result
-        self._report()
+        self._report(*self._round_report)
         return result
+
+    def _drop(self) -> None:
+        """Waits for the agent's step in flight to end, applying nothing and raising nothing."""
+        if self._round is not None:
+            self._round.drop()
+            self._round, self._sent_theta, self._sent_momentum = None, [], []
+
+    def _restore(self, sent_theta: List[np.ndarray], sent_momentum: List[np.ndarray]) -> None:
+        with self.averager.get_tensors():
+            for theta, sent in zip(self._theta, sent_theta):
+                theta[...] = sent
+            for m, sent in zip(self._momentum, sent_momentum):
+                m[...] = sent
 
     @torch.no_grad()
     def load_state_from_peers(self) -> str:
@@ -374,8 +534,11 @@ class DiLoCoOptimizer:
         When the agent holds nothing yet (``initial``) θ becomes the model's parameters, m zeros, and the agent
         is given them so that peers downloading state get real parameters. With ``average_momentum=False`` the
         agent holds θ alone: m is this trainer's own and is left as it is (zeros for a newcomer, which starts
-        from the swarm's θ with m = 0), except at ``initial``, where it is zeroed.
+        from the swarm's θ with m = 0), except at ``initial``, where it is zeroed. An overlapped round in flight
+        is dropped, not landed: this waits for the agent's step to end, then the agent's state replaces θ, m
+        and the model (the round's error, if any, is not raised).
         """
+        self._drop()
         origin = self.averager.load_state_from_peers()
         if origin == "initial":
             with self.averager.get_tensors():
@@ -389,18 +552,28 @@ class DiLoCoOptimizer:
 
     @property
     def outer_params_hash(self) -> str:
-        """16 hex digits: the start of blake2b-512 over θ's float32 bytes, parameter by parameter."""
+        """16 hex digits: the start of blake2b-512 over θ's float32 bytes, parameter by parameter.
+
+        Lands the overlapped round in flight first (:meth:`land`, blocking; its error is raised here)."""
+        self.land()
+        return self._theta_hash()
+
+    def _theta_hash(self) -> str:
         h = hashlib.blake2b()
         for theta in self._theta:
             h.update(theta.tobytes())
         return h.hexdigest()[:16]
 
     def outer_parameters(self) -> Dict[str, torch.Tensor]:
-        """Copies of θ, by parameter name."""
+        """Copies of θ, by parameter name; lands the overlapped round in flight first (:meth:`land`, blocking)."""
+        self.land()
         return {n: torch.from_numpy(t.copy()) for n, t in zip(self.names, self._theta)}
 
     def state_dict(self) -> Dict[str, Any]:
-        """The inner optimizer's state, the counters, θ (``outer``) and m (``momentum``), copies by parameter name."""
+        """The inner optimizer's state, the counters, θ (``outer``) and m (``momentum``), copies by parameter name.
+
+        Lands the overlapped round in flight first (:meth:`land`, blocking; its error is raised here)."""
+        self.land()
         return {
             "inner_optimizer": self.inner_optimizer.state_dict(),
             "local_step": self.local_step,
@@ -415,8 +588,10 @@ class DiLoCoOptimizer:
         """Restores a checkpoint and gives its θ and m to the agent (the model's parameters are the caller's).
 
         With ``average_momentum=False`` the agent gets θ and m stays in this trainer. State dicts are the same
-        either way, so a checkpoint of one setting loads into the other.
+        either way, so a checkpoint of one setting loads into the other. An overlapped round in flight is
+        dropped (as by :meth:`load_state_from_peers`): the checkpoint replaces θ and m.
         """
+        self._drop()
         self.inner_optimizer.load_state_dict(state["inner_optimizer"])
         self.local_step = int(state["local_step"])
         self.outer_step_count = int(state.get("outer_step_count", 0))
@@ -434,13 +609,35 @@ class DiLoCoOptimizer:
         return self.averager.complete
 
     def finish(self) -> Dict[str, Any]:
-        """This trainer is done: see :meth:`DecentralizedAverager.finish`. Call it after the last outer step."""
+        """This trainer is done: see :meth:`DecentralizedAverager.finish`. Call it after the last outer step.
+
+        Lands the overlapped round in flight first (:meth:`land`); when that round raised, its error is raised
+        here before the agent is told (the round counts as landed: call ``finish()`` again).
+        """
+        self.land()
         return self.averager.finish()
 
     def close(self) -> None:
+        """Lands the overlapped round in flight, if any (its error becomes a RuntimeWarning), then unmaps the region."""
+        if self._round is not None:
+            try:
+                self.land()
+            except Exception as err:  # noqa: BLE001 - close() must not fail on the last round's error
+                warnings.warn(f"the outer round in flight at close() did not average: {err}", RuntimeWarning, stacklevel=2)
         self._theta.clear()
         self._momentum.clear()
         self.averager.close()
+
+    def _nesterov_into_region(self, keep_sent: bool) -> None:
+        """θ, m in the region (m in this trainer with average_momentum=False) become θ', m'; keep_sent copies them."""
+        mu, lr = np.float32(self.outer_momentum), np.float32(self.outer_lr)
+        with self.averager.get_tensors():
+            for p, pinned, theta, m in zip(self.params, self._pinned, self._theta, self._momentum):
+                local = self._local_float32(p, pinned)
+                nesterov_update(theta, m, local, lr, mu)
+            if keep_sent:
+                self._sent_theta = [t.copy() for t in self._theta]
+                self._sent_momentum = [m.copy() for m in self._momentum] if self.average_momentum else []
 
     def _local_float32(self, p: torch.Tensor, pinned: Optional[torch.Tensor]) -> np.ndarray:
         if pinned is not None:
@@ -459,16 +656,14 @@ class DiLoCoOptimizer:
                 p.data.copy_(src)
         _sync(self.params)
 
-    def _report(self) -> None:
-        loss = sum(self._losses) / len(self._losses) if self._losses else None
+    def _report(self, samples: int, losses: List[float]) -> None:
+        loss = sum(losses) / len(losses) if losses else None
         try:
-            self.averager.client.report(loss=loss, samples=self._samples, params_hash=self.outer_params_hash)
+            self.averager.client.report(loss=loss, samples=samples, params_hash=self._theta_hash())
         except AgentError as err:
             if not self._reported_error:
                 warnings.warn(f"the agent refused a progress report: {err}", RuntimeWarning, stacklevel=3)
                 self._reported_error = True
-        self._samples = 0
-        self._losses = []
 
 
 def nesterov_update(theta: np.ndarray, m: np.ndarray, local: np.ndarray, lr: np.float32, mu: np.float32) -> None:

@@ -427,3 +427,252 @@ def test_a_local_momentum_newcomer_downloads_the_outer_parameters_only_and_start
     finally:
         first.close()
         newcomer.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Overlapped DiLoCo outer steps: DiLoCoOptimizer(overlap=True)
+
+
+def small_dyadic(rng: np.random.Generator, shape) -> np.ndarray:
+    """float32 multiples of 2^-8 in [-1, 1). With outer lr and μ 1/2, SGD lr 1/16 on such gradients, deltas that
+    are multiples of 2^-10 and weights 1:3 or 1:1, every value of the first two outer steps below (θ', m', the
+    means, the differences and sums of land()) is a multiple of 2^-18 below 2 in magnitude: float32 (24 bits)
+    holds each exactly, so nothing rounds there."""
+    return (rng.integers(-256, 256, size=tuple(shape)) / 256).astype(np.float32)
+
+
+def dyadic_model(seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    return [("w", torch.nn.Parameter(torch.from_numpy(small_dyadic(rng, (4, 3))))),
+            ("b", torch.nn.Parameter(torch.from_numpy(small_dyadic(rng, (3,)))))]
+
+
+def overlapped(model: list, agent, **kw) -> DiLoCoOptimizer:
+    """overlap=True, SGD lr 1/16 (p − g/16 rounds once at most), outer lr and μ 1/2; outer steps called by hand."""
+    return DiLoCoOptimizer(model, torch.optim.SGD([p for _, p in model], lr=1 / 16), local_steps=10**6,
+                           outer_lr=0.5, outer_momentum=0.5, url=agent.url, shm_dir=agent.shm_dir, overlap=True, **kw)
+
+
+def known_sgd_step(opt: DiLoCoOptimizer, model: list, rng: np.random.Generator, samples: int) -> dict:
+    """One inner step through opt.step() on a known dyadic gradient: p − g/16 exactly. Returns g by name."""
+    grads = {n: small_dyadic(rng, tuple(p.shape)) for n, p in model}
+    for n, p in model:
+        p.grad = torch.from_numpy(grads[n].copy())
+    assert opt.step(samples=samples) is None
+    opt.zero_grad()
+    return grads
+
+
+def add_by_hand(model: list, rng: np.random.Generator) -> dict:
+    """Inner progress δ added to the parameters directly (multiples of 2^-10 in [-1/16, 1/16)); returns δ by name."""
+    deltas = {n: (rng.integers(-64, 64, size=tuple(p.shape)) / 1024).astype(np.float32) for n, p in model}
+    with torch.no_grad():
+        for n, p in model:
+            p.add_(torch.from_numpy(deltas[n]))
+    return deltas
+
+
+def landed_outer(trained: np.ndarray, theta: np.ndarray, sent: np.ndarray) -> np.ndarray:
+    """What DiLoCoOptimizer.land() computes for a float32 parameter, in numpy float32: θ + (trained − θ')."""
+    return theta + (trained - sent)
+
+
+def model32(model: list) -> dict:
+    return {n: as32(p) for n, p in model}
+
+
+def nesterov(theta: dict, momentum: dict, local: dict) -> tuple:
+    """θ', m' from copies, as the optimizer computes them (outer lr and μ 1/2)."""
+    t = {n: v.copy() for n, v in theta.items()}
+    m = {n: v.copy() for n, v in momentum.items()}
+    for n in t:
+        nesterov_update(t[n], m[n], local[n], np.float32(0.5), np.float32(0.5))
+    return t, m
+
+
+def theta_m(opt: DiLoCoOptimizer) -> tuple:
+    state = opt.state_dict()
+    return ({n: t.numpy().copy() for n, t in state["outer"].items()},
+            {n: t.numpy().copy() for n, t in state["momentum"].items()})
+
+
+def test_overlapped_outer_steps_land_the_groups_theta_and_keep_each_trainers_inner_steps(start_swarm):
+    swarm = start_swarm(2)
+    models = [dyadic_model(31), dyadic_model(31)]  # the same θ0 on both, whichever of them publishes it
+    opts = [overlapped(m, a, timeout=30) for m, a in zip(models, swarm.agents)]
+    rng = np.random.default_rng(7)
+    try:
+        theta0 = {n: as32(p) for n, p in models[0]}
+        zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
+        for o in opts:
+            assert o.overlap and not o.round_in_flight and o.land() is None
+            theta, momentum = theta_m(o)
+            for n in theta0:
+                np.testing.assert_array_equal(theta[n], theta0[n])
+                np.testing.assert_array_equal(momentum[n], zeros[n])
+
+        # Outer step 1 after two inner steps (samples 2 and 6): each model holds its own θ' at once.
+        for _ in range(2):
+            for o, m, k in zip(opts, models, (1, 3)):
+                known_sgd_step(o, m, rng, k)
+        weights = [2, 6]
+        sent = [nesterov(theta0, zeros, model32(m)) for m in models]
+        futures = [o.outer_step() for o in opts]
+        assert all(isinstance(f, Future) for f in futures) and all(o.round_in_flight for o in opts)
+        assert not any(f.cancel() for f in futures)
+        assert [o.outer_step_count for o in opts] == [1, 1]
+        for m, (theta1, _) in zip(models, sent):
+            for n, p in m:
+                np.testing.assert_array_equal(as32(p), theta1[n], err_msg=f"θ' in the model at once ({n})")
+
+        # Inner progress δ while the rounds run (by hand: nothing lands before land()), then land.
+        deltas = [add_by_hand(m, rng) for m in models]
+        trained = [model32(m) for m in models]
+        results = [o.land() for o in opts]
+        assert all(r is not None and r.averaged and r.group_size == 2 for r in results), [r and r.error for r in results]
+        assert results[0] is futures[0].result() and results[1] is futures[1].result()
+        assert all(o.last_result is r for o, r in zip(opts, results))
+        assert not any(o.round_in_flight for o in opts) and all(o.land() is None for o in opts)
+        mean_theta = {n: weighted_mean32([sent[0][0][n], sent[1][0][n]], weights) for n in theta0}
+        mean_m = {n: weighted_mean32([sent[0][1][n], sent[1][1][n]], weights) for n in theta0}
+        assert opts[0].outer_params_hash == opts[1].outer_params_hash
+        for i, (o, m) in enumerate(zip(opts, models)):
+            theta, momentum = theta_m(o)
+            for n, p in m:
+                np.testing.assert_array_equal(theta[n], mean_theta[n], err_msg=f"θ is the weighted mean ({i} {n})")
+                np.testing.assert_array_equal(momentum[n], mean_m[n], err_msg=f"m is the weighted mean ({i} {n})")
+                # Every value here is dyadic and short: the difference and the sum are exact, so the model is
+                # exactly θ_mean + δ (the float32 formula of land() gives the same bits).
+                np.testing.assert_array_equal(as32(p), mean_theta[n] + deltas[i][n], err_msg=f"θ + δ ({i} {n})")
+                np.testing.assert_array_equal(as32(p), landed_outer(trained[i][n], mean_theta[n], sent[i][0][n]))
+        assert not np.array_equal(as32(dict(models[0])["w"]), as32(dict(models[1])["w"])), "each keeps its own δ"
+
+        # Outer step 2: Δ = θ − θ_local = −δ, the inner progress counted once (no sample since: weights 1 and 1).
+        local2 = [{n: mean_theta[n] + deltas[i][n] for n in theta0} for i in range(2)]
+        for i in range(2):
+            for n in theta0:
+                np.testing.assert_array_equal(mean_theta[n] - local2[i][n], -deltas[i][n])
+        sent2 = [nesterov(mean_theta, mean_m, local2[i]) for i in range(2)]
+        futures2 = [o.outer_step() for o in opts]
+        for i, m in enumerate(models):
+            for n, p in m:
+                np.testing.assert_array_equal(as32(p), sent2[i][0][n], err_msg=f"θ'' from Δ = −δ ({i} {n})")
+        # The agent is done with both rounds (waiting on the futures lands nothing) ...
+        assert all(f.result().averaged for f in futures2), [f.result().error for f in futures2]
+        assert all(o.round_in_flight for o in opts)
+        # ... so the next inner step lands them, after its own SGD step on a fixed loss (not dyadic: roundings).
+        x, y = regression(0, n=16)
+        grads, stepped = [], []
+        for o, m, k in zip(opts, models, (1, 3)):
+            w, b = dict(m)["w"], dict(m)["b"]
+            torch.nn.functional.mse_loss(x @ w + b, y.expand(-1, 3)).backward()
+            grads.append({n: p.grad.numpy().copy() for n, p in m})
+            stepped.append({n: as32(p) for n, p in m})
+            assert o.step(samples=k) is None
+            o.zero_grad()
+            assert not o.round_in_flight and o.last_result is futures2[opts.index(o)].result()
+        mean2 = {n: weighted_mean32([sent2[0][0][n], sent2[1][0][n]], [1, 1]) for n in theta0}
+        sterbenz_elements = []
+        mean2_m = {n: weighted_mean32([sent2[0][1][n], sent2[1][1][n]], [1, 1]) for n in theta0}
+        for i, (o, m) in enumerate(zip(opts, models)):
+            theta, momentum = theta_m(o)
+            for n, p in m:
+                np.testing.assert_array_equal(theta[n], mean2[n])
+                np.testing.assert_array_equal(momentum[n], mean2_m[n])
+                trained_n = stepped[i][n] - grads[i][n] / np.float32(16)  # g/16 is exact: one rounding, as torch's SGD
+                got, sent_n = as32(p), sent2[i][0][n]
+                # Bit for bit what land() computes in float32: δ = trained − θ', then θ + δ ...
+                np.testing.assert_array_equal(got, landed_outer(trained_n, mean2[n], sent_n), err_msg=f"{i} {n}")
+                # ... which is θ + δ within two float32 roundings (unit roundoff 2^-24 each) ...
+                exact = mean2[n].astype(np.float64) + (trained_n.astype(np.float64) - sent_n)
+                delta32 = trained_n - sent_n
+                bound = 2.0 ** -24 * (np.abs(delta32) + np.abs(got)) * 1.001
+                assert np.all(np.abs(got - exact) <= bound), (n, got - exact, bound)
+                # ... and θ + δ correctly rounded (one rounding) where trained and θ' are within a factor of two of
+                # each other, so that δ is exact (Sterbenz's lemma).
+                near = (np.sign(trained_n) == np.sign(sent_n)) & (np.abs(trained_n) <= 2 * np.abs(sent_n)) \
+                    & (np.abs(sent_n) <= 2 * np.abs(trained_n))
+                sterbenz_elements.append(int(near.sum()))
+                np.testing.assert_array_equal(got[near], exact.astype(np.float32)[near], err_msg=f"one rounding {i} {n}")
+        assert sum(sterbenz_elements) > 0
+
+        # Outer step 3 (weights 1 and 3), then no inner step: load_state_from_peers() drops the round on trainer 0
+        # (the swarm's state replaces θ, m and the model), finish() lands it on trainer 1: both models are θ exactly.
+        local3 = [model32(m) for m in models]
+        sent3 = [nesterov(mean2, mean2_m, local3[i]) for i in range(2)]
+        for o in opts:
+            o.outer_step()
+        assert opts[0].load_state_from_peers() == "averaged"
+        assert not opts[0].round_in_flight
+        done = opts[1].finish()
+        assert "complete" in done and not opts[1].round_in_flight
+        mean3 = {n: weighted_mean32([sent3[0][0][n], sent3[1][0][n]], [1, 3]) for n in theta0}
+        for i, (o, m) in enumerate(zip(opts, models)):
+            for n, p in m:
+                np.testing.assert_array_equal(o.outer_parameters()[n].numpy(), mean3[n])
+                np.testing.assert_array_equal(as32(p), mean3[n], err_msg=f"no inner step since: the model is θ ({i} {n})")
+    finally:
+        for o in opts:
+            o.close()
+
+
+@pytest.mark.parametrize("average_momentum", [True, False])
+def test_an_overlapped_outer_step_alone_keeps_its_own_outer_parameters_and_momentum(start_swarm, average_momentum):
+    swarm = start_swarm(1)  # groups need 2: no group can form
+    model = dyadic_model(41)
+    opt = overlapped(model, swarm[0], timeout=2, average_momentum=average_momentum)
+    rng = np.random.default_rng(8)
+    try:
+        assert opt.origin == "initial"
+        theta0 = model32(model)
+        zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
+        known_sgd_step(opt, model, rng, 5)
+        theta1, m1 = nesterov(theta0, zeros, model32(model))
+        future = opt.outer_step()
+        assert isinstance(future, Future)
+        deltas = add_by_hand(model, rng)
+        result = future.result()
+        assert not result.averaged and result.error
+        assert opt.round_in_flight, "the future's result alone lands nothing"
+        grads = known_sgd_step(opt, model, rng, 5)  # the agent is done: this step lands the round
+        assert not opt.round_in_flight and opt.last_result is result
+        theta, momentum = theta_m(opt)
+        for n, p in model:
+            np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"θ stays θ' ({n})")
+            np.testing.assert_array_equal(momentum[n], m1[n], err_msg=f"m stays m' ({n})")
+            np.testing.assert_array_equal(as32(p), theta1[n] + deltas[n] - grads[n] / 16, err_msg=f"as trained ({n})")
+
+        # A round the agent refuses (a NaN in θ'): the inner step that lands it raises the error, the inner step
+        # taken; θ and m stay θ', m' (NaN included) and the model as trained.
+        w = dict(model)["w"]
+        with torch.no_grad():
+            w[0, 0] = float("nan")
+        theta2, m2 = nesterov(theta1, m1, model32(model))
+        future = opt.outer_step()
+        assert isinstance(future.exception(), AgentError)
+        with torch.no_grad():
+            w[0, 0] = 0.25  # training goes on (and repairs the NaN)
+        before = model32(model)
+        grads = {n: small_dyadic(rng, tuple(p.shape)) for n, p in model}
+        for n, p in model:
+            p.grad = torch.from_numpy(grads[n].copy())
+        steps = opt.local_step
+        with pytest.raises(AgentError):
+            opt.step(samples=5)
+        opt.zero_grad()
+        assert opt.local_step == steps + 1 and not opt.round_in_flight and opt.land() is None
+        theta, momentum = theta_m(opt)
+        for n, p in model:
+            np.testing.assert_array_equal(theta[n], theta2[n], err_msg=f"θ stays θ' ({n})")
+            np.testing.assert_array_equal(momentum[n], m2[n], err_msg=f"m stays m' ({n})")
+            np.testing.assert_array_equal(as32(p), before[n] - grads[n] / 16, err_msg=f"as trained ({n})")
+        assert np.isnan(theta["w"][0, 0]) and not np.isnan(theta["b"]).any()
+
+        # close() with a refused round in flight: the error becomes a warning and the region goes.
+        opt.outer_step()
+        region = opt.averager.region_path
+        with pytest.warns(RuntimeWarning, match="round in flight"):
+            opt.close()
+        assert region is not None and not os.path.exists(region)
+    finally:
+        opt.close()

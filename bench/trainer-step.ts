@@ -62,7 +62,7 @@ async function main (): Promise<void> {
   const program = new Command()
     .name('bench:trainer')
     .description("A PyTorch trainer's averaging step through the sidecar API against its agent's own round, and hivemind's step, on loopback.")
-    .option('--paths <list>', 'trainer paths: shm, torch, binary, base64 (base64 is the API before binary bodies)', 'shm,torch,binary,base64')
+    .option('--paths <list>', 'trainer paths: shm, torch, cuda (a torch parameter on the GPU), binary, base64 (base64 is the API before binary bodies)', 'shm,torch,binary,base64')
     .option('--peers <list>', 'peer counts', '2,4')
     .option('--elements <list>', 'float32 elements per peer (25M, 250M, 1000M)', '25M,250M')
     .option('--hivemind', 'also run hivemind 1.1.12 at each size (needs npm run bench:setup)', false)

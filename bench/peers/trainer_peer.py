@@ -7,6 +7,8 @@ in one averaging step through the package `averaging_swarm`:
   BENCH_TRAINER_PATH=shm     numpy arrays in the shared region, trained in place: step() alone
   BENCH_TRAINER_PATH=torch   a torch parameter outside the region: ParameterAverager.step() copies it
                              in, averages, copies the mean back
+  BENCH_TRAINER_PATH=cuda    the same with the parameter on the GPU (device 0): copies between the GPU and
+                             the page-locked region
   BENCH_TRAINER_PATH=binary  raw little-endian bytes in the HTTP bodies (no shared folder)
   BENCH_TRAINER_PATH=base64  the API before shared memory and binary bodies: base64 float32 inside JSON, both ways
 
@@ -154,10 +156,11 @@ class TrainerPeer:
             self.trainer = Base64Trainer(self.url, elements)
             return
         from averaging_swarm import DecentralizedAverager
-        if self.path == "torch":
+        if self.path in ("torch", "cuda"):
             import torch
             from averaging_swarm.torch import ParameterAverager
-            self.param = torch.nn.Parameter(torch.zeros(elements, dtype=torch.float32))
+            device = "cuda" if self.path == "cuda" else "cpu"
+            self.param = torch.nn.Parameter(torch.zeros(elements, dtype=torch.float32, device=device))
             self.trainer = ParameterAverager([("x", self.param)], url=self.url, shm_dir=self.shm_dir)
         else:
             transport = "binary" if self.path == "binary" else "shm"
@@ -167,8 +170,8 @@ class TrainerPeer:
     def values(self) -> np.ndarray:
         if self.path == "base64":
             return self.trainer.values
-        if self.path == "torch":
-            return self.param.detach().numpy()
+        if self.path in ("torch", "cuda"):
+            return self.param.detach().cpu().numpy()
         with self.trainer.get_tensors() as tensors:
             return tensors["x"]
 
@@ -180,6 +183,12 @@ class TrainerPeer:
             import torch
             with torch.no_grad():
                 fill(self.param.detach().numpy(), self.env.rank)
+        elif self.path == "cuda":
+            import torch
+            host = np.empty(self.param.numel(), np.float32)
+            fill(host, self.env.rank)
+            with torch.no_grad():
+                self.param.copy_(torch.from_numpy(host))
         else:
             with self.trainer.get_tensors() as tensors:
                 fill(tensors["x"], self.env.rank)
@@ -207,6 +216,7 @@ class TrainerPeer:
     def note(self) -> str:
         return {"shm": "numpy arrays in the shared region, trained in place",
                 "torch": "torch parameter copied into the region and back by ParameterAverager",
+                "cuda": "torch parameter on the GPU, copied into the page-locked region and back by ParameterAverager",
                 "binary": "raw bytes in the HTTP bodies",
                 "base64": "base64 float32 in JSON (the API before binary bodies)"}[self.path]
 

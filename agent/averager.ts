@@ -13,7 +13,7 @@ import { codecFor, type Codec, type CompressionChoice, type CompressionName } fr
 import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js'
 import { netBytes, peakWindowRate, smoothRate, SAMPLE_MS, type ByteSample } from './adapt/link-rate.js'
 import { groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
-import { schemaHash, elementCount, type TensorSchema } from './schema.js'
+import { schemaHash, subsetOf, subsetSchemaHash, subsetTag, elementCount, type TensorSchema } from './schema.js'
 import { PeerMode, type PeerInfo } from './proto/averaging.js'
 import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
 import { AveragingError, MatchmakingError, describeError } from './errors.js'
@@ -91,6 +91,13 @@ export interface StepOptions {
   readonly signal?: AbortSignal
   /** Rounds behind our state (a workload's count); the group agrees on one (StepResult.groupRound). */
   readonly round?: number
+  /**
+   * The registered tensors this round averages, by name (default: all). Such a round groups only
+   * with peers averaging the same subset (its own group keys, "<prefix>.s<tag>.0b<bits>", and its
+   * own schema hash: schema.ts subsetSchemaHash) and leaves the other tensors as they are. Names
+   * covering every tensor make an ordinary round (same keys and schema hash as without).
+   */
+  readonly names?: readonly string[]
 }
 
 export interface StepResult {
@@ -339,6 +346,9 @@ export class DecentralizedAverager {
       addrs: ownAddrBytes(this.node).slice(0, 16) as Array<Uint8Array<ArrayBuffer>>,
       round: options.round ?? 0
     }
+    const subset = options.names === undefined ? undefined : subsetOf(this.tensors, options.names)
+    const subsetHash = subset === undefined ? undefined : subsetSchemaHash(this.tensors, subset, config.compression, config.partSizeBytes)
+    const prefix = subsetHash === undefined ? config.prefix : `${config.prefix}.s${subsetTag(subsetHash)}`
     const timeout = options.timeout ?? 2 * config.averagingExpiration + config.allreduceTimeout
     const deadline = Date.now() / 1000 + timeout
     const signal = options.signal != null ? AbortSignal.any([options.signal, this.shutdownController.signal]) : this.shutdownController.signal
@@ -354,12 +364,12 @@ export class DecentralizedAverager {
       this.bits = grid
     }
     for (;;) {
-      const key = this.currentGroupKey
+      const key = groupKey(prefix, this.bits)
       let group
       try {
         // Peers left alone under their Moshpit key meet under the swarm's bit-less key.
-        const leftovers = this.bits.length > 0 ? groupKey(config.prefix, '') : undefined
-        group = await this.matchmaker.lookForGroup(key, info, deadline, signal, leftovers)
+        const leftovers = this.bits.length > 0 ? groupKey(prefix, '') : undefined
+        group = await this.matchmaker.lookForGroup(key, info, deadline, signal, leftovers, subsetHash)
       } catch (err) {
         const retry = options.allowRetries !== false && err instanceof MatchmakingError && Date.now() / 1000 < deadline - 0.05 && !signal.aborted
         if (retry) continue
@@ -373,7 +383,7 @@ export class DecentralizedAverager {
       const declaredBandwidth = info.bandwidth
       const roundDetail = { matchmakingMs, codec: codec.name, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
       try {
-        const result = await this.tensorLock.run(async () => await this.allReduce(group, codec))
+        const result = await this.tensorLock.run(async () => await this.allReduce(group, codec, subset))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(this.bits, group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
             const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
@@ -403,14 +413,15 @@ export class DecentralizedAverager {
     return codecFor(chooseCodec(group.infos.map(i => ({ none: i.secondsNone, float16: i.secondsFloat16 }))))
   }
 
-  private async allReduce (group: GroupInfo, codec: Codec): Promise<AllReduceResult> {
+  /** One all-reduce with the group over our tensors, or over the subset's (their indices) only. */
+  private async allReduce (group: GroupInfo, codec: Codec, subset?: readonly number[]): Promise<AllReduceResult> {
     const { config } = this
     const allreduceMs = config.allreduceTimeout * 1000
     const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
     const runner = new AllReduceRunner({
       dialer: this.dialer,
       group,
-      tensors: this.tensors.map(t => t.data),
+      tensors: subset === undefined ? this.tensors.map(t => t.data) : subset.map(i => this.tensors[i].data),
       codec,
       partSizeBytes: config.partSizeBytes,
       alpha: config.averagingAlpha,

@@ -28,6 +28,8 @@ export interface LeaderState {
   readonly declaredExpiration: number | null
   readonly currentLeader: string | null
   readonly followers: ReadonlyMap<string, unknown>
+  /** This search's schema, when it averages a subset of the tensors (LeaderConfig.schemaHash otherwise). */
+  readonly schemaHash?: Uint8Array
 }
 
 /** The leader's own settings that a join request is checked against. */
@@ -57,7 +59,7 @@ export function reasonToReject (config: LeaderConfig, state: LeaderState | null,
   if (request.info == null || !Number.isFinite(request.expiration) || request.schemaHash.byteLength === 0 || !validInfo(request.info)) {
     return { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }
   }
-  if (!equalBytes(request.schemaHash, config.schemaHash)) return { code: MatchCode.BAD_SCHEMA_HASH, reason: 'tensor schema differs' }
+  if (!equalBytes(request.schemaHash, state.schemaHash ?? config.schemaHash)) return { code: MatchCode.BAD_SCHEMA_HASH, reason: 'tensor schema differs' }
   if (request.groupKey !== state.groupKey) return { code: MatchCode.BAD_GROUP_KEY, reason: `leader is on ${state.groupKey}` }
   if (state.declaredExpiration == null) return { code: MatchCode.NOT_DECLARED, reason: 'leader has not declared yet' }
   if (state.declaredExpiration > request.expiration) return { code: MatchCode.BAD_EXPIRATION_TIME, reason: 'leader expires after the follower' }

@@ -99,10 +99,12 @@ export class Matchmaker {
   /**
    * Finds a group under groupKey before the deadline (unix seconds), or throws MatchmakingError.
    * A peer that was alone under groupKey for a whole declaration moves to leftoverKey, if given.
+   * `schemaHash`: a round over a subset of the tensors asks and accepts only peers of that subset
+   * (default: the config's, all tensors).
    */
-  async lookForGroup (groupKey: string, info: PeerInfo, deadline: number, signal?: AbortSignal, leftoverKey?: string): Promise<GroupInfo> {
+  async lookForGroup (groupKey: string, info: PeerInfo, deadline: number, signal?: AbortSignal, leftoverKey?: string, schemaHash?: Uint8Array): Promise<GroupInfo> {
     if (this.search != null) throw new MatchmakingError('a group search is already under way')
-    const search = new Search(this.selfId, groupKey, info, deadline, leftoverKey)
+    const search = new Search(this.selfId, groupKey, info, deadline, leftoverKey, schemaHash)
     this.search = search
     const onAbort = (): void => { this.wakeup.notify() }
     signal?.addEventListener('abort', onAbort)
@@ -296,7 +298,7 @@ export class Matchmaker {
           timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
         })
         await framed.write(JoinRequest.encode({
-          schemaHash: this.config.schemaHash as Uint8Array<ArrayBuffer>,
+          schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
           expiration,
           groupKey: search.groupKey,
           info: search.info

@@ -38,7 +38,9 @@ export class Search {
     readonly info: PeerInfo,
     readonly deadline: number,
     /** Where a peer left alone under its key looks next (none: it stays). */
-    readonly leftoverKey?: string
+    readonly leftoverKey?: string,
+    /** The schema of a round over a subset of the tensors (none: the matchmaker's, all tensors). */
+    readonly schemaHash?: Uint8Array
   ) {
     this.done = new Promise(resolve => { this.finish = resolve })
   }

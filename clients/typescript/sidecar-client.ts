@@ -27,6 +27,11 @@ export interface StepOptions {
   readonly gather?: unknown
   /** Seconds the agent may spend finding a group and averaging. */
   readonly timeout?: number
+  /**
+   * Average these registered tensors only (default: all), with peers averaging the same ones; the
+   * others are neither read nor written (region) or come back as sent (binary, JSON).
+   */
+  readonly names?: readonly string[]
 }
 
 export interface StepResult {

@@ -100,27 +100,29 @@ export class Region {
    * Reads every tensor into `tensors` (float32) under the seqlock. A first pass only checks
    * finiteness through `scratch`, so a region holding NaN leaves `tensors` untouched; `apply`
    * runs the second pass (the copy) under the caller's tensor lock. An unchanged even seq
-   * across both passes proves they read the same bytes. Returns the bytes copied.
+   * across both passes proves they read the same bytes. Returns the bytes copied. `only`: the
+   * indices of the tensors to check and copy (a step over a subset); the others are not read.
    */
-  async readInto (scratch: Scratch, apply: (copy: (tensors: readonly Float32Array[]) => boolean) => Promise<boolean>): Promise<number> {
+  async readInto (scratch: Scratch, apply: (copy: (tensors: readonly Float32Array[]) => boolean) => Promise<boolean>, only?: readonly number[]): Promise<number> {
+    const placed = this.placed(only)
     for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
       if (attempt > 0) await sleep(5 * attempt)
       const seq = this.seq
       if (seq % 2 !== 0) continue
       this.checkSize()
       let bad: string | undefined
-      for (const t of this.layout.offsets) {
+      for (const [t] of placed) {
         bad = this.findNonFinite(t, scratch)
         if (bad !== undefined) break
       }
       if (this.seq !== seq) continue
       if (bad !== undefined) throw new RequestError(400, bad)
       const copied = await apply(tensors => {
-        this.layout.offsets.forEach((t, i) => { this.copyIn(t, tensors[i], scratch) })
+        for (const [t, i] of placed) this.copyIn(t, tensors[i], scratch)
         return this.seq === seq
       })
       // A changed seq here means the trainer wrote during the copy: read again (see the class comment on what the tensors hold then).
-      if (copied) return this.layout.offsets.reduce((n, t) => n + t.bytes, 0)
+      if (copied) return placed.reduce((n, [t]) => n + t.bytes, 0)
     }
     throw new RequestError(409, 'the region changed while the agent read it (seq odd or moving); write only between steps')
   }
@@ -141,9 +143,11 @@ export class Region {
    * A step's write-back: like writeFrom, and in the same pass ‖region − now‖² and ‖region‖² are added
    * to `sum` (the step's divergence). Chunk by chunk, the trainer's values are read from the region,
    * the agent's values copied next to them, both scanned by the region kernels, and the agent's chunk
-   * (narrowed to the dtype) written over the region's. Returns the bytes written.
+   * (narrowed to the dtype) written over the region's. Returns the bytes written. `only`: the indices
+   * of the tensors to write (a step over a subset); the region's other tensors are left as they are.
    */
-  writeBack (now: readonly Float32Array[], generation: number, scratch: Scratch, sum: DistanceSum): number {
+  writeBack (now: readonly Float32Array[], generation: number, scratch: Scratch, sum: DistanceSum, only?: readonly number[]): number {
+    const placed = this.placed(only)
     this.checkSize()
     const seq = this.seq
     const odd = seq % 2 === 0 ? seq + 1 : seq + 2
@@ -151,7 +155,7 @@ export class Region {
     const { kernels } = scratch
     kernels.lanes.set(sum.lanes)
     const perChunk = SCRATCH_BYTES / 4
-    this.layout.offsets.forEach((t, i) => {
+    for (const [t, i] of placed) {
       const src = now[i]
       for (let start = 0; start < src.length; start += perChunk) {
         const n = Math.min(perChunk, src.length - start)
@@ -165,11 +169,16 @@ export class Region {
           this.writeFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
         }
       }
-    })
+    }
     sum.lanes.set(kernels.lanes)
     this.writeU64(GENERATION_OFFSET, generation)
     this.writeU64(SEQ_OFFSET, odd + 1)
-    return this.layout.offsets.reduce((n, t) => n + t.bytes, 0)
+    return placed.reduce((n, [t]) => n + t.bytes, 0)
+  }
+
+  /** The placements of the tensors `only` names (all by default), each with its index. */
+  private placed (only?: readonly number[]): Array<[TensorPlacement, number]> {
+    return only === undefined ? this.layout.offsets.map((t, i) => [t, i]) : only.map(i => [this.layout.offsets[i], i])
   }
 
   /** n values from element `start` of tensor t as float32 in scratch; 16-bit ones land in its upper half and widen in place. */

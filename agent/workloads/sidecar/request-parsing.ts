@@ -1,4 +1,4 @@
-import { elementCount, type TensorSchema } from '../../schema.js'
+import { elementCount, subsetOf, type TensorSchema } from '../../schema.js'
 import { base64Length, decodeFloat32, firstNonFinite } from './tensor-codec.js'
 import { isDtype, DTYPES } from './dtypes.js'
 import type { StoredTensor } from './region-layout.js'
@@ -86,6 +86,8 @@ export interface StepControl {
   readonly weight?: number
   readonly gather?: unknown
   readonly timeout?: number
+  /** The registered tensors this step averages (default: all); checked against the schema by stepSubset. */
+  readonly names?: readonly string[]
 }
 
 export interface StepRequest extends StepControl {
@@ -93,14 +95,29 @@ export interface StepRequest extends StepControl {
   readonly tensors: Float32Array[]
 }
 
-/** `{weight?, gather?, timeout?}`: the control part of every step, whichever path its tensors take. */
+/** `{weight?, gather?, timeout?, names?}`: the control part of every step, whichever path its tensors take. */
 export function parseControl (body: unknown): StepControl {
-  if (!isObject(body)) throw new RequestError(400, 'the step control must be a JSON object {weight?, gather?, timeout?}')
-  const { weight, timeout, gather } = body
+  if (!isObject(body)) throw new RequestError(400, 'the step control must be a JSON object {weight?, gather?, timeout?, names?}')
+  const { weight, timeout, gather, names } = body
   if (weight !== undefined && (typeof weight !== 'number' || !Number.isFinite(weight) || weight < 0)) throw new RequestError(400, `weight must be a finite number >= 0, got ${JSON.stringify(weight)}`)
   if (timeout !== undefined && (typeof timeout !== 'number' || !(timeout > 0) || timeout > MAX_STEP_TIMEOUT)) throw new RequestError(400, `timeout must be a number of seconds above 0 and at most ${MAX_STEP_TIMEOUT}, got ${JSON.stringify(timeout)}`)
   if (gather !== undefined && Buffer.byteLength(JSON.stringify(gather)) > MAX_GATHER_BYTES) throw new RequestError(400, `gather must serialise to at most ${MAX_GATHER_BYTES} bytes of JSON`)
-  return { weight: weight as number | undefined, timeout: timeout as number | undefined, gather }
+  if (names !== undefined && (!Array.isArray(names) || !names.every(n => typeof n === 'string'))) throw new RequestError(400, `names must be an array of registered tensor names, got ${JSON.stringify(names).slice(0, 200)}`)
+  return { weight: weight as number | undefined, timeout: timeout as number | undefined, gather, ...(names !== undefined ? { names: names as string[] } : {}) }
+}
+
+/**
+ * The indices (registered order) of the tensors a step averages: those its control names, or
+ * undefined for all of them (no names, or names covering every tensor). Empty, unknown or
+ * repeated names are a 400.
+ */
+export function stepSubset (control: StepControl, schema: readonly TensorSchema[]): number[] | undefined {
+  if (control.names === undefined) return undefined
+  try {
+    return subsetOf(schema, control.names)
+  } catch (err) {
+    throw new RequestError(400, (err as Error).message)
+  }
 }
 
 /** The JSON path: float32 only, and at most MAX_ELEMENTS values (the 413 names the other paths). */

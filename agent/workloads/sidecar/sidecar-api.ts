@@ -10,7 +10,7 @@ import { firstNonFinite, jsonWithTensors } from './tensor-codec.js'
 import { readJsonBody, sendJson, sendJsonChunks } from './http-io.js'
 import {
   MAX_ELEMENTS, REGISTER_BODY_LIMIT, RequestError, checkJsonPath, containerMemoryBytes, describeSchema,
-  parseControl, parseRegister, parseReport, parseStep, sameSchema, stepBodyLimit, type StepControl
+  parseControl, parseRegister, parseReport, parseStep, sameSchema, stepBodyLimit, stepSubset, type StepControl
 } from './request-parsing.js'
 import { packedBytes, regionLayout, type StoredTensor } from './region-layout.js'
 import { Region, Scratch, bytesOf } from './region.js'
@@ -305,43 +305,53 @@ export class SidecarApi {
       return
     }
     const { control, body } = await this.readJsonStep(req, schema)
+    // A step over some tensors (control.names) copies in, averages and hands back those alone.
+    const subset = stepSubset(control, schema)
     if (body.tensors === undefined) {
       const region = this.registeredRegion()
-      sendJson(res, 200, await this.stepLock.run(async () => await this.regionStep(region, control, averager)))
+      sendJson(res, 200, await this.stepLock.run(async () => await this.regionStep(region, control, averager, subset)))
       return
     }
     checkJsonPath(schema)
     const request = parseStep(body, schema)
+    const picked = subset ?? schema.map((_t, i) => i)
     const response = await this.stepLock.run(async () => {
-      const copy = await this.timed(async () => await averager.withTensors(ts => { ts.forEach((t, i) => { t.data.set(request.tensors[i]) }) }), this.floatBytes(schema))
+      const copy = await this.timed(async () => await averager.withTensors(ts => { for (const i of picked) ts[i].data.set(request.tensors[i]) }), this.floatBytes(picked.map(i => schema[i])))
       const round = await this.round(averager, control)
       return await averager.withTensors(ts => {
-        const summary = this.summarize(round, relativeDistance(request.tensors, ts.map(t => t.data)), copy)
-        return jsonWithTensors({ ...summary }, ts.map(t => [t.name, t.data] as const))
+        const summary = this.summarize(round, relativeDistance(picked.map(i => request.tensors[i]), picked.map(i => ts[i].data)), copy)
+        // Tensors outside the subset go back as sent.
+        const averaged = new Set(picked)
+        const answer = request.tensors.map((sent, i) => averaged.has(i) ? ts[i].data : sent)
+        return jsonWithTensors({ ...summary }, ts.map((t, i) => [t.name, answer[i]] as const))
       })
     })
     sendJsonChunks(res, 200, response)
   }
 
-  private async regionStep (region: Region, control: StepControl, averager: DecentralizedAverager): Promise<StepSummary> {
-    const copy = await this.readRegion(region, averager)
+  private async regionStep (region: Region, control: StepControl, averager: DecentralizedAverager, subset?: readonly number[]): Promise<StepSummary> {
+    const copy = await this.readRegion(region, averager, subset)
     const round = await this.round(averager, control)
     const start = performance.now()
     return await averager.withTensors(ts => {
       const now = ts.map(t => t.data)
       const distance = new DistanceSum()
-      copy.bytes += region.writeBack(now, ++this.generation, this.scratchBuffer(), distance)
+      copy.bytes += region.writeBack(now, ++this.generation, this.scratchBuffer(), distance, subset)
       copy.ms += performance.now() - start
       return this.summarize(round, distance.value, copy)
     })
   }
 
   private async binaryStep (req: IncomingMessage, res: ServerResponse, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<void> {
-    const { control, staged, copy } = await this.readBinary(req, schema, averager)
+    const { control, staged, copy, subset } = await this.readBinary(req, schema, averager)
     const round = await this.round(averager, control)
     const { summary, packed } = await averager.withTensors(ts => {
-      const now = ts.map(t => t.data)
-      const divergence = relativeDistance(staged, now)
+      const picked = subset ?? schema.map((_t, i) => i)
+      const divergence = relativeDistance(picked.map(i => staged[i]), picked.map(i => ts[i].data))
+      // Tensors outside the subset go back as sent: packed from the staging buffer in place, which
+      // never overwrites a value before reading it (a packed tensor starts at or before its float32 copy).
+      const averaged = new Set(picked)
+      const now = staged.map((sent, i) => averaged.has(i) ? ts[i].data : sent)
       const start = performance.now()
       // The staging buffer holds what was sent until the divergence is known; then it carries the answer.
       const packed = packTensors(schema, now, bytesOf(this.stagingBuffer(schema)))
@@ -353,23 +363,27 @@ export class SidecarApi {
   }
 
   /** Streams a binary body into the staging buffer, checks it, then copies it into the tensors; the agent's state is untouched on any refusal. */
-  private async readBinary (req: IncomingMessage, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<{ control: StepControl, staged: Float32Array[], copy: Copy }> {
+  private async readBinary (req: IncomingMessage, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<{ control: StepControl, staged: Float32Array[], copy: Copy, subset?: number[] }> {
     const staging = this.stagingBuffer(schema)
     const start = performance.now()
     const control = parseControl(await readTensorsBody(req, schema, staging))
+    // The body carries every tensor; a step over a subset (control.names) checks and takes those alone.
+    const subset = stepSubset(control, schema)
+    const picked = subset ?? schema.map((_t, i) => i)
     let at = 0
     const staged = schema.map(t => { const n = elementCount(t.shape); at += n; return staging.subarray(at - n, at) })
-    staged.forEach((values, i) => {
+    for (const i of picked) {
+      const values = staged[i]
       const bad = firstNonFinite(values)
       if (bad >= 0) throw new RequestError(400, `tensor "${schema[i].name}" holds a non-finite value (${values[bad]}) at index ${bad}`)
-    })
-    await averager.withTensors(ts => { ts.forEach((t, i) => { t.data.set(staged[i]) }) })
-    return { control, staged, copy: { ms: performance.now() - start, bytes: packedBytes(schema) } }
+    }
+    await averager.withTensors(ts => { for (const i of picked) ts[i].data.set(staged[i]) })
+    return { control, staged, copy: { ms: performance.now() - start, bytes: packedBytes(schema) }, ...(subset !== undefined ? { subset } : {}) }
   }
 
-  private async readRegion (region: Region, averager: DecentralizedAverager): Promise<Copy> {
+  private async readRegion (region: Region, averager: DecentralizedAverager, subset?: readonly number[]): Promise<Copy> {
     const start = performance.now()
-    const bytes = await region.readInto(this.scratchBuffer(), async copy => await averager.withTensors(ts => copy(ts.map(t => t.data))))
+    const bytes = await region.readInto(this.scratchBuffer(), async copy => await averager.withTensors(ts => copy(ts.map(t => t.data))), subset)
     return { ms: performance.now() - start, bytes }
   }
 
@@ -380,7 +394,7 @@ export class SidecarApi {
     if (await this.completion.swarmFinished(async () => { await this.restoreCheckpoint(averager, schema) })) return { error: 'the run is complete' }
     await this.setOrigin('trainer', averager)
     try {
-      const result = await averager.step({ weight: control.weight, gather: control.gather, timeout: control.timeout, signal: this.ctx.signal, round: this.rounds })
+      const result = await averager.step({ weight: control.weight, gather: control.gather, timeout: control.timeout, signal: this.ctx.signal, round: this.rounds, ...(control.names !== undefined ? { names: control.names } : {}) })
       this.stepsOk++
       // The group agrees on its round, so members that joined from a stale donor catch up.
       this.rounds = result.groupRound + 1
@@ -469,14 +483,16 @@ export class SidecarApi {
     if (isTensorsBody(req.headers['content-type'])) {
       copy = await this.stepLock.run(async () => (await this.readBinary(req, schema, averager)).copy)
     } else {
-      const { body } = await this.readJsonStep(req, schema)
+      const { control, body } = await this.readJsonStep(req, schema)
+      const subset = stepSubset(control, schema)
       if (body.tensors === undefined) {
         const region = this.registeredRegion()
-        copy = await this.stepLock.run(async () => await this.readRegion(region, averager))
+        copy = await this.stepLock.run(async () => await this.readRegion(region, averager, subset))
       } else {
         checkJsonPath(schema)
         const request = parseStep(body, schema)
-        copy = await this.stepLock.run(async () => await this.timed(async () => await averager.withTensors(ts => { ts.forEach((t, i) => { t.data.set(request.tensors[i]) }) }), this.floatBytes(schema)))
+        const picked = subset ?? schema.map((_t, i) => i)
+        copy = await this.stepLock.run(async () => await this.timed(async () => await averager.withTensors(ts => { for (const i of picked) ts[i].data.set(request.tensors[i]) }), this.floatBytes(picked.map(i => schema[i]))))
       }
     }
     await this.setOrigin('trainer', averager)

@@ -79,6 +79,13 @@ test('a request for another tensor schema or another group key is refused, namin
   assert.deepEqual(reasonToReject(LEADER, leading(), request({ groupKey: 'avs.leftovers' }), 'peer-F'), { code: MatchCode.BAD_GROUP_KEY, reason: `leader is on ${KEY}` })
 })
 
+test('a leader searching for a round over a subset of the tensors checks joiners against that subset\'s schema', () => {
+  const subset = new Uint8Array([7, 7, 7])
+  assert.equal(reasonToReject(LEADER, leading({ schemaHash: subset }), request(), 'peer-F')?.code, MatchCode.BAD_SCHEMA_HASH, 'a peer averaging all tensors')
+  assert.equal(reasonToReject(LEADER, leading({ schemaHash: subset }), request({ schemaHash: new Uint8Array([7, 7, 8]) }), 'peer-F')?.code, MatchCode.BAD_SCHEMA_HASH, 'a peer averaging another subset')
+  assert.equal(reasonToReject(LEADER, leading({ schemaHash: subset }), request({ schemaHash: subset }), 'peer-F'), null, 'a peer averaging the same subset')
+})
+
 test('a leader that has not declared yet, or that expires after the follower, refuses it', () => {
   assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: null }), request(), 'peer-F')?.code, MatchCode.NOT_DECLARED)
   assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: 110.001 }), request({ expiration: 110 }), 'peer-F')?.code, MatchCode.BAD_EXPIRATION_TIME)

@@ -136,12 +136,19 @@ class DecentralizedAverager:
             self._writing = False
             self._header[seq] += 1
 
-    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None) -> StepResult:
-        """One averaging round; the tensors then hold the group's weighted mean, or the values sent when ``averaged`` is False."""
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
+             names: Optional[Sequence[str]] = None) -> StepResult:
+        """One averaging round; the tensors then hold the group's weighted mean, or the values sent when ``averaged`` is False.
+
+        ``names`` (default: all): average these registered tensors only, with peers that average the same ones
+        (a *subset*: Streaming DiLoCo's fragments). The other tensors are left exactly as they are: the agent
+        neither reads nor writes them (shared memory), or sends them back as they came (binary). Empty, unknown
+        or repeated names: :class:`AgentError` (400), nothing averaged.
+        """
         self._check_idle("step()")
         if self.transport == "shm":
-            return self.client.step(weight, gather, timeout)
-        body, tensors = self.client.request("POST", "/v1/step", frame=encode_frame(step_control(weight, gather, timeout), self._payload()),
+            return self.client.step(weight, gather, timeout, names)
+        body, tensors = self.client.request("POST", "/v1/step", frame=encode_frame(step_control(weight, gather, timeout, names), self._payload()),
                                             timeout=(timeout or 0) + self.client.timeout)
         self._receive(tensors)
         return StepResult.from_json(body)

@@ -101,9 +101,12 @@ class AgentClient:
             body["region"] = region
         return self.request("POST", "/v1/register", body)[0]
 
-    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None) -> StepResult:
-        """One averaging round over the registered region: the agent reads it, averages and writes the result back."""
-        return StepResult.from_json(self.request("POST", "/v1/step", step_control(weight, gather, timeout),
+    def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
+             names: Optional[Sequence[str]] = None) -> StepResult:
+        """One averaging round over the registered region: the agent reads it, averages and writes the result back.
+
+        ``names``: average these registered tensors only (docs/trainer-api.md), with peers averaging the same ones."""
+        return StepResult.from_json(self.request("POST", "/v1/step", step_control(weight, gather, timeout, names),
                                                  timeout=(timeout or 0) + self.timeout)[0])
 
     def state(self) -> Dict[str, Any]:
@@ -163,8 +166,13 @@ class AgentClient:
             raise AgentError(f"the agent at {self.url} could not be reached: {reason}") from None
 
 
-def step_control(weight: Optional[float], gather: Any, timeout: Optional[float]) -> Dict[str, Any]:
+def step_control(weight: Optional[float], gather: Any, timeout: Optional[float],
+                 names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     control: Dict[str, Any] = {}
+    if names is not None:
+        if isinstance(names, str):
+            raise TypeError("names must be a sequence of tensor names, not one string")
+        control["names"] = [str(n) for n in names]
     if weight is not None:
         control["weight"] = float(weight)
     if gather is not None:

@@ -120,17 +120,18 @@ class _RoundInFlight:
     or :meth:`drop` has returned: the agent owns it meanwhile.
     """
 
-    def __init__(self, averager: DecentralizedAverager, weight: Optional[float], gather: Any, timeout: Optional[float]):
+    def __init__(self, averager: DecentralizedAverager, weight: Optional[float], gather: Any, timeout: Optional[float],
+                 names: Optional[List[str]] = None):
         self.future: "Future[StepResult]" = Future()
         self.future.set_running_or_notify_cancel()
-        self._thread = threading.Thread(target=self._run, args=(averager, weight, gather, timeout),
+        self._thread = threading.Thread(target=self._run, args=(averager, weight, gather, timeout, names),
                                         name="averaging-swarm-step", daemon=True)
         self._thread.start()
 
     def _run(self, averager: DecentralizedAverager, weight: Optional[float], gather: Any,
-             timeout: Optional[float]) -> None:
+             timeout: Optional[float], names: Optional[List[str]]) -> None:
         try:
-            result = averager.step(weight=weight, gather=gather, timeout=timeout)
+            result = averager.step(weight=weight, gather=gather, timeout=timeout, names=names)
         except BaseException as err:  # noqa: B036 - handed to whoever waits on the future
             self.future.set_exception(err)
         else:
@@ -343,6 +344,17 @@ class DiLoCoOptimizer(Generic[_Outcome]):
     made since the outer step: the model becomes θ + δ, so the members' models differ by their own δ. The next
     Δ = θ − θ_local then counts every inner step exactly once. See :meth:`land` for the rounding and the
     failure cases.
+
+    ``fragments=P`` (Streaming DiLoCo's fragments; default 1, every outer step over all parameters) splits the
+    parameters into P contiguous fragments of about equal element count (:func:`fragment_bounds`) and gives each
+    its own outer steps: fragment f's comes at the inner steps s (counted from 1) with
+    ``(s − offset_f) % local_steps == 0``, ``offset_f = f·local_steps // P``, so one fragment syncs every
+    local_steps / P inner steps and each every local_steps. Such an outer step is the one above restricted to the
+    fragment: Nesterov on its own θ and m, a round averaging only its ``outer/`` (and ``momentum/``) tensors with
+    peers averaging the same fragment (the agent's subset steps, ``names``), θ into its parameters alone, weighted
+    by the samples since that fragment's last outer step; the other fragments' θ, m and parameters are not
+    touched. Each round moves 1/P of the bytes of a whole outer step. With ``overlap=True`` one round is in
+    flight at a time: the next fragment's outer step lands it first. ``local_steps`` must be at least P.
     """
 
     @overload
@@ -350,29 +362,40 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
-                 overlap: Literal[False] = ...) -> None: ...
+                 overlap: Literal[False] = ..., fragments: int = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Future[StepResult]]", named_parameters: Iterable[Tuple[str, torch.Tensor]],
                  inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
-                 overlap: Literal[True]) -> None: ...
+                 overlap: Literal[True], fragments: int = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Union[StepResult, Future[StepResult]]]",
                  named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
                  local_steps: int = ..., outer_lr: float = ..., outer_momentum: float = ...,
                  timeout: Optional[float] = ..., url: Optional[str] = ..., shm_dir: Optional[str] = ...,
-                 transport: str = ..., average_momentum: bool = ..., *, overlap: bool) -> None: ...
+                 transport: str = ..., average_momentum: bool = ..., *, overlap: bool,
+                 fragments: int = ...) -> None: ...
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
                  local_steps: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  timeout: Optional[float] = None, url: Optional[str] = None, shm_dir: Optional[str] = None,
-                 transport: str = "shm", average_momentum: bool = True, *, overlap: bool = False):
+                 transport: str = "shm", average_momentum: bool = True, *, overlap: bool = False,
+                 fragments: int = 1):
         if local_steps < 1:
             raise ValueError(f"local_steps is {local_steps}; it must be at least 1")
         self.names, self.params = _named(named_parameters)
+        if not (isinstance(fragments, int) and 1 <= fragments <= min(len(self.params), local_steps)):
+            raise ValueError(f"fragments is {fragments!r}; it must be an integer from 1 to the number of parameters "
+                             f"({len(self.params)}) and to local_steps ({local_steps})")
+        self.fragments = fragments
+        """Streaming DiLoCo's P: the parameters split into this many fragments, each with its own outer steps."""
+        self.fragment_bounds = fragment_bounds([p.numel() for p in self.params], fragments)
+        """Fragment f holds the parameters ``[start, end)`` of ``fragment_bounds[f]``, in the order given."""
+        self.fragment_offsets = [f * local_steps // fragments for f in range(fragments)]
+        """Fragment f's outer steps come at the inner steps s with (s − offset) % local_steps == 0."""
         self.inner_optimizer = inner_optimizer
         self.local_steps = local_steps
         self.outer_lr = outer_lr
@@ -386,6 +409,10 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         tensors: Dict[str, Tuple[Tuple[int, ...], str]] = {f"outer/{n}": (s, "float32") for n, s in shapes.items()}
         if average_momentum:
             tensors.update({f"momentum/{n}": (s, "float32") for n, s in shapes.items()})
+        # The registered tensors each fragment's rounds average (None: all of them, an ordinary round).
+        self._fragment_names: List[Optional[List[str]]] = [None] if fragments == 1 else [
+            [f"outer/{n}" for n in self.names[a:b]] + ([f"momentum/{n}" for n in self.names[a:b]] if average_momentum else [])
+            for a, b in self.fragment_bounds]
         self.averager = DecentralizedAverager(tensors, url=url, shm_dir=shm_dir, transport=transport)
         with self.averager.get_tensors() as views:
             self._theta = [views[f"outer/{n}"] for n in self.names]
@@ -401,9 +428,13 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self.last_result: Optional[StepResult] = None
         """The last outer round's result (with overlap: the last round landed)."""
         self._samples = 0
+        """Samples since the last progress report (the last outer step of any fragment)."""
+        self._fragment_samples = [0] * fragments
+        """Samples since each fragment's last outer step: its weight in the next one."""
         self._losses: List[float] = []
         self._reported_error = False
         self._round: Optional[_RoundInFlight] = None
+        self._round_fragment = 0
         self._sent_theta: List[np.ndarray] = []
         """Copies of θ' as sent by the round in flight (and of m', when averaged): restored when it does not average."""
         self._sent_momentum: List[np.ndarray] = []
@@ -419,7 +450,9 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self.inner_optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, samples: Optional[int] = None, loss: Optional[float] = None) -> Optional[_Outcome]:
-        """One inner step; every ``local_steps``-th call also runs the outer step and returns what it returns.
+        """One inner step; every ``local_steps``-th call also runs the outer step and returns what it returns
+        (with ``fragments=P``: the call that makes ``(local_step − offset_f) % local_steps == 0`` runs fragment f's).
+
 
         ``samples`` (default 1, so that weights count inner steps) weights this trainer in the outer average;
         ``loss`` is averaged over the outer step's inner steps and reported to the agent. With ``overlap=True``
@@ -428,18 +461,32 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         """
         self.inner_optimizer.step()
         self.local_step += 1
-        self._samples += 1 if samples is None else int(samples)
+        n = 1 if samples is None else int(samples)
+        self._samples += n
+        for f in range(self.fragments):
+            self._fragment_samples[f] += n
         if loss is not None:
             self._losses.append(float(loss))
-        if self.local_step % self.local_steps == 0:
-            return self.outer_step()
+        due = self._due_fragment()
+        if due is not None:
+            return self.outer_step(due)
         if self._round is not None and self._round.done():
             self.land()
         return None
 
+    def _due_fragment(self) -> Optional[int]:
+        for f, offset in enumerate(self.fragment_offsets):
+            if (self.local_step - offset) % self.local_steps == 0:
+                return f
+        return None
+
     @torch.no_grad()
-    def outer_step(self) -> _Outcome:
+    def outer_step(self, fragment: Optional[int] = None) -> _Outcome:
         """Nesterov on the pseudo-gradient, the swarm's weighted mean of θ (and m, when averaged), θ into the model.
+
+        With ``fragments=P`` > 1 all of this concerns one fragment's parameters, θ and m alone: ``fragment``
+        (default: the one due at this inner step; a ValueError when none is). Its weight is the samples since
+        that fragment's last outer step.
 
         Without overlap: returns the round's :class:`StepResult` once the model holds θ. With ``overlap=True``:
         lands the round still in flight first (blocking; if that round raised, its error is raised here and this
@@ -447,23 +494,36 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         round, loads θ' into the model and returns the round's ``Future[StepResult]`` at once. The future
         cannot be cancelled and its result alone changes nothing: the round lands as the class docstring says.
         """
+        if fragment is None:
+            fragment = 0 if self.fragments == 1 else self._due_fragment()
+            if fragment is None:
+                raise ValueError(f"no fragment is due at inner step {self.local_step} (offsets {self.fragment_offsets} "
+                                 f"modulo {self.local_steps}); name one: outer_step(fragment=f)")
+        if not 0 <= fragment < self.fragments:
+            raise ValueError(f"fragment is {fragment}; this optimizer has fragments 0 to {self.fragments - 1}")
+        part = range(*self.fragment_bounds[fragment])
+        names = self._fragment_names[fragment]
         if not self.overlap:
-            self._nesterov_into_region(keep_sent=False)
-            result = self.averager.step(weight=max(self._samples, 1), timeout=self.timeout,
-                                        gather={"samples": self._samples})
-            self._theta_into_model()
+            self._nesterov_into_region(keep_sent=False, part=part)
+            weight = self._fragment_samples[fragment]
+            result = self.averager.step(weight=max(weight, 1), timeout=self.timeout,
+                                        gather={"samples": weight}, names=names)
+            self._theta_into_model(part)
             self.outer_step_count += 1
             self.last_result = result
             self._report(self._samples, self._losses)
             self._samples, self._losses = 0, []
+            self._fragment_samples[fragment] = 0
             return cast(_Outcome, result)
         self.land()
-        self._nesterov_into_region(keep_sent=True)
-        self._theta_into_model()  # this trainer's own θ', before the agent owns the region
-        samples = self._samples
-        self._round_report = (samples, self._losses)
+        self._nesterov_into_region(keep_sent=True, part=part)
+        self._theta_into_model(part)  # this trainer's own θ', before the agent owns the region
+        weight = self._fragment_samples[fragment]
+        self._round_report = (self._samples, self._losses)
         self._samples, self._losses = 0, []
-        self._round = _RoundInFlight(self.averager, max(samples, 1), {"samples": samples}, self.timeout)
+        self._fragment_samples[fragment] = 0
+        self._round_fragment = fragment
+        self._round = _RoundInFlight(self.averager, max(weight, 1), {"samples": weight}, self.timeout, names)
         self.outer_step_count += 1
         return cast(_Outcome, self._round.future)
 
@@ -498,17 +558,18 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             return None
         sent_theta, sent_momentum = self._sent_theta, self._sent_momentum
         self._round, self._sent_theta, self._sent_momentum = None, [], []
+        part = range(*self.fragment_bounds[self._round_fragment])
         try:
             result = round_.result()
         except BaseException:
-            self._restore(sent_theta, sent_momentum)
+            self._restore(sent_theta, sent_momentum, part)
             raise
         if not result.averaged:
-            self._restore(sent_theta, sent_momentum)
+            self._restore(sent_theta, sent_momentum, part)
         else:
             with self.averager.get_tensors():
-                for p, theta, sent in zip(self.params, self._theta, sent_theta):
-                    _land_outer(p, theta, sent)
+                for i, sent in zip(part, sent_theta):
+                    _land_outer(self.params[i], self._theta[i], sent)
             _sync(self.params)
         self.last_result = result
         self._report(*self._round_report)
@@ -520,12 +581,13 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             self._round.drop()
             self._round, self._sent_theta, self._sent_momentum = None, [], []
 
-    def _restore(self, sent_theta: List[np.ndarray], sent_momentum: List[np.ndarray]) -> None:
+    def _restore(self, sent_theta: List[np.ndarray], sent_momentum: List[np.ndarray], part: range) -> None:
+        """θ and m of the fragment's parameters (``part``) become the copies sent."""
         with self.averager.get_tensors():
-            for theta, sent in zip(self._theta, sent_theta):
-                theta[...] = sent
-            for m, sent in zip(self._momentum, sent_momentum):
-                m[...] = sent
+            for i, sent in zip(part, sent_theta):
+                self._theta[i][...] = sent
+            for i, sent in zip(part, sent_momentum):
+                self._momentum[i][...] = sent
 
     @torch.no_grad()
     def load_state_from_peers(self) -> str:
@@ -582,6 +644,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             "losses": list(self._losses),
             "outer": self.outer_parameters(),
             "momentum": {n: torch.from_numpy(m.copy()) for n, m in zip(self.names, self._momentum)},
+            **({"fragment_samples": list(self._fragment_samples)} if self.fragments > 1 else {}),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -596,6 +659,9 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self.local_step = int(state["local_step"])
         self.outer_step_count = int(state.get("outer_step_count", 0))
         self._samples = int(state.get("samples", 0))
+        saved = state.get("fragment_samples")
+        self._fragment_samples = ([int(x) for x in saved] if isinstance(saved, list) and len(saved) == self.fragments
+                                  else [self._samples] * self.fragments)
         self._losses = [float(x) for x in state.get("losses", [])]
         with self.averager.get_tensors():
             for n, theta, m in zip(self.names, self._theta, self._momentum):
@@ -628,16 +694,17 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self._momentum.clear()
         self.averager.close()
 
-    def _nesterov_into_region(self, keep_sent: bool) -> None:
-        """θ, m in the region (m in this trainer with average_momentum=False) become θ', m'; keep_sent copies them."""
+    def _nesterov_into_region(self, keep_sent: bool, part: range) -> None:
+        """θ, m of the parameters in ``part`` (m in this trainer with average_momentum=False) become θ', m';
+        keep_sent copies them."""
         mu, lr = np.float32(self.outer_momentum), np.float32(self.outer_lr)
         with self.averager.get_tensors():
-            for p, pinned, theta, m in zip(self.params, self._pinned, self._theta, self._momentum):
-                local = self._local_float32(p, pinned)
-                nesterov_update(theta, m, local, lr, mu)
+            for i in part:
+                local = self._local_float32(self.params[i], self._pinned[i])
+                nesterov_update(self._theta[i], self._momentum[i], local, lr, mu)
             if keep_sent:
-                self._sent_theta = [t.copy() for t in self._theta]
-                self._sent_momentum = [m.copy() for m in self._momentum] if self.average_momentum else []
+                self._sent_theta = [self._theta[i].copy() for i in part]
+                self._sent_momentum = [self._momentum[i].copy() for i in part] if self.average_momentum else []
 
     def _local_float32(self, p: torch.Tensor, pinned: Optional[torch.Tensor]) -> np.ndarray:
         if pinned is not None:
@@ -646,8 +713,10 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             return pinned.numpy()
         return p.detach().to(torch.float32).numpy()
 
-    def _theta_into_model(self) -> None:
-        for p, pinned, theta in zip(self.params, self._pinned, self._theta):
+    def _theta_into_model(self, part: Optional[range] = None) -> None:
+        """θ into the parameters in ``part`` (default: all)."""
+        for i in (range(len(self.params)) if part is None else part):
+            p, pinned, theta = self.params[i], self._pinned[i], self._theta[i]
             src = torch.from_numpy(theta)
             if pinned is not None:
                 pinned.copy_(src)
@@ -664,6 +733,26 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             if not self._reported_error:
                 warnings.warn(f"the agent refused a progress report: {err}", RuntimeWarning, stacklevel=3)
                 self._reported_error = True
+
+
+def fragment_bounds(counts: List[int], fragments: int) -> List[Tuple[int, int]]:
+    """Streaming DiLoCo's split: ``fragments`` contiguous runs ``[start, end)`` of the parameters (in the order
+    given) of about equal element count. Cut k (k = 1 … P−1) falls where the running element count comes nearest
+    k·N/P (ties: the earlier cut), each fragment keeping at least one parameter: a parameter is never split, so a
+    model with one huge tensor gets unequal fragments."""
+    n = len(counts)
+    if not 1 <= fragments <= n:
+        raise ValueError(f"cannot split {n} parameters into {fragments} fragments")
+    running = [0]
+    for c in counts:
+        running.append(running[-1] + int(c))
+    total = running[-1]
+    cuts = [0]
+    for k in range(1, fragments):
+        target = total * k / fragments
+        cuts.append(min(range(cuts[-1] + 1, n - (fragments - k) + 1), key=lambda i: (abs(running[i] - target), i)))
+    cuts.append(n)
+    return [(cuts[k], cuts[k + 1]) for k in range(fragments)]
 
 
 def nesterov_update(theta: np.ndarray, m: np.ndarray, local: np.ndarray, lr: np.float32, mu: np.float32) -> None:

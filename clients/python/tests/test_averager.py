@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from averaging_swarm import DecentralizedAverager
+from averaging_swarm import AgentError, DecentralizedAverager
 from averaging_swarm.layout import bfloat16_to_float32, float32_to_bfloat16
 
 from helpers import dyadic, in_threads, weighted_mean32
@@ -95,6 +95,29 @@ def test_binary_and_shared_memory_trainers_average_exactly_together(start_swarm)
     assert binary.load_state_from_peers() == "averaged"
     for name in SHAPES:
         np.testing.assert_array_equal(read(binary)[name], read(shm)[name])
+    shm.close()
+    binary.close()
+
+
+def test_a_step_over_named_tensors_averages_those_alone_over_shared_memory_and_binary_bodies(start_swarm):
+    swarm = start_swarm(2)
+    shm = make(swarm[0].url, shm_dir=swarm[0].shm_dir)
+    binary = make(swarm[1].url, transport="binary")
+    inputs = [values_for(17), values_for(18)]
+    write(shm, inputs[0])
+    write(binary, inputs[1])
+    names = ["bf", "odd"]
+    results = in_threads(lambda: shm.step(weight=3, timeout=30, names=names),
+                         lambda: binary.step(weight=1, timeout=30, names=list(reversed(names))))
+    assert all(r.averaged for r in results), [r.error for r in results]
+    for avg, mine in zip((shm, binary), inputs):
+        got = read(avg)
+        for name in SHAPES:
+            want = stored(name, weighted_mean32([v[name] for v in inputs], [3, 1])) if name in names else mine[name]
+            np.testing.assert_array_equal(got[name], want, err_msg=name)
+    with pytest.raises(AgentError, match="not a registered tensor") as refused:
+        shm.step(timeout=1, names=["w", "nope"])
+    assert refused.value.status == 400
     shm.close()
     binary.close()
 

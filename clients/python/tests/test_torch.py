@@ -676,3 +676,142 @@ def test_an_overlapped_outer_step_alone_keeps_its_own_outer_parameters_and_momen
         assert region is not None and not os.path.exists(region)
     finally:
         opt.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Streaming DiLoCo's fragments: fragments=P
+
+
+def fragment_model(seed: int) -> list:
+    """24 elements: w (12) is fragment 0, b and v (3 + 9) fragment 1 of fragments=2."""
+    rng = np.random.default_rng(seed)
+    return [("w", torch.nn.Parameter(torch.from_numpy(small_dyadic(rng, (4, 3))))),
+            ("b", torch.nn.Parameter(torch.from_numpy(small_dyadic(rng, (3,))))),
+            ("v", torch.nn.Parameter(torch.from_numpy(small_dyadic(rng, (9,)))))]
+
+
+def fragmented(model: list, agent, **kw) -> DiLoCoOptimizer:
+    """fragments=2, local_steps=4 (fragment 1 at inner steps 2, 6, ..., fragment 0 at 4, 8, ...), SGD lr 1/16,
+    outer lr and μ 1/2: on small dyadic values every number below is exact in float32."""
+    return DiLoCoOptimizer(model, torch.optim.SGD([p for _, p in model], lr=1 / 16), local_steps=4, outer_lr=0.5,
+                           outer_momentum=0.5, url=agent.url, shm_dir=agent.shm_dir, fragments=2, timeout=30, **kw)
+
+
+def run_inner_steps(opt: DiLoCoOptimizer, model: list, seed: int, samples: int, steps: int) -> list:
+    """opt.step() on known dyadic gradients; per step: (model before, gradients, what step() returned)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        before = model32(model)
+        grads = {n: small_dyadic(rng, tuple(p.shape)) for n, p in model}
+        for n, p in model:
+            p.grad = torch.from_numpy(grads[n].copy())
+        out.append((before, grads, opt.step(samples=samples)))
+        opt.zero_grad()
+    return out
+
+
+def test_fragment_bounds_and_fragment_settings():
+    from averaging_swarm.torch import fragment_bounds
+    assert fragment_bounds([12, 3, 9], 2) == [(0, 1), (1, 3)]
+    assert fragment_bounds([12, 3, 9], 1) == [(0, 3)]
+    assert fragment_bounds([1, 1, 1, 1, 1, 1], 3) == [(0, 2), (2, 4), (4, 6)]
+    assert fragment_bounds([1000, 1, 1], 3) == [(0, 1), (1, 2), (2, 3)], "a parameter is never split"
+    model = fragment_model(1)
+    for bad, steps in ((0, 4), (4, 4), (3, 2)):  # none, more than the parameters, more than local_steps
+        with pytest.raises(ValueError, match="fragments"):
+            DiLoCoOptimizer(model, torch.optim.SGD([p for _, p in model], lr=0.1), local_steps=steps, fragments=bad,
+                            url="http://127.0.0.1:9", shm_dir="/nonexistent")
+
+
+def test_diloco_fragments_average_one_fragment_per_outer_step_and_leave_the_others_as_each_trainer_has_them(start_swarm):
+    swarm = start_swarm(2)
+    models = [fragment_model(51), fragment_model(51)]  # the same θ0 on both
+    opts = [fragmented(m, a) for m, a in zip(models, swarm.agents)]
+    try:
+        assert [o.fragment_bounds for o in opts] == [[(0, 1), (1, 3)]] * 2
+        assert opts[0].fragment_offsets == [0, 2]
+        theta0 = model32(models[0])
+        zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
+        runs = in_threads(*[lambda o=o, m=m, i=i: run_inner_steps(o, m, 60 + i, (1, 3)[i], 4)
+                            for i, (o, m) in enumerate(zip(opts, models))])
+        local = [[{n: before[n] - grads[n] / np.float32(16) for n in theta0} for before, grads, _ in run] for run in runs]
+        for run in runs:
+            assert [r is None for _, _, r in run] == [True, False, True, False], "outer steps at inner steps 2 and 4"
+        # Inner step 2: fragment 1 (b, v) from θ0, m = 0, weighted by 2 steps × samples (2 and 6).
+        frag1 = [nesterov({n: theta0[n] for n in "bv"}, {n: zeros[n] for n in "bv"}, {n: local[i][1][n] for n in "bv"})
+                 for i in range(2)]
+        # Inner step 4: fragment 0 (w) from θ0, m = 0, weighted by its 4 steps × samples (4 and 12).
+        frag0 = [nesterov({"w": theta0["w"]}, {"w": zeros["w"]}, {"w": local[i][3]["w"]}) for i in range(2)]
+        for i, run in enumerate(runs):
+            r2, r4 = run[1][2], run[3][2]
+            assert r2.averaged and r4.averaged and r2.group_size == r4.group_size == 2, (r2.error, r4.error)
+            assert sorted(g["samples"] for g in r2.gathered.values()) == [2, 6]
+            assert sorted(g["samples"] for g in r4.gathered.values()) == [4, 12]
+        mean_theta = {n: weighted_mean32([frag1[0][0][n], frag1[1][0][n]], [2, 6]) for n in "bv"}
+        mean_m = {n: weighted_mean32([frag1[0][1][n], frag1[1][1][n]], [2, 6]) for n in "bv"}
+        mean_theta["w"] = weighted_mean32([frag0[0][0]["w"], frag0[1][0]["w"]], [4, 12])
+        mean_m["w"] = weighted_mean32([frag0[0][1]["w"], frag0[1][1]["w"]], [4, 12])
+        for i, run in enumerate(runs):
+            # After inner step 2: w (fragment 0) is this trainer's own, untouched; b, v hold the group's θ.
+            after2 = run[2][0]  # the model before inner step 3
+            np.testing.assert_array_equal(after2["w"], local[i][1]["w"], err_msg=f"w untouched by fragment 1 ({i})")
+            for n in "bv":
+                np.testing.assert_array_equal(after2[n], mean_theta[n], err_msg=f"fragment 1's θ in the model ({i} {n})")
+        assert opts[0].outer_params_hash == opts[1].outer_params_hash
+        for i, (o, m) in enumerate(zip(opts, models)):
+            theta, momentum = theta_m(o)
+            for n in theta0:
+                np.testing.assert_array_equal(theta[n], mean_theta[n], err_msg=f"θ ({i} {n})")
+                np.testing.assert_array_equal(momentum[n], mean_m[n], err_msg=f"m ({i} {n})")
+            got = model32(m)
+            np.testing.assert_array_equal(got["w"], mean_theta["w"], err_msg=f"fragment 0's θ in the model ({i})")
+            for n in "bv":
+                np.testing.assert_array_equal(got[n], local[i][3][n], err_msg=f"b, v as this trainer trained them ({i} {n})")
+            assert o.outer_step_count == 2
+            assert o.state_dict()["fragment_samples"] == [0, 2 * (1, 3)[i]]
+    finally:
+        for o in opts:
+            o.close()
+
+
+def test_overlapped_diloco_fragments_land_each_fragments_round_on_its_parameters_alone(start_swarm):
+    swarm = start_swarm(2)
+    models = [fragment_model(52), fragment_model(52)]
+    opts = [fragmented(m, a, overlap=True) for m, a in zip(models, swarm.agents)]
+    try:
+        theta0 = model32(models[0])
+        zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
+        runs = in_threads(*[lambda o=o, m=m, i=i: run_inner_steps(o, m, 70 + i, (1, 3)[i], 4)
+                            for i, (o, m) in enumerate(zip(opts, models))])
+        for run in runs:
+            assert [isinstance(r, Future) for _, _, r in run] == [False, True, False, True]
+        # Inner step 4 landed fragment 1's round (at the latest) before fragment 0's outer step; fragment 0's is in flight.
+        assert all(o.round_in_flight for o in opts)
+        results = [o.land() for o in opts]
+        assert all(r is not None and r.averaged and r.group_size == 2 for r in results), [r and r.error for r in results]
+        assert all(run[1][2].result().averaged for run in runs)
+        local = [[{n: before[n] - grads[n] / np.float32(16) for n in theta0} for before, grads, _ in run] for run in runs]
+        frag1 = [nesterov({n: theta0[n] for n in "bv"}, {n: zeros[n] for n in "bv"}, {n: local[i][1][n] for n in "bv"})
+                 for i in range(2)]
+        frag0 = [nesterov({"w": theta0["w"]}, {"w": zeros["w"]}, {"w": local[i][3]["w"]}) for i in range(2)]
+        mean_theta = {n: weighted_mean32([frag1[0][0][n], frag1[1][0][n]], [2, 6]) for n in "bv"}
+        mean_theta["w"] = weighted_mean32([frag0[0][0]["w"], frag0[1][0]["w"]], [4, 12])
+        mean_m = {n: weighted_mean32([frag1[0][1][n], frag1[1][1][n]], [2, 6]) for n in "bv"}
+        mean_m["w"] = weighted_mean32([frag0[0][1]["w"], frag0[1][1]["w"]], [4, 12])
+        assert opts[0].outer_params_hash == opts[1].outer_params_hash
+        for i, (o, m) in enumerate(zip(opts, models)):
+            theta, momentum = theta_m(o)
+            for n in theta0:
+                np.testing.assert_array_equal(theta[n], mean_theta[n], err_msg=f"θ ({i} {n})")
+                np.testing.assert_array_equal(momentum[n], mean_m[n], err_msg=f"m ({i} {n})")
+            got = model32(m)
+            # w: its round landed with no inner step since: exactly θ.
+            np.testing.assert_array_equal(got["w"], mean_theta["w"], err_msg=f"w ({i})")
+            # b, v: θ + δ, δ = the inner steps 3 and 4 taken from θ' (exact on these dyadic values), whenever it landed.
+            for n in "bv":
+                trained = frag1[i][0][n] - runs[i][2][1][n] / np.float32(16) - runs[i][3][1][n] / np.float32(16)
+                np.testing.assert_array_equal(got[n], landed_outer(trained, mean_theta[n], frag1[i][0][n]), err_msg=f"{i} {n}")
+    finally:
+        for o in opts:
+            o.close()

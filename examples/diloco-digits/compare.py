@@ -4,7 +4,8 @@
 - one model on all the training data: what the swarm should come close to;
 - with --simulate, also 8 trainers with DiLoCo averaged in this process (every outer step one group of 8, or
   random groups of --group-size as the swarm's matchmaking makes them; --local-momentum averages θ alone;
-  --overlap-delay D lands each round D inner steps after its outer step, as DiLoCoOptimizer(overlap=True) does),
+  --overlap-delay D lands each round D inner steps after its outer step, as DiLoCoOptimizer(overlap=True) does;
+  --fragments P syncs the parameters in P fragments at staggered inner steps, as DiLoCoOptimizer(fragments=P)),
   the swarm's result without agents, handy to tune --local-steps and the learning rates.
 
 It then prints the swarm's held-out accuracies from the latest `npm start -- examples/diloco-digits.yaml`
@@ -43,7 +44,7 @@ def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: 
 
 def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float, outer_lr: float, outer_momentum: float,
                     batch: int, seed: int, group_size: int = 0, local_momentum: bool = False,
-                    group_seed: int = 0, overlap_delay: int = 0) -> List[torch.nn.Module]:
+                    group_seed: int = 0, overlap_delay: int = 0, fragments: int = 1) -> List[torch.nn.Module]:
     """DiLoCo as DiLoCoOptimizer does it through the agents, in this process.
 
     Each outer step every trainer takes its own Nesterov step on its own pseudo-gradient (θ', m'), then each group
@@ -56,7 +57,13 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
     ``overlap_delay`` D > 0 is the overlapped outer step: each model goes on from its own θ' and the round lands
     D inner steps later (at the next outer step, before its Nesterov step, when D >= local_steps), adding
     (mean θ − θ') to the model, so the D inner steps taken meanwhile are kept. 0: the mean θ at once.
+
+    ``fragments`` P > 1 is Streaming DiLoCo's: the parameters split as DiLoCoOptimizer(fragments=P) splits them
+    (fragment_bounds), fragment f's outer step (Nesterov, grouping and averaging on its parameters alone) at the
+    inner steps s with (s − ⌊f·H/P⌋) % H == 0; with a delay, a round lands at the next fragment's outer step at the
+    latest. 1: every outer step over all parameters (the same random groups and numbers as before fragments).
     """
+    from averaging_swarm.torch import fragment_bounds  # the split the optimizer makes
     models = [make_model(seed) for _ in shards]
     inner = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-4) for m in models]
     orders = [batches(len(y), batch, seed=1000 + k) for k, (_, y) in enumerate(shards)]
@@ -66,16 +73,24 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
     loss_fn = torch.nn.CrossEntropyLoss()
     n = len(models)
     delay = min(overlap_delay, local_steps)
+    bounds = fragment_bounds([p.numel() for p in models[0].parameters()], fragments)
+    offsets = [f * local_steps // fragments for f in range(fragments)]
+
+    def due(step: int) -> Optional[int]:
+        return next((f for f, off in enumerate(offsets) if (step - off) % local_steps == 0), None)
+
     sent: List[List[torch.Tensor]] = []
     """With overlap, each trainer's θ' of the round in flight (theta then holds the group's mean)."""
+    sent_part = range(0)
     land_at = 0
 
     def land() -> None:
-        """model = mean θ + (model − θ'), in float32 as DiLoCoOptimizer.land() computes it."""
+        """model = mean θ + (model − θ') on the round's fragment, in float32 as DiLoCoOptimizer.land() computes it."""
         with torch.no_grad():
             for mod, t, s in zip(models, theta, sent):
-                for p, tp, sp in zip(mod.parameters(), t, s):
-                    p.copy_(tp + (p - sp))
+                params = list(mod.parameters())
+                for i, sp in zip(sent_part, s):
+                    params[i].copy_(t[i] + (params[i] - sp))
 
     for step in range(1, steps + 1):
         for k, (x, y) in enumerate(shards):
@@ -86,28 +101,35 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
         if sent and step == land_at:
             land()
             sent = []
-        if step % local_steps == 0:
+        fragment = due(step)
+        if fragment is not None:
+            part = range(*bounds[fragment])
             with torch.no_grad():
                 for k, mod in enumerate(models):
-                    for t, m, local in zip(theta[k], momentum[k], mod.parameters()):
+                    params = list(mod.parameters())
+                    for i in part:
+                        t, m, local = theta[k][i], momentum[k][i], params[i]
                         delta = t - local
                         m.mul_(outer_momentum).add_(delta)
                         t.sub_(outer_lr * (delta + outer_momentum * m))
                 if delay:
-                    sent = [[tp.clone() for tp in t] for t in theta]
-                    land_at = step + delay
+                    sent = [[t[i].clone() for i in part] for t in theta]
+                    sent_part = part
+                    next_outer = next(s for s in range(step + 1, step + local_steps + 1) if due(s) is not None)
+                    land_at = min(step + delay, next_outer)
                 order = rng.permutation(n) if group_size else np.arange(n)
                 size = group_size or n
                 for group in (order[i:i + size] for i in range(0, n, size)):
                     averaged = [theta] if local_momentum else [theta, momentum]
                     for state in averaged:
-                        for i in range(len(state[0])):
+                        for i in part:
                             mean = torch.stack([state[k][i] for k in group]).mean(dim=0)
                             for k in group:
                                 state[k][i].copy_(mean)
-                for mod, t in zip(models, sent or theta):
-                    for p, tp in zip(mod.parameters(), t):
-                        p.copy_(tp)
+                for k, mod in enumerate(models):
+                    params = list(mod.parameters())
+                    for j, i in enumerate(part):
+                        params[i].copy_(sent[k][j] if sent else theta[k][i])
     if sent:  # the last round lands after the last inner step (the trainer's finish())
         land()
     return models
@@ -161,6 +183,8 @@ def main() -> None:
     p.add_argument("--group-seed", type=int, default=0, help="with --simulate --group-size: the random groups' seed")
     p.add_argument("--overlap-delay", type=int, default=0,
                    help="with --simulate: overlapped outer steps whose rounds land this many inner steps later (0: none)")
+    p.add_argument("--fragments", type=int, default=1,
+                   help="with --simulate: Streaming DiLoCo's fragments, each synced every --local-steps at staggered steps")
     p.add_argument("--no-baselines", action="store_true", help="skip the lone-trainer and all-data baselines")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -177,17 +201,20 @@ def main() -> None:
     if accs:
         print(f"  {len(accs)} trainers with DiLoCo through the swarm: mean {np.mean(accs):.4f} "
               f"(min {min(accs):.4f}, max {max(accs):.4f}; {run}; {swarm_momentum(run)} momentum; "
-              f"{swarm_logged(run, r'outer steps (overlapped|blocking)')} outer steps)")
+              f"{swarm_logged(run, r'outer steps (overlapped|blocking)')} outer steps; "
+              f"fragments {swarm_logged(run, r'fragments ([0-9]+)')})")
     else:
         print("  the swarm: no finished run found (npm start -- examples/diloco-digits.yaml, then run this again)")
     if args.simulate:
         sim = [accuracy(m, xt, yt) for m in simulate_diloco(shards, args.steps, args.local_steps, args.lr, args.outer_lr,
                                                              args.outer_momentum, args.batch, args.seed, args.group_size,
-                                                             args.local_momentum, args.group_seed, args.overlap_delay)]
+                                                             args.local_momentum, args.group_seed, args.overlap_delay,
+                                                             args.fragments)]
         groups = f"random groups of {args.group_size}" if args.group_size else f"one group of {TRAINERS}"
         print(f"  {TRAINERS} trainers with DiLoCo simulated in-process ({groups}, "
               f"{'local' if args.local_momentum else 'averaged'} momentum"
-              f"{f', rounds landing {args.overlap_delay} inner steps late' if args.overlap_delay else ''}): mean {np.mean(sim):.4f} "
+              f"{f', rounds landing {args.overlap_delay} inner steps late' if args.overlap_delay else ''}"
+              f"{f', {args.fragments} fragments' if args.fragments > 1 else ''}): mean {np.mean(sim):.4f} "
               f"(min {min(sim):.4f}, max {max(sim):.4f})")
     if args.no_baselines:
         return

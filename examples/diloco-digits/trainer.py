@@ -13,6 +13,8 @@ each trainer then keeps its own outer momentum (clients/python/README.md compare
 --overlap overlaps each outer round with the next inner steps (DiLoCoOptimizer(overlap=True)): the outer step returns
 at once with the trainer's own θ' in the model, and the round lands (model = mean θ + the inner progress since) at the
 first inner step after the agent is done, or before the next outer step at the latest.
+--fragments P syncs the parameters in P fragments (Streaming DiLoCo, DiLoCoOptimizer(fragments=P)): fragment f every
+--local-steps inner steps at offset f·H/P, one round over that fragment's outer parameters and momentum only.
 
 Shard: --shard, else $AVS_SHARD_INDEX, else derived from $AVS_POD_NAME (the YAML gives the trainer its pod
 name): <swarm>-bootstrap-<i>-0 is shard i, <swarm>-agent-<n> is shard --bootstrap-replicas + n.
@@ -119,6 +121,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--overlap", action="store_true",
                    help="overlap each outer round with the next inner steps (DiLoCoOptimizer(overlap=True)); "
                         "the round lands during those steps, keeping the progress made meanwhile")
+    p.add_argument("--fragments", type=int, default=1,
+                   help="Streaming DiLoCo's fragments (DiLoCoOptimizer(fragments=P)): each outer step syncs one of P "
+                        "parts of the parameters, each part every --local-steps inner steps, at staggered steps")
     return p.parse_args(argv)
 
 
@@ -147,9 +152,10 @@ def main() -> None:
     inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     opt = DiLoCoOptimizer(model.named_parameters(), inner, local_steps=args.local_steps, outer_lr=args.outer_lr,
                           outer_momentum=args.outer_momentum, timeout=args.timeout,
-                          average_momentum=not args.local_momentum, overlap=args.overlap)
+                          average_momentum=not args.local_momentum, overlap=args.overlap, fragments=args.fragments)
     print(f"state from the agent: {opt.origin}; outer momentum {'local' if args.local_momentum else 'averaged'}; "
-          f"outer steps {'overlapped' if args.overlap else 'blocking'}", flush=True)
+          f"outer steps {'overlapped' if args.overlap else 'blocking'}; fragments {args.fragments} "
+          f"(parameters {opt.fragment_bounds}, offsets {opt.fragment_offsets})", flush=True)
     if opt.complete:
         # A cluster restarts a container that exited 0: this trainer already finished the run.
         print("the run is complete already (this trainer finished before); nothing to do", flush=True)
@@ -178,7 +184,8 @@ def main() -> None:
         loss = loss_fn(model(x[idx]), y[idx])
         opt.zero_grad()
         loss.backward()
-        if in_flight is not None and (opt.local_step + 1) % args.local_steps == 0:
+        next_is_outer = any((opt.local_step + 1 - off) % args.local_steps == 0 for off in opt.fragment_offsets)
+        if in_flight is not None and next_is_outer:
             # This step takes the next outer step, which would land the round first: land it here, to log it.
             log(opt.land(), in_flight[0], in_flight[1], f", landed before inner step {step} (blocking)")
             in_flight = None
@@ -202,7 +209,8 @@ def main() -> None:
     acc = accuracy(model, xt, yt)
     print(f"final held-out accuracy {acc:.4f} (shard {shard}, {args.steps} inner steps, {opt.outer_step_count} outer steps, "
           f"{averaged} averaged, {'local' if args.local_momentum else 'averaged'} momentum, "
-          f"{'overlapped' if args.overlap else 'blocking'} outer steps, {time.time() - started:.0f} s)", flush=True)
+          f"{'overlapped' if args.overlap else 'blocking'} outer steps, fragments {args.fragments}, "
+          f"{time.time() - started:.0f} s)", flush=True)
     # With spec.completion.onTrainerExit the agent's run ends here, once its last averaged round is checkpointed.
     done = opt.finish()
     print(f"agent: complete {done['complete']}, final checkpoint round {done.get('checkpointRound', '-')}", flush=True)

@@ -1,17 +1,20 @@
 /**
  * Moshpit matchmaking at scale (npm run bench:moshpit-scale -- --help): N agents in ONE process
  * (bench/lib/scale-swarm.ts: the agent's DHT, rendezvous, matchmaking and all-reduce over libp2p's
- * in-memory transport, plaintext), tiny tensors, on the grid the agent lays out by rank
+ * in-memory transport, plaintext), or with `--procs P` spread over P worker processes joined by
+ * loopback TCP, plaintext (bench/lib/scale-procs.ts; workers re-run this file with `--worker <k>`,
+ * so it works bundled into one file), tiny tensors, on the grid the agent lays out by rank
  * (gridGroupBits). Per round: distance to the live mean, groups formed and whether they mixed the
  * last round's, matchmaking latency, rendezvous and DHT lookups, control traffic per peer.
  */
-import { Command } from 'commander'
+import { Command, Option } from 'commander'
 import { cpus, loadavg, platform, release } from 'node:os'
 import { startScaleSwarm, scaleConfig, TrafficCounter, type ScaleSwarm } from './lib/scale-swarm.js'
 import { runRounds, RoundProbe, formatSizes, type RoundStats } from './lib/scale-rounds.js'
 import { gridGroupBits } from '../agent/moshpit/group-bits.js'
 import { seededRandom } from '../agent/util/random.js'
 import { linesLog } from '../agent/log.js'
+import { runProcs, runWorker } from './lib/scale-procs.js'
 
 const progress = (line: string): void => { process.stderr.write(`[moshpit-scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`) }
 const numbers = (text: string): number[] => text.split(',').map(s => Number(s.trim())).filter(n => Number.isFinite(n))
@@ -42,10 +45,21 @@ export interface ScaleSettings {
   readonly stepTimeout: number
   readonly latencyMs: number
   readonly seed: number
+  /** Worker processes (1: every agent in this process, in memory). */
+  readonly procs?: number
 }
 
 /** One swarm, its rounds, torn down. */
 export async function scaleRun (peers: number, groupSize: number, crashPercent: number, run: number, s: ScaleSettings, log?: (line: string) => void): Promise<ScaleRun> {
+  if ((s.procs ?? 1) > 1) {
+    const seed = s.seed + 1000 * run + crashPercent
+    const result = await runProcs(
+      { peers, groupSize, seed, timing: { expiration: s.expiration, request: s.request, allreduce: s.allreduce }, bootstrapDials: 3 },
+      s.procs ?? 1,
+      { maxRounds: s.maxRounds, crashRate: crashPercent / 100, threshold: s.threshold, stepTimeout: s.stepTimeout },
+      s.elements, log)
+    return { peers, groupSize, crashPercent, run, ...result }
+  }
   const probe = new RoundProbe()
   const traffic = new TrafficCounter()
   const victims = new Set<number>()
@@ -101,7 +115,7 @@ function summaryRow (r: ScaleRun, s: ScaleSettings): string {
 async function main (): Promise<void> {
   const program = new Command()
     .name('bench:moshpit-scale')
-    .description('Moshpit convergence and matchmaking of N agents in one process (in-memory libp2p, plaintext: protocols, not crypto).')
+    .description('Moshpit convergence and matchmaking of N agents in one process (in-memory libp2p, plaintext: protocols, not crypto), or over --procs worker processes (loopback TCP, plaintext).')
     .option('--peers <list>', 'swarm sizes', '16,64,256')
     .option('--group-size <n>', 'target group size (default: 32 for 1024 peers, else 4)')
     .option('--crash <list>', 'percent of live peers crashing per round, once their group assembled', '0')
@@ -115,31 +129,42 @@ async function main (): Promise<void> {
     .option('--step-timeout <s>', 'one step at most, seconds', '60')
     .option('--latency <ms>', 'added to every in-memory message', '0')
     .option('--seed <n>', 'seed', '1')
+    .option('--procs <n>', 'worker processes hosting the agents (rank r in worker r mod P), joined by loopback TCP with plaintext; 1: all in this process, in memory', '1')
+    .addOption(new Option('--worker <k>', 'internal: run as worker k of a --procs coordinator').hideHelp())
     .parse()
   const o = program.opts<Record<string, string>>()
+  if (o.worker != null) { runWorker(Number(o.worker)); return }
+  const procs = Number(o.procs)
+  if (!Number.isInteger(procs) || procs < 1) throw new Error(`--procs ${o.procs}: a positive integer`)
+  if (procs > 1 && Number(o.latency) > 0) throw new Error('--latency is the in-memory transport\'s: not with --procs > 1')
   const s: ScaleSettings = {
     elements: Number(o.elements), maxRounds: Number(o.maxRounds), threshold: Number(o.threshold),
     expiration: Number(o.expiration), request: Number(o.requestTimeout), allreduce: Number(o.allreduceTimeout),
-    stepTimeout: Number(o.stepTimeout), latencyMs: Number(o.latency), seed: Number(o.seed)
+    stepTimeout: Number(o.stepTimeout), latencyMs: Number(o.latency), seed: Number(o.seed), procs
   }
   progress(`${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${platform()} ${release()}, Node ${process.version}, load ${loadavg().map(l => l.toFixed(1)).join(' ')}`)
-  const rows: string[] = []
+  const header = procs > 1
+    ? `N agents spread over ${procs} worker processes (rank r in worker r mod ${procs}), joined by loopback TCP with PLAINTEXT connections; CPU summed over all processes`
+    : 'N agents in one process, joined by libp2p\'s in-memory transport with PLAINTEXT connections'
+  progress(header)
+  // Each row as soon as its run is done: a run cut short (a device's time limit) keeps those before it.
+  console.log(`${header}.\n`)
+  console.log('| peers | group (rounds of an exact grid) | crashing per round | run | rounds to 1e-6 | last deviation | round 1 groups | repeated pairs per round | peers without a group per round | matchmaking p95 (worst round) | DHT lookups ok | rendezvous exchanges ok | control msgs / bytes per peer per round | setup | wall per round | CPU |')
+  console.log('|---:|---|---:|---:|---|---:|---|---|---|---:|---:|---:|---:|---:|---|---:|')
   for (const peers of numbers(o.peers)) {
     const g = o.groupSize != null ? Number(o.groupSize) : defaultGroupSize(peers)
     for (const crash of numbers(o.crash)) {
       for (let run = 1; run <= Number(o.runs); run++) {
         progress(`${peers} peers, groups of ${g}, ${crash} % crashing per round, run ${run}`)
         const r = await scaleRun(peers, g, crash, run, s, progress)
-        rows.push(summaryRow(r, s))
+        console.log(summaryRow(r, s))
       }
     }
   }
-  console.log('| peers | group (rounds of an exact grid) | crashing per round | run | rounds to 1e-6 | last deviation | round 1 groups | repeated pairs per round | peers without a group per round | matchmaking p95 (worst round) | DHT lookups ok | rendezvous exchanges ok | control msgs / bytes per peer per round | setup | wall per round | CPU |')
-  console.log('|---:|---|---:|---:|---|---:|---|---|---|---:|---:|---:|---:|---:|---|---:|')
-  for (const row of rows) console.log(row)
   console.log(`\nload after: ${loadavg().map(l => l.toFixed(1)).join(' ')}`)
 }
 
-if (process.argv[1]?.endsWith('moshpit-scale.js') === true) {
-  main().then(() => process.exit(0), (err) => { process.stderr.write(`bench:moshpit-scale failed: ${err instanceof Error ? err.message : String(err)}\n`); process.exit(1) })
+// Run as a program (dist/bench/moshpit-scale.js, or bundled into moshpit-scale.mjs); a worker stays up until its coordinator leaves.
+if (/moshpit-scale\.m?js$/.test(process.argv[1] ?? '')) {
+  main().then(() => { if (!process.argv.includes('--worker')) process.exit(0) }, (err) => { process.stderr.write(`bench:moshpit-scale failed: ${err instanceof Error ? err.message : String(err)}\n`); process.exit(1) })
 }

@@ -70,6 +70,12 @@ export interface SwarmNodeOptions {
    * crypto of one shared CPU. The agent never sets it.
    */
   readonly inMemory?: { readonly latencyMs?: number }
+  /**
+   * Multi-process harnesses only (bench/moshpit-scale.ts --procs): TCP on loopback with PLAINTEXT
+   * connections and, as inMemory, no relay, hole punching or connection pings, so that agents spread
+   * over several processes of one machine measure the protocols and not the crypto. The agent never sets it.
+   */
+  readonly plaintextTcp?: boolean
   /** The rendezvous service's request timeout, log and observer (default: the averager's default requestTimeout, no log). */
   readonly rendezvous?: RendezvousInit
 }
@@ -101,9 +107,10 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
   const encrypters: Array<(components: any) => ConnectionEncrypter> = []
   for (const name of options.encryption ?? ['noise', 'tls']) encrypters.push(name === 'tls' ? tls() : noise())
   const inMemory = options.inMemory
+  const harnessOnly = inMemory != null || options.plaintextTcp === true
   // Loaded only for a harness: both are development dependencies, absent from the agent image.
-  const harness = inMemory != null
-    ? { memory: (await import('@libp2p/memory')).memory, plaintext: (await import('@libp2p/plaintext')).plaintext }
+  const harness = harnessOnly
+    ? { memory: inMemory != null ? (await import('@libp2p/memory')).memory : null, plaintext: (await import('@libp2p/plaintext')).plaintext }
     : null
   let relayOnly = false
   const allow = options.allowPeers != null && options.allowPeers.length > 0 ? new Set(options.allowPeers) : null
@@ -124,7 +131,7 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     },
     // Every agent can dial /p2p-circuit addresses (members behind NAT); it listens on one only
     // once it finds itself unreachable (./reach.ts).
-    transports: harness != null ? [harness.memory({ latency: inMemory?.latencyMs ?? 0 })] : [tcp(), circuitRelayTransport()],
+    transports: harness?.memory != null ? [harness.memory({ latency: inMemory?.latencyMs ?? 0 })] : harness != null ? [tcp()] : [tcp(), circuitRelayTransport()],
     connectionEncrypters: harness != null ? [harness.plaintext()] : encrypters,
     streamMuxers: [yamux({
       enableKeepAlive: true,
@@ -158,7 +165,7 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     // busy connections on ping timeouts (seen mid-transfer at 4 x 25M floats).
     // In memory nothing is lost in transit, and thousands of connections in one process pinging
     // every few seconds would measure the pings.
-    connectionMonitor: inMemory != null ? { enabled: false } : { abortConnectionOnPingFailure: false },
+    connectionMonitor: harnessOnly ? { enabled: false } : { abortConnectionOnPingFailure: false },
     metrics: options.metrics,
     services: {
       identify: identify(),
@@ -174,7 +181,7 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
         announceRelayOnly: (on) => { relayOnly = on }
       }),
       // Upgrades a relayed connection to a direct one where the NATs let it (hole punching).
-      ...(inMemory != null ? {} : { dcutr: dcutr() }),
+      ...(harnessOnly ? {} : { dcutr: dcutr() }),
       ...(options.relay != null ? { relay: relayServer(options.relay) } : {}),
       dht: kadDHT({
         protocol: DHT_PROTOCOL,

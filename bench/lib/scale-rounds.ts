@@ -86,7 +86,7 @@ export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Prom
   for (let round = 1; round <= options.maxRounds; round++) {
     const live = swarm.averagers.map((_, i) => i).filter(i => !dead.has(i))
     options.victims.clear()
-    for (const v of shuffle(live, random).slice(0, Math.round(options.crashRate * live.length))) options.victims.add(v)
+    for (const v of pickVictims(live, options.crashRate, random)) options.victims.add(v)
     const before = swarm.tensors.map(t => t.slice())
     const wallStart = performance.now()
     const cpuStart = process.cpuUsage()
@@ -97,67 +97,100 @@ export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Prom
     const results = new Map<number, StepResult>()
     outcomes.forEach((o, k) => { if (o.status === 'fulfilled' && !dead.has(live[k])) results.set(live[k], o.value) })
     options.onRound?.(round, results, before)
-    const survivors = live.filter(i => !dead.has(i))
-    const groups = new Map<string, readonly string[]>()
-    for (const r of results.values()) groups.set(r.groupId, r.peers)
-    const groupSizes = new Map<number, number>()
-    for (const peers of groups.values()) groupSizes.set(peers.length, (groupSizes.get(peers.length) ?? 0) + 1)
-    let pairs = 0; let repeated = 0
-    const together = new Map<string, string>()
-    for (const [id, peers] of groups) {
-      for (const p of peers) together.set(p, id)
-      for (let a = 0; a < peers.length; a++) {
-        for (let b = a + 1; b < peers.length; b++) {
-          pairs++
-          const before = lastTogether.get(peers[a])
-          if (before !== undefined && before === lastTogether.get(peers[b])) repeated++
-        }
-      }
-    }
-    lastTogether = together
-    const deviation = spread(survivors.map(i => swarm.tensors[i]))
     const probe = options.probe.take()
     const trafficNow = options.traffic?.snapshot()
     const control = controlTraffic(trafficBefore, trafficNow)
     trafficBefore = trafficNow
-    const mm = [...results.values()].map(r => r.matchmakingMs)
-    const ex = probe.exchanges.map(e => e.ms)
-    const lk = probe.lookups.map(l => l.ms)
-    const stats: RoundStats = {
-      round,
-      live: survivors.length,
-      crashed: options.victims.size,
-      failedSteps: survivors.length - results.size,
-      groupSizes,
-      repeatedPairs: repeated,
-      pairs,
-      deviation,
-      matchmakingP50: quantile(mm, 0.5),
-      matchmakingP95: quantile(mm, 0.95),
-      exchanges: probe.exchanges.length,
-      exchangesDegraded: probe.exchanges.filter(e => e.failed > 0).length,
-      exchangesFailed: probe.exchanges.filter(e => e.failed === e.replicas).length,
-      exchangeP50: quantile(ex, 0.5),
-      exchangeP95: quantile(ex, 0.95),
-      exchangeHops: probe.exchanges.reduce((a, e) => a + e.hops, 0) / Math.max(1, probe.exchanges.length),
-      lookups: probe.lookups.length,
-      lookupsFailed: probe.lookups.filter(l => !l.ok).length,
-      lookupP50: quantile(lk, 0.5),
-      lookupP95: quantile(lk, 0.95),
-      controlMessages: control.messages / Math.max(1, live.length),
-      controlBytes: control.bytes / Math.max(1, live.length),
-      wallMs,
-      cpuS: (cpu.user + cpu.system) / 1e6
-    }
+    const { stats, together } = roundStats({
+      round, live, crashed: options.victims.size, dead, results, tensors: swarm.tensors, ...probe, control, wallMs, cpuS: (cpu.user + cpu.system) / 1e6
+    }, lastTogether)
+    lastTogether = together
     rounds.push(stats)
     options.progress?.(formatRound(stats))
-    if (deviation < options.threshold) return { rounds, convergedAt: round }
+    if (stats.deviation < options.threshold) return { rounds, convergedAt: round }
   }
   return { rounds, convergedAt: null }
 }
 
+/** This round's victims: a seeded share of the live peers (the same draw in one process or several). */
+export function pickVictims (live: readonly number[], crashRate: number, random: () => number): number[] {
+  return shuffle([...live], random).slice(0, Math.round(crashRate * live.length))
+}
+
+/** What a round left, wherever its peers ran: the input of roundStats. */
+export interface RoundOutcome {
+  readonly round: number
+  /** Ranks that stepped this round (live at its start). */
+  readonly live: readonly number[]
+  readonly crashed: number
+  /** Every rank dead after the round, this round's victims included. */
+  readonly dead: ReadonlySet<number>
+  /** The steps that returned, of ranks still alive, by rank. */
+  readonly results: ReadonlyMap<number, Pick<StepResult, 'groupId' | 'peers' | 'matchmakingMs'>>
+  /** Every rank's tensor after the round (those of dead ranks are not read). */
+  readonly tensors: readonly Float32Array[]
+  readonly exchanges: RoundProbe['exchanges']
+  readonly lookups: RoundProbe['lookups']
+  /** Control traffic of the round, all peers together. */
+  readonly control: { bytes: number, messages: number }
+  readonly wallMs: number
+  readonly cpuS: number
+}
+
+/** A round's figures; `lastTogether` (peer → group id of the round before) gives the repeated pairs. */
+export function roundStats (o: RoundOutcome, lastTogether: ReadonlyMap<string, string>): { stats: RoundStats, together: Map<string, string> } {
+  const survivors = o.live.filter(i => !o.dead.has(i))
+  const groups = new Map<string, readonly string[]>()
+  for (const r of o.results.values()) groups.set(r.groupId, r.peers)
+  const groupSizes = new Map<number, number>()
+  for (const peers of groups.values()) groupSizes.set(peers.length, (groupSizes.get(peers.length) ?? 0) + 1)
+  let pairs = 0; let repeated = 0
+  const together = new Map<string, string>()
+  for (const [id, peers] of groups) {
+    for (const p of peers) together.set(p, id)
+    for (let a = 0; a < peers.length; a++) {
+      for (let b = a + 1; b < peers.length; b++) {
+        pairs++
+        const before = lastTogether.get(peers[a])
+        if (before !== undefined && before === lastTogether.get(peers[b])) repeated++
+      }
+    }
+  }
+  const deviation = spread(survivors.map(i => o.tensors[i]))
+  const mm = [...o.results.values()].map(r => r.matchmakingMs)
+  const ex = o.exchanges.map(e => e.ms)
+  const lk = o.lookups.map(l => l.ms)
+  const stats: RoundStats = {
+    round: o.round,
+    live: survivors.length,
+    crashed: o.crashed,
+    failedSteps: survivors.length - o.results.size,
+    groupSizes,
+    repeatedPairs: repeated,
+    pairs,
+    deviation,
+    matchmakingP50: quantile(mm, 0.5),
+    matchmakingP95: quantile(mm, 0.95),
+    exchanges: o.exchanges.length,
+    exchangesDegraded: o.exchanges.filter(e => e.failed > 0).length,
+    exchangesFailed: o.exchanges.filter(e => e.failed === e.replicas).length,
+    exchangeP50: quantile(ex, 0.5),
+    exchangeP95: quantile(ex, 0.95),
+    exchangeHops: o.exchanges.reduce((a, e) => a + e.hops, 0) / Math.max(1, o.exchanges.length),
+    lookups: o.lookups.length,
+    lookupsFailed: o.lookups.filter(l => !l.ok).length,
+    lookupP50: quantile(lk, 0.5),
+    lookupP95: quantile(lk, 0.95),
+    controlMessages: o.control.messages / Math.max(1, o.live.length),
+    controlBytes: o.control.bytes / Math.max(1, o.live.length),
+    wallMs: o.wallMs,
+    cpuS: o.cpuS
+  }
+  return { stats, together }
+}
+
 /** Protocols that are control traffic: everything but the tensor parts (and the connections' own totals). */
-function controlTraffic (before: Map<string, { bytes: number, messages: number }> | undefined, now: Map<string, { bytes: number, messages: number }> | undefined): { bytes: number, messages: number } {
+export function controlTraffic (before: Map<string, { bytes: number, messages: number }> | undefined, now: Map<string, { bytes: number, messages: number }> | undefined): { bytes: number, messages: number } {
   let bytes = 0; let messages = 0
   for (const [protocol, v] of now ?? []) {
     if (protocol === 'connections' || protocol.includes('/aggregate')) continue

@@ -95,25 +95,16 @@ export async function startScaleSwarm (options: ScaleSwarmOptions): Promise<Scal
     await Promise.allSettled(nodes.map(async n => { await n.stop() }))
   }
   try {
-    const random = seededRandom(`${options.seed}:bootstrap`)
     for (let i = 0; i < options.peers; i++) {
-      const log = options.rendezvousLog
-      nodes.push(await createSwarmNode({
-        listen: [`/memory/${options.name}-${i}`],
-        inMemory: { latencyMs: options.latencyMs },
-        metrics: options.traffic != null ? () => options.traffic?.metrics() as Metrics : undefined,
-        // Every rendezvous serves from its node's start, before any averager starts (and asks its first key's replicas).
-        rendezvous: { requestTimeoutMs: options.config(i).requestTimeout * 1000, observer: options.observer, ...(log != null ? { log: linesLog((msg) => { log(i, msg) }) } : {}) }
-      }))
+      nodes.push(await createScaleNode(i, { memory: `/memory/${options.name}-${i}`, latencyMs: options.latencyMs }, options))
     }
     options.progress?.(`${options.peers} nodes created (${Date.now() - started} ms); joining`)
-    await inBatches(options.peers - 1, 64, async (k) => {
+    const targets = bootstrapTargets(options.peers, options.bootstrapDials, options.seed)
+    await inBatches(options.peers - 1, BOOTSTRAP_BATCH, async (k) => {
       const i = k + 1
-      const targets = new Set<number>()
-      while (targets.size < Math.min(i, options.bootstrapDials)) targets.add(Math.floor(random() * i))
-      for (const t of targets) await nodes[i].dial(multiaddr(`/memory/${options.name}-${t}`)).catch(() => {})
+      for (const t of targets[i]) await nodes[i].dial(multiaddr(`/memory/${options.name}-${t}`)).catch(() => {})
     })
-    const tables = await settleTables(nodes, options.progress)
+    const tables = await settleTables(() => nodes.map(routingTableSize), nodes.length, options.progress)
     await quietCpu(60_000 + 100 * nodes.length, options.progress)
     options.progress?.(`routing tables settled (${Date.now() - started} ms): min ${Math.min(...tables)}, median ${tables.slice().sort((a, b) => a - b)[tables.length >> 1]}`)
     const tensors: Float32Array[] = []
@@ -142,20 +133,53 @@ export async function startScaleSwarm (options: ScaleSwarmOptions): Promise<Scal
   }
 }
 
+/** Newcomers that join at once: each batch dials peers of the batches before it (or of its own). */
+export const BOOTSTRAP_BATCH = 64
+
+/** The earlier peers each rank dials to join (none for rank 0), drawn from the seed in rank order. */
+export function bootstrapTargets (peers: number, dials: number, seed: number): number[][] {
+  const random = seededRandom(`${seed}:bootstrap`)
+  const out: number[][] = [[]]
+  for (let i = 1; i < peers; i++) {
+    const targets = new Set<number>()
+    while (targets.size < Math.min(i, dials)) targets.add(Math.floor(random() * i))
+    out.push([...targets])
+  }
+  return out
+}
+
+/**
+ * One harness node of rank `rank`: in memory (one process, `/memory/<name>`), or on loopback TCP
+ * (`--procs`: agents spread over processes), plaintext either way, with the rendezvous, traffic
+ * counter and observer of the options.
+ */
+export async function createScaleNode (rank: number, transport: { memory: string, latencyMs: number } | { tcp: string }, options: Pick<ScaleSwarmOptions, 'config' | 'rendezvousLog' | 'observer' | 'traffic'>): Promise<SwarmNode> {
+  const log = options.rendezvousLog
+  return await createSwarmNode({
+    ...('memory' in transport
+      ? { listen: [transport.memory], inMemory: { latencyMs: transport.latencyMs } }
+      : { listen: [transport.tcp], plaintextTcp: true }),
+    metrics: options.traffic != null ? () => options.traffic?.metrics() as Metrics : undefined,
+    // Every rendezvous serves from its node's start, before any averager starts (and asks its first key's replicas).
+    rendezvous: { requestTimeoutMs: options.config(rank).requestTimeout * 1000, observer: options.observer, ...(log != null ? { log: linesLog((msg) => { log(rank, msg) }) } : {}) }
+  })
+}
+
 /**
  * Waits until no routing table grew for a while (kad-dht's self-queries have run), at most 60 s
- * plus 50 ms per peer: the swarm then looks as one that has run for a while.
+ * plus 50 ms per peer: the swarm then looks as one that has run for a while. `readSizes` gives every
+ * node's routing-table size (of this process, or gathered from the worker processes).
  */
-async function settleTables (nodes: SwarmNode[], progress?: (line: string) => void): Promise<number[]> {
-  const deadline = Date.now() + 60_000 + 50 * nodes.length
+export async function settleTables (readSizes: () => number[] | Promise<number[]>, peers: number, progress?: (line: string) => void): Promise<number[]> {
+  const deadline = Date.now() + 60_000 + 50 * peers
   let last = ''
   let quietSince = Date.now()
 
   for (;;) {
-    const sizes = nodes.map(routingTableSize)
+    const sizes = await readSizes()
     const now = sizes.join(',')
     if (now !== last) { last = now; quietSince = Date.now() }
-    const filled = sizes.every(s => s >= Math.min(nodes.length - 1, 1))
+    const filled = sizes.every(s => s >= Math.min(peers - 1, 1))
     if ((filled && Date.now() - quietSince >= 2000) || Date.now() >= deadline) {
       if (!filled) progress?.(`some routing tables are empty after the wait: ${sizes.filter(s => s === 0).length} of ${sizes.length}`)
       return sizes
@@ -169,7 +193,7 @@ async function settleTables (nodes: SwarmNode[], progress?: (line: string) => vo
  * queries (self-queries, the routing-table refresh's random walks) of N peers in one process
  * otherwise overlap the first rounds, which agents on their own CPUs would not notice.
  */
-async function quietCpu (maxMs: number, progress?: (line: string) => void): Promise<void> {
+export async function quietCpu (maxMs: number, progress?: (line: string) => void): Promise<void> {
   const deadline = Date.now() + maxMs
   for (;;) {
     const before = process.cpuUsage()
@@ -181,7 +205,7 @@ async function quietCpu (maxMs: number, progress?: (line: string) => void): Prom
   }
 }
 
-async function inBatches (count: number, width: number, fn: (index: number) => Promise<void>): Promise<void> {
+export async function inBatches (count: number, width: number, fn: (index: number) => Promise<void>): Promise<void> {
   for (let start = 0; start < count; start += width) {
     await Promise.all(Array.from({ length: Math.min(width, count - start) }, async (_, k) => { await fn(start + k) }))
   }

@@ -1,7 +1,8 @@
 /**
  * Matchmaking at scale, in the test suite: 256 agents in one process (bench/lib/scale-swarm.ts: the
  * agent's DHT, rendezvous, matchmaking and all-reduce over libp2p's in-memory transport, plaintext)
- * on a 4⁴ Moshpit grid, two rounds; and the benchmark's command at 16 peers, so it cannot rot.
+ * on a 4⁴ Moshpit grid, two rounds; and the benchmark's command at 16 peers, in one process and over two
+ * worker processes (--procs 2), so neither can rot.
  * Exact-grid convergence at 256 is the benchmark's to show (BENCHMARKS.md): one process on two
  * cores is CPU-bound there, and what must hold whatever the load is asserted here.
  */
@@ -97,4 +98,15 @@ test('the benchmark\'s command runs a 16-peer 4x4 grid to the exact mean in 2 ro
   assert.ok(row != null, run.stdout)
   const cells = row.split('|').map(c => c.trim())
   assert.equal(cells[5], '2', `rounds to 1e-6: ${row}`)
+})
+
+test('the benchmark over 2 worker processes (--procs 2, loopback TCP) runs the 16-peer grid to the exact mean in 2 rounds', { timeout: 300_000 }, () => {
+  const run = spawnSync(process.execPath, ['dist/bench/moshpit-scale.js', '--peers', '16', '--max-rounds', '4', '--procs', '2'], { encoding: 'utf8', timeout: 280_000 })
+  assert.equal(run.status, 0, run.stderr.slice(-2000))
+  assert.match(run.stdout, /over 2 worker processes/)
+  const row = run.stdout.split('\n').find(line => line.startsWith('| 16 |'))
+  assert.ok(row != null, run.stdout)
+  const cells = row.split('|').map(c => c.trim())
+  assert.equal(cells[5], '2', `rounds to 1e-6: ${row}`)
+  assert.equal(cells[9], '0/0', `peers without a group: ${row}`)
 })

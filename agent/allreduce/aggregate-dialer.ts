@@ -6,7 +6,7 @@ import { openFramed } from '../net/rpc.js'
 import type { DirectTransport } from '../net/direct/direct-transport.js'
 import { directHostsOf } from '../net/direct/endpoints.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
-import { describeError } from '../errors.js'
+import { ProtocolError, describeError } from '../errors.js'
 import type { PeerInfo } from '../proto/averaging.js'
 import { aggregateProtocol } from './aggregate-protocol.js'
 import { silentLog, type Log } from '../log.js'
@@ -15,6 +15,11 @@ export interface ChannelOptions {
   readonly timeoutMs: number
   readonly maxFrameBytes: number
   readonly maxQueuedFrames: number
+  /**
+   * Gives up on the opening before timeoutMs: the all-reduce no longer wants this reducer (its
+   * adaptive deadline cut it off, or the round timed out). The open rejects with the signal's reason.
+   */
+  readonly signal?: AbortSignal
 }
 
 
@@ -45,10 +50,12 @@ export class AggregateDialer {
     if (this.identity != null && this.transport != null && port > 0 && this.node.status === 'started') {
       // The reducer admits data channels only from peers with a libp2p connection (the private
       // network and allow list live there): make sure we hold one.
-      await this.node.dial(peerId, { signal: AbortSignal.timeout(options.timeoutMs) })
+      await this.node.dial(peerId, { signal: bounded(options) }).catch((err: unknown) => {
+        throw options.signal?.aborted === true ? options.signal.reason : err
+      })
       for (const host of await directHostsOf(this.node, peerId)) {
         try {
-          const channel = await this.transport.dial({
+          const channel = await unlessAborted(this.transport.dial({
             identity: this.identity,
             host,
             port,
@@ -57,12 +64,13 @@ export class AggregateDialer {
             timeoutMs: Math.min(options.timeoutMs, 5000),
             maxFrameBytes: options.maxFrameBytes,
             maxQueuedFrames: options.maxQueuedFrames
-          })
+          }), options.signal)
           this.opened.direct++
           this.live.add(channel)
           void channel.closed.then(() => this.live.delete(channel))
           return channel
         } catch (err) {
+          if (options.signal?.aborted === true) throw options.signal.reason
           this.log.debug(`no direct channel to ${peer} at ${host}:${port} (${describeError(err)}); trying the next way`)
         }
       }
@@ -82,8 +90,45 @@ export class AggregateDialer {
   }
 
   private async openLibp2p (peerId: PeerId, options: ChannelOptions): Promise<FrameChannel> {
-    const channel = await openFramed(this.node, peerId, aggregateProtocol(this.prefix), options)
+    options.signal?.throwIfAborted()
+    const channel = await openFramed(this.node, peerId, aggregateProtocol(this.prefix), options).catch((err: unknown) => {
+      throw options.signal?.aborted === true ? options.signal.reason : err
+    })
     this.opened.libp2p++
     return channel
   }
+}
+
+/** The opening's own timeout, and the caller's signal if it gave one. */
+function bounded (options: ChannelOptions): AbortSignal {
+  const timeout = AbortSignal.timeout(options.timeoutMs)
+  return options.signal != null ? AbortSignal.any([timeout, options.signal]) : timeout
+}
+
+/**
+ * The channel being opened, or the signal's reason as soon as it aborts. The direct dial runs on
+ * this thread or on a data thread, where no signal reaches: a channel that opens after the abort
+ * is torn down at once.
+ */
+export async function unlessAborted<T extends FrameChannel> (opening: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal == null) return await opening
+  if (signal.aborted) {
+    opening.then(channel => { channel.abort(asError(signal.reason)) }, () => {})
+    throw signal.reason
+  }
+  return await new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => {
+      reject(signal.reason)
+      opening.then(channel => { channel.abort(asError(signal.reason)) }, () => {})
+    }
+    signal.addEventListener('abort', onAbort, { once: true })
+    opening.then(
+      (channel) => { signal.removeEventListener('abort', onAbort); resolve(channel) },
+      (err) => { signal.removeEventListener('abort', onAbort); reject(err) }
+    )
+  })
+}
+
+function asError (reason: unknown): Error {
+  return reason instanceof Error ? reason : new ProtocolError(describeError(reason))
 }

@@ -9,6 +9,8 @@ export interface ReducerCutOff {
   readonly wait: AdaptiveWait
   /** How many delivered waits the limit came from. */
   readonly samples: number
+  /** Cut off without a second slack: we had cut it off as a sender for silence (ReducerDeadlines.silent). */
+  readonly silentSender: boolean
 }
 
 export interface ReducerDeadlineOptions {
@@ -40,6 +42,8 @@ export class ReducerDeadlines {
   private readonly waitingSince: number[]
   /** Reducers we stopped waiting for (failed, or cut off). */
   private readonly gone: boolean[]
+  /** Members we cut off as senders for silence: as reducers they get no second slack (silent()). */
+  private readonly silentSenders: boolean[]
   /** Waits (ms) measured per relative part index. */
   private readonly samples = new Map<number, number[]>()
   private timer: NodeJS.Timeout | undefined
@@ -50,6 +54,22 @@ export class ReducerDeadlines {
     this.received = options.spanParts.map(() => 0)
     this.waitingSince = options.spanParts.map(() => start)
     this.gone = options.spanParts.map(n => n === 0)
+    this.silentSenders = options.spanParts.map(() => false)
+  }
+
+  /**
+   * Member r was cut off as a sender for silence (a deadline passed with no part of it): the means
+   * it owes us as a reducer come over the same link from the same process, and the rest of the group
+   * already waited for it once. Its wait for the mean it owes is not judged a second time against
+   * median + slack of the other reducers' waits, which that first wait inflated (they all waited for
+   * its part before they could answer): it is cut off as soon as a majority of the reducers returned
+   * that mean. A member stopped with SIGSTOP just before its round had held the others ~2 slacks
+   * (cut off as a sender at median + slack, then as a reducer at twice the new median).
+   */
+  silent (r: number): void {
+    if (this.silentSenders[r]) return
+    this.silentSenders[r] = true
+    this.update()
   }
 
   /** Reducer r's next mean arrived (for our own span: its next part is done). */
@@ -80,7 +100,7 @@ export class ReducerDeadlines {
     this.timer = undefined
     const due = this.laggards()
     if (due === undefined || due.late.length === 0) return
-    const first = Math.min(...due.late.map(r => this.waitingSince[r])) + due.wait.limitMs
+    const first = Math.min(...due.late.map(r => this.silentSenders[r] ? this.now() : this.waitingSince[r] + due.wait.limitMs))
     // One turn of the event loop after the timer, as the reducer's deadlines do: means that
     // arrived while the process was busy are read before anyone is judged late.
     this.timer = setTimeout(() => { setImmediate(() => { this.expire() }) }, Math.max(0, first - this.now()))
@@ -93,9 +113,9 @@ export class ReducerDeadlines {
       const now = this.now()
       for (const r of due.late) {
         const waitedMs = now - this.waitingSince[r]
-        if (waitedMs >= due.wait.limitMs) {
+        if (waitedMs >= due.wait.limitMs || this.silentSenders[r]) {
           this.gone[r] = true
-          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples })
+          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r] })
         }
       }
     }

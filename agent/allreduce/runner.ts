@@ -98,8 +98,14 @@ export class AllReduceRunner {
   private readonly reducerDeadlines: ReducerDeadlines | null
   /** The channel to each reducer we send to, by group index: a late one is aborted. */
   private readonly reducerChannels = new Map<number, FrameChannel>()
-  /** Reducers cut off by the adaptive deadline, by group index, with why (a channel still being opened then fails on arrival). */
+  /** Reducers cut off by the adaptive deadline, by group index, with why. */
   private readonly reducersCutOff = new Map<number, ProtocolError>()
+  /**
+   * Aborts the opening of each reducer's channel: a cut-off reducer whose channel is still being
+   * opened (a TLS handshake or a libp2p dial to a process stopped with SIGSTOP answers nothing) is
+   * given up on at the cut-off, not at the dial's own timeout.
+   */
+  private readonly openings = new Map<number, AbortController>()
   private readonly abort = new AbortController()
   private readonly started = Date.now()
   private bytesSent = 0
@@ -287,6 +293,8 @@ export class AllReduceRunner {
       this.options.log?.warn(`leaving sender ${peer} out of the rest of our span: ${reason}`)
       this.reducer.ban(slot)
       this.deadlines?.update()
+      // Silent past a deadline as a sender: as a reducer it gets no second slack (ReducerDeadlines.silent).
+      if (deadline !== undefined && !this.abort.signal.aborted) this.reducerDeadlines?.silent(this.plan.senders[slot])
     }
     this.links.get(slot)?.framed.abort(new ProtocolError(reason))
   }
@@ -308,13 +316,17 @@ export class AllReduceRunner {
   // ---------------------------------------------------------------- sender side
 
   /** Exactly what a reducer timeout does, only sooner: the rest of its span stays local. */
-  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples }: ReducerCutOff): void {
+  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples, silentSender }: ReducerCutOff): void {
     const peer = this.options.group.peerIds[reducer]
     const ms = (x: number): number => Math.round(x)
-    const why = new ProtocolError(`reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} within the adaptive deadline: ` +
-      `waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms (median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the waits of ${samples} reducer(s) that answered it)`)
+    const why = new ProtocolError(silentSender
+      ? `reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} by the time ${samples} reducer(s) had (waited ${ms(waitedMs)} ms), ` +
+        'and we had cut it off as a sender for silence within the adaptive deadline'
+      : `reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} within the adaptive deadline: ` +
+        `waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms (median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the waits of ${samples} reducer(s) that answered it)`)
     this.cutOffReducers.adaptive.push(peer)
     this.reducersCutOff.set(reducer, why)
+    this.openings.get(reducer)?.abort(why)
     this.reducerChannels.get(reducer)?.abort(why)
   }
 
@@ -323,7 +335,14 @@ export class AllReduceRunner {
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
     const progress = { accepted: false, received: 0 }
-    const channelOptions = { timeoutMs: this.options.reducerTimeoutMs, maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: PART_WINDOW }
+    const opening = new AbortController()
+    this.openings.set(r, opening)
+    const channelOptions = {
+      timeoutMs: this.options.reducerTimeoutMs,
+      maxFrameBytes: this.maxFrameBytes,
+      maxQueuedFrames: PART_WINDOW,
+      signal: AbortSignal.any([opening.signal, this.abort.signal])
+    }
     let framed: FrameChannel | null = null
     try {
       framed = await this.options.dialer.open(peer, this.options.group.infos[r], channelOptions)
@@ -339,7 +358,9 @@ export class AllReduceRunner {
         framed = await this.options.dialer.openOverLibp2p(peer, channelOptions)
         await this.exchangeWith(r, framed, progress)
       }
-    } catch (err) {
+    } catch (caught) {
+      // An opening given up on fails with why: the adaptive cut-off, or the all-reduce timeout.
+      const err = this.reducersCutOff.get(r) ?? (this.abort.signal.aborted ? asError(this.abort.signal.reason) : caught)
       this.reducerDeadlines?.failed(r)
       // A read past the reducer timeout, or the all-reduce's, is the fixed deadline (the adaptive one recorded itself).
       if (err instanceof TimeoutError && !this.reducersCutOff.has(r)) this.cutOffReducers.fixed.push(peer)
@@ -414,7 +435,7 @@ export class AllReduceRunner {
 
   private expire (): void {
     this.options.log?.warn(`${this.options.timeoutMs} ms passed, finishing with what arrived`)
-    this.abort.abort()
+    this.abort.abort(new TimeoutError('all-reduce timed out'))
     const reducer = this.reducer
     if (reducer != null) {
       // Senders still owing parts are left out of the rest of the span, and reported as such:
@@ -429,3 +450,6 @@ export class AllReduceRunner {
   }
 }
 
+function asError (reason: unknown): Error {
+  return reason instanceof Error ? reason : new ProtocolError(describeError(reason))
+}

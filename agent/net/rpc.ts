@@ -109,11 +109,14 @@ export interface OpenOptions {
   readonly maxQueuedFrames?: number
   /** The connection to open the stream on (default: the one libp2p picks, the first open one). */
   readonly connection?: Connection
+  /** Gives up on the opening before the timeout (the caller no longer wants the stream). */
+  readonly signal?: AbortSignal
 }
 
-/** Opens a framed stream to a peer on a protocol, bounded by a timeout. */
+/** Opens a framed stream to a peer on a protocol, bounded by a timeout (and the caller's signal, if any). */
 export async function openFramed (node: RpcNode, peer: PeerId, protocol: string, options: OpenOptions): Promise<FramedStream> {
-  const signal = AbortSignal.timeout(options.timeoutMs)
+  const timeout = AbortSignal.timeout(options.timeoutMs)
+  const signal = options.signal != null ? AbortSignal.any([timeout, options.signal]) : timeout
   const stream = options.connection != null ? await options.connection.newStream(protocol, { signal }) : await node.dialProtocol(peer, protocol, { signal })
   return new FramedStream(stream, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
 }

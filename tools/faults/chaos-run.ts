@@ -41,6 +41,8 @@ export interface ChaosOptions {
   /** Allowance over a step's bound for the sidecar's HTTP and JSON on a loaded machine (ms). */
   readonly slackMs: number
   readonly outDir: string
+  /** The agents' log level (default info). */
+  readonly logLevel?: string
   readonly log: (line: string) => void
 }
 
@@ -118,7 +120,8 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const ips = Array.from({ length: o.agents }, (_, i) => `127.77.${o.subnet}.${10 + i}`)
   const { agents } = await buildSidecarSwarm({
     name: 'chaos', replicas: o.agents, bootstrapReplicas: o.bootstrap, timing: o.timing, ips,
-    sidecarPorts: await freePorts(o.agents), p2pPort: 31337, metricsPort: 9400, dnsServer: dns.address, membersDir: join(o.outDir, 'members')
+    sidecarPorts: await freePorts(o.agents), p2pPort: 31337, metricsPort: 9400, dnsServer: dns.address, membersDir: join(o.outDir, 'members'),
+    logLevel: o.logLevel
   }).then(r => { for (const [k, v] of r.dnsRecords) records.set(k, v); return r })
   const procs = agents.map(a => new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir }))
   const t = o.timing

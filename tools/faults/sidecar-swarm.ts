@@ -42,6 +42,8 @@ export interface SidecarSwarmOptions {
    * there, so the agents lay out the Moshpit grid as they do in a cluster.
    */
   readonly membersDir: string
+  /** The swarm's spec.logLevel (default: the CRD's, info): debug shows matchmaking's and the all-reduce's decisions. */
+  readonly logLevel?: string
 }
 
 /**
@@ -57,6 +59,7 @@ export async function buildSidecarSwarm (o: SidecarSwarmOptions): Promise<{ swar
     metadata: { name: o.name, namespace: 'default' },
     spec: {
       replicas: o.replicas,
+      ...(o.logLevel !== undefined ? { logLevel: o.logLevel } : {}),
       network: { port: o.p2pPort },
       metrics: { port: o.metricsPort },
       averaging: {

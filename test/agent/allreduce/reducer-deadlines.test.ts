@@ -71,3 +71,37 @@ test('our own span is never cut off, and reducers without a span are never waite
   assert.deepEqual(cutOffs, [], 'the one owing is ourselves')
   deadlines.stop()
 })
+
+test('a reducer we cut off as a sender for silence is cut off as soon as a majority returned the mean it owes, with no second slack', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, at } = setup([2, 2, 2, 2])
+  // Reducer 3 sent us nothing: our sender deadline cut it off at 2010 ms; the others' first means
+  // came just after (they too waited for its part before they could answer).
+  at(2010); deadlines.silent(3)
+  assert.equal(cutOffs.length, 0, 'nobody answered yet: no majority, nobody is judged')
+  at(2020); deadlines.delivered(0)
+  at(2030); deadlines.delivered(1)
+  assert.equal(cutOffs.length, 0, 'two of four is no majority')
+  at(2040); deadlines.delivered(2)
+  // Without silent(): median 2030 + max(.., median 2030, floor 2000) = a limit of 4060 ms.
+  at(2041)
+  assert.deepEqual(cutOffs.map(c => [c.reducer, c.part, c.silentSender]), [[3, 0, true]])
+  deadlines.stop()
+})
+
+test('beside one cut off at once for silence, a reducer that is only late still gets median + slack', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, at } = setup([1, 1, 1, 1, 1])
+  at(2010); deadlines.silent(4)
+  at(2020); deadlines.delivered(0)
+  at(2030); deadlines.delivered(1)
+  at(2040); deadlines.delivered(2)
+  // Three of five answered: reducer 4 (silent) goes at once; reducer 3 at median 2030 + max(.., median, floor) = 4060 ms.
+  at(2041)
+  assert.deepEqual(cutOffs.map(c => [c.reducer, c.silentSender]), [[4, true]])
+  at(4050)
+  assert.equal(cutOffs.length, 1, 'reducer 3 is not cut off before its limit')
+  at(4070)
+  assert.deepEqual(cutOffs.map(c => [c.reducer, c.silentSender]), [[4, true], [3, false]])
+  deadlines.stop()
+})

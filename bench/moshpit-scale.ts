@@ -107,7 +107,7 @@ function summaryRow (r: ScaleRun, s: ScaleSettings): string {
   const messages = r.rounds.reduce((a, x) => a + x.controlMessages, 0) / Math.max(1, r.rounds.length)
   const last = r.rounds[r.rounds.length - 1]
   return `| ${r.peers} | ${r.groupSize} (d=${d}) | ${r.crashPercent} % | ${r.run} | ${r.convergedAt ?? `not in ${s.maxRounds}`} | ${last?.deviation.toExponential(1) ?? '-'} | ` +
-    `${first != null ? formatSizes(first.groupSizes) : '-'} | ${r.rounds.map(x => `${x.repeatedPairs}`).join('/')} | ${r.rounds.map(x => x.failedSteps).join('/')} | ` +
+    `${first != null ? formatSizes(first.groupSizes) : '-'} | ${r.rounds.map(x => `${x.repeatedPairs}`).join('/')} | ${r.rounds.map(x => x.failedSteps).join('/')} | ${r.rounds.map(x => x.partialSteps).join('/')} | ` +
     `${mm95.toFixed(0)} ms | ${lookupsOk}/${lookups} | ${exchanges - exchangesFailed}/${exchanges} | ${messages.toFixed(0)} / ${(control / 1024).toFixed(1)} KiB | ` +
     `${r.setupS.toFixed(0)} s | ${r.rounds.map(x => (x.wallMs / 1000).toFixed(1)).join('/')} s | ${r.rounds.reduce((a, x) => a + x.cpuS, 0).toFixed(0)} s |`
 }
@@ -149,8 +149,8 @@ async function main (): Promise<void> {
   progress(header)
   // Each row as soon as its run is done: a run cut short (a device's time limit) keeps those before it.
   console.log(`${header}.\n`)
-  console.log('| peers | group (rounds of an exact grid) | crashing per round | run | rounds to 1e-6 | last deviation | round 1 groups | repeated pairs per round | peers without a group per round | matchmaking p95 (worst round) | DHT lookups ok | rendezvous exchanges ok | control msgs / bytes per peer per round | setup | wall per round | CPU |')
-  console.log('|---:|---|---:|---:|---|---:|---|---|---|---:|---:|---:|---:|---:|---|---:|')
+  console.log('| peers | group (rounds of an exact grid) | crashing per round | run | rounds to 1e-6 | last deviation | round 1 groups | repeated pairs per round | peers without a group per round | partial steps per round | matchmaking p95 (worst round) | DHT lookups ok | rendezvous exchanges ok | control msgs / bytes per peer per round | setup | wall per round | CPU |')
+  console.log('|---:|---|---:|---:|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---:|')
   for (const peers of numbers(o.peers)) {
     const g = o.groupSize != null ? Number(o.groupSize) : defaultGroupSize(peers)
     for (const crash of numbers(o.crash)) {

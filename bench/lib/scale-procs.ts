@@ -12,7 +12,6 @@
  */
 import { fork, type ChildProcess } from 'node:child_process'
 import { multiaddr } from '@multiformats/multiaddr'
-import type { StepResult } from '../../agent/averager.js'
 import { DecentralizedAverager } from '../../agent/averager.js'
 import type { SwarmNode } from '../../agent/net/node.js'
 import { routingTableSize } from '../../agent/net/bootstrap.js'
@@ -20,7 +19,7 @@ import { gridGroupBits } from '../../agent/moshpit/group-bits.js'
 import { seededRandom } from '../../agent/util/random.js'
 import { linesLog } from '../../agent/log.js'
 import { BOOTSTRAP_BATCH, bootstrapTargets, createScaleNode, inBatches, quietCpu, scaleConfig, settleTables, TrafficCounter } from './scale-swarm.js'
-import { controlTraffic, formatRound, pickVictims, roundStats, RoundProbe, type RoundStats } from './scale-rounds.js'
+import { controlTraffic, formatRound, pickVictims, roundResult, roundStats, RoundProbe, type RoundResult, type RoundStats } from './scale-rounds.js'
 
 /** What a run needs to know, in the coordinator and in every worker. */
 export interface ProcsRunSpec {
@@ -42,7 +41,7 @@ type Request =
   | { kind: 'stop' }
 
 interface StepReply {
-  readonly results: Array<{ rank: number, groupId: string, peers: string[], matchmakingMs: number }>
+  readonly results: Array<RoundResult & { rank: number }>
   readonly tensors: Array<[number, Float32Array]>
   readonly exchanges: RoundProbe['exchanges']
   readonly lookups: RoundProbe['lookups']
@@ -169,7 +168,7 @@ export async function runProcs (spec: ProcsRunSpec, procs: number, rounds: { max
       const wallMs = performance.now() - wallStart
       const cpu = process.cpuUsage(cpuStart)
       for (const v of victims) dead.add(v)
-      const results = new Map<number, Pick<StepResult, 'groupId' | 'peers' | 'matchmakingMs'>>()
+      const results = new Map<number, RoundResult>()
       let cpuS = (cpu.user + cpu.system) / 1e6
       const control = { bytes: 0, messages: 0 }
       for (const reply of replies) {
@@ -281,7 +280,7 @@ export function runWorker (index: number): void {
         const results: StepReply['results'] = []
         outcomes.forEach((o, k) => {
           const rank = req.live[k]
-          if (o.status === 'fulfilled' && o.value != null && !victims.has(rank)) results.push({ rank, groupId: o.value.groupId, peers: [...o.value.peers], matchmakingMs: o.value.matchmakingMs })
+          if (o.status === 'fulfilled' && o.value != null && !victims.has(rank)) results.push({ rank, ...roundResult(o.value) })
           else if (o.status === 'rejected' && !victims.has(rank)) progress(`rank ${rank} (${nodes.get(rank)?.peerId.toString().slice(-8) ?? '?'}): no group: ${o.reason instanceof Error ? o.reason.message : String(o.reason)}`)
         })
         const taken = probe.take()

@@ -14,6 +14,8 @@ export interface RoundStats {
   readonly crashed: number
   /** Peers whose step found no group or failed. */
   readonly failedSteps: number
+  /** Peers whose step averaged only in part (parts kept local, a sender left out): such a round is not its group's exact mean. */
+  readonly partialSteps: number
   /** Groups by size: size → count. */
   readonly groupSizes: ReadonlyMap<number, number>
   /** Member pairs of this round's groups that were also together last round, of all pairs. */
@@ -94,9 +96,10 @@ export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Prom
     const wallMs = performance.now() - wallStart
     const cpu = process.cpuUsage(cpuStart)
     for (const v of options.victims) dead.add(v)
-    const results = new Map<number, StepResult>()
-    outcomes.forEach((o, k) => { if (o.status === 'fulfilled' && !dead.has(live[k])) results.set(live[k], o.value) })
-    options.onRound?.(round, results, before)
+    const steps = new Map<number, StepResult>()
+    outcomes.forEach((o, k) => { if (o.status === 'fulfilled' && !dead.has(live[k])) steps.set(live[k], o.value) })
+    options.onRound?.(round, steps, before)
+    const results = new Map([...steps].map(([rank, r]) => [rank, roundResult(r)]))
     const probe = options.probe.take()
     const trafficNow = options.traffic?.snapshot()
     const control = controlTraffic(trafficBefore, trafficNow)
@@ -117,6 +120,13 @@ export function pickVictims (live: readonly number[], crashRate: number, random:
   return shuffle([...live], random).slice(0, Math.round(crashRate * live.length))
 }
 
+/** What roundStats needs of one step's result (a worker process sends this much). */
+export type RoundResult = Pick<StepResult, 'groupId' | 'peers' | 'matchmakingMs'> & { readonly partial: boolean }
+
+export function roundResult (r: StepResult): RoundResult {
+  return { groupId: r.groupId, peers: [...r.peers], matchmakingMs: r.matchmakingMs, partial: r.allreduce.partsKeptLocal > 0 || r.allreduce.bannedSenders.length > 0 }
+}
+
 /** What a round left, wherever its peers ran: the input of roundStats. */
 export interface RoundOutcome {
   readonly round: number
@@ -126,7 +136,7 @@ export interface RoundOutcome {
   /** Every rank dead after the round, this round's victims included. */
   readonly dead: ReadonlySet<number>
   /** The steps that returned, of ranks still alive, by rank. */
-  readonly results: ReadonlyMap<number, Pick<StepResult, 'groupId' | 'peers' | 'matchmakingMs'>>
+  readonly results: ReadonlyMap<number, RoundResult>
   /** Every rank's tensor after the round (those of dead ranks are not read). */
   readonly tensors: readonly Float32Array[]
   readonly exchanges: RoundProbe['exchanges']
@@ -165,6 +175,7 @@ export function roundStats (o: RoundOutcome, lastTogether: ReadonlyMap<string, s
     live: survivors.length,
     crashed: o.crashed,
     failedSteps: survivors.length - o.results.size,
+    partialSteps: [...o.results.values()].filter(r => r.partial).length,
     groupSizes,
     repeatedPairs: repeated,
     pairs,
@@ -229,7 +240,7 @@ export function formatSizes (sizes: ReadonlyMap<number, number>): string {
 }
 
 export function formatRound (s: RoundStats): string {
-  return `round ${s.round}: live ${s.live} (crashed ${s.crashed}), groups ${formatSizes(s.groupSizes) || '-'}, no group ${s.failedSteps}, ` +
+  return `round ${s.round}: live ${s.live} (crashed ${s.crashed}), groups ${formatSizes(s.groupSizes) || '-'}, no group ${s.failedSteps}, partial ${s.partialSteps}, ` +
     `repeated pairs ${s.repeatedPairs}/${s.pairs}, deviation ${s.deviation.toExponential(2)}, matchmaking p50/p95 ${s.matchmakingP50.toFixed(0)}/${s.matchmakingP95.toFixed(0)} ms, ` +
     `rendezvous ${s.exchanges} (degraded ${s.exchangesDegraded}, failed ${s.exchangesFailed}) p50/p95 ${s.exchangeP50.toFixed(0)}/${s.exchangeP95.toFixed(0)} ms, ${s.exchangeHops.toFixed(2)} hops, ` +
     `lookups ${s.lookups} (failed ${s.lookupsFailed}) p50/p95 ${s.lookupP50.toFixed(0)}/${s.lookupP95.toFixed(0)} ms, ` +

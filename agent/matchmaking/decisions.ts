@@ -86,6 +86,8 @@ export interface CandidateView {
   readonly myExpiration: number
   /** `${peerId}@${expiration}` of the declarations we already asked. */
   readonly tried: ReadonlySet<string>
+  /** Peers that did not answer us within a request timeout (isSilent): not asked again while they count as gone. */
+  readonly silent?: SilentPeers
   readonly now: number
 }
 
@@ -99,12 +101,48 @@ export function redirectKey (peerId: string): string {
   return `${peerId}@redirect`
 }
 
-/** The best-ranked looking, unexpired peer that outranks us and that we have not asked at this expiration yet. */
+/**
+ * Peers that did not answer us within a request timeout in this search, each with the time until
+ * which we take it for gone (unix seconds). A live agent answers a request (a join, a ping: no
+ * lock, no matchmaking state behind it) within a request timeout, the bound every ask already uses,
+ * so one that did not is frozen, cut off or dead for now; waiting for it or asking it again in the
+ * same declaration only repeats the timeout (chaos runs: askers sent back to a frozen leader by its
+ * followers' NOT_A_LEADER waited a request timeout twice).
+ */
+export type SilentPeers = ReadonlyMap<string, number>
+
+/** Whether `peerId` did not answer us within a request timeout and still counts as gone at `now`. */
+export function isSilent (silent: SilentPeers, peerId: string, now: number): boolean {
+  const until = silent.get(peerId)
+  return until !== undefined && now < until
+}
+
+/**
+ * Until when a peer that did not answer at `now` counts as gone: the end of the declaration we
+ * saw it under, else one declaration from now (none lasts longer). Then it has declared again or
+ * stopped looking: a peer that was only stalled (a long pause, a network blip) is asked and waited
+ * for again at its next declaration, so a healthy peer is never shut out of a search for good.
+ */
+export function silentUntil (now: number, expiration: number | undefined, averagingExpiration: number): number {
+  return expiration !== undefined && expiration > now ? Math.min(expiration, now + averagingExpiration) : now + averagingExpiration
+}
+
+/**
+ * Whether to follow a redirect (NOT_A_LEADER's or GROUP_DISBANDED's suggested leader) to `target`:
+ * not to ourselves, not twice in a search, and not to a leader that did not answer us within a
+ * request timeout (a frozen leader's followers keep naming it until its declaration ends).
+ */
+export function followRedirect (target: string, selfId: string, tried: ReadonlySet<string>, silent: SilentPeers, now: number): boolean {
+  return target !== selfId && !tried.has(redirectKey(target)) && !isSilent(silent, target, now)
+}
+
+/** The best-ranked looking, unexpired peer that outranks us and that we have not asked at this expiration yet (nor found silent). */
 export function bestCandidate (entries: readonly StoredEntry[], view: CandidateView): StoredEntry | null {
   let best: StoredEntry | null = null
   for (const e of entries) {
     if (!e.looking || e.expiration <= view.now || e.peerId === view.selfId) continue
     if (view.tried.has(triedKey(e.peerId, e.expiration))) continue
+    if (view.silent != null && isSilent(view.silent, e.peerId, view.now)) continue
     if (!outranks(e.expiration, e.peerId, view.myExpiration, view.selfId)) continue
     if (best == null || outranks(e.expiration, e.peerId, best.expiration, best.peerId)) best = e
   }

@@ -13,7 +13,7 @@ import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, redirectKey, triedKey, validInfo } from './decisions.js'
+import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, redirectKey, silentUntil, triedKey, validInfo } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
 
@@ -162,6 +162,7 @@ export class Matchmaker {
         selfId: this.selfId,
         myExpiration: isClient ? Infinity : (search.declaredExpiration ?? Infinity),
         tried: search.tried,
+        silent: search.silent,
         now: this.now()
       })
       if (candidate != null) {
@@ -216,6 +217,13 @@ export class Matchmaker {
     this.config.log?.debug(`assembled ${size} of ${this.config.targetGroupSize} ${(now - search.declaredAt).toFixed(2)} s after declaring, ${(search.declaredExpiration - now).toFixed(2)} s before expiring: nobody else is looking under ${search.groupKey}`)
     this.config.onEarlyAssembly?.(search.declaredExpiration - now)
     return true
+  }
+
+  /** A leader we asked or followed did not answer within a request timeout: not asked again (nor followed there by a redirect) while it counts as gone. */
+  private markSilent (search: Search, leaderId: string, leaderExpiration: number): void {
+    search.silent.set(leaderId, silentUntil(this.now(), leaderExpiration, this.config.averagingExpiration))
+    search.rejections.push('leader stopped answering')
+    this.config.log?.debug(`leader ${leaderId.slice(-6)} did not answer within ${this.config.requestTimeout} s: not asked again until ${search.silent.get(leaderId)!.toFixed(3)}`)
   }
 
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone under theirs meet. */
@@ -293,10 +301,13 @@ export class Matchmaker {
       const expiration = this.config.mode === PeerMode.CLIENT
         ? Math.max(search.deadline, this.now() + this.config.averagingExpiration)
         : search.declaredExpiration ?? Infinity
+      const openedAt = Date.now()
+      let opened = false
       try {
         const framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), {
           timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
         })
+        opened = true
         await framed.write(JoinRequest.encode({
           schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
           expiration,
@@ -326,12 +337,15 @@ export class Matchmaker {
       } catch (err) {
         search.rejections.push(describeError(err))
         this.config.log?.debug(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
+        // Connected, yet no stream to it opened within a request timeout: the leader did not
+        // answer (a frozen process never completes the protocol negotiation).
+        if (!opened && Date.now() - openedAt >= requestMs) this.markSilent(search, leaderId, leaderExpiration)
         return null
       }
     })
     if (ask == null) return null
     if ('redirect' in ask) {
-      if (ask.redirect === this.selfId || search.tried.has(redirectKey(ask.redirect))) return null
+      if (!followRedirect(ask.redirect, this.selfId, search.tried, search.silent, this.now())) return null
       search.tried.add(redirectKey(ask.redirect))
       return ask
     }

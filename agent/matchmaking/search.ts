@@ -24,6 +24,8 @@ export class Search {
   currentLeader: string | null = null
   readonly followers = new Map<string, Follower>()
   readonly tried = new Set<string>()
+  /** Peers that did not answer us within a request timeout, until when they count as gone (decisions.ts SilentPeers). */
+  readonly silent = new Map<string, number>()
   readonly rejections: string[] = []
   /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
   expiryTimer: NodeJS.Timeout | undefined

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  aloneUnderKey, bestCandidate, enoughToAssemble, groupFull, outranks, reasonToReject, triedKey, validInfo,
+  aloneUnderKey, bestCandidate, enoughToAssemble, followRedirect, groupFull, isSilent, outranks, reasonToReject, redirectKey, triedKey, validInfo,
   type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -205,4 +205,22 @@ test('a leader refuses a follower whose codec timings the members would refuse: 
     assert.deepEqual(reasonToReject(LEADER, leading(), request({ info: info(bad) }), 'peer-F'), { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }, JSON.stringify(bad))
   }
   assert.equal(reasonToReject(LEADER, leading(), request({ info: info({ secondsNone: 0.5, secondsFloat16: 0 }) }), 'peer-F'), null)
+})
+
+test('a leader that did not answer within a request timeout is not asked again, as a candidate or through a redirect, while it counts as gone', () => {
+  // F (frozen) outranks everybody; it did not answer us at 100.5, until its expiration 103.
+  const silent = new Map([['F', 103]])
+  const view = { selfId: 'me', myExpiration: 110, tried: new Set<string>(), silent, now: 101 }
+  assert.equal(isSilent(silent, 'F', 101), true)
+  assert.equal(isSilent(silent, 'F', 103), false, 'its declaration ended: it may be asked again when it declares anew')
+  assert.equal(isSilent(silent, 'G', 101), false)
+  assert.equal(bestCandidate([entry('F', 103), entry('G', 105)], view)?.peerId, 'G')
+  // A new declaration of F after the old one ended is asked again (a stall is not forever).
+  assert.equal(bestCandidate([entry('F', 106), entry('G', 108)], { ...view, now: 103.5 })?.peerId, 'F')
+  // G follows F and refuses us with NOT_A_LEADER naming F: that redirect is ignored.
+  assert.equal(followRedirect('F', 'me', new Set(), silent, 101), false)
+  assert.equal(followRedirect('F', 'me', new Set(), silent, 103), true)
+  assert.equal(followRedirect('H', 'me', new Set(), silent, 101), true)
+  assert.equal(followRedirect('me', 'me', new Set(), silent, 101), false, 'never to ourselves')
+  assert.equal(followRedirect('H', 'me', new Set([redirectKey('H')]), silent, 101), false, 'once per search')
 })

@@ -194,18 +194,40 @@ export interface EarlyView {
   /** Seconds after a declaration by which followers have come (ArrivalClock.cutoff), if known. */
   readonly cutoff: number | undefined
   readonly quorum: number
+  /** Peers that did not answer our probe within a request timeout (isSilent): not waited for. */
+  readonly silent?: SilentPeers
 }
 
 /**
  * Whether a leader assembles now instead of at its expiration: it has a quorum, the arrival
  * cutoff passed since it declared, and every peer it sees looking under its key (unexpired) has
- * joined it. A peer seen declaring is waited for as before, however late; only peers not looking
- * at all (killed, frozen before declaring, not stepping yet) are given up on.
+ * joined it or did not answer us within a request timeout. A peer seen declaring that answers is
+ * waited for as before, however late: it may be asking another leader or held by slow replicas,
+ * and leaving it out would split its key. Only peers not looking at all (killed, frozen before
+ * declaring, not stepping yet), and peers seen looking that did not answer a probe sent after the
+ * cutoff within a request timeout (frozen after declaring: chaos runs had leaders wait whole
+ * declarations for them), are given up on. A healthy peer that is merely slow to ask still
+ * answers the probe (libp2p's ping, served without our locks), so it is waited for; one that was
+ * stalled past a request timeout is turned away when it asks (counted as a late arrival, which
+ * moves the cutoff) and looks again, the cost of any of its asks timing out.
  */
 export function assembleEarly (view: EarlyView, known: readonly StoredEntry[], selfId: string, now: number): boolean {
   if (view.cutoff === undefined || view.followers.size + 1 < view.quorum) return false
   if (now < view.declaredAt + view.cutoff) return false
-  return known.every(e => !e.looking || e.expiration <= now || e.peerId === selfId || view.followers.has(e.peerId))
+  return missingPeers(view, known, selfId, now).every(e => view.silent != null && isSilent(view.silent, e.peerId, now))
+}
+
+/** The peers a leader sees looking under its key (unexpired) that have not joined it: whom assembleEarly waits for. */
+export function missingPeers (view: Pick<EarlyView, 'followers'>, known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
+  return known.filter(e => e.looking && e.expiration > now && e.peerId !== selfId && !view.followers.has(e.peerId))
+}
+
+/**
+ * Whether a leader probes the peers it waits for (missingPeers): only once it could assemble
+ * without them (a quorum in, the arrival cutoff passed), so a healthy swarm sends no probes at all.
+ */
+export function probeMissing (view: EarlyView, now: number): boolean {
+  return view.cutoff !== undefined && view.followers.size + 1 >= view.quorum && now >= view.declaredAt + view.cutoff
 }
 
 function equalBytes (a: Uint8Array, b: Uint8Array): boolean {

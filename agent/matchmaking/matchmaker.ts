@@ -13,7 +13,7 @@ import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, redirectKey, silentUntil, triedKey, validInfo } from './decisions.js'
+import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, missingPeers, probeMissing, redirectKey, silentUntil, triedKey, validInfo } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
 
@@ -37,6 +37,11 @@ export interface MatchmakerConfig {
 const POLL_MIN_MS = 20
 const POLL_MAX_MS = 500
 const MAX_REDIRECTS = 8
+/** A ping refused at once (libp2p's one ping stream per connection still taken, a dial refused) is tried again after this, within its request timeout. */
+const PING_RETRY_MS = 50
+
+/** Read afresh (a signal's state changes across awaits, which TypeScript's narrowing does not see). */
+function aborted (signal: AbortSignal | undefined): boolean { return signal?.aborted === true }
 
 /**
  * hivemind's matchmaking: declare under the group key until an expiration, ask better-ranked
@@ -208,15 +213,71 @@ export class Matchmaker {
       followers: search.followers,
       declaredAt: search.declaredAt,
       cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
-      quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize)
+      quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize),
+      silent: search.silent
     }
-    if (!assembleEarly(view, known, this.selfId, now)) return false
+    if (!assembleEarly(view, known, this.selfId, now)) {
+      if (probeMissing(view, now)) for (const e of missingPeers(view, known, this.selfId, now)) this.probeMissingPeer(search, e)
+      return false
+    }
     const size = search.followers.size + 1
     search.assemble()
     this.lastEarly = { groupKey: search.groupKey, declaredAt: search.declaredAt, expiration: search.declaredExpiration }
     this.config.log?.debug(`assembled ${size} of ${this.config.targetGroupSize} ${(now - search.declaredAt).toFixed(2)} s after declaring, ${(search.declaredExpiration - now).toFixed(2)} s before expiring: nobody else is looking under ${search.groupKey}`)
     this.config.onEarlyAssembly?.(search.declaredExpiration - now)
     return true
+  }
+
+  /**
+   * Leading with a quorum past the arrival cutoff, still waiting for `entry`, a peer seen looking
+   * under our key that has not joined: ping it once per declaration of its, and if it does not
+   * answer within a request timeout, count it as gone until that declaration ends, so that
+   * assembleEarly leaves it out (decisions.ts: why a healthy peer is never left out this way).
+   */
+  private probeMissingPeer (search: Search, entry: StoredEntry): void {
+    const key = triedKey(entry.peerId, entry.expiration)
+    if (search.probed.has(key)) return
+    search.probed.add(key)
+    let peer: PeerId
+    try { peer = peerIdFromString(entry.peerId) } catch { return }
+    void (async () => {
+      if (entry.addrs.length > 0 && this.node.getConnections(peer).length === 0 && !atOwnAddress(this.node, entry.addrs)) {
+        await rememberAddrs(this.node, peer, entry.addrs).catch(() => {})
+      }
+      if (await this.answers(peer, this.config.requestTimeout * 1000)) return
+      if (this.search !== search || search.assembled) return
+      search.silent.set(entry.peerId, silentUntil(this.now(), entry.expiration, this.config.averagingExpiration))
+      this.config.log?.debug(`${entry.peerId.slice(-6)}, seen looking under ${search.groupKey}, did not answer a ping within ${this.config.requestTimeout} s: not waited for`)
+      this.wakeup.notify()
+    })()
+  }
+
+  /**
+   * Whether `peer` answers a ping (libp2p's, served on its event loop without our locks) within
+   * `withinMs`: false only when a ping was outstanding that long without an answer (a frozen
+   * process), or when every attempt for that long failed at once (a refused dial: a killed one).
+   * libp2p's ping protocol allows one outbound stream per connection, and a previous ping's stream
+   * may still be closing (seen at 64 agents in one process: pings refused for over a second); such
+   * a refusal is tried again, and if nothing but refusals came within `withinMs` there is no verdict
+   * (true): the peer answered the ping that holds the stream. True when `signal` aborts first.
+   */
+  private async answers (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<boolean> {
+    const started = Date.now()
+    for (;;) {
+      if (aborted(signal)) return true
+      const timeout = AbortSignal.timeout(withinMs)
+      try {
+        await this.node.services.ping.ping(peer, { signal: signal != null ? AbortSignal.any([timeout, signal]) : timeout })
+        return true
+      } catch (err) {
+        if (aborted(signal)) return true
+        if (timeout.aborted) return false
+        const refused = err instanceof Error && err.name === 'TooManyOutboundProtocolStreamsError'
+        this.config.log?.debug(`ping to ${peer.toString().slice(-6)} failed after ${Date.now() - started} ms: ${describeError(err)}`)
+        if (Date.now() - started >= withinMs) return refused
+        await new Promise(resolve => setTimeout(resolve, PING_RETRY_MS))
+      }
+    }
   }
 
   /** A leader we asked or followed did not answer within a request timeout: not asked again (nor followed there by a redirect) while it counts as gone. */

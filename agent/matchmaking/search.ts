@@ -26,6 +26,8 @@ export class Search {
   readonly tried = new Set<string>()
   /** Peers that did not answer us within a request timeout, until when they count as gone (decisions.ts SilentPeers). */
   readonly silent = new Map<string, number>()
+  /** `${peerId}@${expiration}` of the declarations whose peer we probed before assembling without it. */
+  readonly probed = new Set<string>()
   readonly rejections: string[] = []
   /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
   expiryTimer: NodeJS.Timeout | undefined

@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import { ArrivalClock, ARRIVALS_KEPT, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
-import { assembleEarly, earlyQuorum, type EarlyView } from '../../../agent/matchmaking/decisions.js'
+import { assembleEarly, earlyQuorum, missingPeers, probeMissing, silentUntil, type EarlyView } from '../../../agent/matchmaking/decisions.js'
 
 // Assembling short of the expiration, without a network: the time is a number the test sets.
 
@@ -51,4 +51,32 @@ test('assembleEarly: a quorum, past the cutoff, and nobody looking under the key
   // No quorum, or no estimate yet: wait for the expiration as before.
   assert.equal(assembleEarly({ ...view, followers: new Map([['b', 1]]) }, key.slice(0, 2), 'a', 105), false)
   assert.equal(assembleEarly({ ...view, cutoff: undefined }, key, 'a', 105), false)
+})
+
+test('assembleEarly leaves out a peer seen looking only once it did not answer our probe within a request timeout, and only while its declaration stands', () => {
+  const followers = new Map([['b', 1], ['c', 1]])
+  const view: EarlyView = { followers, declaredAt: 100, cutoff: 1.5, quorum: 3 }
+  const key = [looking('a'), looking('b'), looking('c'), looking('d', 130)]
+  // d is waited for, and probed: past the cutoff, with a quorum.
+  assert.deepEqual(missingPeers(view, key, 'a', 102).map(e => e.peerId), ['d'])
+  assert.equal(probeMissing(view, 101.4), false, 'no probe before the cutoff')
+  assert.equal(probeMissing({ ...view, followers: new Map([['b', 1]]) }, 105), false, 'no probe without a quorum')
+  assert.equal(probeMissing(view, 101.5), true)
+  assert.equal(assembleEarly(view, key, 'a', 102), false, 'not probed yet: waited for')
+  // d did not answer at 102.5 (probe sent at 101.5, request timeout 1 s): gone until its declaration ends.
+  const silent = new Map([['d', silentUntil(102.5, 130, 20)]])
+  assert.equal(assembleEarly({ ...view, silent }, key, 'a', 102.5), true)
+  // A silent peer never stands in for a quorum: b alone and silent d are still no quorum.
+  assert.equal(assembleEarly({ ...view, followers: new Map([['b', 1]]), silent }, key.slice(0, 2).concat(key[3]), 'a', 102.5), false)
+  // Someone else who answered is still waited for.
+  assert.equal(assembleEarly({ ...view, silent }, [...key, looking('e')], 'a', 102.5), false)
+  // d declared again later (it woke): a new declaration, no longer silent past the old one's end.
+  assert.equal(assembleEarly({ ...view, silent }, [...key.slice(0, 3), looking('d', 140)], 'a', 131), false)
+})
+
+test('silentUntil: the end of the declaration the peer was seen under, at most one declaration from now', () => {
+  assert.equal(silentUntil(100, 103, 3), 103)
+  assert.equal(silentUntil(100, 200, 3), 103)
+  assert.equal(silentUntil(100, undefined, 3), 103)
+  assert.equal(silentUntil(100, 99, 3), 103, 'an expired declaration: one declaration from now')
 })

@@ -4,7 +4,7 @@ import { openSync, closeSync, writeSync, symlinkSync, writeFileSync } from 'node
 import { join } from 'node:path'
 import { startSidecarSwarm } from '../../sidecar-fixture.js'
 import { SharedRegion, SidecarClient, SidecarError, frame, regionLayout, type StoredValues, type TensorSpec } from '../../../../clients/typescript/sidecar-client.js'
-import { floatBitsToBfloat, floatBitsToHalf, halfToFloat } from '../../../../agent/workloads/sidecar/dtypes.js'
+import { count, dyadicValues, narrowOne, widenOne } from './dyadic-values.js'
 
 // Sizes not divisible by the group size, one of a single element, every storage dtype.
 const SPECS: TensorSpec[] = [
@@ -13,29 +13,7 @@ const SPECS: TensorSpec[] = [
   { name: 'wbf', shape: [5], dtype: 'bfloat16' },
   { name: 'w32', shape: [13, 5] }
 ]
-const count = (t: TensorSpec): number => t.shape.reduce((a, b) => a * b, 1)
-
-/**
- * Small dyadic values (exact in their dtype) with weights summing to a power of two: the float32
- * arithmetic of a round is then exact, so the float64 mean is the agent's mean bit for bit, and
- * only the narrowing back to 16 bits rounds (round-to-nearest-even, which the expected value applies too).
- */
-function values (agent: number, step: number): Record<string, StoredValues> {
-  let x = (agent * 7919 + step * 104729 + 1) >>> 0
-  const next = (range: number): number => { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; return (x % (2 * range + 1)) - range }
-  return Object.fromEntries(SPECS.map(t => {
-    const n = count(t)
-    if (t.dtype === 'float16') return [t.name, Uint16Array.from({ length: n }, () => floatBitsToHalf(f32Bits(next(2047) / 16)))]
-    if (t.dtype === 'bfloat16') return [t.name, Uint16Array.from({ length: n }, () => floatBitsToBfloat(f32Bits(next(255) / 16)))]
-    return [t.name, Float32Array.from({ length: n }, () => next(1 << 20) / 64)]
-  }))
-}
-
-const bits = new Uint32Array(1)
-const asFloat = new Float32Array(bits.buffer)
-function f32Bits (v: number): number { asFloat[0] = v; return bits[0] }
-function widenOne (t: TensorSpec, v: number): number { return t.dtype === 'float16' ? halfToFloat(v) : t.dtype === 'bfloat16' ? (bits[0] = v << 16, asFloat[0]) : v }
-function narrowOne (t: TensorSpec, v: number): number { return t.dtype === 'float16' ? floatBitsToHalf(f32Bits(v)) : t.dtype === 'bfloat16' ? floatBitsToBfloat(f32Bits(v)) : Math.fround(v) }
+const values = (agent: number, step: number): Record<string, StoredValues> => dyadicValues(SPECS, agent, step)
 
 /** Exact float64 weighted mean (with alpha: local + alpha (mean − local)), rounded to float32, then to the storage dtype. */
 function expected (inputs: Array<Record<string, StoredValues>>, weights: number[], self: number, alpha = 1): Record<string, number[]> {

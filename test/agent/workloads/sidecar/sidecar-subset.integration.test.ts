@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startSidecarSwarm } from '../../sidecar-fixture.js'
 import { SharedRegion, SidecarClient, SidecarError, type StoredValues, type TensorSpec } from '../../../../clients/typescript/sidecar-client.js'
-import { floatBitsToBfloat, floatBitsToHalf, halfToFloat } from '../../../../agent/workloads/sidecar/dtypes.js'
+import { count, dyadicValues, narrowOne, widenOne } from './dyadic-values.js'
 
 // Two fragments, as a Streaming DiLoCo trainer registers them: A = outer/a + momentum/a, B = the rest.
 const SPECS: TensorSpec[] = [
@@ -13,25 +13,7 @@ const SPECS: TensorSpec[] = [
 ]
 const A = ['momentum/a', 'outer/a'] // any order: the registered one counts
 const B = ['outer/b', 'momentum/b']
-const count = (t: TensorSpec): number => t.shape.reduce((a, b) => a * b, 1)
-
-/** Dyadic values exact in their dtype: a mean of two with equal weights is exact in float32. */
-function values (agent: number, step: number): Record<string, StoredValues> {
-  let x = (agent * 7919 + step * 104729 + 1) >>> 0
-  const next = (range: number): number => { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; return (x % (2 * range + 1)) - range }
-  return Object.fromEntries(SPECS.map(t => {
-    const n = count(t)
-    if (t.dtype === 'float16') return [t.name, Uint16Array.from({ length: n }, () => floatBitsToHalf(f32Bits(next(2047) / 16)))]
-    if (t.dtype === 'bfloat16') return [t.name, Uint16Array.from({ length: n }, () => floatBitsToBfloat(f32Bits(next(255) / 16)))]
-    return [t.name, Float32Array.from({ length: n }, () => next(1 << 20) / 64)]
-  }))
-}
-
-const bits = new Uint32Array(1)
-const asFloat = new Float32Array(bits.buffer)
-function f32Bits (v: number): number { asFloat[0] = v; return bits[0] }
-function widenOne (t: TensorSpec, v: number): number { return t.dtype === 'float16' ? halfToFloat(v) : t.dtype === 'bfloat16' ? (bits[0] = v << 16, asFloat[0]) : v }
-function narrowOne (t: TensorSpec, v: number): number { return t.dtype === 'float16' ? floatBitsToHalf(f32Bits(v)) : t.dtype === 'bfloat16' ? floatBitsToBfloat(f32Bits(v)) : Math.fround(v) }
+const values = (agent: number, step: number): Record<string, StoredValues> => dyadicValues(SPECS, agent, step)
 const plain = (r: Record<string, StoredValues>): Record<string, number[]> => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, [...v]]))
 
 /** The tensors named averaged (equal weights: exact), the others as `mine` holds them. */

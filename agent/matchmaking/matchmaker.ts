@@ -287,6 +287,27 @@ export class Matchmaker {
     this.config.log?.debug(`leader ${leaderId.slice(-6)} did not answer within ${this.config.requestTimeout} s: not asked again until ${search.silent.get(leaderId)!.toFixed(3)}`)
   }
 
+  /**
+   * Resolves 'gone' once the leader we follow did not answer a ping within a request timeout;
+   * pings every half request timeout while `signal` is not aborted (then it never resolves).
+   */
+  private async leaderGone (leader: PeerId, signal: AbortSignal): Promise<'gone'> {
+    const requestMs = this.config.requestTimeout * 1000
+    return await new Promise<'gone'>(resolve => {
+      void (async () => {
+        while (signal.aborted !== true) {
+          await new Promise<void>(resolve => {
+            const stop = (): void => { clearTimeout(timer); resolve() }
+            const timer = setTimeout(() => { signal.removeEventListener('abort', stop); resolve() }, requestMs / 2)
+            signal.addEventListener('abort', stop, { once: true })
+          })
+          if (signal.aborted) return
+          if (!(await this.answers(leader, requestMs, signal))) { resolve('gone'); return }
+        }
+      })()
+    })
+  }
+
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone under theirs meet. */
   private async moveToLeftovers (search: Search): Promise<void> {
     if (search.leftoverKey == null) return
@@ -364,6 +385,9 @@ export class Matchmaker {
         : search.declaredExpiration ?? Infinity
       const openedAt = Date.now()
       let opened = false
+      // While we wait for its answer, a leader that does not answer pings within a request
+      // timeout is gone (frozen, cut off): we stop waiting, and stop asking it in this search.
+      const watch = new AbortController()
       try {
         const framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), {
           timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
@@ -380,7 +404,12 @@ export class Matchmaker {
         // request timeout while its ACCEPTED was under way was counted by the leader and listed in a
         // group it never ran in (16 peers on two busy cores: groups of 4 listing 3 such ghosts).
         const answerMs = Math.max(requestMs, (leaderExpiration - this.now()) * 1000 + requestMs)
-        const first = await framed.read(answerMs)
+        const first = await Promise.race([framed.read(answerMs), this.leaderGone(leader, watch.signal)])
+        if (first === 'gone') {
+          this.markSilent(search, leaderId, leaderExpiration)
+          await framed.closeWrite()
+          return null
+        }
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
@@ -402,6 +431,8 @@ export class Matchmaker {
         // answer (a frozen process never completes the protocol negotiation).
         if (!opened && Date.now() - openedAt >= requestMs) this.markSilent(search, leaderId, leaderExpiration)
         return null
+      } finally {
+        watch.abort()
       }
     })
     if (ask == null) return null
@@ -410,10 +441,22 @@ export class Matchmaker {
       search.tried.add(redirectKey(ask.redirect))
       return ask
     }
+    // Accepted: while we wait for the group, a leader that stops answering pings for a request
+    // timeout (frozen, cut off) is left at once, not at its expiration plus a request timeout
+    // (chaos runs: followers of a leader frozen with SIGSTOP lost ~4.6 s per freeze). A live
+    // leader answers pings on its event loop whatever it waits on (its lock, slow replicas), so a
+    // healthy leader that is merely slow to assemble keeps its followers. Should a leader stalled
+    // past a request timeout wake and assemble with us after we left, its all-reduce cuts us off
+    // as it does any member that does not come (the same race as at the expiration bound).
+    const watch = new AbortController()
     try {
       const myExpiration = this.config.mode === PeerMode.CLIENT ? leaderExpiration : (search.declaredExpiration ?? leaderExpiration)
       const waitMs = Math.max(0, (Math.max(myExpiration, leaderExpiration) - this.now()) * 1000) + requestMs
-      const second = await ask.read(waitMs)
+      const second = await Promise.race([ask.read(waitMs), this.leaderGone(leader, watch.signal)])
+      if (second === 'gone') {
+        this.markSilent(search, leaderId, leaderExpiration)
+        return null
+      }
       if (second == null) { search.rejections.push('leader closed the stream'); return null }
       const reply = MessageFromLeader.decode(second)
       if (reply.code === MatchCode.BEGIN_ALLREDUCE) {
@@ -430,6 +473,7 @@ export class Matchmaker {
       search.rejections.push(describeError(err))
       return null
     } finally {
+      watch.abort()
       search.currentLeader = null
       await ask.closeWrite()
     }

@@ -7,7 +7,10 @@ import assert from 'node:assert/strict'
 import type { Stream } from '@libp2p/interface'
 import { startSwarm, fill, weightedMean, maxAbsDiff, type SwarmFixture } from '../swarm-fixture.js'
 import { ArrivalClock, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
+import { joinProtocol } from '../../../agent/matchmaking/join-protocol.js'
+import { FramedStream } from '../../../agent/net/framed-stream.js'
 import { ownAddrBytes } from '../../../agent/net/rpc.js'
+import { MatchCode, MessageFromLeader } from '../../../agent/proto/averaging.js'
 import type { SwarmNode } from '../../../agent/net/node.js'
 import type { NamedTensor } from '../../../agent/averager.js'
 
@@ -60,6 +63,37 @@ test('a leader does not wait out its declaration for a peer seen looking under i
     await freezePings(swarm.nodes[FROZEN])
     await declareFrozen(swarm, 2 * EXPIRATION)
     await liveStepsGroupWithoutIt(swarm)
+  } finally {
+    for (const s of held.splice(0)) s.abort(new Error('test over'))
+    await swarm.stop()
+  }
+})
+
+test('followers a leader accepted before it froze leave it and group without it', { timeout: 120_000 }, async () => {
+  const swarm = await startSwarm(4, {
+    tensors,
+    config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: REQUEST_TIMEOUT, averagingExpiration: EXPIRATION }),
+    hooks: () => ({ arrivals: seasoned() })
+  })
+  const accepted = new Set<string>()
+  try {
+    // The frozen leader declared first (it outranks the live peers, who all ask it), accepted
+    // whoever asked, then froze: its group never comes and it answers nothing more.
+    const node = swarm.nodes[FROZEN]
+    await node.unhandle(joinProtocol('test'))
+    await node.handle(joinProtocol('test'), (stream, connection) => {
+      held.push(stream)
+      const framed = new FramedStream(stream, { maxFrameBytes: 1 << 20, maxQueuedFrames: 2 })
+      void (async () => {
+        if (await framed.read(5000).catch(() => null) == null) return
+        accepted.add(connection.remotePeer.toString())
+        await framed.write(MessageFromLeader.encode({ code: MatchCode.ACCEPTED, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason: '' }))
+      })().catch(() => {})
+    }, { maxInboundStreams: 64 })
+    await freezePings(node)
+    await declareFrozen(swarm, EXPIRATION / 2)
+    await liveStepsGroupWithoutIt(swarm)
+    assert.ok(accepted.size >= 1, 'the frozen leader had accepted followers')
   } finally {
     for (const s of held.splice(0)) s.abort(new Error('test over'))
     await swarm.stop()

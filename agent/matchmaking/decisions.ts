@@ -103,7 +103,7 @@ export function redirectKey (peerId: string): string {
 
 /**
  * Peers that did not answer us within a request timeout in this search, each with the time until
- * which we take it for gone (unix seconds). A live agent answers a request (a join, a ping: no
+ * which we take it for gone (unix seconds). A live agent answers a request (a join, a liveness check: no
  * lock, no matchmaking state behind it) within a request timeout, the bound every ask already uses,
  * so one that did not is frozen, cut off or dead for now; waiting for it or asking it again in the
  * same declaration only repeats the timeout (chaos runs: askers sent back to a frozen leader by its
@@ -207,7 +207,7 @@ export interface EarlyView {
  * declaring, not stepping yet), and peers seen looking that did not answer a probe sent after the
  * cutoff within a request timeout (frozen after declaring: chaos runs had leaders wait whole
  * declarations for them), are given up on. A healthy peer that is merely slow to ask still
- * answers the probe (libp2p's ping, served without our locks), so it is waited for; one that was
+ * answers the probe (join-protocol.ts aliveProtocol, served without our locks), so it is waited for; one that was
  * stalled past a request timeout is turned away when it asks (counted as a late arrival, which
  * moves the cutoff) and looks again, the cost of any of its asks timing out.
  */

@@ -16,3 +16,17 @@ export const MAX_JOIN_STREAMS_PER_PEER = 4
  * follower asking again right after a rejection still has its last stream counted: keep room.
  */
 export const MAX_JOIN_STREAMS_PER_CONNECTION = 32
+
+/**
+ * Liveness: the asker's byte echoed, on the event loop with no lock or matchmaking
+ * state behind it. Its own protocol rather than libp2p's ping, which allows one outbound stream
+ * per connection, shared with libp2p's connection monitor: a monitor ping hanging on a frozen peer,
+ * or a previous ping's stream still closing (seen for seconds at 64 agents in one process), refused
+ * ours exactly when a verdict was needed.
+ */
+export function aliveProtocol (prefix: string): string {
+  return `/avs/${prefix}/alive/1.0.0`
+}
+
+/** Per connection, each way: a follower checks its leader one stream at a time, a leader probes each missing peer once. */
+export const MAX_ALIVE_STREAMS_PER_CONNECTION = 8

@@ -1,4 +1,4 @@
-import type { PeerId } from '@libp2p/interface'
+import type { PeerId, Stream } from '@libp2p/interface'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { SwarmNode } from '../net/node.js'
 import { JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../proto/averaging.js'
@@ -11,7 +11,7 @@ import type { StoredEntry } from '../rendezvous/store.js'
 import { ConnectingError, connectPatiently } from '../rendezvous/connect.js'
 import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
-import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
+import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
 import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, missingPeers, probeMissing, redirectKey, silentUntil, triedKey, validInfo } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -37,11 +37,13 @@ export interface MatchmakerConfig {
 const POLL_MIN_MS = 20
 const POLL_MAX_MS = 500
 const MAX_REDIRECTS = 8
-/** A ping refused at once (libp2p's one ping stream per connection still taken, a dial refused) is tried again after this, within its request timeout. */
-const PING_RETRY_MS = 50
+/** A liveness check that failed at once (a dial refused, a stream limit) is tried again after this, within its request timeout. */
+const CHECK_RETRY_MS = 50
 
 /** Read afresh (a signal's state changes across awaits, which TypeScript's narrowing does not see). */
 function aborted (signal: AbortSignal | undefined): boolean { return signal?.aborted === true }
+/** The liveness protocol's answer. */
+const ALIVE = new Uint8Array([1])
 
 /**
  * hivemind's matchmaking: declare under the group key until an expiration, ask better-ranked
@@ -91,12 +93,20 @@ export class Matchmaker {
       },
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
+    // Echoes the asker's first byte, then closes; the asker tears the stream down once answered.
+    await this.node.handle(aliveProtocol(this.config.prefix), (stream) => {
+      stream.addEventListener('message', () => {
+        try { stream.send(ALIVE) } catch {}
+        stream.close().catch(() => {})
+      }, { once: true })
+    }, { maxInboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, maxOutboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
   }
 
   async stop (): Promise<void> {
     this.search?.disband(null, 'leader is shutting down')
     this.wakeup.notify()
     await this.node.unhandle(joinProtocol(this.config.prefix)).catch(() => {})
+    await this.node.unhandle(aliveProtocol(this.config.prefix)).catch(() => {})
   }
 
   get looking (): boolean { return this.search != null }
@@ -230,9 +240,9 @@ export class Matchmaker {
 
   /**
    * Leading with a quorum past the arrival cutoff, still waiting for `entry`, a peer seen looking
-   * under our key that has not joined: ping it once per declaration of its, and if it does not
-   * answer within a request timeout, count it as gone until that declaration ends, so that
-   * assembleEarly leaves it out (decisions.ts: why a healthy peer is never left out this way).
+   * under our key that has not joined: check its liveness once per declaration of its, and if it
+   * does not answer within a request timeout, count it as gone until that declaration ends, so
+   * that assembleEarly leaves it out (decisions.ts: why a healthy peer is never left out this way).
    */
   private probeMissingPeer (search: Search, entry: StoredEntry): void {
     const key = triedKey(entry.peerId, entry.expiration)
@@ -247,36 +257,57 @@ export class Matchmaker {
       if (await this.answers(peer, this.config.requestTimeout * 1000)) return
       if (this.search !== search || search.assembled) return
       search.silent.set(entry.peerId, silentUntil(this.now(), entry.expiration, this.config.averagingExpiration))
-      this.config.log?.debug(`${entry.peerId.slice(-6)}, seen looking under ${search.groupKey}, did not answer a ping within ${this.config.requestTimeout} s: not waited for`)
+      this.config.log?.debug(`${entry.peerId.slice(-6)}, seen looking under ${search.groupKey}, did not answer a liveness check within ${this.config.requestTimeout} s: not waited for`)
       this.wakeup.notify()
     })()
   }
 
   /**
-   * Whether `peer` answers a ping (libp2p's, served on its event loop without our locks) within
-   * `withinMs`: false only when a ping was outstanding that long without an answer (a frozen
-   * process), or when every attempt for that long failed at once (a refused dial: a killed one).
-   * libp2p's ping protocol allows one outbound stream per connection, and a previous ping's stream
-   * may still be closing (seen at 64 agents in one process: pings refused for over a second); such
-   * a refusal is tried again, and if nothing but refusals came within `withinMs` there is no verdict
-   * (true): the peer answered the ping that holds the stream. True when `signal` aborts first.
+   * Whether `peer` answers a liveness check (aliveProtocol: one byte echoed, which a live agent
+   * does on its event loop whatever its matchmaking waits on) within `withinMs`: false only when a check
+   * was outstanding that long without an answer (a frozen process, which does not even complete
+   * the protocol negotiation), or when every attempt for that long failed at once (a refused dial:
+   * a killed one). A peer that does not speak the protocol (an agent from before it) answered the
+   * negotiation: alive. True when `signal` aborts first (no verdict).
    */
   private async answers (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<boolean> {
     const started = Date.now()
     for (;;) {
       if (aborted(signal)) return true
       const timeout = AbortSignal.timeout(withinMs)
+      const any = signal != null ? AbortSignal.any([timeout, signal]) : timeout
+      let stream: Stream | undefined
       try {
-        await this.node.services.ping.ping(peer, { signal: signal != null ? AbortSignal.any([timeout, signal]) : timeout })
-        return true
+        stream = await this.node.dialProtocol(peer, aliveProtocol(this.config.prefix), { signal: any })
+        const opened = stream
+        const answered = await new Promise<boolean>(resolve => {
+          const done = (answer: boolean): void => {
+            opened.removeEventListener('message', yes)
+            opened.removeEventListener('close', no)
+            any.removeEventListener('abort', no)
+            resolve(answer)
+          }
+          const yes = (): void => { done(true) }
+          const no = (): void => { done(false) }
+          opened.addEventListener('message', yes)
+          opened.addEventListener('close', no)
+          any.addEventListener('abort', no)
+          opened.send(ALIVE)
+        })
+        if (answered || aborted(signal)) return true
+        if (timeout.aborted) return false
+        // Closed without an answer: try again.
       } catch (err) {
         if (aborted(signal)) return true
+        if (err instanceof Error && err.name === 'UnsupportedProtocolError') return true
         if (timeout.aborted) return false
-        const refused = err instanceof Error && err.name === 'TooManyOutboundProtocolStreamsError'
-        this.config.log?.debug(`ping to ${peer.toString().slice(-6)} failed after ${Date.now() - started} ms: ${describeError(err)}`)
-        if (Date.now() - started >= withinMs) return refused
-        await new Promise(resolve => setTimeout(resolve, PING_RETRY_MS))
+        this.config.log?.debug(`liveness check of ${peer.toString().slice(-6)} failed after ${Date.now() - started} ms: ${describeError(err)}`)
+      } finally {
+        // Torn down at once: a graceful close would wait for the peer, and hold a stream of the protocol's bound.
+        stream?.abort(new MatchmakingError('liveness checked'))
       }
+      if (Date.now() - started >= withinMs) return false
+      await new Promise(resolve => setTimeout(resolve, CHECK_RETRY_MS))
     }
   }
 
@@ -288,8 +319,8 @@ export class Matchmaker {
   }
 
   /**
-   * Resolves 'gone' once the leader we follow did not answer a ping within a request timeout;
-   * pings every half request timeout while `signal` is not aborted (then it never resolves).
+   * Resolves 'gone' once the leader we follow did not answer a liveness check within a request
+   * timeout; checks every half request timeout while `signal` is not aborted (then it never resolves).
    */
   private async leaderGone (leader: PeerId, signal: AbortSignal): Promise<'gone'> {
     const requestMs = this.config.requestTimeout * 1000
@@ -385,7 +416,7 @@ export class Matchmaker {
         : search.declaredExpiration ?? Infinity
       const openedAt = Date.now()
       let opened = false
-      // While we wait for its answer, a leader that does not answer pings within a request
+      // While we wait for its answer, a leader that does not answer liveness checks within a request
       // timeout is gone (frozen, cut off): we stop waiting, and stop asking it in this search.
       const watch = new AbortController()
       try {
@@ -441,10 +472,10 @@ export class Matchmaker {
       search.tried.add(redirectKey(ask.redirect))
       return ask
     }
-    // Accepted: while we wait for the group, a leader that stops answering pings for a request
+    // Accepted: while we wait for the group, a leader that stops answering liveness checks for a request
     // timeout (frozen, cut off) is left at once, not at its expiration plus a request timeout
     // (chaos runs: followers of a leader frozen with SIGSTOP lost ~4.6 s per freeze). A live
-    // leader answers pings on its event loop whatever it waits on (its lock, slow replicas), so a
+    // leader answers them on its event loop whatever it waits on (its lock, slow replicas), so a
     // healthy leader that is merely slow to assemble keeps its followers. Should a leader stalled
     // past a request timeout wake and assemble with us after we left, its all-reduce cuts us off
     // as it does any member that does not come (the same race as at the expiration bound).

@@ -1,5 +1,5 @@
 // A peer frozen (SIGSTOP) in matchmaking: the others group without it, instead of waiting out a
-// declaration. The frozen peer is a libp2p node whose ping and join streams are opened but never
+// declaration. The frozen peer is a libp2p node whose liveness and join streams are opened but never
 // answered, as a stopped process's never are; its rendezvous keeps serving (the replicas' own
 // stand-ins are tested in test/agent/rendezvous/).
 import { test } from 'node:test'
@@ -7,7 +7,7 @@ import assert from 'node:assert/strict'
 import type { Stream } from '@libp2p/interface'
 import { startSwarm, fill, weightedMean, maxAbsDiff, type SwarmFixture } from '../swarm-fixture.js'
 import { ArrivalClock, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
-import { joinProtocol } from '../../../agent/matchmaking/join-protocol.js'
+import { aliveProtocol, joinProtocol } from '../../../agent/matchmaking/join-protocol.js'
 import { FramedStream } from '../../../agent/net/framed-stream.js'
 import { ownAddrBytes } from '../../../agent/net/rpc.js'
 import { MatchCode, MessageFromLeader } from '../../../agent/proto/averaging.js'
@@ -23,16 +23,15 @@ function seasoned (): ArrivalClock {
 }
 const EXPIRATION = 20
 const REQUEST_TIMEOUT = 0.5
-const PING = '/ipfs/ping/1.0.0'
 const FROZEN = 3
 const LIVE = [0, 1, 2]
 
 /** Streams opened to the frozen node are held, never read nor answered. */
 const held: Stream[] = []
 
-async function freezePings (node: SwarmNode): Promise<void> {
-  await node.unhandle(PING)
-  await node.handle(PING, (stream) => { held.push(stream) }, { maxInboundStreams: 64 })
+async function freezeLiveness (node: SwarmNode): Promise<void> {
+  await node.unhandle(aliveProtocol('test'))
+  await node.handle(aliveProtocol('test'), (stream) => { held.push(stream) }, { maxInboundStreams: 64 })
 }
 
 /** The frozen peer's declaration under the live peers' key: looking until `expiresIn` seconds from now. */
@@ -52,7 +51,7 @@ async function liveStepsGroupWithoutIt (swarm: SwarmFixture): Promise<void> {
   for (const r of results) assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
 }
 
-test('a leader does not wait out its declaration for a peer seen looking under its key that froze: it did not answer a ping', { timeout: 120_000 }, async () => {
+test('a leader does not wait out its declaration for a peer seen looking under its key that froze: it did not answer a liveness check', { timeout: 120_000 }, async () => {
   const swarm = await startSwarm(4, {
     tensors,
     config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: REQUEST_TIMEOUT, averagingExpiration: EXPIRATION }),
@@ -60,7 +59,7 @@ test('a leader does not wait out its declaration for a peer seen looking under i
   })
   try {
     // Declared later than the live peers will (it ranks last: nobody asks it, it should ask), then froze.
-    await freezePings(swarm.nodes[FROZEN])
+    await freezeLiveness(swarm.nodes[FROZEN])
     await declareFrozen(swarm, 2 * EXPIRATION)
     await liveStepsGroupWithoutIt(swarm)
   } finally {
@@ -90,7 +89,7 @@ test('followers a leader accepted before it froze leave it and group without it'
         await framed.write(MessageFromLeader.encode({ code: MatchCode.ACCEPTED, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason: '' }))
       })().catch(() => {})
     }, { maxInboundStreams: 64 })
-    await freezePings(node)
+    await freezeLiveness(node)
     await declareFrozen(swarm, EXPIRATION / 2)
     await liveStepsGroupWithoutIt(swarm)
     assert.ok(accepted.size >= 1, 'the frozen leader had accepted followers')

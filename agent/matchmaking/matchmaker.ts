@@ -266,9 +266,10 @@ export class Matchmaker {
    * Whether `peer` answers a liveness check (aliveProtocol: one byte echoed, which a live agent
    * does on its event loop whatever its matchmaking waits on) within `withinMs`: false only when a check
    * was outstanding that long without an answer (a frozen process, which does not even complete
-   * the protocol negotiation), or when every attempt for that long failed at once (a refused dial:
-   * a killed one). A peer that does not speak the protocol (an agent from before it) answered the
-   * negotiation: alive. True when `signal` aborts first (no verdict).
+   * the protocol negotiation), or when every attempt for that long failed at once with no
+   * connection to it (a refused dial: a killed one). A failure at once while connected, and a peer
+   * that does not speak the protocol (an agent from before it), answered: alive, or no verdict.
+   * True when `signal` aborts first (no verdict).
    */
   private async answers (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<boolean> {
     const started = Date.now()
@@ -296,7 +297,7 @@ export class Matchmaker {
         })
         if (answered || aborted(signal)) return true
         if (timeout.aborted) return false
-        // Closed without an answer: try again.
+        this.config.log?.debug(`liveness check of ${peer.toString().slice(-6)} closed unanswered after ${Date.now() - started} ms`)
       } catch (err) {
         if (aborted(signal)) return true
         if (err instanceof Error && err.name === 'UnsupportedProtocolError') return true
@@ -306,6 +307,9 @@ export class Matchmaker {
         // Torn down at once: a graceful close would wait for the peer, and hold a stream of the protocol's bound.
         stream?.abort(new MatchmakingError('liveness checked'))
       }
+      // Failed at once while connected: the peer's stack answered (a stream reset, a refusal) or
+      // ours refused (a stream limit). No verdict: only silence, or no connection at all, is gone.
+      if (this.node.getConnections(peer).length > 0) return true
       if (Date.now() - started >= withinMs) return false
       await new Promise(resolve => setTimeout(resolve, CHECK_RETRY_MS))
     }

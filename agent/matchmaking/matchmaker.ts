@@ -94,7 +94,11 @@ export class Matchmaker {
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
     // Echoes the asker's first byte, then closes; the asker tears the stream down once answered.
+    // Whatever is still open a request timeout after it came (an asker that sends nothing, a close
+    // the asker never completes) is aborted: no peer holds these streams longer than an ask.
     await this.node.handle(aliveProtocol(this.config.prefix), (stream) => {
+      const bound = setTimeout(() => { stream.abort(new MatchmakingError('liveness stream idle past a request timeout')) }, this.config.requestTimeout * 1000)
+      stream.addEventListener('close', () => { clearTimeout(bound) }, { once: true })
       stream.addEventListener('message', () => {
         try { stream.send(ALIVE) } catch {}
         stream.close().catch(() => {})

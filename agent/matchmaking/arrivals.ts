@@ -4,17 +4,26 @@ import { adaptiveWait } from '../allreduce/adaptive-deadline.js'
  * How long after a leader declares its followers arrive, and when waiting for more stops paying.
  * A leader waits for followers until its declaration expires (hivemind's averaging_expiration,
  * 15 s by default); when a member of its key was killed or frozen, the rest wait out the whole
- * declaration for nobody. The leader keeps the delays at which followers joined it, from its
- * declaration, and late askers it turned away count too (so cutting early does not hide the late
- * arrivals that would move the estimate). With a quorum in, and everybody it sees looking under
- * its key joined, it assembles once the limit the all-reduce's adaptive deadline uses
+ * declaration for nobody. Every peer keeps the delays at which followers joined, from their
+ * leader's declaration: as a leader those that joined it, as a follower those its leader lists in
+ * its BEGIN_ALLREDUCE (so a peer that rarely leads learns them too: with groups of 4 and only a
+ * leader's own record, a leader met its eighth arrival in round 3 at the earliest, usually later,
+ * and a 64-peer swarm losing a peer a round waited out every 15 s declaration for it). Late askers
+ * a leader turned away count too (so cutting early does not hide the late arrivals that would
+ * move the estimate). With a quorum in, and everybody it sees looking under its key joined, a
+ * leader assembles once the limit the all-reduce's adaptive deadline uses
  * (median + max(k·σ̂, median, floor), agent/allreduce/adaptive-deadline.ts) has passed.
  */
 
 /** Arrivals kept: recent enough to follow a changed swarm, enough for a stable median. */
 export const ARRIVALS_KEPT = 64
-/** Fewer arrivals than this: no estimate, the leader waits for its expiration as before. */
-export const MIN_ARRIVALS = 8
+/**
+ * Fewer arrivals than this: no estimate, the leader waits for its expiration as before. Four is
+ * one group of four's arrivals (three, shared) and one of the current declaration's: round 2 of a
+ * swarm can cut short; the slack of at least the median and a request timeout over the median
+ * keeps a small sample from cutting off a follower that is merely a little behind.
+ */
+export const MIN_ARRIVALS = 4
 
 export class ArrivalClock {
   private readonly delays: number[] = []

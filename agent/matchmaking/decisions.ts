@@ -186,6 +186,16 @@ export function earlyQuorum (targetGroupSize: number, minGroupSize: number): num
   return Math.max(minGroupSize, Math.floor(targetGroupSize / 2) + 1, 2)
 }
 
+/**
+ * The arrival delays a leader's BEGIN_ALLREDUCE shares that a follower records (arrivals.ts): at
+ * most one per other member, each a time within a declaration (0 to our averagingExpiration, the
+ * swarm's). A message with more than that is not a leader's own record: none is taken.
+ */
+export function sharedArrivals (delays: readonly number[], groupSize: number, averagingExpiration: number): number[] {
+  if (delays.length > groupSize - 1) return []
+  return delays.filter(d => Number.isFinite(d) && d >= 0 && d <= averagingExpiration)
+}
+
 /** What assembleEarly looks at: the leader's search, its arrival cutoff and when it declared. */
 export interface EarlyView {
   readonly followers: ReadonlyMap<string, unknown>

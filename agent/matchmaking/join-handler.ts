@@ -50,7 +50,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
           }
           accepted = new Promise<MessageFromLeader>(resolve => {
-            search!.followers.set(from, { peerId: from, info: request.info!, settle: resolve })
+            search!.followers.set(from, { peerId: from, info: request.info!, joinedAfter: search!.declaredAt != null ? ctx.now() - search!.declaredAt : undefined, settle: resolve })
           })
           return message(MatchCode.ACCEPTED, '')
         })
@@ -77,5 +77,5 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
 }
 
 function message (code: MatchCode, reason: string): MessageFromLeader {
-  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason }
+  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [] }
 }

@@ -13,7 +13,7 @@ import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, missingPeers, probeMissing, redirectKey, silentUntil, triedKey, validInfo } from './decisions.js'
+import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, missingPeers, probeMissing, redirectKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
 
@@ -497,10 +497,13 @@ export class Matchmaker {
         return null
       }
       if (second == null) { search.rejections.push('leader closed the stream'); return null }
-      const reply = MessageFromLeader.decode(second)
+      const reply = MessageFromLeader.decode(second, { limits: { arrivalDelays: MAX_GROUP_SIZE } })
       if (reply.code === MatchCode.BEGIN_ALLREDUCE) {
         const group = this.parseGroup(reply, leaderId)
-        return group != null ? { group } : null
+        if (group == null) return null
+        // Our leader's arrivals are the swarm's too: a peer that rarely leads still learns when followers come.
+        for (const seconds of sharedArrivals(reply.arrivalDelays, group.peerIds.length, this.config.averagingExpiration)) this.arrivals.record(seconds)
+        return { group }
       }
       search.rejections.push(`${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}`)
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {

@@ -8,6 +8,8 @@ import { enoughToAssemble, groupFull } from './decisions.js'
 export interface Follower {
   readonly peerId: string
   readonly info: PeerInfo
+  /** Seconds after our declaration at which it joined (none when it joined before we declared). */
+  readonly joinedAfter?: number
   /** Delivers the leader's second message: BEGIN_ALLREDUCE or GROUP_DISBANDED. */
   readonly settle: (message: MessageFromLeader) => void
 }
@@ -66,7 +68,8 @@ export class Search {
       orderedPeerIds: members.map(m => peerIdToBytes(m.peerId)) as Array<Uint8Array<ArrayBuffer>>,
       gathered: members.map(m => m.info),
       suggestedLeader: new Uint8Array(0),
-      reason: ''
+      reason: '',
+      arrivalDelays: [...this.followers.values()].flatMap(f => f.joinedAfter !== undefined ? [f.joinedAfter] : [])
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()
@@ -122,7 +125,8 @@ export class Search {
       orderedPeerIds: [],
       gathered: [],
       suggestedLeader: suggestedLeader != null ? peerIdToBytes(suggestedLeader) as Uint8Array<ArrayBuffer> : new Uint8Array(0),
-      reason
+      reason,
+      arrivalDelays: []
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()

@@ -1236,6 +1236,7 @@ export interface MessageFromLeader {
   gathered: PeerInfo[]
   suggestedLeader: Uint8Array
   reason: string
+  arrivalDelays: number[]
 }
 
 export namespace MessageFromLeader {
@@ -1282,6 +1283,13 @@ export namespace MessageFromLeader {
           w.string(obj.reason)
         }
 
+        if (obj.arrivalDelays != null && obj.arrivalDelays.length > 0) {
+          for (const value of obj.arrivalDelays) {
+            w.uint32(61)
+            w.float(value)
+          }
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1292,7 +1300,8 @@ export namespace MessageFromLeader {
           orderedPeerIds: [],
           gathered: [],
           suggestedLeader: uint8ArrayAlloc(0),
-          reason: ''
+          reason: '',
+          arrivalDelays: []
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1335,6 +1344,14 @@ export namespace MessageFromLeader {
               obj.reason = reader.string()
               break
             }
+            case 7: {
+              if (opts.limits?.arrivalDelays != null && obj.arrivalDelays.length === opts.limits.arrivalDelays) {
+                throw new MaxLengthError('Decode error - repeated field "arrivalDelays" had too many elements')
+              }
+
+              obj.arrivalDelays.push(reader.float())
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -1346,7 +1363,8 @@ export namespace MessageFromLeader {
       }, function * (reader, length, prefix, opts = {}) {
         const obj = {
           orderedPeerIds: 0,
-          gathered: 0
+          gathered: 0,
+          arrivalDelays: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1414,6 +1432,21 @@ export namespace MessageFromLeader {
                 field: `${prefix}.reason`,
                 value: reader.string()
               }
+              break
+            }
+            case 7: {
+              if (opts.limits?.arrivalDelays != null && obj.arrivalDelays === opts.limits.arrivalDelays) {
+                throw new MaxLengthError('Streaming decode error - repeated field "arrivalDelays" had too many elements')
+              }
+
+              yield {
+                field: `${prefix}.arrivalDelays[]`,
+                index: obj.arrivalDelays,
+                value: reader.float()
+              }
+
+              obj.arrivalDelays++
+
               break
             }
             default: {
@@ -1508,6 +1541,12 @@ export namespace MessageFromLeader {
     value: string
   }
 
+  export interface MessageFromLeaderArrivalDelaysFieldEvent {
+    field: '$.arrivalDelays[]'
+    index: number
+    value: number
+  }
+
   export function encode (obj: Partial<MessageFromLeader>): Uint8Array {
     return encodeMessage(obj, MessageFromLeader.codec())
   }
@@ -1516,7 +1555,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import { ArrivalClock, ARRIVALS_KEPT, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
-import { assembleEarly, earlyQuorum, missingPeers, probeMissing, silentUntil, type EarlyView } from '../../../agent/matchmaking/decisions.js'
+import { assembleEarly, earlyQuorum, missingPeers, probeMissing, sharedArrivals, silentUntil, type EarlyView } from '../../../agent/matchmaking/decisions.js'
 
 // Assembling short of the expiration, without a network: the time is a number the test sets.
 
@@ -79,4 +79,13 @@ test('silentUntil: the end of the declaration the peer was seen under, at most o
   assert.equal(silentUntil(100, 200, 3), 103)
   assert.equal(silentUntil(100, undefined, 3), 103)
   assert.equal(silentUntil(100, 99, 3), 103, 'an expired declaration: one declaration from now')
+})
+
+test('sharedArrivals: a leader\'s delays within a declaration, at most one per other member', () => {
+  assert.deepEqual(sharedArrivals([0.2, 1.1, 3], 4, 15), [0.2, 1.1, 3])
+  // Not a time within a declaration: dropped, the rest kept.
+  assert.deepEqual(sharedArrivals([-0.1, NaN, Infinity, 16, 0.4], 6, 15), [0.4])
+  // More delays than followers: not the leader's own record, none taken.
+  assert.deepEqual(sharedArrivals([0.2, 0.2, 0.2, 0.2], 4, 15), [])
+  assert.deepEqual(sharedArrivals([], 2, 15), [])
 })

@@ -50,3 +50,27 @@ test('without a quorum the leader waits for its expiration as before', { timeout
     for (const a of swarm.averagers.slice(0, 2)) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
   } finally { await swarm.stop() }
 })
+
+test('with no arrivals seen before, a key that lost a member after one full round assembles early in the next: followers learn their leader\'s arrivals', { timeout: 120_000 }, async () => {
+  const clocks = [0, 1, 2, 3].map(() => new ArrivalClock())
+  let early = 0
+  const swarm = await startSwarm(4, {
+    tensors,
+    config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: EXPIRATION }),
+    hooks: (i) => ({ arrivals: clocks[i], onEarlyAssembly: () => { early++ } })
+  })
+  try {
+    const first = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 3 * EXPIRATION })))
+    for (const r of first) assert.equal(r.peers.length, 4)
+    // The leader recorded its three followers; each follower took the same three from BEGIN_ALLREDUCE.
+    assert.deepEqual(clocks.map(c => c.count), [3, 3, 3, 3])
+    assert.equal(early, 0, 'a full group assembles at once, not early')
+    const before = await Promise.all(swarm.averagers.slice(0, 3).map(async a => await a.withTensors(t => t[0].data.slice())))
+    const second = await Promise.all(swarm.averagers.slice(0, 3).map(async a => await a.step({ timeout: 3 * EXPIRATION })))
+    for (const r of second) assert.equal(r.peers.length, 3)
+    assert.equal(early, 1, 'the leader of the three assembled early')
+    for (const r of second) assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
+    const mean = weightedMean(before, [1, 1, 1])
+    for (const a of swarm.averagers.slice(0, 3)) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+  } finally { await swarm.stop() }
+})

@@ -13,13 +13,13 @@ function info (weight: number): PeerInfo {
 }
 
 /** A leader declared until `expiration`, with followers whose second messages are recorded. */
-function leaderWith (followers: string[], expiration = 100): { search: Search, received: Map<string, MessageFromLeader[]> } {
+function leaderWith (followers: string[], expiration = 100, joinedAfter: Array<number | undefined> = []): { search: Search, received: Map<string, MessageFromLeader[]> } {
   const search = new Search('leader', 'key', info(1), 1000)
   search.declaredExpiration = expiration
   const received = new Map<string, MessageFromLeader[]>()
   for (const [k, id] of followers.entries()) {
     received.set(id, [])
-    search.followers.set(id, { peerId: id, info: info(k + 2), settle: (m) => { received.get(id)!.push(m) } })
+    search.followers.set(id, { peerId: id, info: info(k + 2), joinedAfter: joinedAfter[k], settle: (m) => { received.get(id)!.push(m) } })
   }
   return { search, received }
 }
@@ -120,4 +120,13 @@ test('a follower adopts its leader\'s group; the first group adopted stays the o
   const other: GroupInfo = { ...theirs, groupId: new Uint8Array(20).fill(8) }
   assert.equal(search.adopt(other), theirs)
   assert.equal(search.assemble(), theirs, 'assembling after adopting keeps the adopted group')
+})
+
+test('BEGIN_ALLREDUCE lists when each follower joined after the declaration (those that joined before it declared have none); a disband lists none', () => {
+  const { search, received } = leaderWith(['f1', 'f2', 'f3'], 100, [0.25, undefined, 1.5])
+  search.assemble()
+  for (const f of ['f1', 'f2', 'f3']) assert.deepEqual(received.get(f)![0].arrivalDelays, [0.25, 1.5])
+  const other = leaderWith(['f1'], 100, [0.5])
+  other.search.disband(null, 'test')
+  assert.deepEqual(other.received.get('f1')![0].arrivalDelays, [])
 })

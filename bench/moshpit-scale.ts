@@ -4,8 +4,10 @@
  * in-memory transport, plaintext), or with `--procs P` spread over P worker processes joined by
  * loopback TCP, plaintext (bench/lib/scale-procs.ts; workers re-run this file with `--worker <k>`,
  * so it works bundled into one file), tiny tensors, on the grid the agent lays out by rank
- * (gridGroupBits). Per round: distance to the live mean, groups formed and whether they mixed the
- * last round's, matchmaking latency, rendezvous and DHT lookups, control traffic per peer.
+ * (gridGroupBits). Per round: distance to the live mean (largest, and the variance: the Moshpit
+ * paper's measure), groups formed and whether they mixed the last round's, matchmaking latency,
+ * rendezvous and DHT lookups, control traffic per peer. Beside each run, what the grid rule alone
+ * reaches with the same crashes (bench/lib/moshpit-rule.ts): how much of the distance is the rule's.
  */
 import { Command, Option } from 'commander'
 import { cpus, loadavg, platform, release } from 'node:os'
@@ -15,6 +17,9 @@ import { gridGroupBits } from '../agent/moshpit/group-bits.js'
 import { seededRandom } from '../agent/util/random.js'
 import { linesLog } from '../agent/log.js'
 import { runProcs, runWorker } from './lib/scale-procs.js'
+import { ruleMedians } from './lib/moshpit-rule.js'
+import { elementsPerPart } from '../agent/allreduce/partition.js'
+import { noneCodec } from '../agent/compression/none.js'
 
 const progress = (line: string): void => { process.stderr.write(`[moshpit-scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`) }
 const numbers = (text: string): number[] => text.split(',').map(s => Number(s.trim())).filter(n => Number.isFinite(n))
@@ -38,7 +43,10 @@ export interface ScaleRun {
 export interface ScaleSettings {
   readonly elements: number
   readonly maxRounds: number
+  /** Stop once every live peer is within this of the live mean. */
   readonly threshold: number
+  /** Only reported: the first round whose variance is below it. */
+  readonly varianceThreshold: number
   readonly expiration: number
   readonly request: number
   readonly allreduce: number
@@ -95,8 +103,13 @@ export async function scaleRun (peers: number, groupSize: number, crashPercent: 
   }
 }
 
+/** d with g^d = N: the rounds an exact grid needs. */
+function gridRounds (peers: number, groupSize: number): number {
+  return Math.round(Math.log(peers) / Math.log(groupSize))
+}
+
 function summaryRow (r: ScaleRun, s: ScaleSettings): string {
-  const d = Math.round(Math.log(r.peers) / Math.log(r.groupSize))
+  const d = gridRounds(r.peers, r.groupSize)
   const first = r.rounds[0]
   const mm95 = Math.max(...r.rounds.map(x => x.matchmakingP95))
   const lookups = r.rounds.reduce((a, x) => a + x.lookups, 0)
@@ -106,10 +119,44 @@ function summaryRow (r: ScaleRun, s: ScaleSettings): string {
   const control = r.rounds.reduce((a, x) => a + x.controlBytes, 0) / Math.max(1, r.rounds.length)
   const messages = r.rounds.reduce((a, x) => a + x.controlMessages, 0) / Math.max(1, r.rounds.length)
   const last = r.rounds[r.rounds.length - 1]
-  return `| ${r.peers} | ${r.groupSize} (d=${d}) | ${r.crashPercent} % | ${r.run} | ${r.convergedAt ?? `not in ${s.maxRounds}`} | ${last?.deviation.toExponential(1) ?? '-'} | ` +
+  const varianceAt = r.rounds.find(x => x.variance < s.varianceThreshold)?.round ?? `not in ${r.rounds.length}`
+  return `| ${r.peers} | ${r.groupSize} (d=${d}) | ${r.crashPercent} % | ${r.run} | ${r.convergedAt ?? `not in ${s.maxRounds}`} | ${varianceAt} | ` +
+    `${last?.deviation.toExponential(1) ?? '-'} | ${last?.variance.toExponential(1) ?? '-'} | ` +
     `${first != null ? formatSizes(first.groupSizes) : '-'} | ${r.rounds.map(x => `${x.repeatedPairs}`).join('/')} | ${r.rounds.map(x => x.failedSteps).join('/')} | ${r.rounds.map(x => x.partialSteps).join('/')} | ` +
     `${mm95.toFixed(0)} ms | ${lookupsOk}/${lookups} | ${exchanges - exchangesFailed}/${exchanges} | ${messages.toFixed(0)} / ${(control / 1024).toFixed(1)} KiB | ` +
     `${r.setupS.toFixed(0)} s | ${r.rounds.map(x => (x.wallMs / 1000).toFixed(1)).join('/')} s | ${r.rounds.reduce((a, x) => a + x.cpuS, 0).toFixed(0)} s |`
+}
+
+/** Simulations of the grid rule per size and crash rate, their medians set beside each run. */
+const RULE_SIMS = 20
+type RuleFigures = ReturnType<typeof ruleMedians>
+
+/**
+ * The grid rule alone with the run's N, g, elements, part size and crashes per round
+ * (Math.round(rate × live), as pickVictims draws them), rounds 1 to d + 1.
+ */
+function ruleFigures (peers: number, groupSize: number, crashPercent: number, s: ScaleSettings): RuleFigures {
+  const perPart = elementsPerPart(scaleConfig('scale', groupSize, '', s).partSizeBytes, noneCodec.bytesPerElement)
+  return ruleMedians({
+    peers, groupSize, elements: s.elements, rounds: gridRounds(peers, groupSize) + 1, elementsPerPart: perPart,
+    crashesPerRound: (live) => Math.round(crashPercent / 100 * live)
+  }, RULE_SIMS, `${s.seed}:${peers}:${groupSize}:${crashPercent}`)
+}
+
+/** Rows for rounds d and d + 1: ours, the rule's median, and ours ÷ the rule (none when the rule is exact or ours stopped). */
+function ruleRows (r: ScaleRun, rule: RuleFigures): string[] {
+  const d = gridRounds(r.peers, r.groupSize)
+  return [d, d + 1].map(round => {
+    const ours = r.rounds.find(x => x.round === round)
+    const theirs = rule[round - 1]
+    const cells = (o: number | undefined, t: number, exact: number): string => {
+      const ratio = o === undefined || t < exact ? '-' : (o / t).toFixed(2)
+      const missing = r.convergedAt != null ? `stopped at ${r.convergedAt}` : 'not run'
+      return `${o?.toExponential(1) ?? missing} | ${t.toExponential(1)} | ${ratio}`
+    }
+    return `| ${r.peers} | ${r.groupSize} (d=${d}) | ${r.crashPercent} % | ${r.run} | ${round} | ` +
+      `${cells(ours?.deviation, theirs.deviation, 1e-12)} | ${cells(ours?.variance, theirs.variance, 1e-24)} |`
+  })
 }
 
 async function main (): Promise<void> {
@@ -123,6 +170,7 @@ async function main (): Promise<void> {
     .option('--elements <n>', 'float32 values per peer', '16')
     .option('--max-rounds <n>', 'rounds at most', '8')
     .option('--threshold <x>', 'converged when every live peer is within this of the live mean', '1e-6')
+    .option('--variance-threshold <x>', 'reported: the first round whose variance (mean squared distance to the live mean, the Moshpit paper\'s measure) is below this', '1e-4')
     .option('--expiration <s>', 'averagingExpiration, seconds (the CRD default)', '15')
     .option('--request-timeout <s>', 'requestTimeout, seconds (the CRD default)', '3')
     .option('--allreduce-timeout <s>', 'allreduceTimeout, seconds', '20')
@@ -138,7 +186,7 @@ async function main (): Promise<void> {
   if (!Number.isInteger(procs) || procs < 1) throw new Error(`--procs ${o.procs}: a positive integer`)
   if (procs > 1 && Number(o.latency) > 0) throw new Error('--latency is the in-memory transport\'s: not with --procs > 1')
   const s: ScaleSettings = {
-    elements: Number(o.elements), maxRounds: Number(o.maxRounds), threshold: Number(o.threshold),
+    elements: Number(o.elements), maxRounds: Number(o.maxRounds), threshold: Number(o.threshold), varianceThreshold: Number(o.varianceThreshold),
     expiration: Number(o.expiration), request: Number(o.requestTimeout), allreduce: Number(o.allreduceTimeout),
     stepTimeout: Number(o.stepTimeout), latencyMs: Number(o.latency), seed: Number(o.seed), procs
   }
@@ -149,8 +197,10 @@ async function main (): Promise<void> {
   progress(header)
   // Each row as soon as its run is done: a run cut short (a device's time limit) keeps those before it.
   console.log(`${header}.\n`)
-  console.log('| peers | group (rounds of an exact grid) | crashing per round | run | rounds to 1e-6 | last deviation | round 1 groups | repeated pairs per round | peers without a group per round | partial steps per round | matchmaking p95 (worst round) | DHT lookups ok | rendezvous exchanges ok | control msgs / bytes per peer per round | setup | wall per round | CPU |')
-  console.log('|---:|---|---:|---:|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---:|')
+  console.log(`| peers | group (rounds of an exact grid) | crashing per round | run | rounds to ${o.threshold} | rounds to variance < ${o.varianceThreshold} | last deviation | last variance | round 1 groups | repeated pairs per round | peers without a group per round | partial steps per round | matchmaking p95 (worst round) | DHT lookups ok | rendezvous exchanges ok | control msgs / bytes per peer per round | setup | wall per round | CPU |`)
+  console.log('|---:|---|---:|---:|---|---|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---:|')
+  const rules = new Map<string, RuleFigures>()
+  const compared: string[] = []
   for (const peers of numbers(o.peers)) {
     const g = o.groupSize != null ? Number(o.groupSize) : defaultGroupSize(peers)
     for (const crash of numbers(o.crash)) {
@@ -158,9 +208,20 @@ async function main (): Promise<void> {
         progress(`${peers} peers, groups of ${g}, ${crash} % crashing per round, run ${run}`)
         const r = await scaleRun(peers, g, crash, run, s, progress)
         console.log(summaryRow(r, s))
+        const rule = rules.get(`${peers}:${g}:${crash}`) ?? ruleFigures(peers, g, crash, s)
+        rules.set(`${peers}:${g}:${crash}`, rule)
+        progress(`the grid rule alone (median of ${RULE_SIMS}): ${rule.map(x => `round ${x.round} deviation ${x.deviation.toExponential(2)} variance ${x.variance.toExponential(2)}`).join(', ')}`)
+        compared.push(...ruleRows(r, rule))
       }
     }
   }
+  console.log(`\nThe grid rule alone (bench/lib/moshpit-rule.ts): median of ${RULE_SIMS} seeded simulations with the run's N, g, ` +
+    'elements, part size and crashes per round (round(rate × live)): the agent\'s gridGroupBits, nextGroupBits and spans, ' +
+    'exact float64 group means, a victim crashing once its group assembled (its span kept local by the survivors, the other ' +
+    'spans averaged by them). Ours ÷ the rule above 1: our agents further from the mean than the rule itself leaves; "-": the rule exact.\n')
+  console.log('| peers | group | crashing per round | run | after round | max deviation: ours | the rule | ours ÷ rule | variance: ours | the rule | ours ÷ rule |')
+  console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+  for (const row of compared) console.log(row)
   console.log(`\nload after: ${loadavg().map(l => l.toFixed(1)).join(' ')}`)
 }
 

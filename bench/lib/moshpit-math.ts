@@ -68,3 +68,30 @@ export function chooseVictims (world: number, count: number, seed: number): numb
   }
   return ranks.slice(0, count).sort((a, b) => a - b)
 }
+
+/**
+ * How far the vectors are from agreeing, against their own element-wise mean (all in float64):
+ * `deviation` is the largest |x − mean| over every vector and element (Infinity when a value is
+ * not finite); `variance` is the mean over vectors and elements of (x − mean)², i.e.
+ * Σ_peers Σ_elements (x − mean)² ÷ (peers × elements): the Moshpit paper's measure ("mean number
+ * of iterations until variance < 1e−9 (in parentheses < 1e−4)", §4.3 of
+ * shared/reference/hivemind-averaging.md). Both are 0 for no vectors.
+ */
+export function distanceToMean (vectors: ReadonlyArray<ArrayLike<number>>): { deviation: number, variance: number } {
+  if (vectors.length === 0) return { deviation: 0, variance: 0 }
+  const n = vectors[0].length
+  const mean = new Float64Array(n)
+  for (const v of vectors) for (let i = 0; i < n; i++) mean[i] += v[i]
+  for (let i = 0; i < n; i++) mean[i] /= vectors.length
+  let deviation = 0
+  let squares = 0
+  for (const v of vectors) {
+    for (let i = 0; i < n; i++) {
+      const d = Math.abs(v[i] - mean[i])
+      if (!Number.isFinite(d)) return { deviation: Number.POSITIVE_INFINITY, variance: Number.POSITIVE_INFINITY }
+      if (d > deviation) deviation = d
+      squares += d * d
+    }
+  }
+  return { deviation, variance: n === 0 ? 0 : squares / (vectors.length * n) }
+}

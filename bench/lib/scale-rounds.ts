@@ -1,12 +1,13 @@
 /**
  * Moshpit rounds over a ScaleSwarm: every live peer steps once per round, some crash once their
- * group assembled, and each round is measured: distance to the live mean, the groups that formed
- * and whether they mixed the last round's, matchmaking latency, rendezvous exchanges and DHT
- * lookups, control traffic per peer, wall and CPU time.
+ * group assembled, and each round is measured: distance to the live mean (largest, and the variance),
+ * the groups that formed and whether they mixed the last round's, matchmaking latency, rendezvous
+ * exchanges and DHT lookups, control traffic per peer, wall and CPU time.
  */
 import type { StepResult } from '../../agent/averager.js'
 import type { ScaleSwarm, TrafficCounter } from './scale-swarm.js'
 import { seededRandom, shuffle } from '../../agent/util/random.js'
+import { distanceToMean } from './moshpit-math.js'
 
 export interface RoundStats {
   readonly round: number
@@ -21,8 +22,14 @@ export interface RoundStats {
   /** Member pairs of this round's groups that were also together last round, of all pairs. */
   readonly repeatedPairs: number
   readonly pairs: number
-  /** Largest |x − live mean| over every live peer and element after the round. */
+  /** Largest |x − live mean| over every live peer and element after the round (float64 mean). */
   readonly deviation: number
+  /**
+   * Mean over every live peer and element of (x − live mean)² after the round, in float64:
+   * Σ_live Σ_elements (x − mean)² ÷ (live × elements). The Moshpit paper's measure (its aims,
+   * e.g. "1e-4 within d + 1 rounds", are variances), far below deviation² once a few peers lag.
+   */
+  readonly variance: number
   readonly matchmakingP50: number
   readonly matchmakingP95: number
   readonly exchanges: number
@@ -166,7 +173,7 @@ export function roundStats (o: RoundOutcome, lastTogether: ReadonlyMap<string, s
       }
     }
   }
-  const deviation = spread(survivors.map(i => o.tensors[i]))
+  const { deviation, variance } = distanceToMean(survivors.map(i => o.tensors[i]))
   const mm = [...o.results.values()].map(r => r.matchmakingMs)
   const ex = o.exchanges.map(e => e.ms)
   const lk = o.lookups.map(l => l.ms)
@@ -180,6 +187,7 @@ export function roundStats (o: RoundOutcome, lastTogether: ReadonlyMap<string, s
     repeatedPairs: repeated,
     pairs,
     deviation,
+    variance,
     matchmakingP50: quantile(mm, 0.5),
     matchmakingP95: quantile(mm, 0.95),
     exchanges: o.exchanges.length,
@@ -212,23 +220,6 @@ export function controlTraffic (before: Map<string, { bytes: number, messages: n
   return { bytes, messages }
 }
 
-/** Largest |x − mean| over the vectors (float64 mean); Infinity for a non-finite value. */
-export function spread (vectors: readonly Float32Array[]): number {
-  if (vectors.length === 0) return 0
-  const n = vectors[0].length
-  const mean = new Float64Array(n)
-  for (const v of vectors) for (let i = 0; i < n; i++) mean[i] += v[i] / vectors.length
-  let worst = 0
-  for (const v of vectors) {
-    for (let i = 0; i < n; i++) {
-      const d = Math.abs(v[i] - mean[i])
-      if (!Number.isFinite(d)) return Number.POSITIVE_INFINITY
-      if (d > worst) worst = d
-    }
-  }
-  return worst
-}
-
 export function quantile (values: readonly number[], q: number): number {
   if (values.length === 0) return NaN
   const sorted = [...values].sort((a, b) => a - b)
@@ -241,7 +232,7 @@ export function formatSizes (sizes: ReadonlyMap<number, number>): string {
 
 export function formatRound (s: RoundStats): string {
   return `round ${s.round}: live ${s.live} (crashed ${s.crashed}), groups ${formatSizes(s.groupSizes) || '-'}, no group ${s.failedSteps}, partial ${s.partialSteps}, ` +
-    `repeated pairs ${s.repeatedPairs}/${s.pairs}, deviation ${s.deviation.toExponential(2)}, matchmaking p50/p95 ${s.matchmakingP50.toFixed(0)}/${s.matchmakingP95.toFixed(0)} ms, ` +
+    `repeated pairs ${s.repeatedPairs}/${s.pairs}, deviation ${s.deviation.toExponential(2)}, variance ${s.variance.toExponential(2)}, matchmaking p50/p95 ${s.matchmakingP50.toFixed(0)}/${s.matchmakingP95.toFixed(0)} ms, ` +
     `rendezvous ${s.exchanges} (degraded ${s.exchangesDegraded}, failed ${s.exchangesFailed}) p50/p95 ${s.exchangeP50.toFixed(0)}/${s.exchangeP95.toFixed(0)} ms, ${s.exchangeHops.toFixed(2)} hops, ` +
     `lookups ${s.lookups} (failed ${s.lookupsFailed}) p50/p95 ${s.lookupP50.toFixed(0)}/${s.lookupP95.toFixed(0)} ms, ` +
     `control ${s.controlMessages.toFixed(0)} msgs ${(s.controlBytes / 1024).toFixed(1)} KiB per peer, ${(s.wallMs / 1000).toFixed(1)} s wall, ${s.cpuS.toFixed(1)} CPU s`

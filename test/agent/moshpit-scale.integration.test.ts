@@ -91,22 +91,32 @@ test('256 peers on a 4⁴ grid: every peer in one group a round, each group hold
   }
 })
 
+/** The first table's row of `peers` as cells by column title (the table grows columns; titles stay). */
+function tableRow (stdout: string, peers: number): Map<string, string> {
+  const lines = stdout.split('\n')
+  const header = lines.find(line => line.startsWith('| peers |'))
+  const row = lines.find(line => line.startsWith(`| ${peers} |`))
+  assert.ok(header != null && row != null, stdout)
+  const titles = header.split('|').map(c => c.trim())
+  const cells = row.split('|').map(c => c.trim())
+  return new Map(titles.map((title, i) => [title, cells[i]]))
+}
+
 test('the benchmark\'s command runs a 16-peer 4x4 grid to the exact mean in 2 rounds and prints its table', { timeout: 300_000 }, () => {
   const run = spawnSync(process.execPath, ['dist/bench/moshpit-scale.js', '--peers', '16', '--max-rounds', '4'], { encoding: 'utf8', timeout: 280_000 })
   assert.equal(run.status, 0, run.stderr.slice(-2000))
-  const row = run.stdout.split('\n').find(line => line.startsWith('| 16 |'))
-  assert.ok(row != null, run.stdout)
-  const cells = row.split('|').map(c => c.trim())
-  assert.equal(cells[5], '2', `rounds to 1e-6: ${row}`)
+  const row = tableRow(run.stdout, 16)
+  assert.equal(row.get('rounds to 1e-6'), '2', run.stdout)
+  assert.equal(row.get('rounds to variance < 1e-4'), '2', run.stdout)
+  // The grid rule alone beside the run, after round d = 2: exact too (below 1e-12, so no ratio).
+  assert.match(run.stdout, /\n\| 16 \| 4 \(d=2\) \| 0 % \| 1 \| 2 \| \d\.\de[-+]\d+ \| \d\.\de(\+0|-1[2-9]|-[2-9]\d) \| - \|/)
 })
 
 test('the benchmark over 2 worker processes (--procs 2, loopback TCP) runs the 16-peer grid to the exact mean in 2 rounds', { timeout: 300_000 }, () => {
   const run = spawnSync(process.execPath, ['dist/bench/moshpit-scale.js', '--peers', '16', '--max-rounds', '4', '--procs', '2'], { encoding: 'utf8', timeout: 280_000 })
   assert.equal(run.status, 0, run.stderr.slice(-2000))
   assert.match(run.stdout, /over 2 worker processes/)
-  const row = run.stdout.split('\n').find(line => line.startsWith('| 16 |'))
-  assert.ok(row != null, run.stdout)
-  const cells = row.split('|').map(c => c.trim())
-  assert.equal(cells[5], '2', `rounds to 1e-6: ${row}`)
-  assert.equal(cells[9], '0/0', `peers without a group: ${row}`)
+  const row = tableRow(run.stdout, 16)
+  assert.equal(row.get('rounds to 1e-6'), '2', run.stdout)
+  assert.equal(row.get('peers without a group per round'), '0/0', run.stdout)
 })

@@ -1,0 +1,61 @@
+/**
+ * The grid rule's simulation (bench/lib/moshpit-rule.ts), which bench:moshpit-scale prints beside
+ * its agents' figures: without crashes it must hold the exact mean after exactly d rounds on every
+ * exact grid the bench runs (else "ours ÷ the rule" compares with a wrong reference); with crashes
+ * it must stay above that and shrink; a seed must repeat. And the variance is what its doc says.
+ */
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { simulateGridRule } from '../../bench/lib/moshpit-rule.js'
+import { distanceToMean } from '../../bench/lib/moshpit-math.js'
+
+const median = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor(sorted.length / 2)]
+}
+
+for (const [peers, groupSize, d] of [[16, 4, 2], [64, 4, 3], [256, 4, 4], [1024, 32, 2]]) {
+  test(`without crashes ${peers} peers in groups of ${groupSize} hold the exact mean after exactly ${d} rounds`, () => {
+    for (const elementsPerPart of [undefined, 1]) {
+      for (const seed of [1, 2, 3]) {
+        const rounds = simulateGridRule({ peers, groupSize, elements: 16, rounds: d + 1, seed, elementsPerPart })
+        const at = `seed ${seed}, ${elementsPerPart ?? 'default'} elements per part`
+        // Not before: after d − 1 rounds a peer has met g^(d−1) of the N values at most.
+        assert.ok(rounds[d - 2].deviation > 1e-3, `round ${d - 1} (${at}): ${rounds[d - 2].deviation}`)
+        assert.ok(rounds[d - 1].deviation < 1e-12, `round ${d} (${at}): ${rounds[d - 1].deviation}`)
+        assert.ok(rounds[d].deviation < 1e-12, `round ${d + 1} (${at}): ${rounds[d].deviation}`)
+        assert.ok(rounds.every(r => r.live === peers && r.crashed === 0))
+      }
+    }
+  })
+}
+
+test('with crashes the rule stays above the exact mean after d rounds, and the distance shrinks round by round', () => {
+  for (const [peers, groupSize, crashes, d] of [[64, 4, 1, 3], [1024, 32, 10, 2]]) {
+    const sims = Array.from({ length: 20 }, (_, seed) => simulateGridRule({ peers, groupSize, elements: 16, rounds: 6, seed, crashesPerRound: crashes }))
+    for (const s of sims) assert.deepEqual(s.map(r => r.live), [1, 2, 3, 4, 5, 6].map(k => peers - k * crashes))
+    const deviation = [0, 1, 2, 3, 4, 5].map(k => median(sims.map(s => s[k].deviation)))
+    const variance = [0, 1, 2, 3, 4, 5].map(k => median(sims.map(s => s[k].variance)))
+    assert.ok(deviation[d - 1] > 1e-6, `${peers}/${groupSize}: median deviation after ${d} rounds ${deviation[d - 1]}`)
+    assert.ok(variance[d - 1] > 1e-12, `${peers}/${groupSize}: median variance after ${d} rounds ${variance[d - 1]}`)
+    for (let k = 1; k < 6; k++) {
+      assert.ok(variance[k] < variance[k - 1], `${peers}/${groupSize}: median variance ${variance.map(v => v.toExponential(1)).join(', ')}`)
+    }
+    assert.ok(deviation[5] < deviation[0] / 10, `${peers}/${groupSize}: median deviation ${deviation.map(v => v.toExponential(1)).join(', ')}`)
+  }
+})
+
+test('the same seed gives the same rounds, another seed others', () => {
+  const options = { peers: 64, groupSize: 4, elements: 16, rounds: 5, crashesPerRound: (live: number) => Math.round(0.05 * live) }
+  assert.deepEqual(simulateGridRule({ ...options, seed: 9 }), simulateGridRule({ ...options, seed: 9 }))
+  assert.notDeepEqual(simulateGridRule({ ...options, seed: 9 }), simulateGridRule({ ...options, seed: 10 }))
+})
+
+test('variance is the mean over peers and elements of the squared distance to the mean; deviation the largest distance', () => {
+  // Means 1 and 0; distances 1, 1 and 0.5, 0.5: squares 1 + 1 + 0.25 + 0.25 over 4 values.
+  const { deviation, variance } = distanceToMean([[0, 0.5], [2, -0.5]])
+  assert.equal(deviation, 1)
+  assert.equal(variance, 2.5 / 4)
+  assert.deepEqual(distanceToMean([]), { deviation: 0, variance: 0 })
+  assert.equal(distanceToMean([[0], [Number.NaN]]).deviation, Number.POSITIVE_INFINITY)
+})

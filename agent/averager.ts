@@ -3,6 +3,7 @@ import { Matchmaker } from './matchmaking/matchmaker.js'
 import { MAX_GATHER_BYTES, MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
+import { planRepair, withRepair, type SpanRepair } from './allreduce/repair.js'
 import { AggregateDialer } from './allreduce/aggregate-dialer.js'
 import type { DataChannelKind } from './net/frame-channel.js'
 import { mainThreadTransport, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
@@ -415,26 +416,8 @@ export class DecentralizedAverager {
 
   /** One all-reduce with the group over our tensors, or over the subset's (their indices) only. */
   private async allReduce (group: GroupInfo, codec: Codec, subset?: readonly number[]): Promise<AllReduceResult> {
-    const { config } = this
-    const allreduceMs = config.allreduceTimeout * 1000
-    const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
-    const runner = new AllReduceRunner({
-      dialer: this.dialer,
-      group,
-      tensors: subset === undefined ? this.tensors.map(t => t.data) : subset.map(i => this.tensors[i].data),
-      codec,
-      partSizeBytes: config.partSizeBytes,
-      alpha: config.averagingAlpha,
-      timeoutMs: allreduceMs,
-      senderTimeoutMs,
-      // A late sender always gets at least two request timeouts over the others' median wait: the
-      // operator's own bound on how late a message may be on this network, twice, because a part
-      // is larger than a request and queues behind other members' parts (no new parameter).
-      deadlineSlackMs: 2 * config.requestTimeout * 1000,
-      reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
-      kernels: config.kernels,
-      log: this.log.child({ component: 'allreduce' })
-    })
+    const tensors = subset === undefined ? this.tensors.map(t => t.data) : subset.map(i => this.tensors[i].data)
+    const runner = this.newRunner(group, tensors, codec)
     // Members usually know only the leader: learn everyone's addresses so no span waits on a DHT lookup.
     await Promise.all(group.peerIds.map(async (peer, i) => {
       if (i !== group.myIndex) await rememberAddrs(this.node, peerIdFromString(peer), group.infos[i].addrs).catch(() => {})
@@ -450,19 +433,60 @@ export class DecentralizedAverager {
     }
     sample()
     const sampler = setInterval(sample, SAMPLE_MS)
+    let result: AllReduceResult
     try {
-      const result = await runner.run()
+      result = await runner.run()
       sample()
       // A round that lost members measured their failure, not our link.
       if (result.failedReducers.length === 0 && result.bannedSenders.length === 0) {
         const peaks = [peakWindowRate(rx), peakWindowRate(tx)].filter((r): r is number => r !== undefined)
         this.measuredRate = smoothRate(this.measuredRate, peaks.length > 0 ? Math.max(...peaks) : undefined)
       }
-      return result
     } finally {
       clearInterval(sampler)
       this.router.unregister(group.groupId)
     }
+    const repair = planRepair(group, runner.plan, tensors, result)
+    return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec), repair.parts)
+  }
+
+  /** The survivors' all-reduce over the spans of reducers that died before answering (agent/allreduce/repair.ts). */
+  private async repairSpans (repair: SpanRepair, codec: Codec): Promise<AllReduceResult> {
+    const runner = this.newRunner(repair.group, repair.tensors, codec)
+    this.router.register(repair.group.groupId, runner)
+    try {
+      const result = await runner.run()
+      const kept = result.partsKeptLocal
+      const what = `${repair.parts} parts of failed reducers' spans among the ${repair.group.peerIds.length} members left`
+      if (kept === 0) this.log.info(`averaged ${what}`)
+      else this.log.warn(`averaged ${what}, keeping ${kept} of them local: ${[...result.failedReducers, ...result.bannedSenders].join(', ')} failed in the repair too`)
+      return result
+    } finally {
+      this.router.unregister(repair.group.groupId)
+    }
+  }
+
+  private newRunner (group: GroupInfo, tensors: readonly Float32Array[], codec: Codec): AllReduceRunner {
+    const { config } = this
+    const allreduceMs = config.allreduceTimeout * 1000
+    const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
+    return new AllReduceRunner({
+      dialer: this.dialer,
+      group,
+      tensors,
+      codec,
+      partSizeBytes: config.partSizeBytes,
+      alpha: config.averagingAlpha,
+      timeoutMs: allreduceMs,
+      senderTimeoutMs,
+      // A late sender always gets at least two request timeouts over the others' median wait: the
+      // operator's own bound on how late a message may be on this network, twice, because a part
+      // is larger than a request and queues behind other members' parts (no new parameter).
+      deadlineSlackMs: 2 * config.requestTimeout * 1000,
+      reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
+      kernels: config.kernels,
+      log: this.log.child({ component: 'allreduce' })
+    })
   }
 
   /** Leaves any search, unregisters the protocols; the libp2p node (and its rendezvous) is the caller's to stop. */

@@ -46,6 +46,8 @@ export const AGENT_METRICS = {
   bytesSent: agent.counter('averaging_sent_bytes_total'),
   bytesReceived: agent.counter('averaging_received_bytes_total'),
   partsKeptLocal: agent.counter('averaging_parts_kept_local_total'),
+  /** Parts of failed reducers' spans the surviving members averaged among themselves after the round (agent/allreduce/repair.ts). */
+  repairedParts: agent.counter('averaging_repaired_parts_total'),
   dataChannels: agent.counter('averaging_data_channels_total', ['path']),
   bannedSenders: agent.counter('averaging_banned_senders_total'),
   /** Banned senders that were late, by the deadline that cut them off: adaptive (median + k·MAD) or fixed (sender or all-reduce timeout). */

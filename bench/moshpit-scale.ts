@@ -217,8 +217,8 @@ async function main (): Promise<void> {
   }
   console.log(`\nThe grid rule alone (bench/lib/moshpit-rule.ts): median of ${RULE_SIMS} seeded simulations with the run's N, g, ` +
     'elements, part size and crashes per round (round(rate × live)): the agent\'s gridGroupBits, nextGroupBits and spans, ' +
-    'exact float64 group means, a victim crashing once its group assembled (its span kept local by the survivors, the other ' +
-    'spans averaged by them). Ours ÷ the rule above 1: our agents further from the mean than the rule itself leaves; "-": the rule exact.\n')
+    'exact float64 group means, a victim crashing once its group assembled (the survivors average every span, the victim\'s ' +
+    'too, as the agent\'s span repair does). Ours ÷ the rule above 1: our agents further from the mean than the rule itself leaves; "-": the rule exact.\n')
   console.log('| peers | group | crashing per round | run | after round | max deviation: ours | the rule | ours ÷ rule | variance: ours | the rule | ours ÷ rule |')
   console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for (const row of compared) console.log(row)

@@ -46,6 +46,8 @@ export interface AllReduceResult {
   readonly bytesReceived: number
   /** Reducers whose span we kept (partly) local because they failed. */
   readonly failedReducers: readonly string[]
+  /** Those of failedReducers that sent us no mean at all: their whole span is still ours (agent/allreduce/repair.ts). */
+  readonly unansweredReducers: readonly string[]
   /** Senders our span was averaged without (for the parts they did not deliver). */
   readonly bannedSenders: readonly string[]
   /**
@@ -65,6 +67,8 @@ export interface AllReduceResult {
   readonly partsReduced: number
   /** Parts of our tensors left unaveraged this round. */
   readonly partsKeptLocal: number
+  /** Parts of failed reducers' spans the survivors averaged among themselves after the round (agent/allreduce/repair.ts). */
+  readonly repairedParts: number
   /** Channels we opened to reducers this round, by the path that carried them. */
   readonly channels: Readonly<Record<DataChannelKind, number>>
 }
@@ -90,6 +94,7 @@ export class AllReduceRunner {
   private readonly spanParts: readonly Part[]
   private readonly links = new Map<number, SenderLink>()
   private readonly failedReducers = new Set<string>()
+  private readonly unansweredReducers = new Set<string>()
   private readonly bannedSenders = new Set<string>()
   private readonly cutOff: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
   private readonly cutOffReducers: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
@@ -182,12 +187,14 @@ export class AllReduceRunner {
       bytesSent: this.bytesSent,
       bytesReceived: this.bytesReceived,
       failedReducers: [...this.failedReducers],
+      unansweredReducers: [...this.unansweredReducers],
       bannedSenders: [...this.bannedSenders],
       cutOffSenders: { adaptive: [...this.cutOff.adaptive], fixed: [...this.cutOff.fixed] },
       cutOffReducers: { adaptive: [...this.cutOffReducers.adaptive], fixed: [...this.cutOffReducers.fixed] },
       partsTotal: this.mySlot >= 0 ? this.plan.parts.length : 0,
       partsReduced: this.spanParts.length,
       partsKeptLocal: this.partsKeptLocal,
+      repairedParts: 0,
       channels: { ...this.channels }
     }
   }
@@ -365,6 +372,7 @@ export class AllReduceRunner {
       // A read past the reducer timeout, or the all-reduce's, is the fixed deadline (the adaptive one recorded itself).
       if (err instanceof TimeoutError && !this.reducersCutOff.has(r)) this.cutOffReducers.fixed.push(peer)
       this.failedReducers.add(peer)
+      if (progress.received === 0) this.unansweredReducers.add(peer)
       this.partsKeptLocal += (end - start) - progress.received
       this.options.log?.warn(`keeping ${end - start - progress.received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
       framed?.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))

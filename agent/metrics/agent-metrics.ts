@@ -18,6 +18,7 @@ export class AgentMetrics {
   readonly bytesSent: Counter
   readonly bytesReceived: Counter
   readonly partsKeptLocal: Counter
+  readonly repairedParts: Counter
   readonly dataChannels: Counter<'path'>
   readonly bannedSenders: Counter
   readonly senderCutoffs: Counter<'deadline'>
@@ -64,6 +65,7 @@ export class AgentMetrics {
     this.bytesSent = new Counter({ name: M.bytesSent.name, help: 'Tensor bytes sent in all-reduce rounds.', registers })
     this.bytesReceived = new Counter({ name: M.bytesReceived.name, help: 'Tensor bytes received in all-reduce rounds.', registers })
     this.partsKeptLocal = new Counter({ name: M.partsKeptLocal.name, help: 'Parts left unaveraged because a peer failed mid-round.', registers })
+    this.repairedParts = new Counter({ name: M.repairedParts.name, help: 'Parts of failed reducers\' spans the surviving members averaged among themselves after the round (span repair).', registers })
     this.dataChannels = new Counter({ name: M.dataChannels.name, help: 'Channels opened to reducers, by path: direct (TLS sockets) or libp2p (streams, the fallback).', labelNames: M.dataChannels.labels, registers })
     for (const path of ['direct', 'libp2p']) this.dataChannels.labels(path).inc(0)
     this.bannedSenders = new Counter({ name: M.bannedSenders.name, help: 'Group members left out of a span this agent reduced (failed, too slow, or sent invalid parts: NaN, wrong length).', registers })
@@ -120,6 +122,7 @@ export class AgentMetrics {
       this.bytesSent.inc(r.bytesSent)
       this.bytesReceived.inc(r.bytesReceived)
       this.partsKeptLocal.inc(r.partsKeptLocal)
+      this.repairedParts.inc(r.repairedParts)
       this.bannedSenders.inc(r.bannedSenders.length)
       for (const [deadline, peers] of Object.entries(r.cutOffSenders)) this.senderCutoffs.labels(deadline).inc(peers.length)
       for (const [deadline, peers] of Object.entries(r.cutOffReducers)) this.reducerCutoffs.labels(deadline).inc(peers.length)

@@ -7,8 +7,9 @@
  * chunks of g in random order, the rest a smaller group, as the matchmaker does); each group's
  * members are in random order (the leader's shuffle), which decides the spans they reduce; every
  * span becomes the exact float64 mean of the survivors' values. Victims crash once their group
- * assembled and before sending anything: every survivor keeps the victim's span as it was, and the
- * other spans are averaged among the survivors only. Survivors then take their next bits from a
+ * assembled and before sending anything: the survivors average every span among themselves, the
+ * victim's too, as the agent's span repair does (agent/allreduce/repair.ts); with `repair: false`
+ * every survivor keeps the victim's span as it was (hivemind's rule, and ours before). Survivors then take their next bits from a
  * random group id (`nextGroupBits`, the agent's own). A peer alone under its key keeps its value and
  * its bits (the agent would try the swarm's leftover key, not modelled: rare with few crashes).
  */
@@ -35,6 +36,8 @@ export interface RuleOptions {
    * whole group unaveraged, another member's crash none of it.
    */
   readonly elementsPerPart?: number
+  /** Whether the survivors average a victim's span after the round (the agent's span repair). Default true. */
+  readonly repair?: boolean
 }
 
 export interface RuleRound {
@@ -71,7 +74,7 @@ export function simulateGridRule (o: RuleOptions): RuleRound[] {
       for (let start = 0; start < order.length; start += g) {
         const group = order.slice(start, start + g)
         if (group.length < 2) continue
-        averageGroup(group, victims, x, spans(group.length))
+        averageGroup(group, victims, x, spans(group.length), o.repair ?? true)
         const groupId = Uint8Array.from({ length: 20 }, () => Math.floor(random() * 256))
         group.forEach((rank, index) => { bits[rank] = nextGroupBits(bits[rank], groupId, index, group.length, g) })
       }
@@ -104,12 +107,12 @@ function spanTable (elements: number, perPart: number): (members: number) => Arr
   }
 }
 
-/** One group's all-reduce: each live member's span becomes the survivors' exact mean; a victim's span stays as it was. */
-function averageGroup (group: readonly number[], victims: ReadonlySet<number>, x: Float64Array[], spans: ReadonlyArray<[number, number]>): void {
+/** One group's all-reduce: each live member's span becomes the survivors' exact mean; a victim's span too with repair, else it stays as it was. */
+function averageGroup (group: readonly number[], victims: ReadonlySet<number>, x: Float64Array[], spans: ReadonlyArray<[number, number]>, repair: boolean): void {
   const survivors = group.filter(rank => !victims.has(rank))
-  if (survivors.length === 0) return
+  if (survivors.length < (repair ? 2 : 1)) return
   group.forEach((reducer, index) => {
-    if (victims.has(reducer)) return
+    if (victims.has(reducer) && !repair) return
     const [from, to] = spans[index]
     for (let e = from; e < to; e++) {
       let sum = 0

@@ -11,7 +11,7 @@ const tensorsFor = (seed: number): NamedTensor[] => SHAPES.map(([name, shape], t
 const CONFIG: Partial<AveragerConfig> = { targetGroupSize: 5, minGroupSize: 2, allreduceTimeout: 8, requestTimeout: 2, averagingExpiration: 6, partSizeBytes: 16384 }
 
 for (const path of DATA_CHANNELS) {
-  test(`parts over ${path.name}: a peer killed mid-round costs only its span: others finish in time, keep local values there, and the next round succeeds`, { timeout: 150_000 }, async () => {
+  test(`parts over ${path.name}: a peer killed mid-round costs only its own contribution: the others finish in time, average its span among themselves after the round (span repair), and the next round succeeds`, { timeout: 150_000 }, async () => {
     // Five peers; the fifth drops off the network (all its connections torn down at once, as a
     // crashed process's kernel would) the moment it learns its group, before it sends or reduces.
     const swarm = await startSwarm(5, {
@@ -33,6 +33,8 @@ for (const path of DATA_CHANNELS) {
       assert.ok(r0.peers.includes(victimId), 'the victim was in the group when it died')
       for (const r of results) {
         assert.deepEqual(r.allreduce.failedReducers, [victimId])
+        assert.deepEqual(r.allreduce.unansweredReducers, [victimId])
+        // The round and its repair: each bounded by allreduceTimeout, the repair a fraction of it.
         assert.ok(r.allreduce.durationMs <= CONFIG.allreduceTimeout! * 1000 + 1000, `finished within allreduceTimeout (${r.allreduce.durationMs} ms)`)
       }
       // Recompute the group's plan to know which elements the victim was to reduce.
@@ -42,6 +44,10 @@ for (const path of DATA_CHANNELS) {
       const victimParts = new Set<number>()
       for (let k = plan.spanStart[v]; k < plan.spanEnd[v]; k++) victimParts.add(k)
       assert.ok(victimParts.size > 0, 'the victim had a span to reduce')
+      for (const r of results) {
+        assert.equal(r.allreduce.repairedParts, victimParts.size, 'the victim\'s whole span was repaired')
+        assert.equal(r.allreduce.partsKeptLocal, 0)
+      }
       for (let t = 0; t < SHAPES.length; t++) {
         const survivorsMean = weightedMean([0, 1, 2, 3].map(p => tensorsFor(p)[t].data), [1, 1, 1, 1])
         for (let p = 0; p < 4; p++) {
@@ -52,8 +58,8 @@ for (const path of DATA_CHANNELS) {
             const base = part.offset - plan.tensorBases[t]
             for (let i = base; i < base + part.length; i++) {
               assert.ok(Number.isFinite(got[i]), 'no NaN or Inf')
-              const expected = victimParts.has(k) ? original[i] : survivorsMean[i]
-              if (Math.abs(got[i] - expected) > 1e-4) assert.fail(`peer ${p} tensor ${t} element ${i} (part ${k}, victim's: ${victimParts.has(k)}): ${got[i]} != ${expected}`)
+              // Every span, the victim's too, holds the survivors' exact mean.
+              if (Math.abs(got[i] - survivorsMean[i]) > 1e-4) assert.fail(`peer ${p} tensor ${t} element ${i} (part ${k}, victim's: ${victimParts.has(k)}): ${got[i]} != ${survivorsMean[i]} (own ${original[i]})`)
             }
           }
         }

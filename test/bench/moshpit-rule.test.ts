@@ -5,6 +5,8 @@
  * it must stay above that and shrink; a seed must repeat. And the variance is what its doc says.
  */
 import { test } from 'node:test'
+import { spawnSync } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
 import assert from 'node:assert/strict'
 import { simulateGridRule } from '../../bench/lib/moshpit-rule.js'
 import { distanceToMean } from '../../bench/lib/moshpit-math.js'
@@ -58,4 +60,21 @@ test('variance is the mean over peers and elements of the squared distance to th
   assert.equal(variance, 2.5 / 4)
   assert.deepEqual(distanceToMean([]), { deviation: 0, variance: 0 })
   assert.equal(distanceToMean([[0], [Number.NaN]]).deviation, Number.POSITIVE_INFINITY)
+})
+
+test('span repair (the default) leaves the survivors closer to their mean than keeping a victim\'s span local', () => {
+  const after4 = (repair: boolean): number => median(Array.from({ length: 20 }, (_, seed) =>
+    simulateGridRule({ peers: 64, groupSize: 4, elements: 16, rounds: 4, seed, crashesPerRound: 1, elementsPerPart: 1, repair })[3].deviation))
+  const kept = after4(false)
+  const repaired = after4(true)
+  assert.ok(repaired < kept / 1.5, `median deviation after round 4: ${repaired} with repair, ${kept} without`)
+})
+
+test('bench:moshpit-rule prints a row per size for a span kept local and repaired', () => {
+  const script = fileURLToPath(new URL('../../bench/moshpit-rule.js', import.meta.url))
+  const out = spawnSync(process.execPath, [script, '--peers', '16,64', '--sims', '2'], { encoding: 'utf8' })
+  assert.equal(out.status, 0, out.stderr)
+  const rows = out.stdout.split('\n').filter(l => /^\| \d+ \|/.test(l))
+  assert.deepEqual(rows.map(l => l.split('|').slice(1, 4).map(c => c.trim()).join(' ')), ['16 4 (2) kept local', '16 4 (2) repaired', '64 4 (3) kept local', '64 4 (3) repaired'])
+  for (const row of rows) assert.equal(row.split('|').length - 2, 9, `six rounds in ${row}`)
 })

@@ -446,13 +446,16 @@ export class DecentralizedAverager {
       clearInterval(sampler)
       this.router.unregister(group.groupId)
     }
-    const repair = planRepair(group, runner.plan, tensors, result)
-    return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec), repair.parts)
+    // The repair shares the round's allreduceTimeout (every bound on a step stays as it was); with
+    // less than two request timeouts of it left, the failed spans stay local as before.
+    const left = this.config.allreduceTimeout * 1000 - result.durationMs
+    const repair = left >= 2 * this.config.requestTimeout * 1000 ? planRepair(group, runner.plan, tensors, result) : null
+    return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec, left), repair.parts)
   }
 
   /** The survivors' all-reduce over the spans of reducers that died before answering (agent/allreduce/repair.ts). */
-  private async repairSpans (repair: SpanRepair, codec: Codec): Promise<AllReduceResult> {
-    const runner = this.newRunner(repair.group, repair.tensors, codec)
+  private async repairSpans (repair: SpanRepair, codec: Codec, timeoutMs: number): Promise<AllReduceResult> {
+    const runner = this.newRunner(repair.group, repair.tensors, codec, { repairOf: repair.repairOf, timeoutMs })
     this.router.register(repair.group.groupId, runner)
     try {
       const result = await runner.run()
@@ -466,7 +469,8 @@ export class DecentralizedAverager {
     }
   }
 
-  private newRunner (group: GroupInfo, tensors: readonly Float32Array[], codec: Codec): AllReduceRunner {
+  /** `repair`: a span repair's runner, with the round it repairs and what is left of the round's allreduceTimeout. */
+  private newRunner (group: GroupInfo, tensors: readonly Float32Array[], codec: Codec, repair?: { repairOf: Uint8Array, timeoutMs: number }): AllReduceRunner {
     const { config } = this
     const allreduceMs = config.allreduceTimeout * 1000
     const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
@@ -477,7 +481,7 @@ export class DecentralizedAverager {
       codec,
       partSizeBytes: config.partSizeBytes,
       alpha: config.averagingAlpha,
-      timeoutMs: allreduceMs,
+      timeoutMs: repair?.timeoutMs ?? allreduceMs,
       senderTimeoutMs,
       // A late sender always gets at least two request timeouts over the others' median wait: the
       // operator's own bound on how late a message may be on this network, twice, because a part
@@ -485,6 +489,7 @@ export class DecentralizedAverager {
       deadlineSlackMs: 2 * config.requestTimeout * 1000,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
       kernels: config.kernels,
+      ...(repair !== undefined ? { repairOf: repair.repairOf } : {}),
       log: this.log.child({ component: 'allreduce' })
     })
   }

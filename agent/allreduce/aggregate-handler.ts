@@ -12,6 +12,8 @@ import { PerPeerStreamLimit } from '../net/rpc.js'
 const MAX_CHANNELS_PER_PEER = 8
 /** Channels waiting for their group to be registered, all peers together. */
 const MAX_WAITING_CHANNELS = 256
+/** Rounds remembered as ended here: a late stream for one of them, or for a repair of one, is answered at once. */
+const FINISHED_KEPT = 256
 
 
 /**
@@ -20,7 +22,11 @@ const MAX_WAITING_CHANNELS = 256
  */
 export class AggregateRouter {
   private readonly runners = new Map<string, AllReduceRunner>()
-  private readonly waiting = new Map<string, Array<(runner: AllReduceRunner) => void>>()
+  private readonly waiting = new Map<string, Array<(runner: AllReduceRunner | null) => void>>()
+  /** Of the groups waited for, the repairs: the round each repairs. */
+  private readonly repairs = new Map<string, string>()
+  /** Rounds that ended here, oldest first. */
+  private readonly finished = new Set<string>()
   private readonly perPeer = new PerPeerStreamLimit(MAX_CHANNELS_PER_PEER)
   private waiters = 0
 
@@ -33,12 +39,25 @@ export class AggregateRouter {
   register (groupId: Uint8Array, runner: AllReduceRunner): void {
     const key = groupIdHex(groupId)
     this.runners.set(key, runner)
-    for (const wake of this.waiting.get(key) ?? []) wake(runner)
-    this.waiting.delete(key)
+    for (const wake of [...this.waiting.get(key) ?? []]) wake(runner)
   }
 
+  /**
+   * The round ended here. Its repair, if any, is registered in the same turn (averager.ts); a stream
+   * waiting for a repair of it that is not registered by the next turn is told at once that none runs
+   * here, so the member repairing leaves us out now instead of a sender timeout later.
+   */
   unregister (groupId: Uint8Array): void {
-    this.runners.delete(groupIdHex(groupId))
+    const key = groupIdHex(groupId)
+    this.runners.delete(key)
+    this.finished.add(key)
+    if (this.finished.size > FINISHED_KEPT) this.finished.delete(this.finished.values().next().value!)
+    setImmediate(() => {
+      for (const [repair, round] of this.repairs) {
+        if (round !== key || this.runners.has(repair)) continue
+        for (const wake of this.waiting.get(repair) ?? []) wake(null)
+      }
+    })
   }
 
   /** The libp2p stream handler of the aggregate protocol. */
@@ -60,9 +79,13 @@ export class AggregateRouter {
         if (first == null) return
         const header = AggregateHeader.decode(first)
         if (header.groupId.byteLength !== 20) throw new ProtocolError('aggregate header without a valid group id')
-        const runner = await this.runnerFor(groupIdHex(header.groupId))
+        const key = groupIdHex(header.groupId)
+        const round = header.repairOf.byteLength === 20 ? groupIdHex(header.repairOf) : undefined
+        // A round that ended here, or a repair of one that ran none, will not be registered any more.
+        const ended = this.finished.has(key) || (round !== undefined && this.finished.has(round))
+        const runner = this.runners.get(key) ?? (ended ? null : await this.runnerFor(key, round))
         if (runner == null) {
-          await framed.write(AggregateReply.encode({ code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: 'unknown group' }))
+          await framed.write(AggregateReply.encode({ code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: round !== undefined ? 'no repair of that round here' : 'unknown group' }))
           await framed.closeWrite()
           return
         }
@@ -75,7 +98,8 @@ export class AggregateRouter {
     })()
   }
 
-  private async runnerFor (key: string): Promise<AllReduceRunner | null> {
+  /** `round`: the round the group repairs, when it is a repair (its end without one ends the wait). */
+  private async runnerFor (key: string, round?: string): Promise<AllReduceRunner | null> {
     const known = this.runners.get(key)
     if (known != null) return known
     // Headers may race their group's registration by a moment; strangers' guesses must not pile up.
@@ -84,17 +108,19 @@ export class AggregateRouter {
     try {
       return await new Promise<AllReduceRunner | null>(resolve => {
         const list = this.waiting.get(key) ?? []
-        const timer = setTimeout(() => {
+        const timer = setTimeout(() => { wake(null) }, this.headerTimeoutMs)
+        const wake = (runner: AllReduceRunner | null): void => {
+          clearTimeout(timer)
           const current = this.waiting.get(key)
           if (current != null) {
             const rest = current.filter(w => w !== wake)
-            if (rest.length > 0) this.waiting.set(key, rest); else this.waiting.delete(key)
+            if (rest.length > 0) this.waiting.set(key, rest); else { this.waiting.delete(key); this.repairs.delete(key) }
           }
-          resolve(null)
-        }, this.headerTimeoutMs)
-        const wake = (runner: AllReduceRunner): void => { clearTimeout(timer); resolve(runner) }
+          resolve(runner)
+        }
         list.push(wake)
         this.waiting.set(key, list)
+        if (round !== undefined) this.repairs.set(key, round)
       })
     } finally {
       this.waiters--

@@ -17,9 +17,13 @@ import type { AllReduceResult } from './runner.js'
  * survivors. A member takes part only when every reducer it lost sent it nothing (no mean of the
  * span is mixed with a mean of another set of senders); the repair's group id is derived from the
  * round's and from the failed reducers, so members that saw different reducers fail never meet in
- * one repair (their streams find an unknown group and they keep those parts local, as before).
+ * one repair: a member whose round ended without a repair answers a repair's stream at once that it
+ * runs none (agent/allreduce/aggregate-handler.ts), and the asker keeps those parts local, as before,
+ * and leaves it out as a sender of its own sub-span (runner.ts) instead of waiting for it.
  */
 export interface SpanRepair {
+  /** The id of the round repaired: every stream's header names it, so members that run no repair of it say so at once. */
+  readonly repairOf: Uint8Array
   /** The survivors: the round's group without the failed reducers (and without auxiliary peers, who hold no tensors). */
   readonly group: GroupInfo
   /** Views of our tensors over the failed reducers' parts, one per part: the repair's means land in place. */
@@ -48,6 +52,7 @@ export function planRepair (group: GroupInfo, plan: AllReducePlan, tensors: read
   const parts = failed.sort((a, b) => a - b).flatMap(r => plan.parts.slice(plan.spanStart[r], plan.spanEnd[r]))
   if (parts.length === 0) return null
   return {
+    repairOf: group.groupId,
     group: {
       groupId: repairGroupId(group.groupId, failed),
       peerIds: members.map(i => group.peerIds[i]),

@@ -36,6 +36,8 @@ export interface AllReduceOptions {
   readonly reducerTimeoutMs: number
   /** Which kernels check and sum parts (default: WebAssembly SIMD where the runtime has it). */
   readonly kernels?: KernelBackend
+  /** A span repair's runner: the id of the round it repairs, sent in every stream's header (agent/allreduce/repair.ts). */
+  readonly repairOf?: Uint8Array
   readonly log?: Log
 }
 
@@ -306,6 +308,13 @@ export class AllReduceRunner {
     this.links.get(slot)?.framed.abort(new ProtocolError(reason))
   }
 
+  /** Member r answered that it runs no such round: as a sender it is left out now, not at a deadline (unless it did connect to us). */
+  private leaveOutAbsentSender (r: number, reason: string): void {
+    const slot = this.plan.senders.indexOf(r)
+    if (this.reducer == null || slot < 0 || slot === this.mySlot || this.links.has(slot)) return
+    this.banSender(slot, `it answered that it runs no such round (${reason})`)
+  }
+
   private banAbsentSenders (): void {
     for (let slot = 0; slot < this.plan.senders.length; slot++) {
       if (slot !== this.mySlot && !this.links.has(slot)) this.banSender(slot, 'sender never connected', 'fixed')
@@ -389,13 +398,17 @@ export class AllReduceRunner {
     const cut = this.reducersCutOff.get(r)
     if (cut !== undefined) throw cut
     this.abort.signal.addEventListener('abort', () => { framed.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
-    await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer> }))
+    await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer>, repairOf: (this.options.repairOf ?? new Uint8Array(0)) as Uint8Array<ArrayBuffer> }))
     const writing = this.writeParts(framed, start, end)
     writing.catch(() => {})
     const first = await framed.read(this.options.reducerTimeoutMs)
     if (first == null) throw new ProtocolError(`reducer ${peer} closed the stream before answering`)
     const reply = AggregateReply.decode(first)
-    if (reply.code !== MatchCode.ACCEPTED) throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
+    if (reply.code !== MatchCode.ACCEPTED) {
+      // A member that runs no such round (it left it, or runs no repair of it) sends us nothing either.
+      if (reply.code === MatchCode.NOT_LOOKING_FOR_GROUP) this.leaveOutAbsentSender(r, reply.reason)
+      throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
+    }
     progress.accepted = true
     const wire = COMPRESSION_WIRE[this.options.codec.name]
     for (let index = start; index < end; index++) {

@@ -1582,6 +1582,7 @@ export namespace Compression {
 
 export interface AggregateHeader {
   groupId: Uint8Array
+  repairOf: Uint8Array
 }
 
 export namespace AggregateHeader {
@@ -1599,12 +1600,18 @@ export namespace AggregateHeader {
           w.bytes(obj.groupId)
         }
 
+        if ((obj.repairOf != null && obj.repairOf.byteLength > 0)) {
+          w.uint32(18)
+          w.bytes(obj.repairOf)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
       }, (reader, length, opts = {}) => {
         const obj: any = {
-          groupId: uint8ArrayAlloc(0)
+          groupId: uint8ArrayAlloc(0),
+          repairOf: uint8ArrayAlloc(0)
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1615,6 +1622,10 @@ export namespace AggregateHeader {
           switch (tag >>> 3) {
             case 1: {
               obj.groupId = reader.bytes()
+              break
+            }
+            case 2: {
+              obj.repairOf = reader.bytes()
               break
             }
             default: {
@@ -1639,6 +1650,13 @@ export namespace AggregateHeader {
               }
               break
             }
+            case 2: {
+              yield {
+                field: `${prefix}.repairOf`,
+                value: reader.bytes()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -1656,6 +1674,11 @@ export namespace AggregateHeader {
     value: Uint8Array
   }
 
+  export interface AggregateHeaderRepairOfFieldEvent {
+    field: '$.repairOf'
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<AggregateHeader>): Uint8Array {
     return encodeMessage(obj, AggregateHeader.codec())
   }
@@ -1664,7 +1687,7 @@ export namespace AggregateHeader {
     return decodeMessage(buf, AggregateHeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<AggregateHeader>): Generator<AggregateHeaderGroupIdFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<AggregateHeader>): Generator<AggregateHeaderGroupIdFieldEvent | AggregateHeaderRepairOfFieldEvent> {
     return streamMessage(buf, AggregateHeader.codec(), opts)
   }
 }

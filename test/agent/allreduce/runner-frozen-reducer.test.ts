@@ -3,7 +3,8 @@ import assert from 'node:assert/strict'
 import { AllReduceRunner, type AllReduceResult } from '../../../agent/allreduce/runner.js'
 import type { AggregateDialer, ChannelOptions } from '../../../agent/allreduce/aggregate-dialer.js'
 import { AggregateHeader, PeerMode, type PeerInfo } from '../../../agent/proto/averaging.js'
-import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type FrameChannel } from '../../../agent/net/frame-channel.js'
+import type { FrameChannel } from '../../../agent/net/frame-channel.js'
+import { MemoryChannel } from './memory-channel.js'
 import { TimeoutError } from '../../../agent/errors.js'
 import { codecFor } from '../../../agent/compression/index.js'
 import type { GroupInfo } from '../../../agent/matchmaking/group-info.js'
@@ -23,44 +24,6 @@ const SENDER_TIMEOUT_MS = 8000
 const REDUCER_TIMEOUT_MS = 16_000
 const IDS = ['peer-a', 'peer-b', 'peer-c', 'peer-frozen']
 const FROZEN = 3
-
-/** One end of an in-memory frame channel; frames written on one end are read on the other. */
-class MemoryChannel implements FrameChannel {
-  readonly kind = 'libp2p' as const
-  other!: MemoryChannel
-  readonly queue: FrameQueue
-  constructor (readonly remotePeer: string) {
-    this.queue = new FrameQueue({
-      pause: () => {},
-      resume: () => {},
-      violate: (err) => { this.queue.fail(err) },
-      describePeer: () => this.remotePeer
-    }, { maxFrameBytes: 1 << 24, maxQueuedFrames: 1 << 20 })
-  }
-
-  static pair (a: string, b: string): [MemoryChannel, MemoryChannel] {
-    const toB = new MemoryChannel(b)
-    const toA = new MemoryChannel(a)
-    toB.other = toA
-    toA.other = toB
-    return [toB, toA]
-  }
-
-  async read (timeoutMs?: number): Promise<Uint8Array | null> { return await this.queue.read(timeoutMs) }
-  async readPieces (timeoutMs?: number): ReturnType<FrameChannel['readPieces']> { return await this.queue.readPieces(timeoutMs) }
-  async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
-    const pieces = payloadPieces(payload)
-    const frame = new Uint8Array(4 + payloadBytes(pieces))
-    frame.set(frameHeader(frame.byteLength - 4))
-    let at = 4
-    for (const p of pieces) { frame.set(p, at); at += p.byteLength }
-    this.other.queue.push(frame)
-    await new Promise(resolve => setImmediate(resolve))
-  }
-
-  async closeWrite (): Promise<void> { this.other.queue.end() }
-  abort (reason: Error): void { this.queue.fail(reason); this.other.queue.fail(reason) }
-}
 
 /** How long dials to the frozen member were pending before they ended, and how they ended. */
 interface FrozenDial { endedAfterMs?: number, aborted?: boolean }

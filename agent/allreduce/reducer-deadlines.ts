@@ -11,6 +11,8 @@ export interface ReducerCutOff {
   readonly samples: number
   /** Cut off without a second slack: we had cut it off as a sender for silence (ReducerDeadlines.silent). */
   readonly silentSender: boolean
+  /** Cut off for not accepting our stream while most reducers had (ReducerDeadlines.accepted): `wait` is over acceptance times. */
+  readonly unaccepted: boolean
 }
 
 export interface ReducerDeadlineOptions {
@@ -36,6 +38,14 @@ export interface ReducerDeadlineOptions {
  * senders is late is not cut off: every reducer waits for that sender, so the median moves with it.
  *
  * A wait runs from the round's start for a span's first mean, from the previous mean otherwise.
+ *
+ * Acceptance is judged apart: a live reducer accepts our stream as soon as it reads our header,
+ * whatever its other senders do, so once a majority of the reducers (our own span at 0) accepted,
+ * one that has not within median + slack of their acceptance times is cut off. A member that
+ * reduces no span never sees a frozen member as a sender (silent() is never called), and its means'
+ * waits were inflated by that sender: it had given the frozen member a second slack (~4 s where
+ * the others took ~2 s), finished its round later than its group, and then came late to the span
+ * repair they ran (agent/allreduce/repair.ts).
  */
 export class ReducerDeadlines {
   private readonly received: number[]
@@ -44,6 +54,9 @@ export class ReducerDeadlines {
   private readonly gone: boolean[]
   /** Members we cut off as senders for silence: as reducers they get no second slack (silent()). */
   private readonly silentSenders: boolean[]
+  /** When each reducer accepted our stream (ms after the round's start; ours at 0), undefined while it has not. */
+  private readonly acceptedAt: Array<number | undefined>
+  private readonly start: number
   /** Waits (ms) measured per relative part index. */
   private readonly samples = new Map<number, number[]>()
   private timer: NodeJS.Timeout | undefined
@@ -51,6 +64,8 @@ export class ReducerDeadlines {
 
   constructor (private readonly options: ReducerDeadlineOptions, private readonly now: () => number = () => performance.now()) {
     const start = now()
+    this.start = start
+    this.acceptedAt = options.spanParts.map((_, r) => r === options.me ? 0 : undefined)
     this.received = options.spanParts.map(() => 0)
     this.waitingSince = options.spanParts.map(() => start)
     this.gone = options.spanParts.map(n => n === 0)
@@ -69,6 +84,13 @@ export class ReducerDeadlines {
   silent (r: number): void {
     if (this.silentSenders[r]) return
     this.silentSenders[r] = true
+    this.update()
+  }
+
+  /** Reducer r accepted our stream. */
+  accepted (r: number): void {
+    if (this.acceptedAt[r] !== undefined) return
+    this.acceptedAt[r] = this.now() - this.start
     this.update()
   }
 
@@ -99,8 +121,13 @@ export class ReducerDeadlines {
     clearTimeout(this.timer)
     this.timer = undefined
     const due = this.laggards()
-    if (due === undefined || due.late.length === 0) return
-    const first = Math.min(...due.late.map(r => this.silentSenders[r] ? this.now() : this.waitingSince[r] + due.wait.limitMs))
+    const unaccepted = this.unaccepted()
+    const times = [
+      ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.waitingSince[r] + due!.wait.limitMs),
+      ...(unaccepted !== undefined && unaccepted.late.length > 0 ? [this.start + unaccepted.wait.limitMs] : [])
+    ]
+    if (times.length === 0) return
+    const first = Math.min(...times)
     // One turn of the event loop after the timer, as the reducer's deadlines do: means that
     // arrived while the process was busy are read before anyone is judged late.
     this.timer = setTimeout(() => { setImmediate(() => { this.expire() }) }, Math.max(0, first - this.now()))
@@ -108,6 +135,16 @@ export class ReducerDeadlines {
 
   private expire (): void {
     if (this.stopped) return
+    const unaccepted = this.unaccepted()
+    if (unaccepted !== undefined) {
+      const waitedMs = this.now() - this.start
+      if (waitedMs >= unaccepted.wait.limitMs) {
+        for (const r of unaccepted.late) {
+          this.gone[r] = true
+          this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs, wait: unaccepted.wait, samples: unaccepted.samples, silentSender: false, unaccepted: true })
+        }
+      }
+    }
     const due = this.laggards()
     if (due !== undefined) {
       const now = this.now()
@@ -115,11 +152,21 @@ export class ReducerDeadlines {
         const waitedMs = now - this.waitingSince[r]
         if (waitedMs >= due.wait.limitMs || this.silentSenders[r]) {
           this.gone[r] = true
-          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r] })
+          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r], unaccepted: false })
         }
       }
     }
     this.update()
+  }
+
+  /** The reducers still expected that have not accepted our stream, and the limit from the acceptance times of the others; undefined before a majority accepted. */
+  private unaccepted (): { wait: AdaptiveWait, samples: number, late: number[] } | undefined {
+    const expected = this.options.spanParts.flatMap((n, r) => n > 0 && !(this.gone[r] && this.acceptedAt[r] === undefined) ? [r] : [])
+    const times = expected.flatMap(r => this.acceptedAt[r] !== undefined ? [this.acceptedAt[r]!] : [])
+    const late = expected.filter(r => this.acceptedAt[r] === undefined && !this.gone[r])
+    if (late.length === 0 || !quorumReached(times.length, expected.length)) return undefined
+    const wait = adaptiveWait(times, this.options.floorMs, this.options.capMs)
+    return wait === undefined ? undefined : { wait, samples: times.length, late }
   }
 
   /** The oldest mean still owed, its adaptive limit and the reducers owing it; undefined before a quorum. */

@@ -332,10 +332,13 @@ export class AllReduceRunner {
   // ---------------------------------------------------------------- sender side
 
   /** Exactly what a reducer timeout does, only sooner: the rest of its span stays local. */
-  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples, silentSender }: ReducerCutOff): void {
+  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples, silentSender, unaccepted }: ReducerCutOff): void {
     const peer = this.options.group.peerIds[reducer]
     const ms = (x: number): number => Math.round(x)
-    const why = new ProtocolError(silentSender
+    const why = new ProtocolError(unaccepted
+      ? `reducer ${peer} did not accept our stream within the adaptive deadline: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
+        `(median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the times ${samples} reducer(s) took to accept)`
+      : silentSender
       ? `reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} by the time ${samples} reducer(s) had (waited ${ms(waitedMs)} ms), ` +
         'and we had cut it off as a sender for silence within the adaptive deadline'
       : `reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} within the adaptive deadline: ` +
@@ -410,6 +413,7 @@ export class AllReduceRunner {
       throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
     }
     progress.accepted = true
+    this.reducerDeadlines?.accepted(r)
     const wire = COMPRESSION_WIRE[this.options.codec.name]
     for (let index = start; index < end; index++) {
       const bytes = await framed.readPieces(this.options.reducerTimeoutMs)

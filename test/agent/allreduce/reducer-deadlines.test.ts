@@ -105,3 +105,48 @@ test('beside one cut off at once for silence, a reducer that is only late still 
   assert.deepEqual(cutOffs.map(c => [c.reducer, c.silentSender]), [[4, true], [3, false]])
   deadlines.stop()
 })
+
+test('a reducer that has not accepted our stream is cut off at median + slack of the others\' acceptance times, means or no means', (t) => {
+  t.after(() => { mock.timers.reset() })
+  // We reduce no span (as a restarted agent may not): a frozen member is never a sender we judge, and
+  // the means of the others wait for its part, so only acceptance can tell it from a slow reducer.
+  const { deadlines, cutOffs, at } = setup([2, 2, 2, 0], 3)
+  at(10); deadlines.accepted(0)
+  at(2000)
+  assert.equal(cutOffs.length, 0, 'one of three accepted: no majority, nobody is judged')
+  at(2012); deadlines.accepted(1)
+  // Acceptance times 10 and 2012: median 1011, slack max(4·1.48·MAD 1001, median, floor 2000) = 5936 → limit 6947.
+  at(6946)
+  assert.equal(cutOffs.length, 0, 'not before the limit')
+  at(6950)
+  assert.equal(cutOffs.length, 1)
+  assert.equal(cutOffs[0].reducer, 2)
+  assert.equal(cutOffs[0].unaccepted, true)
+  assert.equal(cutOffs[0].silentSender, false)
+  assert.equal(Math.round(cutOffs[0].wait.limitMs), 6947)
+  deadlines.stop()
+})
+
+test('acceptance: our own span counts as accepted at once, and a reducer that accepts before the limit is not cut off for it', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, at } = setup([2, 2, 2, 2], 0)
+  at(5); deadlines.accepted(1)
+  at(8); deadlines.accepted(2)
+  // Ours at 0, 5, 8: median 5, slack the floor → limit 2005 from the round's start.
+  at(1500); deadlines.accepted(3)
+  at(5000)
+  assert.deepEqual(cutOffs, [], 'reducer 3 accepted in time; means are judged apart')
+  deadlines.stop()
+})
+
+test('acceptance: with ours at 0 and two others at 5 and 8 ms, the fourth is cut off at 2005 ms', (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, at } = setup([2, 2, 2, 2], 0)
+  at(5); deadlines.accepted(1)
+  at(8); deadlines.accepted(2)
+  at(2004)
+  assert.equal(cutOffs.length, 0)
+  at(2010)
+  assert.deepEqual(cutOffs.map(c => [c.reducer, c.unaccepted]), [[3, true]])
+  deadlines.stop()
+})

@@ -17,6 +17,11 @@ export interface RoundStats {
   readonly failedSteps: number
   /** Peers whose step averaged only in part (parts kept local, a sender left out): such a round is not its group's exact mean. */
   readonly partialSteps: number
+  /** Of those: steps that kept parts local (a reducer failed, unrepaired); that left a sender out of a span they reduced. */
+  readonly keptLocalSteps: number
+  readonly senderLeftOutSteps: number
+  /** Steps whose group repaired a failed reducer's span after the round (agent/allreduce/repair.ts). */
+  readonly repairedSteps: number
   /** Groups by size: size → count. */
   readonly groupSizes: ReadonlyMap<number, number>
   /** Member pairs of this round's groups that were also together last round, of all pairs. */
@@ -128,10 +133,18 @@ export function pickVictims (live: readonly number[], crashRate: number, random:
 }
 
 /** What roundStats needs of one step's result (a worker process sends this much). */
-export type RoundResult = Pick<StepResult, 'groupId' | 'peers' | 'matchmakingMs'> & { readonly partial: boolean }
+export type RoundResult = Pick<StepResult, 'groupId' | 'peers' | 'matchmakingMs'> & {
+  readonly partial: boolean
+  /** Why partial: parts kept local, a sender left out; and whether a failed reducer's span was repaired. */
+  readonly keptLocal: boolean
+  readonly senderLeftOut: boolean
+  readonly repaired: boolean
+}
 
 export function roundResult (r: StepResult): RoundResult {
-  return { groupId: r.groupId, peers: [...r.peers], matchmakingMs: r.matchmakingMs, partial: r.allreduce.partsKeptLocal > 0 || r.allreduce.bannedSenders.length > 0 }
+  const keptLocal = r.allreduce.partsKeptLocal > 0
+  const senderLeftOut = r.allreduce.bannedSenders.length > 0
+  return { groupId: r.groupId, peers: [...r.peers], matchmakingMs: r.matchmakingMs, partial: keptLocal || senderLeftOut, keptLocal, senderLeftOut, repaired: r.allreduce.repairedParts > 0 }
 }
 
 /** What a round left, wherever its peers ran: the input of roundStats. */
@@ -183,6 +196,9 @@ export function roundStats (o: RoundOutcome, lastTogether: ReadonlyMap<string, s
     crashed: o.crashed,
     failedSteps: survivors.length - o.results.size,
     partialSteps: [...o.results.values()].filter(r => r.partial).length,
+    keptLocalSteps: [...o.results.values()].filter(r => r.keptLocal).length,
+    senderLeftOutSteps: [...o.results.values()].filter(r => r.senderLeftOut).length,
+    repairedSteps: [...o.results.values()].filter(r => r.repaired).length,
     groupSizes,
     repeatedPairs: repeated,
     pairs,
@@ -231,7 +247,7 @@ export function formatSizes (sizes: ReadonlyMap<number, number>): string {
 }
 
 export function formatRound (s: RoundStats): string {
-  return `round ${s.round}: live ${s.live} (crashed ${s.crashed}), groups ${formatSizes(s.groupSizes) || '-'}, no group ${s.failedSteps}, partial ${s.partialSteps}, ` +
+  return `round ${s.round}: live ${s.live} (crashed ${s.crashed}), groups ${formatSizes(s.groupSizes) || '-'}, no group ${s.failedSteps}, partial ${s.partialSteps} (kept parts local ${s.keptLocalSteps}, left a sender out ${s.senderLeftOutSteps}), repaired ${s.repairedSteps}, ` +
     `repeated pairs ${s.repeatedPairs}/${s.pairs}, deviation ${s.deviation.toExponential(2)}, variance ${s.variance.toExponential(2)}, matchmaking p50/p95 ${s.matchmakingP50.toFixed(0)}/${s.matchmakingP95.toFixed(0)} ms, ` +
     `rendezvous ${s.exchanges} (degraded ${s.exchangesDegraded}, failed ${s.exchangesFailed}) p50/p95 ${s.exchangeP50.toFixed(0)}/${s.exchangeP95.toFixed(0)} ms, ${s.exchangeHops.toFixed(2)} hops, ` +
     `lookups ${s.lookups} (failed ${s.lookupsFailed}) p50/p95 ${s.lookupP50.toFixed(0)}/${s.lookupP95.toFixed(0)} ms, ` +

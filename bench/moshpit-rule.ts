@@ -7,6 +7,7 @@
  */
 import { Command } from 'commander'
 import { ruleMedians } from './lib/moshpit-rule.js'
+import { defaultGroupSize, gridDimensions } from './lib/moshpit-math.js'
 
 function numbers (list: string): number[] {
   return list.split(',').map(Number)
@@ -29,8 +30,8 @@ function main (): void {
   console.log('| peers | group (d) | failed span | round 1 | round 2 | round 3 | round 4 | round 5 | round 6 |')
   console.log('|---:|---|---|---|---|---|---|---|---|')
   for (const peers of numbers(o.peers)) {
-    const g = peers >= 1024 ? 32 : 4
-    const d = Math.round(Math.log(peers) / Math.log(g))
+    const g = defaultGroupSize(peers)
+    const d = gridDimensions(peers, g)
     for (const repair of [false, true]) {
       const rows = ruleMedians({ peers, groupSize: g, elements: Number(o.elements), rounds: 6, elementsPerPart: Number(o.partElements), repair, crashesPerRound: (live) => Math.round(crash * live) }, Number(o.sims), o.seed)
       console.log(`| ${peers} | ${g} (${d}) | ${repair ? 'repaired' : 'kept local'} | ${rows.map(r => `${r.deviation.toExponential(1)} / ${r.variance.toExponential(1)}`).join(' | ')} |`)

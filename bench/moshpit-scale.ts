@@ -18,16 +18,13 @@ import { seededRandom } from '../agent/util/random.js'
 import { linesLog } from '../agent/log.js'
 import { runProcs, runWorker } from './lib/scale-procs.js'
 import { ruleMedians } from './lib/moshpit-rule.js'
+import { defaultGroupSize, gridDimensions } from './lib/moshpit-math.js'
 import { elementsPerPart } from '../agent/allreduce/partition.js'
 import { noneCodec } from '../agent/compression/none.js'
 
 const progress = (line: string): void => { process.stderr.write(`[moshpit-scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`) }
 const numbers = (text: string): number[] => text.split(',').map(s => Number(s.trim())).filter(n => Number.isFinite(n))
 
-/** Group sizes that make each swarm an exact grid: 16 = 4², 64 = 4³, 256 = 4⁴, 1024 = 32². */
-export function defaultGroupSize (peers: number): number {
-  return peers === 1024 ? 32 : 4
-}
 
 export interface ScaleRun {
   readonly peers: number
@@ -103,13 +100,8 @@ export async function scaleRun (peers: number, groupSize: number, crashPercent: 
   }
 }
 
-/** d with g^d = N: the rounds an exact grid needs. */
-function gridRounds (peers: number, groupSize: number): number {
-  return Math.round(Math.log(peers) / Math.log(groupSize))
-}
-
 function summaryRow (r: ScaleRun, s: ScaleSettings): string {
-  const d = gridRounds(r.peers, r.groupSize)
+  const d = gridDimensions(r.peers, r.groupSize)
   const first = r.rounds[0]
   const mm95 = Math.max(...r.rounds.map(x => x.matchmakingP95))
   const lookups = r.rounds.reduce((a, x) => a + x.lookups, 0)
@@ -138,14 +130,14 @@ type RuleFigures = ReturnType<typeof ruleMedians>
 function ruleFigures (peers: number, groupSize: number, crashPercent: number, s: ScaleSettings): RuleFigures {
   const perPart = elementsPerPart(scaleConfig('scale', groupSize, '', s).partSizeBytes, noneCodec.bytesPerElement)
   return ruleMedians({
-    peers, groupSize, elements: s.elements, rounds: gridRounds(peers, groupSize) + 1, elementsPerPart: perPart,
+    peers, groupSize, elements: s.elements, rounds: gridDimensions(peers, groupSize) + 1, elementsPerPart: perPart,
     crashesPerRound: (live) => Math.round(crashPercent / 100 * live)
   }, RULE_SIMS, `${s.seed}:${peers}:${groupSize}:${crashPercent}`)
 }
 
 /** Rows for rounds d and d + 1: ours, the rule's median, and ours ÷ the rule (none when the rule is exact or ours stopped). */
 function ruleRows (r: ScaleRun, rule: RuleFigures): string[] {
-  const d = gridRounds(r.peers, r.groupSize)
+  const d = gridDimensions(r.peers, r.groupSize)
   return [d, d + 1].map(round => {
     const ours = r.rounds.find(x => x.round === round)
     const theirs = rule[round - 1]

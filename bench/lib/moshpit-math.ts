@@ -20,6 +20,11 @@ export function initialGroupBits (rank: number, world: number, groupSize: number
   return nbits === 0 ? '' : Math.floor(rank / groupSize).toString(2).padStart(nbits, '0')
 }
 
+/** Group sizes that make each swarm the benches run an exact grid: 16 = 4², 64 = 4³, 256 = 4⁴, 1024 = 32². */
+export function defaultGroupSize (peers: number): number {
+  return peers === 1024 ? 32 : 4
+}
+
 /** How many rounds a full grid needs: d with groupSize^d = world (3 for 64 peers in groups of 4). */
 export function gridDimensions (world: number, groupSize: number): number {
   return Math.round(Math.log(world) / Math.log(groupSize))

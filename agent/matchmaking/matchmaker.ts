@@ -419,6 +419,8 @@ export class Matchmaker {
     }
     const ask = await this.lock.run(async () => {
       if (search.assembled || search.currentLeader != null) return null
+      // From here until its answer, our own expiration waits (Search.assembleIfEnough says why).
+      search.beginAsk()
       const expiration = this.config.mode === PeerMode.CLIENT
         ? Math.max(search.deadline, this.now() + this.config.averagingExpiration)
         : search.declaredExpiration ?? Infinity
@@ -458,7 +460,8 @@ export class Matchmaker {
           if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
           return null
         }
-        // Our own group assembled at our expiration while we waited: leave, so this leader drops us.
+        // Our expiration waited for this answer (beginAsk), and no follower joins us while we hold the
+        // lock, so we have not assembled; should we have, leave, so this leader drops us.
         if (search.assembled) { await framed.closeWrite(); return null }
         search.currentLeader = leaderId
         search.disband(leaderId, 'our leader joined another group')
@@ -472,6 +475,7 @@ export class Matchmaker {
         return null
       } finally {
         watch.abort()
+        if (search.endAsk(this.config.minGroupSize) != null) this.wakeup.notify()
       }
     })
     if (ask == null) return null

@@ -33,6 +33,10 @@ export class Search {
   readonly rejections: string[] = []
   /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
   expiryTimer: NodeJS.Timeout | undefined
+  /** A join request of ours is out to a better-ranked leader, not yet answered (beginAsk, endAsk). */
+  private asking = false
+  /** Our expiration came while asking: we assemble, if still leading, once the answer is in. */
+  private expiryWaiting = false
   private outcome: GroupInfo | null = null
   private finish!: (group: GroupInfo) => void
   readonly done: Promise<GroupInfo>
@@ -89,10 +93,30 @@ export class Search {
     return true
   }
 
-  /** At our declared expiration, leading: assemble with enough followers (the group), else nothing happens (null). */
+  /**
+   * At our declared expiration, leading: assemble with enough followers (the group), else nothing
+   * happens (null). While a join request of ours awaits its answer, not yet: that leader may have
+   * counted us already, and leaving it for our own group would make us a member it lists but who
+   * never comes (256 peers in one busy process: a leader's ACCEPTED reached its asker after the
+   * asker's expiration). The answer decides: accepted, we follow and our followers are sent to
+   * that leader; refused, endAsk assembles then.
+   */
   assembleIfEnough (minGroupSize: number): GroupInfo | null {
-    if (this.assembled || this.currentLeader != null || !enoughToAssemble(this.followers.size, minGroupSize)) return null
+    if (this.assembled || this.currentLeader != null) return null
+    if (this.asking) { this.expiryWaiting = true; return null }
+    if (!enoughToAssemble(this.followers.size, minGroupSize)) return null
     return this.assemble()
+  }
+
+  /** A join request of ours goes out to a leader: our expiration waits for its answer (assembleIfEnough). */
+  beginAsk (): void { this.asking = true }
+
+  /** Its answer is in (or the ask failed): an expiration that came meanwhile assembles now, if we still lead. */
+  endAsk (minGroupSize: number): GroupInfo | null {
+    this.asking = false
+    if (!this.expiryWaiting) return null
+    this.expiryWaiting = false
+    return this.assembleIfEnough(minGroupSize)
   }
 
   /**
@@ -101,7 +125,7 @@ export class Search {
    * leader, or already assembled.
    */
   expire (now: number, minGroupSize: number): GroupInfo | 'disbanded' | null {
-    if (this.assembled || this.currentLeader != null || this.declaredExpiration == null || now < this.declaredExpiration) return null
+    if (this.assembled || this.currentLeader != null || this.asking || this.declaredExpiration == null || now < this.declaredExpiration) return null
     const group = this.assembleIfEnough(minGroupSize)
     if (group != null) return group
     this.disband(null, 'too few peers before the leader expired')

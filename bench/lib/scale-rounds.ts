@@ -85,8 +85,8 @@ export interface RoundOptions {
   /** Set by the caller's onGroup hook: whether a peer is to crash this round (then it crashes). */
   readonly victims: Set<number>
   readonly progress?: (line: string) => void
-  /** Sees each round's step results by rank, with every peer's tensor before the round. */
-  readonly onRound?: (round: number, results: ReadonlyMap<number, StepResult>, before: readonly Float32Array[]) => void
+  /** Sees each round's step results by rank, with every peer's tensor before the round and why the other live peers' steps failed. */
+  readonly onRound?: (round: number, results: ReadonlyMap<number, StepResult>, before: readonly Float32Array[], failures: ReadonlyMap<number, string>) => void
 }
 
 /** Runs rounds until the live peers agree within the threshold or rounds run out. */
@@ -109,8 +109,13 @@ export async function runRounds (swarm: ScaleSwarm, options: RoundOptions): Prom
     const cpu = process.cpuUsage(cpuStart)
     for (const v of options.victims) dead.add(v)
     const steps = new Map<number, StepResult>()
-    outcomes.forEach((o, k) => { if (o.status === 'fulfilled' && !dead.has(live[k])) steps.set(live[k], o.value) })
-    options.onRound?.(round, steps, before)
+    const failures = new Map<number, string>()
+    outcomes.forEach((o, k) => {
+      if (dead.has(live[k])) return
+      if (o.status === 'fulfilled') steps.set(live[k], o.value)
+      else failures.set(live[k], o.reason instanceof Error ? o.reason.message : String(o.reason))
+    })
+    options.onRound?.(round, steps, before, failures)
     const results = new Map([...steps].map(([rank, r]) => [rank, roundResult(r)]))
     const probe = options.probe.take()
     const trafficNow = options.traffic?.snapshot()

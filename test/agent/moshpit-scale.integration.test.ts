@@ -51,7 +51,7 @@ test('256 peers on a 4⁴ grid: every peer in one group a round, each group hold
     let members = 0
     const { rounds } = await runRounds(swarm, {
       maxRounds: 2, crashRate: 0, threshold: 0, stepTimeout: 120, seed: 7, probe, victims: new Set(),
-      onRound: (round, results: ReadonlyMap<number, StepResult>, before) => {
+      onRound: (round, results: ReadonlyMap<number, StepResult>, before, failures) => {
         const byGroup = new Map<string, number[]>()
         for (const [rank, r] of results) byGroup.set(r.groupId, [...(byGroup.get(r.groupId) ?? []), rank])
         const ids = swarm.nodes.map(n => n.peerId.toString())
@@ -59,7 +59,15 @@ test('256 peers on a 4⁴ grid: every peer in one group a round, each group hold
           const listed = results.get(ranks[0])?.peers ?? []
           // Every listed member ran in this group, and only there (no ghosts, nobody in two groups).
           const ran = listed.map(p => ids.indexOf(p)).sort((a, b) => a - b)
-          if (ran.join() !== [...ranks].sort((a, b) => a - b).join()) problems.push(`round ${round}: group ${groupId.slice(0, 8)} lists ranks ${ran.join()} but ${ranks.join()} ran in it`)
+          if (ran.join() !== [...ranks].sort((a, b) => a - b).join()) {
+            // Says what each member listed but absent did, and how the members present ended their round.
+            const absent = ran.filter(rank => !ranks.includes(rank)).map(rank => {
+              const elsewhere = results.get(rank)
+              return elsewhere != null ? `${rank} ran in group ${elsewhere.groupId.slice(0, 8)}` : `${rank}'s step failed: ${failures.get(rank) ?? 'no outcome'}`
+            })
+            const present = ranks.map(rank => { const a = results.get(rank)!.allreduce; return `${rank}: kept local ${a.partsKeptLocal}, left out ${a.bannedSenders.length}, repaired ${a.repairedParts}` })
+            problems.push(`round ${round}: group ${groupId.slice(0, 8)} lists ranks ${ran.join()} but ${ranks.join()} ran in it (${[...absent, ...present].join('; ')})`)
+          }
           members += ranks.length
           if (ranks.some(rank => { const a = results.get(rank)?.allreduce; return a == null || a.partsKeptLocal > 0 || a.bannedSenders.length > 0 })) continue
           // A clean round leaves every member with the exact mean of the members' inputs.

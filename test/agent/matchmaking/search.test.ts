@@ -111,6 +111,44 @@ test('joining a leader disbands our own followers towards it', () => {
   assert.equal(search.followers.size, 0)
 })
 
+test('a leader whose expiration comes while its join request to a better leader is unanswered assembles once refused, not before', async () => {
+  const { search, received } = leaderWith(['f1'])
+  search.beginAsk()
+  assert.equal(search.assembleIfEnough(2), null, 'the expiry timer waits for the answer')
+  assert.equal(search.expire(100, 2), null, 'so does the search loop: no disband either')
+  assert.equal(search.assembled, false)
+  assert.deepEqual(received.get('f1'), [])
+  const group = search.endAsk(2)
+  assert.ok(group != null, 'refused: the expiration that came meanwhile assembles now')
+  assert.deepEqual([...group.peerIds].sort(), ['f1', 'leader'])
+  assert.equal(received.get('f1')![0].code, MatchCode.BEGIN_ALLREDUCE)
+  assert.equal(await settled(search), group)
+})
+
+test('a leader accepted by a better leader after its own expiration follows it: it never assembled a group of its own, and its followers go there', async () => {
+  const { search, received } = leaderWith(['f1'])
+  search.beginAsk()
+  assert.equal(search.assembleIfEnough(2), null)
+  // ACCEPTED arrives: as askLeader does.
+  search.currentLeader = 'better'
+  search.disband('better', 'our leader joined another group')
+  assert.equal(search.endAsk(2), null, 'following: nothing assembles')
+  assert.equal(search.assembled, false)
+  assert.equal(received.get('f1')![0].code, MatchCode.GROUP_DISBANDED)
+  assert.equal(decoder.decode(received.get('f1')![0].suggestedLeader), 'better')
+  const theirs: GroupInfo = { groupId: new Uint8Array(20).fill(9), peerIds: ['better', 'leader'], infos: [info(5), info(1)], myIndex: 1, leader: 'better' }
+  assert.equal(search.adopt(theirs), theirs)
+  assert.equal(await settled(search), theirs)
+})
+
+test('an ask answered before our expiration leaves the expiration as it was', () => {
+  const { search } = leaderWith(['f1'])
+  search.beginAsk()
+  assert.equal(search.endAsk(2), null)
+  assert.equal(search.assembled, false)
+  assert.ok(search.assembleIfEnough(2) != null, 'the expiry timer, later, assembles as before')
+})
+
 test('a follower adopts its leader\'s group; the first group adopted stays the outcome', async () => {
   const search = new Search('me', 'key', info(1), 1000)
   const theirs: GroupInfo = { groupId: new Uint8Array(20).fill(7), peerIds: ['them', 'me'], infos: [info(2), info(1)], myIndex: 1, leader: 'them' }

@@ -8,10 +8,7 @@
 import { Command } from 'commander'
 import { ruleMedians } from './lib/moshpit-rule.js'
 import { defaultGroupSize, gridDimensions } from './lib/moshpit-math.js'
-
-function numbers (list: string): number[] {
-  return list.split(',').map(Number)
-}
+import { numberList } from './lib/cli.js'
 
 function main (): void {
   const o = new Command()
@@ -26,10 +23,11 @@ function main (): void {
     .parse()
     .opts<Record<string, string>>()
   const crash = Number(o.crash) / 100
+  const sizes = numberList(o.peers, '--peers', 2)
   console.log(`Medians of ${o.sims} simulations, ${o.elements} elements, ${o.partElements} per part, ${o.crash} % of the live peers crashing per round: largest deviation / variance after each round.\n`)
   console.log('| peers | group (d) | failed span | round 1 | round 2 | round 3 | round 4 | round 5 | round 6 |')
   console.log('|---:|---|---|---|---|---|---|---|---|')
-  for (const peers of numbers(o.peers)) {
+  for (const peers of sizes) {
     const g = defaultGroupSize(peers)
     const d = gridDimensions(peers, g)
     for (const repair of [false, true]) {
@@ -39,4 +37,9 @@ function main (): void {
   }
 }
 
-main()
+try {
+  main()
+} catch (err) {
+  process.stderr.write(`bench:moshpit-rule: ${err instanceof Error ? err.message : String(err)}\n`)
+  process.exitCode = 1
+}

@@ -19,11 +19,11 @@ import { linesLog } from '../agent/log.js'
 import { runProcs, runWorker } from './lib/scale-procs.js'
 import { ruleMedians } from './lib/moshpit-rule.js'
 import { defaultGroupSize, gridDimensions } from './lib/moshpit-math.js'
+import { numberList } from './lib/cli.js'
 import { elementsPerPart } from '../agent/allreduce/partition.js'
 import { noneCodec } from '../agent/compression/none.js'
 
 const progress = (line: string): void => { process.stderr.write(`[moshpit-scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`) }
-const numbers = (text: string): number[] => text.split(',').map(s => Number(s.trim())).filter(n => Number.isFinite(n))
 
 
 export interface ScaleRun {
@@ -177,6 +177,8 @@ async function main (): Promise<void> {
   const procs = Number(o.procs)
   if (!Number.isInteger(procs) || procs < 1) throw new Error(`--procs ${o.procs}: a positive integer`)
   if (procs > 1 && Number(o.latency) > 0) throw new Error('--latency is the in-memory transport\'s: not with --procs > 1')
+  const sizes = numberList(o.peers, '--peers', 2)
+  const crashes = numberList(o.crash, '--crash', 0, 100)
   const s: ScaleSettings = {
     elements: Number(o.elements), maxRounds: Number(o.maxRounds), threshold: Number(o.threshold), varianceThreshold: Number(o.varianceThreshold),
     expiration: Number(o.expiration), request: Number(o.requestTimeout), allreduce: Number(o.allreduceTimeout),
@@ -193,9 +195,9 @@ async function main (): Promise<void> {
   console.log('|---:|---|---:|---:|---|---|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---:|')
   const rules = new Map<string, RuleFigures>()
   const compared: string[] = []
-  for (const peers of numbers(o.peers)) {
+  for (const peers of sizes) {
     const g = o.groupSize != null ? Number(o.groupSize) : defaultGroupSize(peers)
-    for (const crash of numbers(o.crash)) {
+    for (const crash of crashes) {
       for (let run = 1; run <= Number(o.runs); run++) {
         progress(`${peers} peers, groups of ${g}, ${crash} % crashing per round, run ${run}`)
         const r = await scaleRun(peers, g, crash, run, s, progress)

@@ -204,13 +204,43 @@ export interface EarlyView {
   /** Seconds after a declaration by which followers have come (ArrivalClock.cutoff), if known. */
   readonly cutoff: number | undefined
   readonly quorum: number
+  /** Fewest members (itself included) a leader assembles early with below the quorum, later (SHORT_KEY_CUTOFFS); none: never below it. */
+  readonly fewest?: number
   /** Peers that did not answer our probe within a request timeout (isSilent): not waited for. */
   readonly silent?: SilentPeers
 }
 
 /**
+ * Below the quorum a leader waits this many arrival cutoffs, not one. A key two of four members
+ * reach (its other two crashed, or went to other keys after a short group the round before) waited
+ * out whole declarations for nobody: 15 s rounds at 64 peers losing one a round, where the rest
+ * took 6-9 s. Cutting such a key short risks more than cutting a quorum short (a late pair then
+ * meets apart, two pairs where a group of four could have been), so it is given the cutoff twice.
+ */
+export const SHORT_KEY_CUTOFFS = 2
+
+/** The fewest members a short key assembles early with: minGroupSize, and never one alone. */
+export function shortKeyFewest (minGroupSize: number): number {
+  return Math.max(minGroupSize, 2)
+}
+
+/**
+ * Seconds after its declaration from which a leader with this view's followers may assemble short
+ * of its expiration (undefined: not before its expiration): the arrival cutoff with a quorum,
+ * SHORT_KEY_CUTOFFS of it with at least `fewest` members.
+ */
+export function earlyAfter (view: EarlyView): number | undefined {
+  if (view.cutoff === undefined) return undefined
+  const members = view.followers.size + 1
+  if (members >= view.quorum) return view.cutoff
+  if (view.fewest !== undefined && members >= view.fewest) return SHORT_KEY_CUTOFFS * view.cutoff
+  return undefined
+}
+
+/**
  * Whether a leader assembles now instead of at its expiration: it has a quorum, the arrival
- * cutoff passed since it declared, and every peer it sees looking under its key (unexpired) has
+ * cutoff passed since it declared (fewer members than a quorum: earlyAfter's longer wait), and
+ * every peer it sees looking under its key (unexpired) has
  * joined it or did not answer us within a request timeout. A peer seen declaring that answers is
  * waited for as before, however late: it may be asking another leader or held by slow replicas,
  * and leaving it out would split its key. Only peers not looking at all (killed, frozen before
@@ -222,8 +252,7 @@ export interface EarlyView {
  * moves the cutoff) and looks again, the cost of any of its asks timing out.
  */
 export function assembleEarly (view: EarlyView, known: readonly StoredEntry[], selfId: string, now: number): boolean {
-  if (view.cutoff === undefined || view.followers.size + 1 < view.quorum) return false
-  if (now < view.declaredAt + view.cutoff) return false
+  if (!probeMissing(view, now)) return false
   return missingPeers(view, known, selfId, now).every(e => view.silent != null && isSilent(view.silent, e.peerId, now))
 }
 
@@ -234,10 +263,11 @@ export function missingPeers (view: Pick<EarlyView, 'followers'>, known: readonl
 
 /**
  * Whether a leader probes the peers it waits for (missingPeers): only once it could assemble
- * without them (a quorum in, the arrival cutoff passed), so a healthy swarm sends no probes at all.
+ * without them (earlyAfter passed), so a healthy swarm sends no probes at all.
  */
 export function probeMissing (view: EarlyView, now: number): boolean {
-  return view.cutoff !== undefined && view.followers.size + 1 >= view.quorum && now >= view.declaredAt + view.cutoff
+  const after = earlyAfter(view)
+  return after !== undefined && now >= view.declaredAt + after
 }
 
 function equalBytes (a: Uint8Array, b: Uint8Array): boolean {

@@ -13,7 +13,7 @@ import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, missingPeers, probeMissing, redirectKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
+import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, missingPeers, probeMissing, redirectKey, sharedArrivals, shortKeyFewest, silentUntil, triedKey, validInfo } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
 
@@ -211,14 +211,22 @@ export class Matchmaker {
     if (expiration == null) return
     search.expiryTimer = setTimeout(() => {
       if (search.declaredExpiration !== expiration) return
-      if (search.assembleIfEnough(this.config.minGroupSize) != null) this.wakeup.notify()
+      if (search.assembleIfEnough(this.config.minGroupSize) != null) { this.wakeup.notify(); return }
+      if (!search.waitingForAsk) return
+      // Waiting for the answer to our own join request (Search.assembleIfEnough): our followers wait
+      // for us until our expiration plus a request timeout, so we assemble by half of it whatever
+      // the answer, and leave that leader should it accept us after.
+      search.expiryTimer = setTimeout(() => {
+        if (search.declaredExpiration === expiration && search.assembleDespiteAsk(this.config.minGroupSize) != null) this.wakeup.notify()
+      }, this.config.requestTimeout * 500)
     }, Math.max(0, (expiration - this.now()) * 1000))
   }
 
   /**
-   * Leading with a quorum, past the followers' arrival cutoff, and everybody we see looking under
-   * our key has joined: assemble now rather than wait out the declaration for peers that are not
-   * coming (decisions.ts assembleEarly). Returns whether it assembled.
+   * Leading with a quorum, past the followers' arrival cutoff (short of a quorum, past a longer
+   * wait: decisions.ts earlyAfter), and everybody we see looking under our key has joined: assemble
+   * now rather than wait out the declaration for peers that are not coming (decisions.ts
+   * assembleEarly). Returns whether it assembled.
    */
   private assembleShort (search: Search, known: readonly StoredEntry[]): boolean {
     if (search.currentLeader != null || search.followers.size === 0 || search.declaredAt == null || search.declaredExpiration == null) return false
@@ -228,6 +236,7 @@ export class Matchmaker {
       declaredAt: search.declaredAt,
       cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
       quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize),
+      fewest: shortKeyFewest(this.config.minGroupSize),
       silent: search.silent
     }
     if (!assembleEarly(view, known, this.selfId, now)) {
@@ -243,7 +252,7 @@ export class Matchmaker {
   }
 
   /**
-   * Leading with a quorum past the arrival cutoff, still waiting for `entry`, a peer seen looking
+   * Leading past the time we could assemble early (decisions.ts probeMissing), still waiting for `entry`, a peer seen looking
    * under our key that has not joined: check its liveness once per declaration of its, and if it
    * does not answer within a request timeout, count it as gone until that declaration ends, so
    * that assembleEarly leaves it out (decisions.ts: why a healthy peer is never left out this way).
@@ -460,8 +469,8 @@ export class Matchmaker {
           if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
           return null
         }
-        // Our expiration waited for this answer (beginAsk), and no follower joins us while we hold the
-        // lock, so we have not assembled; should we have, leave, so this leader drops us.
+        // Our own group assembled while we waited (our expiration waits for this answer only half a
+        // request timeout: assembleOnExpiry): leave, so this leader drops us.
         if (search.assembled) { await framed.closeWrite(); return null }
         search.currentLeader = leaderId
         search.disband(leaderId, 'our leader joined another group')

@@ -95,18 +95,29 @@ export class Search {
 
   /**
    * At our declared expiration, leading: assemble with enough followers (the group), else nothing
-   * happens (null). While a join request of ours awaits its answer, not yet: that leader may have
-   * counted us already, and leaving it for our own group would make us a member it lists but who
-   * never comes (256 peers in one busy process: a leader's ACCEPTED reached its asker after the
-   * asker's expiration). The answer decides: accepted, we follow and our followers are sent to
-   * that leader; refused, endAsk assembles then.
+   * happens (null). While a join request of ours awaits its answer, not yet (`expiryWaiting` is
+   * then set): that leader may have counted us already, and leaving it for our own group would
+   * make us a member it lists but who never comes (256 peers in one busy process: a leader's
+   * ACCEPTED reached its asker after the asker's expiration). The answer decides: accepted, we
+   * follow and our followers are sent to that leader; refused, endAsk assembles then. Our own
+   * followers wait for us only so long past our expiration: the matchmaker assembles anyway
+   * (assembleDespiteAsk) before they give up.
    */
   assembleIfEnough (minGroupSize: number): GroupInfo | null {
     if (this.assembled || this.currentLeader != null) return null
     if (this.asking) { this.expiryWaiting = true; return null }
-    if (!enoughToAssemble(this.followers.size, minGroupSize)) return null
+    return this.assembleDespiteAsk(minGroupSize)
+  }
+
+  /** As assembleIfEnough, whether or not a join request of ours is out (a leader that accepts us after this is left). */
+  assembleDespiteAsk (minGroupSize: number): GroupInfo | null {
+    if (this.assembled || this.currentLeader != null || !enoughToAssemble(this.followers.size, minGroupSize)) return null
+    this.expiryWaiting = false
     return this.assemble()
   }
+
+  /** Our expiration came while a join request of ours was out, and waits for its answer. */
+  get waitingForAsk (): boolean { return this.expiryWaiting && !this.assembled }
 
   /** A join request of ours goes out to a leader: our expiration waits for its answer (assembleIfEnough). */
   beginAsk (): void { this.asking = true }

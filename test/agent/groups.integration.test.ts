@@ -28,9 +28,16 @@ test('16 peers with targetGroupSize 4 form groups of at most 4, nobody in two gr
       set.add(swarm.nodes[i].peerId.toString())
       members.set(r.groupId, set)
     }
+    const ids = swarm.nodes.map(n => n.peerId.toString())
     for (const [groupId, set] of members) {
       const claimed = results.find(({ r }) => r.groupId === groupId)!.r.peers
-      assert.deepEqual([...set].sort(), [...claimed].sort(), 'every listed member ran in that group, and only there')
+      // Each member listed but absent: the group it ran in, or its step's error.
+      const absent = claimed.filter(p => !set.has(p)).map(p => {
+        const i = ids.indexOf(p)
+        const o = outcomes[i]
+        return o.status === 'fulfilled' ? `${i} ran in group ${o.value.groupId.slice(0, 8)} of ${o.value.peers.length}` : `${i} failed: ${String(o.reason)}`
+      })
+      assert.deepEqual([...set].sort(), [...claimed].sort(), `every listed member ran in that group, and only there (${absent.join('; ')})`)
     }
     if (failed.length === 1) {
       const sizes = [...members.values()].map(s => s.size)

@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import { ArrivalClock, ARRIVALS_KEPT, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
-import { assembleEarly, earlyQuorum, missingPeers, probeMissing, sharedArrivals, silentUntil, type EarlyView } from '../../../agent/matchmaking/decisions.js'
+import { assembleEarly, earlyAfter, earlyQuorum, missingPeers, probeMissing, sharedArrivals, shortKeyFewest, silentUntil, SHORT_KEY_CUTOFFS, type EarlyView } from '../../../agent/matchmaking/decisions.js'
 
 // Assembling short of the expiration, without a network: the time is a number the test sets.
 
@@ -51,6 +51,27 @@ test('assembleEarly: a quorum, past the cutoff, and nobody looking under the key
   // No quorum, or no estimate yet: wait for the expiration as before.
   assert.equal(assembleEarly({ ...view, followers: new Map([['b', 1]]) }, key.slice(0, 2), 'a', 105), false)
   assert.equal(assembleEarly({ ...view, cutoff: undefined }, key, 'a', 105), false)
+})
+
+test('a key short of its quorum assembles early too, after SHORT_KEY_CUTOFFS cutoffs, with at least minGroupSize members and never alone', () => {
+  const pair: EarlyView = { followers: new Map([['b', 1]]), declaredAt: 100, cutoff: 1.5, quorum: 3, fewest: shortKeyFewest(2) }
+  const key = [looking('a'), looking('b')]
+  assert.equal(SHORT_KEY_CUTOFFS, 2)
+  assert.equal(earlyAfter(pair), 3)
+  assert.equal(assembleEarly(pair, key, 'a', 101.5), false, 'one cutoff is not enough below the quorum')
+  assert.equal(probeMissing(pair, 102.9), false)
+  assert.equal(assembleEarly(pair, key, 'a', 103), true)
+  // Someone seen looking under the key who has not joined is waited for, as with a quorum.
+  assert.equal(assembleEarly(pair, [...key, looking('c')], 'a', 103), false)
+  assert.equal(probeMissing(pair, 103), true, 'and probed from then on')
+  // With a quorum, one cutoff.
+  assert.equal(earlyAfter({ ...pair, followers: new Map([['b', 1], ['c', 1]]) }), 1.5)
+  // minGroupSize 3: a pair waits for its expiration; a leader alone never assembles; no estimate, no early assembly.
+  assert.equal(earlyAfter({ ...pair, fewest: shortKeyFewest(3) }), undefined)
+  assert.equal(earlyAfter({ ...pair, followers: new Map(), fewest: shortKeyFewest(1) }), undefined)
+  assert.equal(earlyAfter({ ...pair, cutoff: undefined }), undefined)
+  // A view without `fewest` keeps to the quorum.
+  assert.equal(earlyAfter({ ...pair, fewest: undefined }), undefined)
 })
 
 test('assembleEarly leaves out a peer seen looking only once it did not answer our probe within a request timeout, and only while its declaration stands', () => {

@@ -1,5 +1,6 @@
 // A leader whose key lost a member (killed, frozen before it declared) assembles once a quorum is
-// in and its followers' usual arrival time has passed, instead of waiting out its declaration.
+// in and its followers' usual arrival time has passed, instead of waiting out its declaration; a key
+// that lost two of four, once twice that time has passed.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startSwarm, fill, weightedMean, maxAbsDiff } from '../swarm-fixture.js'
@@ -34,20 +35,36 @@ test('three of four members group well before the declaration expires, and avera
   } finally { await swarm.stop() }
 })
 
-test('without a quorum the leader waits for its expiration as before', { timeout: 120_000 }, async () => {
+test('two of four members, short of the quorum, group early too: after twice the cutoff, well before the declaration expires', { timeout: 120_000 }, async () => {
   let early = 0
-  const swarm = await startSwarm(2, {
+  const swarm = await startSwarm(4, {
     tensors,
-    // Target 4: two members are no quorum (3 needed).
-    config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: 3 }),
+    // Target 4: two members are no quorum (3 needed); the cutoff is 0.6 s, so 1.2 s for a pair.
+    config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: EXPIRATION }),
     hooks: () => ({ arrivals: seasoned(), onEarlyAssembly: () => { early++ } })
   })
   try {
-    const two = await Promise.all(swarm.averagers.slice(0, 2).map(async a => await a.step({ timeout: 30 })))
+    // Members 2 and 3 do not step (as if killed).
+    const two = await Promise.all(swarm.averagers.slice(0, 2).map(async a => await a.step({ timeout: 3 * EXPIRATION })))
     for (const r of two) assert.equal(r.peers.length, 2)
-    assert.equal(early, 0, 'two of four is no quorum')
+    assert.equal(early, 1, 'the leader of the pair assembled early')
+    for (const r of two) assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
     const mean = weightedMean([0, 1].map(p => tensors(p)[0].data), [1, 1])
     for (const a of swarm.averagers.slice(0, 2)) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+  } finally { await swarm.stop() }
+})
+
+test('a pair with minGroupSize 3 never assembles: it waits out its declarations and finds no group', { timeout: 120_000 }, async () => {
+  let early = 0
+  const swarm = await startSwarm(2, {
+    tensors,
+    config: () => ({ targetGroupSize: 4, minGroupSize: 3, requestTimeout: 0.5, averagingExpiration: 2 }),
+    hooks: () => ({ arrivals: seasoned(), onEarlyAssembly: () => { early++ } })
+  })
+  try {
+    const outcomes = await Promise.allSettled(swarm.averagers.map(async a => await a.step({ timeout: 5 })))
+    for (const o of outcomes) assert.equal(o.status, 'rejected', 'two members are fewer than minGroupSize')
+    assert.equal(early, 0)
   } finally { await swarm.stop() }
 })
 
@@ -63,7 +80,9 @@ test('with no arrivals seen before, a key that lost a member after one full roun
     const first = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 3 * EXPIRATION })))
     for (const r of first) assert.equal(r.peers.length, 4)
     // The leader recorded its three followers; each follower took the same three from BEGIN_ALLREDUCE.
-    assert.deepEqual(clocks.map(c => c.count), [3, 3, 3, 3])
+    // (A member that led a few followers of its own before it joined the final leader also keeps
+    // those: seen once in seven runs on a loaded machine, counts 3, 3, 5, 3.)
+    for (const [i, c] of clocks.entries()) assert.ok(c.count >= 3, `member ${i} learned ${c.count} arrivals: ${clocks.map(c => c.count).join(', ')}`)
     assert.equal(early, 0, 'a full group assembles at once, not early')
     const before = await Promise.all(swarm.averagers.slice(0, 3).map(async a => await a.withTensors(t => t[0].data.slice())))
     const second = await Promise.all(swarm.averagers.slice(0, 3).map(async a => await a.step({ timeout: 3 * EXPIRATION })))

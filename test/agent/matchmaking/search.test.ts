@@ -141,6 +141,20 @@ test('a leader accepted by a better leader after its own expiration follows it: 
   assert.equal(await settled(search), theirs)
 })
 
+test('a leader whose ask stays unanswered past its expiration assembles anyway when the matchmaker says so (its followers will not wait longer)', async () => {
+  const { search, received } = leaderWith(['f1'])
+  search.beginAsk()
+  assert.equal(search.waitingForAsk, false)
+  assert.equal(search.assembleIfEnough(2), null)
+  assert.equal(search.waitingForAsk, true)
+  const group = search.assembleDespiteAsk(2)
+  assert.ok(group != null)
+  assert.equal(search.waitingForAsk, false)
+  assert.equal(received.get('f1')![0].code, MatchCode.BEGIN_ALLREDUCE)
+  assert.equal(search.endAsk(2), null, 'the answer, when it comes, changes nothing: the group stands')
+  assert.equal(await settled(search), group)
+})
+
 test('an ask answered before our expiration leaves the expiration as it was', () => {
   const { search } = leaderWith(['f1'])
   search.beginAsk()

@@ -11,6 +11,7 @@ import { dcutr } from '@libp2p/dcutr'
 import { privateNetwork, type ProtectedConnection } from './pnet/index.js'
 import { relayServer, type RelayServeOptions } from './relay.js'
 import { isCircuit } from './reach.js'
+import { keepCrossedCircuits } from './crossed-circuits.js'
 import { rendezvous, type Rendezvous, type RendezvousInit } from '../rendezvous/rendezvous.js'
 import { dataChannelIdentity, type DataChannelIdentities } from './direct/identity.js'
 import { isPrivate } from '@libp2p/utils'
@@ -130,8 +131,9 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
       }
     },
     // Every agent can dial /p2p-circuit addresses (members behind NAT); it listens on one only
-    // once it finds itself unreachable (./reach.ts).
-    transports: harness?.memory != null ? [harness.memory({ latency: inMemory?.latencyMs ?? 0 })] : harness != null ? [tcp()] : [tcp(), circuitRelayTransport()],
+    // once it finds itself unreachable (./reach.ts). Two members dialling each other through the
+    // relay at once keep both circuits (./crossed-circuits.ts).
+    transports: harness?.memory != null ? [harness.memory({ latency: inMemory?.latencyMs ?? 0 })] : harness != null ? [tcp()] : [tcp(), keepCrossedCircuits(circuitRelayTransport())],
     connectionEncrypters: harness != null ? [harness.plaintext()] : encrypters,
     streamMuxers: [yamux({
       enableKeepAlive: true,

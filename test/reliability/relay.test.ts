@@ -28,7 +28,8 @@ class Site {
 
   constructor (readonly name: string, ns: string, config: SiteConfig) {
     this.child = spawn('ip', ['netns', 'exec', ns, process.execPath, SITE, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'] })
-    this.child.stderr!.on('data', (d: Buffer) => { this.stderr = (this.stderr + d.toString()).slice(-400000) })
+    // The tail of the site's stderr kept for AVS_TEST_LOG: 400 kB, or AVS_TEST_LOG_BYTES (tens of MB for DEBUG=*libp2p:* runs).
+    this.child.stderr!.on('data', (d: Buffer) => { this.stderr = (this.stderr + d.toString()).slice(-(Number(process.env.AVS_TEST_LOG_BYTES ?? 400000))) })
     createInterface({ input: this.child.stdout! }).on('line', (text) => {
       try { this.lines.push(JSON.parse(text) as Line) } catch { this.stderr += `\n(stdout) ${text}` }
       for (const w of this.waiters.splice(0)) w()

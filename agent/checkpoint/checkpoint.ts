@@ -128,7 +128,11 @@ async function removeStaleTemporaries (folder: string): Promise<string[]> {
 /** Tells this process's claims from a previous incarnation's (a restarted container is often pid 1 again). */
 const INCARNATION = randomBytes(8).toString('hex')
 
-/** Whether a claim (`<host> <pid> <incarnation>`) still belongs to a live writer. */
+/**
+ * Whether a claim (`<host> <pid> <incarnation>`) still belongs to a live writer. Claims are linked into
+ * place whole, so one without that line is a writer's killed before claims were written that way (an
+ * empty file): dead, or it would hold its round for CLAIM_STALE_MS.
+ */
 async function claimIsLive (path: string): Promise<boolean> {
   const [text, age] = await Promise.all([
     readFile(path, 'utf8').catch(() => ''),
@@ -136,6 +140,7 @@ async function claimIsLive (path: string): Promise<boolean> {
   ])
   const [host, pidText, incarnation] = text.trim().split(' ')
   const pid = Number(pidText)
+  if (host === '' || pidText === undefined || incarnation === undefined) return false
   if (host === hostname() && Number.isSafeInteger(pid)) {
     if (incarnation === INCARNATION) return true
     return pid !== process.pid && isAlive(pid)
@@ -144,20 +149,23 @@ async function claimIsLive (path: string): Promise<boolean> {
 }
 
 /**
- * Claims a round for this writer (O_EXCL), so that the other groups finishing the same round skip
- * the write instead of all writing it. A dead writer's claim (same host and its process gone, or
- * older than CLAIM_STALE_MS) is taken over; the manifest's link still decides who wins.
+ * Claims a round for this writer, so that the other groups finishing the same round skip the write
+ * instead of all writing it. The claim is written under a temporary name and linked into place
+ * (exclusive), so it never exists without its owner's line: a writer killed between creating and
+ * filling the claim (O_EXCL then write) left an empty one that nobody could tell from a live writer's.
+ * A dead writer's claim (same host and its process gone, or older than CLAIM_STALE_MS) is taken over;
+ * the manifest's link still decides who wins.
  */
 async function claimRound (folder: string, round: number): Promise<() => Promise<void>> {
   const path = join(folder, claimName(round))
+  const taken = (): CheckpointTakenError => new CheckpointTakenError(`Round ${round} is being written by another agent.`)
   for (let attempt = 0; ; attempt++) {
     try {
-      const fh = await open(path, 'wx', 0o644)
-      try { await fh.writeFile(`${hostname()} ${process.pid} ${INCARNATION}\n`) } finally { await fh.close() }
+      await writeAtomically(folder, claimName(round), writeText(`${hostname()} ${process.pid} ${INCARNATION}\n`), true)
       return async () => { await unlink(path).catch(() => {}) }
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err
-      if (await claimIsLive(path)) throw new CheckpointTakenError(`Round ${round} is being written by another agent.`)
+      if (!(err instanceof CheckpointTakenError)) throw err
+      if (attempt > 0 || await claimIsLive(path)) throw taken()
       await unlink(path).catch(() => {})
     }
   }

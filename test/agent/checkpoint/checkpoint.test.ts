@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { mkdtemp, open, readFile, readdir, rm, truncate, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { hostname, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
   CheckpointError, CheckpointTakenError, SafetensorsReader, loadNewestCheckpoint, verifyCheckpoint, writeCheckpoint, type CheckpointSchema
@@ -167,5 +167,23 @@ test('agents writing one round at once: exactly one checkpoint is written, the o
     assert.deepEqual(checkpoint.tensors.get('w'), w.data)
     // The losers left nothing behind: one data file and one manifest per round, no claim, no temporary.
     assert.deepEqual(await listing(join(dir, 'sw')), ['latest', 'round-1-*.safetensors', 'round-1.json', 'round-2-*.safetensors', 'round-2.json'])
+  })
+})
+
+test('claims: a live writer\'s holds its round; a dead writer\'s, or an empty one (killed between create and write), does not', async () => {
+  await withDir(async dir => {
+    await writeRounds(dir, [1])
+    const folder = join(dir, 'sw')
+    const write = async (round: number): Promise<unknown> => await writeCheckpoint({ dir, swarm: 'sw', round, samples: round, tensors: roundTensors(round, SIZES) })
+    // A live writer on this host (this test's parent process stands in for one): the round is refused.
+    await writeFile(join(folder, '.round-2.claim'), `${hostname()} ${process.ppid} someone-else\n`)
+    await assert.rejects(write(2), (err: Error) => err instanceof CheckpointTakenError && /Round 2 is being written by another agent/.test(err.message))
+    // The same claim once its writer is gone, and an empty claim: both taken over, the round written, no claim left.
+    await writeFile(join(folder, '.round-2.claim'), `${hostname()} 999999999 someone-else\n`)
+    await write(2)
+    await writeFile(join(folder, '.round-3.claim'), '')
+    await write(3)
+    assert.deepEqual((await readdir(folder)).filter(n => n.endsWith('.claim') || n.endsWith('.tmp')), [])
+    assert.equal((await loadNewestCheckpoint(dir, 'sw', SCHEMA, quiet)).checkpoint?.manifest.round, 3)
   })
 })

@@ -13,7 +13,7 @@ import { elementsPerPart } from './allreduce/partition.js'
 import { codecFor, type Codec, type CompressionChoice, type CompressionName } from './compression/index.js'
 import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js'
 import { netBytes, peakWindowRate, smoothRate, SAMPLE_MS, type ByteSample } from './adapt/link-rate.js'
-import { groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
+import { bitsFromKey, groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
 import { schemaHash, subsetOf, subsetSchemaHash, subsetTag, elementCount, type TensorSchema } from './schema.js'
 import { PeerMode, type PeerInfo } from './proto/averaging.js'
 import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
@@ -386,7 +386,7 @@ export class DecentralizedAverager {
       try {
         const result = await this.tensorLock.run(async () => await this.allReduce(group, codec, subset))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
-        this.bits = nextGroupBits(this.bits, group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
+        this.bits = nextGroupBits(bitsFromKey(group.gridKey, prefix, this.bits), group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
             const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
         this.hooks.onStep?.(outcome, { ...roundDetail, result })
         return {

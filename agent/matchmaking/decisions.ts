@@ -62,7 +62,12 @@ export function reasonToReject (config: LeaderConfig, state: LeaderState | null,
   if (!equalBytes(request.schemaHash, state.schemaHash ?? config.schemaHash)) return { code: MatchCode.BAD_SCHEMA_HASH, reason: 'tensor schema differs' }
   if (request.groupKey !== state.groupKey) return { code: MatchCode.BAD_GROUP_KEY, reason: `leader is on ${state.groupKey}` }
   if (state.declaredExpiration == null) return { code: MatchCode.NOT_DECLARED, reason: 'leader has not declared yet' }
-  if (state.declaredExpiration > request.expiration) return { code: MatchCode.BAD_EXPIRATION_TIME, reason: 'leader expires after the follower' }
+  if (state.declaredExpiration > request.expiration) {
+    // A follower names its leader even so: an asker that ranks above it (reverseCandidate) may
+    // not see that leader, whose own expiration decides whether it may lead the asker.
+    const rejection = { code: MatchCode.BAD_EXPIRATION_TIME, reason: 'leader expires after the follower' }
+    return state.currentLeader != null ? { ...rejection, suggestedLeader: state.currentLeader } : rejection
+  }
   if (state.currentLeader != null) return { code: MatchCode.NOT_A_LEADER, reason: 'leader follows another peer', suggestedLeader: state.currentLeader }
   if (from === config.selfId || state.followers.has(from)) return { code: MatchCode.DUPLICATE_PEER_ID, reason: 'peer already in the group' }
   if (groupFull(state.followers.size, config.targetGroupSize)) return { code: MatchCode.GROUP_IS_FULL, reason: 'group is full' }
@@ -149,6 +154,76 @@ export function bestCandidate (entries: readonly StoredEntry[], view: CandidateV
   return best
 }
 
+/** The `tried` key of a declaration we asked though it ranks below us (reverseCandidate): once per declaration. */
+export function reverseKey (peerId: string, expiration: number): string {
+  return `${peerId}@${expiration}@reverse`
+}
+
+/** Entries a leader adds to its view from the join requests of better-ranked askers (heardEntry), at most. */
+export const MAX_HEARD = 16
+
+/**
+ * A peer that asked us to lead it and was refused because it ranks above us (BAD_EXPIRATION_TIME),
+ * as an entry of our view: it declared under our key, and we ask it to lead us as if the replicas
+ * had shown it (they did not, or it would not have asked a worse-ranked peer: reverseCandidate).
+ * Null for an expiration outside our next declaration (a hostile or confused asker).
+ */
+export function heardEntry (peerId: string, expiration: number, now: number, averagingExpiration: number): StoredEntry | null {
+  if (!Number.isFinite(expiration) || expiration <= now || expiration > now + averagingExpiration) return null
+  return { peerId, expiration, looking: true, priority: 0, addrs: [] }
+}
+
+/** Our view of the key: the replicas' entries, and the heard ones (heardEntry) the replicas do not hold as fresh, unexpired. */
+export function withHeard (known: readonly StoredEntry[], heard: ReadonlyMap<string, StoredEntry>, now: number): StoredEntry[] {
+  if (heard.size === 0) return [...known]
+  const extra = [...heard.values()].filter(h => h.expiration > now && !known.some(e => e.peerId === h.peerId && e.expiration >= h.expiration))
+  return [...known, ...extra]
+}
+
+/** What reverseCandidate looks at besides a CandidateView. */
+export interface ReverseView extends CandidateView {
+  readonly followers: ReadonlyMap<string, unknown>
+  /** When we first saw each declaration (triedKey) looking. */
+  readonly seenSince: ReadonlyMap<string, number>
+  /** Seconds a worse-ranked peer is given to ask us (reverseAskAfter). */
+  readonly after: number
+}
+
+/**
+ * Seconds after we first saw a worse-ranked peer looking under our key from which, if it has not
+ * joined us, we ask it (reverseCandidate): a peer that sees us asks us within its next poll (at
+ * most half a second) and one request, so one that has not by then likely does not see us.
+ */
+export function reverseAskAfter (requestTimeout: number): number {
+  return Math.min(1, requestTimeout / 2)
+}
+
+/**
+ * A peer to ask though it ranks below us, when nobody better is left to ask (bestCandidate null):
+ * the best-ranked worse peer seen looking under our key, not our follower, for at least `after`
+ * seconds, not asked at this declaration yet. Views of one key can be lopsided: the replicas a peer
+ * reads from may hold some of the key's declarations and not others (64 agents, in 1 of about 25
+ * runs: peer A saw B and C looking, worse than A, who followed leader L; neither B, C nor L saw A,
+ * and A could not see L, so A waited out its declaration alone and L assembled three of four).
+ * Asked, such a follower refuses us naming its leader (BAD_EXPIRATION_TIME with a suggested
+ * leader), which decides as for anyone; a worse-ranked leader refuses us and now knows of us
+ * (heardEntry), so it asks us in turn. These asks are not ordered by rank: the matchmaker sends
+ * them without holding its lock (Matchmaker.askBelow).
+ */
+export function reverseCandidate (entries: readonly StoredEntry[], view: ReverseView): StoredEntry | null {
+  let best: StoredEntry | null = null
+  for (const e of entries) {
+    if (!e.looking || e.expiration <= view.now || e.peerId === view.selfId || view.followers.has(e.peerId)) continue
+    if (outranks(e.expiration, e.peerId, view.myExpiration, view.selfId)) continue
+    if (view.tried.has(reverseKey(e.peerId, e.expiration))) continue
+    if (view.silent != null && isSilent(view.silent, e.peerId, view.now)) continue
+    const seen = view.seenSince.get(triedKey(e.peerId, e.expiration))
+    if (seen === undefined || view.now - seen < view.after) continue
+    if (best == null || outranks(e.expiration, e.peerId, best.expiration, best.peerId)) best = e
+  }
+  return best
+}
+
 /** What aloneUnderKey looks at in a search. */
 export interface KeyView {
   readonly groupKey: string
@@ -179,6 +254,46 @@ export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], s
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
   if (view.readAt < view.declaredUntil - view.averagingExpiration / 2) return false
   return !known.some(e => e.looking && e.peerId !== selfId && e.expiration > now)
+}
+
+/** What extraUnderKey looks at in a search: KeyView, and the signs that the key's groups formed without us. */
+export interface ExtraView extends KeyView {
+  /** Refusals in this search under this key that say a group formed or filled without us (GROUP_IS_FULL, NOT_LOOKING_FOR_GROUP). */
+  readonly turnedAway: number
+  /** Peers we saw looking under this key in this search. */
+  readonly seenLooking: ReadonlySet<string>
+}
+
+/**
+ * Whether we are one too many under our key: the key's groups formed without us (they turned us
+ * away, or peers we saw looking there have withdrawn: grouped, even though we ranked first and
+ * waited for them, their views lacking us), nobody follows us, and nobody else is looking under it now. Moshpit keys hold
+ * targetGroupSize peers when every group of the round before was full; once one was not (a split,
+ * a lost member), one key gets a peer too many and another one too few in every later round. The
+ * extra went on to the leftover key only after waiting out its whole declaration alone (64 peers:
+ * one peer groupless in every round after a split, 60 s steps), by which time the short key had
+ * assembled without it. Now it goes at once, and a short key's leader looks for it there
+ * (shortUnderKey). Like aloneUnderKey, only where there is a leftover key to go to.
+ */
+export function extraUnderKey (search: ExtraView, known: readonly StoredEntry[], selfId: string, now: number): boolean {
+  if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
+  if (known.some(e => e.looking && e.peerId !== selfId && e.expiration > now)) return false
+  return search.turnedAway > 0 || known.some(e => !e.looking && e.peerId !== selfId && e.expiration > now && search.seenLooking.has(e.peerId))
+}
+
+/**
+ * Whether a leader about to assemble short of the target (assembleEarly said yes) first looks for
+ * extras under the leftover key (extraUnderKey): it leads followers, has room, has not looked in this
+ * declaration, and is on its Moshpit key (there is a leftover key, and it is not on it).
+ */
+export function shortUnderKey (search: KeyView, targetGroupSize: number, lookedThisDeclaration: boolean): boolean {
+  return search.leftoverKey != null && search.groupKey !== search.leftoverKey && !lookedThisDeclaration &&
+    search.followers.size > 0 && search.followers.size + 1 < targetGroupSize
+}
+
+/** The peers looking under the leftover key that a short leader takes its group there for (shortUnderKey): unexpired, not us. */
+export function extrasWaiting (known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
+  return known.filter(e => e.looking && e.peerId !== selfId && e.expiration > now)
 }
 
 /** Members a leader must have (itself included) before it may assemble short of its expiration: a strict majority of the target, and minGroupSize. */

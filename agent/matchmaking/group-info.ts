@@ -11,6 +11,8 @@ export interface GroupInfo {
   /** Our position in peerIds. */
   readonly myIndex: number
   readonly leader: string
+  /** The Moshpit key the leader took this group from to the leftover key (Search.gridKey): the members' next bits come from it. */
+  readonly gridKey?: string
 }
 
 export const MAX_GROUP_SIZE = 1024

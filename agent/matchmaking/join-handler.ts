@@ -21,6 +21,8 @@ export interface JoinHandlerContext {
   onFollowerJoined (): void
   /** A peer asked to join while we were not looking (its group key): one that came too late. */
   onTurnedAway (groupKey: string): void
+  /** A peer under our key that ranks above us asked us to lead it (refused: BAD_EXPIRATION_TIME): we ask it in turn. */
+  onOutranked (peerId: string, expiration: number): void
   now (): number
 }
 
@@ -46,6 +48,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
           const rejection = reasonToReject(ctx, search, request, from)
           if (rejection != null) {
             if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) ctx.onTurnedAway(request.groupKey)
+            if (rejection.code === MatchCode.BAD_EXPIRATION_TIME) ctx.onOutranked(from, request.expiration)
             const reply = message(rejection.code, rejection.reason)
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
           }
@@ -77,5 +80,5 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
 }
 
 function message (code: MatchCode, reason: string): MessageFromLeader {
-  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [] }
+  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '' }
 }

@@ -3,6 +3,7 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import type { SwarmNode } from '../net/node.js'
 import { JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../proto/averaging.js'
 import { atOwnAddress, openFramed, ownAddrBytes, peerIdFromBytes, rememberAddrs } from '../net/rpc.js'
+import type { FramedStream } from '../net/framed-stream.js'
 import { MatchmakingError, describeError } from '../errors.js'
 import { Mutex } from '../util/mutex.js'
 import { Wakeup } from '../util/wakeable-sleep.js'
@@ -13,7 +14,10 @@ import { Search } from './search.js'
 import { createJoinHandler } from './join-handler.js'
 import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, followRedirect, missingPeers, probeMissing, redirectKey, sharedArrivals, shortKeyFewest, silentUntil, triedKey, validInfo } from './decisions.js'
+import {
+  MAX_HEARD, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, extrasWaiting, followRedirect, heardEntry, missingPeers, probeMissing, redirectKey,
+  reverseAskAfter, reverseCandidate, reverseKey, sharedArrivals, shortKeyFewest, shortUnderKey, silentUntil, triedKey, validInfo, withHeard, type EarlyView
+} from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
 
@@ -91,6 +95,15 @@ export class Matchmaker {
         const last = this.lastEarly
         if (last != null && last.groupKey === groupKey && this.now() < last.expiration) this.arrivals.record(this.now() - last.declaredAt)
       },
+      onOutranked: (peerId, expiration) => {
+        const search = this.search
+        if (search == null || search.assembled || search.currentLeader != null) return
+        const entry = heardEntry(peerId, expiration, this.now(), this.config.averagingExpiration)
+        if (entry == null || (search.heard.size >= MAX_HEARD && !search.heard.has(peerId))) return
+        search.heard.set(peerId, entry)
+        this.config.log?.debug(`${peerId.slice(-6)} (exp ${expiration.toFixed(3)}) asked us to lead it and ranks above us: asking it in turn`)
+        this.wakeup.notify()
+      },
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
     // Echoes the asker's first byte, then closes; the asker tears the stream down once answered.
@@ -159,13 +172,14 @@ export class Matchmaker {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
           const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration }
-          if (aloneUnderKey(search, known, this.selfId, now, view)) await this.moveToLeftovers(search)
+          if (aloneUnderKey(search, withHeard(known, search.heard, now), this.selfId, now, view)) await this.moveToLeftovers(search, `alone under ${search.groupKey} for a whole declaration`)
         } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
         search.declaredAt = now
         this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
         knownAt = this.now()
+        noteSeen(search, known, knownAt)
         this.config.log?.debug(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
         pollMs = POLL_MIN_MS
       } else {
@@ -174,22 +188,48 @@ export class Matchmaker {
           return []
         })
         knownAt = this.now()
+        noteSeen(search, known, knownAt)
       }
       if (search.assembled) break
-      if (this.assembleShort(search, known)) break
-      const candidate = bestCandidate(known, {
+      // Our view: the replicas' answer, and the declarations heard of otherwise (Search.heard).
+      let pool = withHeard(known, search.heard, this.now())
+      if (await this.widenIfShort(search, known, pool)) {
+        pool = withHeard(known, search.heard, this.now())
+        noteSeen(search, pool, this.now())
+      }
+      if (search.assembled) break
+      if (await this.takeGroupToExtras(search, pool)) { pollMs = POLL_MIN_MS; continue }
+      if (this.assembleShort(search, pool)) break
+      const ranking = {
         selfId: this.selfId,
         myExpiration: isClient ? Infinity : (search.declaredExpiration ?? Infinity),
         tried: search.tried,
         silent: search.silent,
         now: this.now()
-      })
+      }
+      const candidate = bestCandidate(pool, ranking)
       if (candidate != null) {
         search.tried.add(triedKey(candidate.peerId, candidate.expiration))
         this.config.log?.debug(`asking ${candidate.peerId.slice(-6)} exp ${candidate.expiration.toFixed(3)} (mine ${search.declaredExpiration?.toFixed(3)}) known=${known.length}`)
         const group = await this.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs)
         if (group != null) return search.adopt(group)
         pollMs = POLL_MIN_MS
+        continue
+      }
+      const reverse = isClient ? null : reverseCandidate(pool, { ...ranking, followers: search.followers, seenSince: search.seenSince, after: reverseAskAfter(this.config.requestTimeout) })
+      if (reverse != null) {
+        search.tried.add(reverseKey(reverse.peerId, reverse.expiration))
+        this.config.log?.debug(`asking ${reverse.peerId.slice(-6)} exp ${reverse.expiration.toFixed(3)} though it ranks below us (mine ${search.declaredExpiration?.toFixed(3)}): seen looking under our key without joining us`)
+        const group = await this.followLeader(search, reverse.peerId, reverse.expiration, reverse.addrs, true)
+        if (group != null) return search.adopt(group)
+        pollMs = POLL_MIN_MS
+        continue
+      }
+      if (!isClient && extraUnderKey(search, pool, this.selfId, ranking.now)) {
+        await this.moveToLeftovers(search, `one too many under ${search.groupKey} (its groups formed without us, nobody else looks there)`)
+        // Declared there at once, with a fresh expiration: the short leaders that come for us outrank us, and we ask them.
+        clearTimeout(search.expiryTimer)
+        search.declaredExpiration = null
         continue
       }
       const untilExpiry = search.declaredExpiration != null ? (search.declaredExpiration - this.now()) * 1000 : Infinity
@@ -231,14 +271,7 @@ export class Matchmaker {
   private assembleShort (search: Search, known: readonly StoredEntry[]): boolean {
     if (search.currentLeader != null || search.followers.size === 0 || search.declaredAt == null || search.declaredExpiration == null) return false
     const now = this.now()
-    const view = {
-      followers: search.followers,
-      declaredAt: search.declaredAt,
-      cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
-      quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize),
-      fewest: shortKeyFewest(this.config.minGroupSize),
-      silent: search.silent
-    }
+    const view = this.earlyView(search, search.declaredAt)
     if (!assembleEarly(view, known, this.selfId, now)) {
       if (probeMissing(view, now)) for (const e of missingPeers(view, known, this.selfId, now)) this.probeMissingPeer(search, e)
       return false
@@ -248,6 +281,85 @@ export class Matchmaker {
     this.lastEarly = { groupKey: search.groupKey, declaredAt: search.declaredAt, expiration: search.declaredExpiration }
     this.config.log?.debug(`assembled ${size} of ${this.config.targetGroupSize} ${(now - search.declaredAt).toFixed(2)} s after declaring, ${(search.declaredExpiration - now).toFixed(2)} s before expiring: nobody else is looking under ${search.groupKey}`)
     this.config.onEarlyAssembly?.(search.declaredExpiration - now)
+    return true
+  }
+
+  /** What assembleEarly judges a leader's search by. */
+  private earlyView (search: Search, declaredAt: number): EarlyView {
+    return {
+      followers: search.followers,
+      declaredAt,
+      cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
+      quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize),
+      fewest: shortKeyFewest(this.config.minGroupSize),
+      silent: search.silent
+    }
+  }
+
+  /**
+   * Short of the target when we could assemble early, or a request timeout before our expiration
+   * (alone included): declares again with a wide exchange (Rendezvous ExchangeOptions.wide: three
+   * times the replicas), once per declaration and again while only the peers it found hold us,
+   * in case the replicas we use and those the rest of our key uses drifted apart (64 agents: a key
+   * split into two pairs, and a peer alone for its whole step beside a group of three, each side
+   * seeing only its own replicas). The peers it shows looking that `known` lacks are kept in
+   * Search.heard (the replicas we read will not show them), so that we ask them or wait for them,
+   * until a later wide look shows them withdrawn. Returns whether it looked.
+   */
+  private async widenIfShort (search: Search, known: readonly StoredEntry[], pool: readonly StoredEntry[]): Promise<boolean> {
+    const expiration = search.declaredExpiration
+    if (this.config.mode === PeerMode.CLIENT || search.currentLeader != null || expiration == null || search.declaredAt == null) return false
+    if (search.followers.size + 1 >= this.config.targetGroupSize) return false
+    const now = this.now()
+    const view = this.earlyView(search, search.declaredAt)
+    const early = search.followers.size > 0 && assembleEarly(view, pool, this.selfId, now)
+    const due = search.widened !== expiration
+      ? early || now >= expiration - this.config.requestTimeout
+      // Only peers heard of this way hold our early assembly: look again, a request timeout after the
+      // last look, whether they are still looking (they may have grouped elsewhere meanwhile).
+      : !early && search.followers.size > 0 && assembleEarly(view, known, this.selfId, now) && now - search.widenedAt >= this.config.requestTimeout
+    if (!due) return false
+    search.widened = expiration
+    search.widenedAt = now
+    const wider = await this.rendezvous.declare(search.groupKey, {
+      peerId: this.selfId, expiration, looking: true, priority: 0, addrs: ownAddrBytes(this.node)
+    }, { wide: true }).catch((err) => {
+      this.config.log?.debug(`a wide declaration under ${search.groupKey} failed: ${describeError(err)}`)
+      return null
+    })
+    if (wider == null || search.declaredExpiration !== expiration) return false
+    const later = this.now()
+    for (const e of wider) if (search.heard.has(e.peerId) && (!e.looking || e.expiration <= later)) search.heard.delete(e.peerId)
+    const unseen = wider.filter(e => e.looking && e.peerId !== this.selfId && e.expiration > later && !known.some(k => k.peerId === e.peerId))
+    for (const e of unseen) if (search.heard.size < MAX_HEARD || search.heard.has(e.peerId)) search.heard.set(e.peerId, e)
+    if (unseen.length > 0) this.config.log?.info(`a wider look under ${search.groupKey} found ${unseen.length} peer(s) looking that our replicas did not show`)
+    return true
+  }
+
+
+  /**
+   * About to assemble short of the target on our Moshpit key (decisions.ts shortUnderKey: early,
+   * or at our expiration): looks once per declaration under the leftover key for peers one too many under
+   * theirs (extraUnderKey), and if any wait there, takes our group there (our followers stay ours; we
+   * declare there with the expiration we had, so they rank below us and ask us). Returns whether it
+   * moved. The members' next Moshpit bits come from our key (Search.gridKey, sent with the group),
+   * so the extra takes the place the short key lacked and the grid is whole again the round after.
+   */
+  private async takeGroupToExtras (search: Search, known: readonly StoredEntry[]): Promise<boolean> {
+    const expiration = search.declaredExpiration
+    if (search.currentLeader != null || expiration == null || search.declaredAt == null || search.leftoverKey == null) return false
+    if (!shortUnderKey(search, this.config.targetGroupSize, search.lookedForExtras === expiration)) return false
+    // Due when it would assemble early, or in the last half request timeout before it assembles at its expiration.
+    const due = assembleEarly(this.earlyView(search, search.declaredAt), known, this.selfId, this.now()) || this.now() >= expiration - this.config.requestTimeout / 2
+    if (!due) return false
+    search.lookedForExtras = expiration
+    const leftovers = await this.rendezvous.find(search.leftoverKey).catch(() => [])
+    const extras = extrasWaiting(leftovers, this.selfId, this.now())
+    if (extras.length === 0 || search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return false
+    const from = search.groupKey
+    await this.moveToLeftovers(search, `${search.followers.size + 1} of ${this.config.targetGroupSize} under ${from}, and ${extras.length} peer(s) one too many under their keys wait under the leftover key: taking our group there`)
+    search.gridKey = from
+    await this.declare(search, expiration)
     return true
   }
 
@@ -356,14 +468,16 @@ export class Matchmaker {
     })
   }
 
-  /** Leaves our Moshpit key for the swarm's leftover key, where peers alone under theirs meet. */
-  private async moveToLeftovers (search: Search): Promise<void> {
+  /** Leaves our Moshpit key for the swarm's leftover key, where peers alone or one too many under theirs meet short groups (logs `why`). */
+  private async moveToLeftovers (search: Search, why: string): Promise<void> {
     if (search.leftoverKey == null) return
-    const from = search.groupKey
     await this.withdraw(search)
     search.groupKey = search.leftoverKey
     search.tried.clear()
-    this.config.log?.info(`alone under ${from} for a whole declaration; looking under ${search.groupKey}`)
+    search.heard.clear()
+    search.turnedAway = 0
+    search.seenLooking.clear()
+    this.config.log?.info(`${why}; looking under ${search.groupKey}`)
   }
 
   private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
@@ -388,10 +502,12 @@ export class Matchmaker {
    * Follower side: ask a leader, and if accepted wait for its group; follow where it sends us (a
    * busy leader's own leader, a disbanding leader's new one), at most MAX_REDIRECTS times.
    */
-  private async followLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[]): Promise<GroupInfo | null> {
+  private async followLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[], below = false): Promise<GroupInfo | null> {
     let next: { leaderId: string, addrs: readonly Uint8Array[] } = { leaderId, addrs }
     for (let redirects = 0; redirects <= MAX_REDIRECTS && !search.assembled; redirects++) {
-      const outcome = await this.askLeader(search, next.leaderId, leaderExpiration, next.addrs)
+      const outcome = below && redirects === 0
+        ? await this.askBelow(search, next.leaderId, leaderExpiration, next.addrs, true)
+        : await this.askLeader(search, next.leaderId, leaderExpiration, next.addrs)
       if (outcome == null) return null
       if ('group' in outcome) return outcome.group
       next = { leaderId: outcome.redirect, addrs: [] }
@@ -422,6 +538,7 @@ export class Matchmaker {
       // came to it as a candidate or by a redirect).
       if (err instanceof ConnectingError) {
         search.tried.delete(triedKey(leaderId, leaderExpiration))
+        search.tried.delete(reverseKey(leaderId, leaderExpiration))
         search.tried.delete(redirectKey(leaderId))
       }
       return null
@@ -463,6 +580,7 @@ export class Matchmaker {
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
+          if (formedWithoutUs(reply)) search.turnedAway++
           this.config.log?.debug(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
           // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
@@ -493,6 +611,76 @@ export class Matchmaker {
       search.tried.add(redirectKey(ask.redirect))
       return ask
     }
+    return await this.awaitGroup(search, leader, leaderId, leaderExpiration, ask)
+  }
+
+  /**
+   * Asks a peer that ranks below us (decisions.ts reverseCandidate) to lead us, and when it names
+   * the leader it follows (`follow`), asks that one the same way: without holding our lock while the
+   * answer comes. Ranks do not order these asks, so that peer may be asking us at the same moment,
+   * and with both locks held neither could answer the other until a timeout (a frozen-leader test:
+   * 20 s). Each answer comes within a request timeout or not at all (no verdict: it may be busy
+   * asking someone itself). A worse-ranked leader refuses us and learns of us (heardEntry), so it
+   * asks us in turn; a leader that accepts us is followed if we are still free to follow.
+   */
+  private async askBelow (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[], follow: boolean): Promise<{ group: GroupInfo } | { redirect: string } | null> {
+    let leader: PeerId
+    try { leader = peerIdFromString(leaderId) } catch { return null }
+    if (addrs.length > 0 && this.node.getConnections(leader).length === 0) {
+      if (atOwnAddress(this.node, addrs)) return null
+      await rememberAddrs(this.node, leader, addrs).catch(() => {})
+    }
+    const requestMs = this.config.requestTimeout * 1000
+    let framed: FramedStream | undefined
+    let reply: MessageFromLeader | null = null
+    // Our expiration waits for the answer, as for any ask (Search.assembleIfEnough).
+    search.beginAsk()
+    try {
+      await connectPatiently(this.node, leader, requestMs)
+      framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), { timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
+      await framed.write(JoinRequest.encode({
+        schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
+        expiration: search.declaredExpiration ?? Infinity,
+        groupKey: search.groupKey,
+        info: search.info
+      }))
+      const first = await framed.read(requestMs)
+      reply = first != null ? MessageFromLeader.decode(first) : null
+    } catch (err) {
+      search.rejections.push(describeError(err))
+      this.config.log?.debug(`asking ${leaderId.slice(-6)} (below us) failed: ${describeError(err)}`)
+      framed?.abort(err instanceof Error ? err : new MatchmakingError(describeError(err)))
+      return null
+    } finally {
+      if (search.endAsk(this.config.minGroupSize) != null) this.wakeup.notify()
+    }
+    if (reply?.code === MatchCode.ACCEPTED) {
+      const free = await this.lock.run(async () => {
+        if (search.assembled || search.currentLeader != null) return false
+        search.currentLeader = leaderId
+        search.disband(leaderId, 'our leader joined another group')
+        return true
+      })
+      // Taken meanwhile (our own group, another leader): leaving closes the stream, and the leader drops us.
+      if (!free) { await framed.closeWrite().catch(() => {}); return null }
+      return await this.awaitGroup(search, leader, leaderId, leaderExpiration, framed)
+    }
+    search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
+    if (formedWithoutUs(reply)) search.turnedAway++
+    this.config.log?.debug(`${leaderId.slice(-6)} (below us) refused: ${search.rejections[search.rejections.length - 1]}`)
+    await framed.closeWrite().catch(() => {})
+    if (!follow || reply?.code !== MatchCode.BAD_EXPIRATION_TIME || reply.suggestedLeader.byteLength === 0) return null
+    let next: string
+    try { next = peerIdFromBytes(reply.suggestedLeader).toString() } catch { return null }
+    if (!followRedirect(next, this.selfId, search.tried, search.silent, this.now())) return null
+    search.tried.add(redirectKey(next))
+    this.config.log?.debug(`${leaderId.slice(-6)} follows ${next.slice(-6)}: asking it`)
+    return await this.askBelow(search, next, leaderExpiration, [], false)
+  }
+
+  /** Accepted by `leader` (`ask` its open join stream): waits for its group, as long as it may assemble with us. */
+  private async awaitGroup (search: Search, leader: PeerId, leaderId: string, leaderExpiration: number, ask: FramedStream): Promise<{ group: GroupInfo } | { redirect: string } | null> {
+    const requestMs = this.config.requestTimeout * 1000
     // Accepted: while we wait for the group, a leader that stops answering liveness checks for a request
     // timeout (frozen, cut off) is left at once, not at its expiration plus a request timeout
     // (chaos runs: followers of a leader frozen with SIGSTOP lost ~4.6 s per freeze). A live
@@ -543,6 +731,21 @@ export class Matchmaker {
     if (myIndex < 0 || !peerIds.includes(leader)) return null
     // A hostile leader's NaN or negative weight or bandwidth would poison every member's plan.
     if (!reply.gathered.every(validInfo)) return null
-    return { groupId: reply.groupId, peerIds, infos: reply.gathered, myIndex, leader }
+    return { groupId: reply.groupId, peerIds, infos: reply.gathered, myIndex, leader, ...(reply.gridKey !== '' ? { gridKey: reply.gridKey } : {}) }
   }
+}
+
+/** Records when each declaration in the view was first seen looking, and who was (Search.seenSince, seenLooking). */
+function noteSeen (search: Search, known: readonly StoredEntry[], now: number): void {
+  for (const e of known) {
+    if (!e.looking || e.peerId === search.selfId) continue
+    const key = triedKey(e.peerId, e.expiration)
+    if (!search.seenSince.has(key)) search.seenSince.set(key, now)
+    search.seenLooking.add(e.peerId)
+  }
+}
+
+/** A refusal that says the asked peer's group formed or filled without us (decisions.ts extraUnderKey). */
+function formedWithoutUs (reply: MessageFromLeader | null): boolean {
+  return reply?.code === MatchCode.GROUP_IS_FULL || reply?.code === MatchCode.NOT_LOOKING_FOR_GROUP
 }

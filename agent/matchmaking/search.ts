@@ -3,6 +3,7 @@ import { MatchCode, type MessageFromLeader, type PeerInfo } from '../proto/avera
 import { peerIdToBytes } from '../net/rpc.js'
 import { shuffle } from '../util/random.js'
 import type { GroupInfo } from './group-info.js'
+import type { StoredEntry } from '../rendezvous/store.js'
 import { enoughToAssemble, groupFull } from './decisions.js'
 
 export interface Follower {
@@ -31,6 +32,21 @@ export class Search {
   /** `${peerId}@${expiration}` of the declarations whose peer we probed before assembling without it. */
   readonly probed = new Set<string>()
   readonly rejections: string[] = []
+  /** Better-ranked askers we refused (decisions.ts heardEntry), by peer id: asked in turn, though the replicas do not show them. */
+  readonly heard = new Map<string, StoredEntry>()
+  /** When each declaration (triedKey) was first seen looking: worse-ranked peers get a while to ask us (decisions.ts reverseCandidate). */
+  readonly seenSince = new Map<string, number>()
+  /** Refusals under the current key saying a group formed or filled without us (decisions.ts extraUnderKey). */
+  turnedAway = 0
+  /** Peers seen looking under the current key (decisions.ts extraUnderKey). */
+  readonly seenLooking = new Set<string>()
+  /** The declaration (its expiration) we repeated with a wide exchange (Matchmaker.widenIfShort), and when we last did. */
+  widened: number | null = null
+  widenedAt = -Infinity
+  /** The declaration (its expiration) in which we looked for extras under the leftover key (decisions.ts shortUnderKey). */
+  lookedForExtras: number | null = null
+  /** The Moshpit key we led our group from before taking it to the leftover key: its members' next bits come from it. */
+  gridKey: string | undefined
   /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
   expiryTimer: NodeJS.Timeout | undefined
   /** A join request of ours is out to a better-ranked leader, not yet answered (beginAsk, endAsk). */
@@ -73,7 +89,8 @@ export class Search {
       gathered: members.map(m => m.info),
       suggestedLeader: new Uint8Array(0),
       reason: '',
-      arrivalDelays: [...this.followers.values()].flatMap(f => f.joinedAfter !== undefined ? [f.joinedAfter] : [])
+      arrivalDelays: [...this.followers.values()].flatMap(f => f.joinedAfter !== undefined ? [f.joinedAfter] : []),
+      gridKey: this.gridKey ?? ''
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()
@@ -82,7 +99,8 @@ export class Search {
       peerIds: members.map(m => m.peerId),
       infos: members.map(m => m.info),
       myIndex: members.findIndex(m => m.peerId === this.selfId),
-      leader: this.selfId
+      leader: this.selfId,
+      ...(this.gridKey !== undefined ? { gridKey: this.gridKey } : {})
     })
   }
 
@@ -161,7 +179,8 @@ export class Search {
       gathered: [],
       suggestedLeader: suggestedLeader != null ? peerIdToBytes(suggestedLeader) as Uint8Array<ArrayBuffer> : new Uint8Array(0),
       reason,
-      arrivalDelays: []
+      arrivalDelays: [],
+      gridKey: ''
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()

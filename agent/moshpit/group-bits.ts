@@ -10,6 +10,17 @@ export function isGroupBits (bits: string): boolean {
 }
 
 /**
+ * The bits the next round's rule starts from: `key`'s, when it is a grid key of `prefix` as wide as
+ * ours (the key a leader took its short group from, GroupInfo.gridKey: a member that was one too many
+ * under its own key takes the place that key lacked), else our own.
+ */
+export function bitsFromKey (key: string | undefined, prefix: string, ours: string): string {
+  if (key === undefined || !key.startsWith(`${prefix}.0b`)) return ours
+  const bits = key.slice(prefix.length + 3)
+  return bits.length === ours.length && isGroupBits(bits) ? bits : ours
+}
+
+/**
  * The next round's bits (hivemind's Moshpit rule): every member draws a distinct bucket index
  * from a permutation seeded by the group id, and shifts it into its bits. Former group-mates
  * land in different buckets, so with N = g^d peers and d-1 index chunks the swarm holds the

@@ -1237,6 +1237,7 @@ export interface MessageFromLeader {
   suggestedLeader: Uint8Array
   reason: string
   arrivalDelays: number[]
+  gridKey: string
 }
 
 export namespace MessageFromLeader {
@@ -1290,6 +1291,11 @@ export namespace MessageFromLeader {
           }
         }
 
+        if ((obj.gridKey != null && obj.gridKey !== '')) {
+          w.uint32(66)
+          w.string(obj.gridKey)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1301,7 +1307,8 @@ export namespace MessageFromLeader {
           gathered: [],
           suggestedLeader: uint8ArrayAlloc(0),
           reason: '',
-          arrivalDelays: []
+          arrivalDelays: [],
+          gridKey: ''
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1350,6 +1357,10 @@ export namespace MessageFromLeader {
               }
 
               obj.arrivalDelays.push(reader.float())
+              break
+            }
+            case 8: {
+              obj.gridKey = reader.string()
               break
             }
             default: {
@@ -1447,6 +1458,13 @@ export namespace MessageFromLeader {
 
               obj.arrivalDelays++
 
+              break
+            }
+            case 8: {
+              yield {
+                field: `${prefix}.gridKey`,
+                value: reader.string()
+              }
               break
             }
             default: {
@@ -1547,6 +1565,11 @@ export namespace MessageFromLeader {
     value: number
   }
 
+  export interface MessageFromLeaderGridKeyFieldEvent {
+    field: '$.gridKey'
+    value: string
+  }
+
   export function encode (obj: Partial<MessageFromLeader>): Uint8Array {
     return encodeMessage(obj, MessageFromLeader.codec())
   }
@@ -1555,7 +1578,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -16,6 +16,12 @@ const MAX_REQUEST_BYTES = 16 * 1024
 const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 /** Replicas per key, like hivemind's num_replicas (5); 3 is enough on swarms of tens to thousands. */
 const REPLICAS = 3
+/**
+ * Replicas a wide exchange asks first (ExchangeOptions.wide): the neighbourhoods two peers' partial routing tables led them to as a key's three
+ * closest were seen to be disjoint (64 agents in one process, 2 of 30 runs), each side asking its own
+ * and no answer naming the other's as closer.
+ */
+const WIDE_REPLICAS = 3 * REPLICAS
 const CLOSEST_CACHE_MS = 60_000
 /**
  * Rounds of asking the closer peers a key's replicas named: Kademlia's iterative lookup, carried by
@@ -47,6 +53,15 @@ export interface RendezvousInit {
   readonly now?: () => number
   readonly log?: Log
   readonly observer?: RendezvousObserver
+}
+
+export interface ExchangeOptions {
+  /**
+   * Ask the WIDE_REPLICAS closest peers we know first, not the REPLICAS closest: for a peer that
+   * sees fewer peers under a key than it expects (Matchmaker.widenIfShort). No network lookup: that
+   * would move the peer's later exchanges to other replicas than its key-mates use.
+   */
+  readonly wide?: boolean
 }
 
 /** Sees every exchange with a key's replicas and every network lookup of a key's closest peers (the scale harness). */
@@ -118,9 +133,9 @@ export class Rendezvous implements Startable {
     await this.node.unhandle(RENDEZVOUS_PROTOCOL).catch(() => {})
   }
 
-  /** Stores our entry under the key on its replicas and returns what they hold afterwards. */
-  async declare (key: string, entry: StoredEntry): Promise<StoredEntry[]> {
-    return await this.exchange(key, entry)
+  /** Stores our entry under the key on its replicas and returns what they hold afterwards (`wide`: ExchangeOptions). */
+  async declare (key: string, entry: StoredEntry, options: ExchangeOptions = {}): Promise<StoredEntry[]> {
+    return await this.exchange(key, entry, false, options.wide === true)
   }
 
   /**
@@ -129,8 +144,8 @@ export class Rendezvous implements Startable {
    * table may hold only its bootstrap peers, which need not be the key's replicas (seen: a
    * restarted agent found no state donor in a swarm full of them).
    */
-  async find (key: string, options: { settled?: boolean } = {}): Promise<StoredEntry[]> {
-    return await this.exchange(key, undefined, options.settled === true)
+  async find (key: string, options: { settled?: boolean } & ExchangeOptions = {}): Promise<StoredEntry[]> {
+    return await this.exchange(key, undefined, options.settled === true, options.wide === true)
   }
 
   /**
@@ -138,7 +153,7 @@ export class Rendezvous implements Startable {
    * when none answered, the next closest), for at most MAX_HOPS rounds; returns every answer's
    * entries merged.
    */
-  private async exchange (key: string, entry: StoredEntry | undefined, settled = false): Promise<StoredEntry[]> {
+  private async exchange (key: string, entry: StoredEntry | undefined, settled = false, wide = false): Promise<StoredEntry[]> {
     const started = performance.now()
     const keyBytes = new TextEncoder().encode(key)
     const target = (await sha256.digest(keyBytes)).digest
@@ -149,7 +164,7 @@ export class Rendezvous implements Startable {
     let failed = 0
     let hops = 0
     for (let hop = 0; hop < MAX_HOPS; hop++) {
-      const chosen = (await this.replicasFor(key, keyBytes, target, settled && hop === 0)).filter(p => !asked.has(p.toString()))
+      const chosen = (await this.replicasFor(key, keyBytes, target, settled && hop === 0, wide && hop === 0 ? WIDE_REPLICAS : REPLICAS)).filter(p => !asked.has(p.toString()))
       if (chosen.length === 0) break
       for (const p of chosen) asked.add(p.toString())
       hops++
@@ -274,7 +289,7 @@ export class Rendezvous implements Startable {
    * 4-agent swarm whose tables held only the bootstrap agent without groups: restore test.)
    * `settled` waits (a bounded while) for a kad-dht lookup of the key first.
    */
-  private async replicasFor (key: string, keyBytes: Uint8Array, target: Uint8Array, settled: boolean): Promise<PeerId[]> {
+  private async replicasFor (key: string, keyBytes: Uint8Array, target: Uint8Array, settled: boolean, count = REPLICAS): Promise<PeerId[]> {
     // No kad-dht lookup of every key any more, and none ahead of a round: the hops find the key's
     // replicas. A lookup cost ~60 messages and ~130 ms of CPU per peer per key; a find sent ahead
     // of each round (to warm the next key) left the bootstrap agent of a 4-agent swarm without a
@@ -285,7 +300,7 @@ export class Rendezvous implements Startable {
     }
     const candidates: PeerId[] = [
       this.node.peerId,
-      ...this.tableClosest(target, REPLICAS * 3),
+      ...this.tableClosest(target, count * 3),
       ...(this.learned.get(key) ?? []),
       ...(this.closestCache.get(key)?.peers ?? [])
     ]
@@ -298,7 +313,7 @@ export class Rendezvous implements Startable {
         continue
       }
       chosen.push(peer)
-      if (chosen.length === REPLICAS) break
+      if (chosen.length === count) break
     }
     return chosen
   }

@@ -3,8 +3,8 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  aloneUnderKey, bestCandidate, enoughToAssemble, followRedirect, groupFull, isSilent, outranks, reasonToReject, redirectKey, triedKey, validInfo,
-  type LeaderConfig, type LeaderState
+  MAX_HEARD, aloneUnderKey, bestCandidate, enoughToAssemble, extraUnderKey, extrasWaiting, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
+  redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
 
@@ -117,7 +117,9 @@ test('the first failing check wins, in hivemind\'s order', () => {
   assert.equal(reasonToReject(LEADER, full, everythingWrong, 'peer-F')?.code, MatchCode.BAD_SCHEMA_HASH)
   assert.equal(reasonToReject(LEADER, { ...full, declaredExpiration: null }, request({ groupKey: 'other', expiration: 50 }), 'peer-F')?.code, MatchCode.BAD_GROUP_KEY)
   assert.equal(reasonToReject(LEADER, { ...full, declaredExpiration: null }, request({ expiration: 50 }), 'peer-F')?.code, MatchCode.NOT_DECLARED)
-  assert.equal(reasonToReject(LEADER, full, request({ expiration: 50 }), 'peer-F')?.code, MatchCode.BAD_EXPIRATION_TIME)
+  // A follower names its leader to a better-ranked asker too, whose expiration that leader's decides against.
+  assert.deepEqual(reasonToReject(LEADER, full, request({ expiration: 50 }), 'peer-F'), { code: MatchCode.BAD_EXPIRATION_TIME, reason: 'leader expires after the follower', suggestedLeader: 'peer-Z' })
+  assert.deepEqual(reasonToReject(LEADER, { ...full, currentLeader: null }, request({ expiration: 50 }), 'peer-F'), { code: MatchCode.BAD_EXPIRATION_TIME, reason: 'leader expires after the follower' })
   assert.equal(reasonToReject(LEADER, full, request(), 'peer-F')?.code, MatchCode.NOT_A_LEADER)
   assert.equal(reasonToReject(LEADER, { ...full, currentLeader: null }, request(), 'peer-F')?.code, MatchCode.DUPLICATE_PEER_ID)
   assert.equal(reasonToReject(LEADER, { ...full, currentLeader: null }, request(), 'peer-G')?.code, MatchCode.GROUP_IS_FULL)
@@ -223,4 +225,59 @@ test('a leader that did not answer within a request timeout is not asked again, 
   assert.equal(followRedirect('H', 'me', new Set(), silent, 101), true)
   assert.equal(followRedirect('me', 'me', new Set(), silent, 101), false, 'never to ourselves')
   assert.equal(followRedirect('H', 'me', new Set([redirectKey('H')]), silent, 101), false, 'once per search')
+})
+
+test('reverseCandidate: with nobody better left, the best-ranked worse peer seen looking for a while that has not joined us', () => {
+  // We are 'peer-L', expiring at 120. A follower of a leader we cannot see looks like any worse peer.
+  const now = 100
+  const seenSince = new Map([[triedKey('p-w1', 121), 98], [triedKey('p-w2', 122), 98], [triedKey('p-new', 120.5), 99.8], [triedKey('p-better', 119), 98], [triedKey('p-follower', 121.5), 98]])
+  const view = { selfId: 'peer-L', myExpiration: 120, tried: new Set<string>(), now, followers: new Map([['p-follower', {}]]), seenSince, after: 1 }
+  const entries = [entry('p-w2', 122), entry('p-w1', 121), entry('p-new', 120.5), entry('p-better', 119), entry('p-follower', 121.5), entry('peer-L', 120), entry('p-gone', 121, false)]
+  assert.equal(reverseCandidate(entries, view)?.peerId, 'p-w1', 'the best-ranked of the worse peers seen for 1 s or more')
+  assert.equal(reverseCandidate(entries, { ...view, now: 100.8 })?.peerId, 'p-new', 'seen for a second too now, and ranks above p-w1')
+  assert.equal(reverseCandidate(entries, { ...view, tried: new Set([reverseKey('p-w1', 121)]) })?.peerId, 'p-w2', 'asked once per declaration')
+  assert.equal(reverseCandidate(entries, { ...view, silent: new Map([['p-w1', 130]]) })?.peerId, 'p-w2', 'not a peer that did not answer')
+  assert.equal(reverseCandidate([entry('p-w1', 121)], { ...view, seenSince: new Map() }), null, 'never seen before: it gets a while to ask us')
+  assert.equal(reverseCandidate([entry('p-better', 119), entry('p-follower', 121.5)], view), null, 'better peers are bestCandidate\'s; followers are ours')
+  // A normal `tried` entry for the same declaration does not count as a reverse ask.
+  assert.equal(reverseCandidate(entries, { ...view, tried: new Set([triedKey('p-w1', 121)]) })?.peerId, 'p-w1')
+  assert.equal(reverseAskAfter(3), 1)
+  assert.equal(reverseAskAfter(0.5), 0.25)
+})
+
+test('heardEntry and withHeard: a better-ranked asker joins our view unless the replicas hold it as fresh, within one declaration', () => {
+  assert.deepEqual(heardEntry('p-a', 110, 100, 15), { peerId: 'p-a', expiration: 110, looking: true, priority: 0, addrs: [] })
+  for (const bad of [100, 99, 115.5, NaN, Infinity]) assert.equal(heardEntry('p-a', bad, 100, 15), null, String(bad))
+  const heard = new Map([['p-a', heardEntry('p-a', 110, 100, 15)!], ['p-old', heardEntry('p-old', 101, 100, 15)!]])
+  assert.deepEqual(withHeard([entry('p-b', 112)], heard, 100).map(e => e.peerId), ['p-b', 'p-a', 'p-old'])
+  assert.deepEqual(withHeard([entry('p-b', 112)], heard, 102).map(e => e.peerId), ['p-b', 'p-a'], 'expired heard entries drop out')
+  assert.deepEqual(withHeard([entry('p-a', 110, false)], heard, 102), [entry('p-a', 110, false)], 'the replicas\' entry of that declaration (here withdrawn) wins')
+  assert.deepEqual(withHeard([entry('p-a', 108)], heard, 102).map(e => `${e.peerId}@${e.expiration}`), ['p-a@108', 'p-a@110'], 'an older declaration of the replicas does not hide a newer heard one')
+  assert.ok(MAX_HEARD >= 4)
+})
+
+test('extraUnderKey: turned away by the key\'s groups, nobody following us, nobody else looking: one too many, at once', () => {
+  const now = 100
+  const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>(), turnedAway: 1, seenLooking: new Set<string>() }
+  assert.equal(extraUnderKey(search, [entry('me', 110), entry('p-done', 110, false), entry('p-gone', 99)], 'me', now), true)
+  assert.equal(extraUnderKey({ ...search, turnedAway: 0 }, [], 'me', now), false, 'no sign of a group without us: alone, which aloneUnderKey judges at the expiration')
+  // We ranked first and waited; the others, not seeing us, grouped and withdrew.
+  const withdrawn = [entry('me', 110), entry('p-a', 110, false), entry('p-b', 110, false)]
+  assert.equal(extraUnderKey({ ...search, turnedAway: 0, seenLooking: new Set(['p-a']) }, withdrawn, 'me', now), true)
+  assert.equal(extraUnderKey({ ...search, turnedAway: 0, seenLooking: new Set(['p-c']) }, withdrawn, 'me', now), false, 'withdrawn entries of peers we never saw looking here say nothing')
+  assert.equal(extraUnderKey(search, [entry('p-late', 112)], 'me', now), false, 'someone still looking under the key')
+  assert.equal(extraUnderKey({ ...search, followers: new Map([['f', {}]]) }, [], 'me', now), false, 'we lead someone')
+  assert.equal(extraUnderKey({ ...search, leftoverKey: undefined }, [], 'me', now), false, 'no leftover key')
+  assert.equal(extraUnderKey({ ...search, groupKey: 'avs.leftovers' }, [], 'me', now), false, 'already there')
+})
+
+test('shortUnderKey and extrasWaiting: a leader short of the target on its Moshpit key looks once per declaration for extras', () => {
+  const three = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>([['a', {}], ['b', {}]]) }
+  assert.equal(shortUnderKey(three, 4, false), true)
+  assert.equal(shortUnderKey(three, 4, true), false, 'looked in this declaration already')
+  assert.equal(shortUnderKey(three, 3, false), false, 'full')
+  assert.equal(shortUnderKey({ ...three, followers: new Map() }, 4, false), false, 'nobody to take along: alone is aloneUnderKey\'s')
+  assert.equal(shortUnderKey({ ...three, groupKey: 'avs.leftovers' }, 4, false), false, 'already under the leftover key')
+  assert.equal(shortUnderKey({ ...three, leftoverKey: undefined }, 4, false), false)
+  assert.deepEqual(extrasWaiting([entry('me', 110), entry('p-x', 110), entry('p-done', 110, false), entry('p-gone', 99)], 'me', 100).map(e => e.peerId), ['p-x'])
 })

@@ -4,7 +4,7 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { GridLayout, rankFromPodName, readMembership } from '../../../agent/moshpit/grid-layout.js'
-import { gridGroupBits } from '../../../agent/moshpit/group-bits.js'
+import { bitsFromKey, gridGroupBits } from '../../../agent/moshpit/group-bits.js'
 
 function membersDir (members?: string, bootstrap?: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'avs-members-'))
@@ -69,4 +69,15 @@ test('an agent the membership cannot place says why once, and again only when th
     assert.equal(layout.bits(), undefined)
     assert.equal(warnings.length, 3, 'losing the membership after a placement is said again')
   } finally { rmSync(dir, { recursive: true, force: true }) }
+})
+
+test('bitsFromKey: a leader\'s grid key of our prefix and width gives the bits; anything else keeps ours', () => {
+  assert.equal(bitsFromKey('avs.0b1011', 'avs', '0001'), '1011')
+  assert.equal(bitsFromKey(undefined, 'avs', '0001'), '0001')
+  assert.equal(bitsFromKey('avs.0b101', 'avs', '0001'), '0001', 'another width')
+  assert.equal(bitsFromKey('other.0b1011', 'avs', '0001'), '0001', 'another swarm')
+  assert.equal(bitsFromKey('avs.0b10x1', 'avs', '0001'), '0001', 'not bits')
+  assert.equal(bitsFromKey('avs.s1f2e.0b1011', 'avs', '0001'), '0001', 'a subset round\'s key is not the full round\'s')
+  assert.equal(bitsFromKey('avs.s1f2e.0b1011', 'avs.s1f2e', '0001'), '1011')
+  assert.equal(bitsFromKey('avs.0b', 'avs', ''), '')
 })

@@ -62,7 +62,11 @@ export function reasonToReject (config: LeaderConfig, state: LeaderState | null,
   if (!equalBytes(request.schemaHash, state.schemaHash ?? config.schemaHash)) return { code: MatchCode.BAD_SCHEMA_HASH, reason: 'tensor schema differs' }
   if (request.groupKey !== state.groupKey) return { code: MatchCode.BAD_GROUP_KEY, reason: `leader is on ${state.groupKey}` }
   if (state.declaredExpiration == null) return { code: MatchCode.NOT_DECLARED, reason: 'leader has not declared yet' }
-  if (state.declaredExpiration > request.expiration) {
+  // The asker must rank below us, ties of expiration broken by peer id as everywhere (hivemind
+  // accepts any tie): an asker that ranks above us (reverseCandidate's asks) following us would
+  // let follow relationships run both ways, and two peers asking each other at once under their
+  // locks wait for each other until a timeout (64 agents: 16 s, and a ghost member).
+  if (outranks(request.expiration, from, state.declaredExpiration, config.selfId)) {
     // A follower names its leader even so: an asker that ranks above it (reverseCandidate) may
     // not see that leader, whose own expiration decides whether it may lead the asker.
     const rejection = { code: MatchCode.BAD_EXPIRATION_TIME, reason: 'leader expires after the follower' }

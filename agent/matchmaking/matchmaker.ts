@@ -336,7 +336,6 @@ export class Matchmaker {
     return true
   }
 
-
   /**
    * About to assemble short of the target on our Moshpit key (decisions.ts shortUnderKey: early,
    * or at our expiration): looks once per declaration under the leftover key for peers one too many under

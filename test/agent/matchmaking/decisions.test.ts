@@ -37,9 +37,9 @@ function entry (peerId: string, expiration: number, looking = true): StoredEntry
   return { peerId, expiration, looking, priority: 0, addrs: [] }
 }
 
-test('a leader accepts a well-formed request under its key from a follower that expires no earlier', () => {
+test('a leader accepts a well-formed request under its key from a follower it outranks', () => {
   assert.equal(reasonToReject(LEADER, leading(), request(), 'peer-F'), null)
-  assert.equal(reasonToReject(LEADER, leading(), request({ expiration: 100 }), 'peer-F'), null, 'the same expiration is no reason to refuse')
+  assert.equal(reasonToReject(LEADER, leading(), request({ expiration: 100 }), 'peer-Z'), null, 'the same expiration, and a larger peer id than the leader\'s')
 })
 
 test('a peer with no search under way, or whose group already assembled, is not looking for a group', () => {
@@ -86,9 +86,12 @@ test('a leader searching for a round over a subset of the tensors checks joiners
   assert.equal(reasonToReject(LEADER, leading({ schemaHash: subset }), request({ schemaHash: subset }), 'peer-F'), null, 'a peer averaging the same subset')
 })
 
-test('a leader that has not declared yet, or that expires after the follower, refuses it', () => {
+test('a leader that has not declared yet, or that the follower outranks, refuses it', () => {
   assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: null }), request(), 'peer-F')?.code, MatchCode.NOT_DECLARED)
   assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: 110.001 }), request({ expiration: 110 }), 'peer-F')?.code, MatchCode.BAD_EXPIRATION_TIME)
+  // At equal expirations the smaller peer id ranks first ('peer-A' < 'peer-L' < 'peer-Z'): unlike hivemind, ties are refused one way.
+  assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: 110 }), request({ expiration: 110 }), 'peer-A')?.code, MatchCode.BAD_EXPIRATION_TIME)
+  assert.equal(reasonToReject(LEADER, leading({ declaredExpiration: 110 }), request({ expiration: 110 }), 'peer-Z'), null)
 })
 
 test('a peer that follows another leader is not a leader and points the asker at its own leader', () => {

@@ -206,8 +206,8 @@ export function reverseAskAfter (requestTimeout: number): number {
  * A peer to ask though it ranks below us, when nobody better is left to ask (bestCandidate null):
  * the best-ranked worse peer seen looking under our key, not our follower, for at least `after`
  * seconds, not asked at this declaration yet. Views of one key can be lopsided: the replicas a peer
- * reads from may hold some of the key's declarations and not others (64 agents, in 1 of about 25
- * runs: peer A saw B and C looking, worse than A, who followed leader L; neither B, C nor L saw A,
+ * reads from may hold some of the key's declarations and not others (64 agents, one of the runs
+ * that missed the exact mean: peer A saw B and C looking, worse than A, who followed leader L; neither B, C nor L saw A,
  * and A could not see L, so A waited out its declaration alone and L assembled three of four).
  * Asked, such a follower refuses us naming its leader (BAD_EXPIRATION_TIME with a suggested
  * leader), which decides as for anyone; a worse-ranked leader refuses us and now knows of us
@@ -270,10 +270,11 @@ export interface ExtraView extends KeyView {
 
 /**
  * Whether we are one too many under our key: the key's groups formed without us (they turned us
- * away, or peers we saw looking there have withdrawn: grouped, even though we ranked first and
- * waited for them, their views lacking us), nobody follows us, and nobody else is looking under it now. Moshpit keys hold
- * targetGroupSize peers when every group of the round before was full; once one was not (a split,
- * a lost member), one key gets a peer too many and another one too few in every later round. The
+ * away, or peers we saw looking there have withdrawn: grouped, even where we ranked first and
+ * waited for them, their views lacking us), nobody follows us, and nobody else looks under it now.
+ * Moshpit keys hold targetGroupSize peers when every group of the round before was full; once one
+ * was not (a split, a lost member), one key gets a peer too many and another one too few in every
+ * later round. The
  * extra went on to the leftover key only after waiting out its whole declaration alone (64 peers:
  * one peer groupless in every round after a split, 60 s steps), by which time the short key had
  * assembled without it. Now it goes at once, and a short key's leader looks for it there
@@ -286,9 +287,9 @@ export function extraUnderKey (search: ExtraView, known: readonly StoredEntry[],
 }
 
 /**
- * Whether a leader about to assemble short of the target (assembleEarly said yes) first looks for
- * extras under the leftover key (extraUnderKey): it leads followers, has room, has not looked in this
- * declaration, and is on its Moshpit key (there is a leftover key, and it is not on it).
+ * Whether a leader about to assemble short of the target (early, or at its expiration) first looks
+ * for extras under the leftover key (extraUnderKey): it leads followers, has room, has not looked in
+ * this declaration, and is on its Moshpit key (there is a leftover key, and it is not on it).
  */
 export function shortUnderKey (search: KeyView, targetGroupSize: number, lookedThisDeclaration: boolean): boolean {
   return search.leftoverKey != null && search.groupKey !== search.leftoverKey && !lookedThisDeclaration &&

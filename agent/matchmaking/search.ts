@@ -32,7 +32,7 @@ export class Search {
   /** `${peerId}@${expiration}` of the declarations whose peer we probed before assembling without it. */
   readonly probed = new Set<string>()
   readonly rejections: string[] = []
-  /** Better-ranked askers we refused (decisions.ts heardEntry), by peer id: asked in turn, though the replicas do not show them. */
+  /** Declarations the replicas we read do not show, by peer id: better-ranked askers we refused (decisions.ts heardEntry), peers a wide look found (Matchmaker.widenIfShort). */
   readonly heard = new Map<string, StoredEntry>()
   /** When each declaration (triedKey) was first seen looking: worse-ranked peers get a while to ask us (decisions.ts reverseCandidate). */
   readonly seenSince = new Map<string, number>()

@@ -17,9 +17,9 @@ const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 /** Replicas per key, like hivemind's num_replicas (5); 3 is enough on swarms of tens to thousands. */
 const REPLICAS = 3
 /**
- * Replicas a wide exchange asks first (ExchangeOptions.wide): the neighbourhoods two peers' partial routing tables led them to as a key's three
- * closest were seen to be disjoint (64 agents in one process, 2 of 30 runs), each side asking its own
- * and no answer naming the other's as closer.
+ * Replicas a wide exchange asks first (ExchangeOptions.wide): the neighbourhoods that two peers'
+ * partial routing tables led them to as a key's three closest were seen to be disjoint (64 agents in
+ * one process, 2 of 30 runs), each side asking its own and no answer naming the other's as closer.
  */
 const WIDE_REPLICAS = 3 * REPLICAS
 const CLOSEST_CACHE_MS = 60_000

@@ -257,7 +257,7 @@ export interface ViewAge {
 export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number, view: ViewAge): boolean {
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
   if (view.readAt < view.declaredUntil - view.averagingExpiration / 2) return false
-  return !known.some(e => e.looking && e.peerId !== selfId && e.expiration > now)
+  return othersLooking(known, selfId, now).length === 0
 }
 
 /** What extraUnderKey looks at in a search: KeyView, and the signs that the key's groups formed without us. */
@@ -282,13 +282,13 @@ export interface ExtraView extends KeyView {
  */
 export function extraUnderKey (search: ExtraView, known: readonly StoredEntry[], selfId: string, now: number): boolean {
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
-  if (known.some(e => e.looking && e.peerId !== selfId && e.expiration > now)) return false
+  if (othersLooking(known, selfId, now).length > 0) return false
   return search.turnedAway > 0 || known.some(e => !e.looking && e.peerId !== selfId && e.expiration > now && search.seenLooking.has(e.peerId))
 }
 
 /**
  * Whether a leader about to assemble short of the target (early, or at its expiration) first looks
- * for extras under the leftover key (extraUnderKey): it leads followers, has room, has not looked in
+ * for extras under the leftover key (extraUnderKey, othersLooking): it leads followers, has room, has not looked in
  * this declaration, and is on its Moshpit key (there is a leftover key, and it is not on it).
  */
 export function shortUnderKey (search: KeyView, targetGroupSize: number, lookedThisDeclaration: boolean): boolean {
@@ -296,8 +296,8 @@ export function shortUnderKey (search: KeyView, targetGroupSize: number, lookedT
     search.followers.size > 0 && search.followers.size + 1 < targetGroupSize
 }
 
-/** The peers looking under the leftover key that a short leader takes its group there for (shortUnderKey): unexpired, not us. */
-export function extrasWaiting (known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
+/** The declarations of others that are looking and unexpired at `now`: who else is under a key (the extras a short leader goes to, among others). */
+export function othersLooking (known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
   return known.filter(e => e.looking && e.peerId !== selfId && e.expiration > now)
 }
 

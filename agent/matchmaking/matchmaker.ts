@@ -15,7 +15,7 @@ import { createJoinHandler } from './join-handler.js'
 import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, extrasWaiting, followRedirect, heardEntry, missingPeers, probeMissing, redirectKey,
+  MAX_HEARD, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, followRedirect, heardEntry, missingPeers, othersLooking, probeMissing, redirectKey,
   reverseAskAfter, reverseCandidate, reverseKey, sharedArrivals, shortKeyFewest, shortUnderKey, silentUntil, triedKey, validInfo, withHeard, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -330,7 +330,7 @@ export class Matchmaker {
     if (wider == null || search.declaredExpiration !== expiration) return false
     const later = this.now()
     for (const e of wider) if (search.heard.has(e.peerId) && (!e.looking || e.expiration <= later)) search.heard.delete(e.peerId)
-    const unseen = wider.filter(e => e.looking && e.peerId !== this.selfId && e.expiration > later && !known.some(k => k.peerId === e.peerId))
+    const unseen = othersLooking(wider, this.selfId, later).filter(e => !known.some(k => k.peerId === e.peerId))
     for (const e of unseen) if (search.heard.size < MAX_HEARD || search.heard.has(e.peerId)) search.heard.set(e.peerId, e)
     if (unseen.length > 0) this.config.log?.info(`a wider look under ${search.groupKey} found ${unseen.length} peer(s) looking that our replicas did not show`)
     return true
@@ -353,7 +353,7 @@ export class Matchmaker {
     if (!due) return false
     search.lookedForExtras = expiration
     const leftovers = await this.rendezvous.find(search.leftoverKey).catch(() => [])
-    const extras = extrasWaiting(leftovers, this.selfId, this.now())
+    const extras = othersLooking(leftovers, this.selfId, this.now())
     if (extras.length === 0 || search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return false
     const from = search.groupKey
     await this.moveToLeftovers(search, `${search.followers.size + 1} of ${this.config.targetGroupSize} under ${from}, and ${extras.length} peer(s) one too many under their keys wait under the leftover key: taking our group there`)
@@ -518,13 +518,7 @@ export class Matchmaker {
   private async askLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[]): Promise<{ group: GroupInfo } | { redirect: string } | null> {
     let leader: PeerId
     try { leader = peerIdFromString(leaderId) } catch { return null }
-    if (addrs.length > 0 && this.node.getConnections(leader).length === 0) {
-      if (atOwnAddress(this.node, addrs)) {
-        this.config.log?.debug(`not asking ${leaderId.slice(-6)}: it was announced at our own address (our previous process)`)
-        return null
-      }
-      await rememberAddrs(this.node, leader, addrs).catch(() => {})
-    }
+    if (!await this.reachable(leader, leaderId, addrs)) return null
     const requestMs = this.config.requestTimeout * 1000
     // Connect before taking the lock: a handshake slowed by load neither holds up the join
     // requests others send us meanwhile nor is thrown away at our request timeout.
@@ -559,12 +553,7 @@ export class Matchmaker {
           timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
         })
         opened = true
-        await framed.write(JoinRequest.encode({
-          schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
-          expiration,
-          groupKey: search.groupKey,
-          info: search.info
-        }))
+        await framed.write(this.joinRequest(search, expiration))
         // Wait for the answer as long as the leader may still assemble with us (its expiration plus
         // one request timeout, as for its second message): a follower that gave up after a bare
         // request timeout while its ACCEPTED was under way was counted by the leader and listed in a
@@ -578,7 +567,7 @@ export class Matchmaker {
         }
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
-          search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
+          search.rejections.push(describeReply(reply))
           if (formedWithoutUs(reply)) search.turnedAway++
           this.config.log?.debug(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
@@ -625,10 +614,7 @@ export class Matchmaker {
   private async askBelow (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[], follow: boolean): Promise<{ group: GroupInfo } | { redirect: string } | null> {
     let leader: PeerId
     try { leader = peerIdFromString(leaderId) } catch { return null }
-    if (addrs.length > 0 && this.node.getConnections(leader).length === 0) {
-      if (atOwnAddress(this.node, addrs)) return null
-      await rememberAddrs(this.node, leader, addrs).catch(() => {})
-    }
+    if (!await this.reachable(leader, leaderId, addrs)) return null
     const requestMs = this.config.requestTimeout * 1000
     let framed: FramedStream | undefined
     let reply: MessageFromLeader | null = null
@@ -637,12 +623,7 @@ export class Matchmaker {
     try {
       await connectPatiently(this.node, leader, requestMs)
       framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), { timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
-      await framed.write(JoinRequest.encode({
-        schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
-        expiration: search.declaredExpiration ?? Infinity,
-        groupKey: search.groupKey,
-        info: search.info
-      }))
+      await framed.write(this.joinRequest(search, search.declaredExpiration ?? Infinity))
       const first = await framed.read(requestMs)
       reply = first != null ? MessageFromLeader.decode(first) : null
     } catch (err) {
@@ -664,7 +645,7 @@ export class Matchmaker {
       if (!free) { await framed.closeWrite().catch(() => {}); return null }
       return await this.awaitGroup(search, leader, leaderId, leaderExpiration, framed)
     }
-    search.rejections.push(reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer')
+    search.rejections.push(describeReply(reply))
     if (formedWithoutUs(reply)) search.turnedAway++
     this.config.log?.debug(`${leaderId.slice(-6)} (below us) refused: ${search.rejections[search.rejections.length - 1]}`)
     await framed.closeWrite().catch(() => {})
@@ -705,7 +686,7 @@ export class Matchmaker {
         for (const seconds of sharedArrivals(reply.arrivalDelays, group.peerIds.length, this.config.averagingExpiration)) this.arrivals.record(seconds)
         return { group }
       }
-      search.rejections.push(`${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}`)
+      search.rejections.push(describeReply(reply))
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
         const next = peerIdFromBytes(reply.suggestedLeader).toString()
         if (next !== this.selfId) return { redirect: next }
@@ -719,6 +700,30 @@ export class Matchmaker {
       search.currentLeader = null
       await ask.closeWrite()
     }
+  }
+
+  /**
+   * Before asking a peer we are not connected to: its announced addresses go to the peer store; false
+   * when they are our own (our previous process, announced before we restarted), which is not asked.
+   */
+  private async reachable (leader: PeerId, leaderId: string, addrs: readonly Uint8Array[]): Promise<boolean> {
+    if (addrs.length === 0 || this.node.getConnections(leader).length > 0) return true
+    if (atOwnAddress(this.node, addrs)) {
+      this.config.log?.debug(`not asking ${leaderId.slice(-6)}: it was announced at our own address (our previous process)`)
+      return false
+    }
+    await rememberAddrs(this.node, leader, addrs).catch(() => {})
+    return true
+  }
+
+  /** Our join request to a leader, under our current key, with this expiration. */
+  private joinRequest (search: Search, expiration: number): Uint8Array {
+    return JoinRequest.encode({
+      schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
+      expiration,
+      groupKey: search.groupKey,
+      info: search.info
+    })
   }
 
   private parseGroup (reply: MessageFromLeader, leader: string): GroupInfo | null {
@@ -747,4 +752,9 @@ function noteSeen (search: Search, known: readonly StoredEntry[], now: number): 
 /** A refusal that says the asked peer's group formed or filled without us (decisions.ts extraUnderKey). */
 function formedWithoutUs (reply: MessageFromLeader | null): boolean {
   return reply?.code === MatchCode.GROUP_IS_FULL || reply?.code === MatchCode.NOT_LOOKING_FOR_GROUP
+}
+
+/** A leader's refusal as the step error names it: its code and reason, or that none came. */
+function describeReply (reply: MessageFromLeader | null): string {
+  return reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer'
 }

@@ -3,8 +3,8 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, aloneUnderKey, bestCandidate, enoughToAssemble, extraUnderKey, extrasWaiting, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
-  redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
+  MAX_HEARD, aloneUnderKey, bestCandidate, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
+  othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
 
@@ -274,7 +274,7 @@ test('extraUnderKey: turned away by the key\'s groups, nobody following us, nobo
   assert.equal(extraUnderKey({ ...search, groupKey: 'avs.leftovers' }, [], 'me', now), false, 'already there')
 })
 
-test('shortUnderKey and extrasWaiting: a leader short of the target on its Moshpit key looks once per declaration for extras', () => {
+test('shortUnderKey and othersLooking: a leader short of the target on its Moshpit key looks once per declaration for extras', () => {
   const three = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>([['a', {}], ['b', {}]]) }
   assert.equal(shortUnderKey(three, 4, false), true)
   assert.equal(shortUnderKey(three, 4, true), false, 'looked in this declaration already')
@@ -282,5 +282,5 @@ test('shortUnderKey and extrasWaiting: a leader short of the target on its Moshp
   assert.equal(shortUnderKey({ ...three, followers: new Map() }, 4, false), false, 'nobody to take along: alone is aloneUnderKey\'s')
   assert.equal(shortUnderKey({ ...three, groupKey: 'avs.leftovers' }, 4, false), false, 'already under the leftover key')
   assert.equal(shortUnderKey({ ...three, leftoverKey: undefined }, 4, false), false)
-  assert.deepEqual(extrasWaiting([entry('me', 110), entry('p-x', 110), entry('p-done', 110, false), entry('p-gone', 99)], 'me', 100).map(e => e.peerId), ['p-x'])
+  assert.deepEqual(othersLooking([entry('me', 110), entry('p-x', 110), entry('p-done', 110, false), entry('p-gone', 99)], 'me', 100).map(e => e.peerId), ['p-x'])
 })

@@ -2,7 +2,7 @@
  * The Moshpit grid rule alone (npm run bench:moshpit-rule -- --help): no agents, no network, the
  * agent's grouping and span rules with exact means (bench/lib/moshpit-rule.ts), under crashes, with
  * a failed reducer's span kept local (hivemind's rule, ours before span repair) and repaired by the
- * survivors (agent/allreduce/repair.ts). Medians of seeded simulations, rounds 1 to d + 2: what any
+ * survivors (agent/allreduce/repair.ts), and random groups (the Moshpit paper's baseline). Medians of seeded simulations, rounds 1 to d + 2: what any
  * implementation of the rule can reach, the reference bench:moshpit-scale sets its agents beside.
  */
 import { Command } from 'commander'
@@ -30,9 +30,10 @@ function main (): void {
   for (const peers of sizes) {
     const g = defaultGroupSize(peers)
     const d = gridDimensions(peers, g)
-    for (const repair of [false, true]) {
-      const rows = ruleMedians({ peers, groupSize: g, elements: Number(o.elements), rounds: 6, elementsPerPart: Number(o.partElements), repair, crashesPerRound: (live) => Math.round(crash * live) }, Number(o.sims), o.seed)
-      console.log(`| ${peers} | ${g} (${d}) | ${repair ? 'repaired' : 'kept local'} | ${rows.map(r => `${r.deviation.toExponential(1)} / ${r.variance.toExponential(1)}`).join(' | ')} |`)
+    for (const [grouping, repair] of [['grid', false], ['grid', true], ['random', true]] as const) {
+      const rows = ruleMedians({ peers, groupSize: g, elements: Number(o.elements), rounds: 6, elementsPerPart: Number(o.partElements), repair, grouping, crashesPerRound: (live) => Math.round(crash * live) }, Number(o.sims), o.seed)
+      const label = `${repair ? 'repaired' : 'kept local'}${grouping === 'random' ? ', random groups' : ''}`
+      console.log(`| ${peers} | ${g} (${d}) | ${label} | ${rows.map(r => `${r.deviation.toExponential(1)} / ${r.variance.toExponential(1)}`).join(' | ')} |`)
     }
   }
 }

@@ -12,6 +12,10 @@
  * every survivor keeps the victim's span as it was (hivemind's rule, and ours before). Survivors then take their next bits from a
  * random group id (`nextGroupBits`, the agent's own). A peer alone under its key keeps its value and
  * its bits (the agent would try the swarm's leftover key, not modelled: rare with few crashes).
+ *
+ * With `grouping: 'random'` the grid is ignored: each round the live peers are shuffled and cut into
+ * groups of g (the rest a smaller group), everything else as above. That is the baseline the
+ * Moshpit paper sets its grid against, and what issue 19's aim at 10 % crashes compares with.
  */
 import { gridGroupBits, nextGroupBits } from '../../agent/moshpit/group-bits.js'
 import { assignParts, elementsPerPart, planParts } from '../../agent/allreduce/partition.js'
@@ -38,6 +42,8 @@ export interface RuleOptions {
   readonly elementsPerPart?: number
   /** Whether the survivors average a victim's span after the round (the agent's span repair). Default true. */
   readonly repair?: boolean
+  /** 'grid' (default): groups by the agent's group keys; 'random': fresh random groups of g every round. */
+  readonly grouping?: 'grid' | 'random'
 }
 
 export interface RuleRound {
@@ -66,8 +72,10 @@ export function simulateGridRule (o: RuleOptions): RuleRound[] {
     const victims = new Set(shuffle(live, random).slice(0, Math.min(live.length, wanted)))
     const byKey = new Map<string, number[]>()
     for (const rank of live) {
-      const key = byKey.get(bits[rank])
-      if (key === undefined) byKey.set(bits[rank], [rank]); else key.push(rank)
+      // Random grouping: everyone under one key, cut into groups of g in random order below.
+      const bitsOf = o.grouping === 'random' ? '' : bits[rank]
+      const key = byKey.get(bitsOf)
+      if (key === undefined) byKey.set(bitsOf, [rank]); else key.push(rank)
     }
     for (const members of byKey.values()) {
       const order = shuffle(members, random)

@@ -70,11 +70,23 @@ test('span repair (the default) leaves the survivors closer to their mean than k
   assert.ok(repaired < kept / 1.5, `median deviation after round 4: ${repaired} with repair, ${kept} without`)
 })
 
-test('bench:moshpit-rule prints a row per size for a span kept local and repaired', () => {
+test('random groups do not reach the exact mean in d rounds, and the grid beats them at 10 % crashes', () => {
+  for (const [peers, groupSize, d] of [[16, 4, 2], [64, 4, 3]]) {
+    const random = Array.from({ length: 20 }, (_, seed) => simulateGridRule({ peers, groupSize, elements: 16, rounds: d, seed, grouping: 'random' }))
+    assert.ok(median(random.map(r => r[d - 1].deviation)) > 1e-3, `${peers} peers: random groups after ${d} rounds`)
+    assert.ok(random.every(r => r.every(x => x.live === peers)))
+  }
+  const crashes = (live: number): number => Math.round(0.1 * live)
+  const after = (grouping: 'grid' | 'random', k: number): number => median(Array.from({ length: 20 }, (_, seed) =>
+    simulateGridRule({ peers: 64, groupSize: 4, elements: 16, rounds: 4, seed, crashesPerRound: crashes, elementsPerPart: 1, grouping })[k].variance))
+  for (let k = 1; k < 4; k++) assert.ok(after('grid', k) < after('random', k), `round ${k + 1}: grid ${after('grid', k)}, random ${after('random', k)}`)
+})
+
+test('bench:moshpit-rule prints a row per size for a span kept local and repaired, and for random groups', () => {
   const script = fileURLToPath(new URL('../../bench/moshpit-rule.js', import.meta.url))
   const out = spawnSync(process.execPath, [script, '--peers', '16,64', '--sims', '2'], { encoding: 'utf8' })
   assert.equal(out.status, 0, out.stderr)
   const rows = out.stdout.split('\n').filter(l => /^\| \d+ \|/.test(l))
-  assert.deepEqual(rows.map(l => l.split('|').slice(1, 4).map(c => c.trim()).join(' ')), ['16 4 (2) kept local', '16 4 (2) repaired', '64 4 (3) kept local', '64 4 (3) repaired'])
+  assert.deepEqual(rows.map(l => l.split('|').slice(1, 4).map(c => c.trim()).join(' ')), ['16 4 (2) kept local', '16 4 (2) repaired', '16 4 (2) repaired, random groups', '64 4 (3) kept local', '64 4 (3) repaired', '64 4 (3) repaired, random groups'])
   for (const row of rows) assert.equal(row.split('|').length - 2, 9, `six rounds in ${row}`)
 })

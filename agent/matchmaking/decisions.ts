@@ -1,6 +1,6 @@
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../proto/averaging.js'
 import type { StoredEntry } from '../rendezvous/store.js'
-import { MAX_GATHER_BYTES, validRound } from './group-info.js'
+import { MAX_GATHER_BYTES, MAX_GROUP_SIZE, validRound } from './group-info.js'
 
 /**
  * Matchmaking's decisions, apart from the network: who leads whom, whom a leader turns away and
@@ -56,7 +56,7 @@ export function reasonToReject (config: LeaderConfig, state: LeaderState | null,
   if (config.mode === PeerMode.CLIENT) return { code: MatchCode.PROTOCOL_VIOLATION, reason: 'a client-mode peer cannot lead' }
   // The same checks on the follower's info as every member makes on the group's (validInfo): one
   // the members would refuse, accepted here, made them all drop the group the leader ran with it.
-  if (request.info == null || !Number.isFinite(request.expiration) || request.schemaHash.byteLength === 0 || !validInfo(request.info)) {
+  if (request.info == null || !Number.isFinite(request.expiration) || request.schemaHash.byteLength === 0 || !validInfo(request.info) || request.bringing >= MAX_GROUP_SIZE) {
     return { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }
   }
   if (!equalBytes(request.schemaHash, state.schemaHash ?? config.schemaHash)) return { code: MatchCode.BAD_SCHEMA_HASH, reason: 'tensor schema differs' }
@@ -75,6 +75,13 @@ export function reasonToReject (config: LeaderConfig, state: LeaderState | null,
   if (state.currentLeader != null) return { code: MatchCode.NOT_A_LEADER, reason: 'leader follows another peer', suggestedLeader: state.currentLeader }
   if (from === config.selfId || state.followers.has(from)) return { code: MatchCode.DUPLICATE_PEER_ID, reason: 'peer already in the group' }
   if (groupFull(state.followers.size, config.targetGroupSize)) return { code: MatchCode.GROUP_IS_FULL, reason: 'group is full' }
+  // A leader that asks us brings its followers (they are sent on to us once we accept it): without
+  // room for them all, its group stays whole under it. Accepted, it left them to find room alone:
+  // 64 agents losing 10 % a round, a pair joined a leader of three, and its follower, turned away
+  // there, sat out its 60 s step.
+  if (groupFull(state.followers.size + request.bringing, config.targetGroupSize)) {
+    return { code: MatchCode.GROUP_IS_FULL, reason: `no room for the asker and the ${request.bringing} follower(s) it leads` }
+  }
   return null
 }
 
@@ -257,6 +264,37 @@ export interface ViewAge {
 export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number, view: ViewAge): boolean {
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
   if (view.readAt < view.declaredUntil - view.averagingExpiration / 2) return false
+  return othersLooking(known, selfId, now).length === 0
+}
+
+/** What aloneEarly looks at besides the search: when we declared, the followers' usual arrival time, our last look. */
+export interface AloneView {
+  /** When the current declaration began (seconds). */
+  readonly declaredAt: number
+  /** Seconds after a declaration by which followers have come (ArrivalClock.cutoff), if known. */
+  readonly cutoff: number | undefined
+  /** When the entries we judge by were read (seconds). */
+  readonly readAt: number
+  /** Whether this declaration already looked wide (Rendezvous ExchangeOptions.wide) for peers our replicas do not show. */
+  readonly widened: boolean
+  readonly requestTimeout: number
+}
+
+/**
+ * Whether a peer alone under its Moshpit key goes to the leftover key before its declaration ends:
+ * nobody follows it, the followers' usual arrival time (the cutoff) has passed since it declared, a
+ * wide look found nobody either, and nobody else looks under the key in a view read within a request
+ * timeout. Its key-mates crashed, or went to other keys after short groups: 64 agents losing 10 % a
+ * round, a peer whose key had emptied waited out its 15 s declaration alone, moved to the leftover
+ * key after the other keys' short groups had assembled, found nobody there and sat out its 60 s
+ * step. At the cutoff it is under the leftover key before the short keys assemble (a pair waits
+ * SHORT_KEY_CUTOFFS cutoffs, and looks there first: shortUnderKey). Without a cutoff (no arrivals
+ * seen yet) it waits out the declaration (aloneUnderKey).
+ */
+export function aloneEarly (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number, view: AloneView): boolean {
+  if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
+  if (view.cutoff === undefined || !view.widened || now - view.declaredAt < view.cutoff) return false
+  if (now - view.readAt > view.requestTimeout) return false
   return othersLooking(known, selfId, now).length === 0
 }
 

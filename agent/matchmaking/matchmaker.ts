@@ -15,8 +15,8 @@ import { createJoinHandler } from './join-handler.js'
 import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, followRedirect, heardEntry, missingPeers, othersLooking, probeMissing, redirectKey,
-  reverseAskAfter, reverseCandidate, reverseKey, sharedArrivals, shortKeyFewest, shortUnderKey, silentUntil, triedKey, validInfo, withHeard, type EarlyView
+  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, followRedirect, heardEntry, missingPeers, othersLooking, probeMissing, redirectKey,
+  reverseAskAfter, reverseCandidate, reverseKey, sharedArrivals, shortKeyFewest, shortUnderKey, silentUntil, triedKey, validInfo, withHeard, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
@@ -225,8 +225,12 @@ export class Matchmaker {
         pollMs = POLL_MIN_MS
         continue
       }
-      if (!isClient && extraUnderKey(search, pool, this.selfId, ranking.now)) {
-        await this.moveToLeftovers(search, `one too many under ${search.groupKey} (its groups formed without us, nobody else looks there)`)
+      const alone = !isClient && search.currentLeader == null && search.declaredAt != null && search.declaredExpiration != null &&
+        aloneEarly(search, pool, this.selfId, ranking.now, this.aloneView(search, search.declaredAt, knownAt))
+      if (alone || (!isClient && extraUnderKey(search, pool, this.selfId, ranking.now))) {
+        await this.moveToLeftovers(search, alone
+          ? `alone under ${search.groupKey} ${(ranking.now - search.declaredAt!).toFixed(1)} s after declaring, past the usual arrival time`
+          : `one too many under ${search.groupKey} (its groups formed without us, nobody else looks there)`)
         // Declared there at once, with a fresh expiration: the short leaders that come for us outrank us, and we ask them.
         clearTimeout(search.expiryTimer)
         search.declaredExpiration = null
@@ -284,6 +288,17 @@ export class Matchmaker {
     return true
   }
 
+  /** What aloneEarly judges a peer alone under its key by; `readAt`: when `known` was read. */
+  private aloneView (search: Search, declaredAt: number, readAt: number): AloneView {
+    return {
+      declaredAt,
+      cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
+      readAt,
+      widened: search.widened === search.declaredExpiration,
+      requestTimeout: this.config.requestTimeout
+    }
+  }
+
   /** What assembleEarly judges a leader's search by. */
   private earlyView (search: Search, declaredAt: number): EarlyView {
     return {
@@ -313,8 +328,11 @@ export class Matchmaker {
     const now = this.now()
     const view = this.earlyView(search, search.declaredAt)
     const early = search.followers.size > 0 && assembleEarly(view, pool, this.selfId, now)
+    // Alone past the followers' usual arrival time: look wide before going to the leftover key (aloneEarly).
+    const aloneLate = search.followers.size === 0 && view.cutoff !== undefined && now - search.declaredAt >= view.cutoff &&
+      othersLooking(pool, this.selfId, now).length === 0
     const due = search.widened !== expiration
-      ? early || now >= expiration - this.config.requestTimeout
+      ? early || aloneLate || now >= expiration - this.config.requestTimeout
       // Only peers heard of this way hold our early assembly: look again, a request timeout after the
       // last look, whether they are still looking (they may have grouped elsewhere meanwhile).
       : !early && search.followers.size > 0 && assembleEarly(view, known, this.selfId, now) && now - search.widenedAt >= this.config.requestTimeout
@@ -722,7 +740,8 @@ export class Matchmaker {
       schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
       expiration,
       groupKey: search.groupKey,
-      info: search.info
+      info: search.info,
+      bringing: search.followers.size
     })
   }
 

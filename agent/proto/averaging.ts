@@ -1034,6 +1034,7 @@ export interface JoinRequest {
   expiration: number
   groupKey: string
   info?: PeerInfo
+  bringing: number
 }
 
 export namespace JoinRequest {
@@ -1066,6 +1067,11 @@ export namespace JoinRequest {
           PeerInfo.codec().encode(obj.info, w)
         }
 
+        if ((obj.bringing != null && obj.bringing !== 0)) {
+          w.uint32(40)
+          w.uint32(obj.bringing)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1073,7 +1079,8 @@ export namespace JoinRequest {
         const obj: any = {
           schemaHash: uint8ArrayAlloc(0),
           expiration: 0,
-          groupKey: ''
+          groupKey: '',
+          bringing: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1098,6 +1105,10 @@ export namespace JoinRequest {
               obj.info = PeerInfo.codec().decode(reader, reader.uint32(), {
                 limits: opts.limits?.info
               })
+              break
+            }
+            case 5: {
+              obj.bringing = reader.uint32()
               break
             }
             default: {
@@ -1141,6 +1152,13 @@ export namespace JoinRequest {
                 limits: opts.limits?.info
               })
 
+              break
+            }
+            case 5: {
+              yield {
+                field: `${prefix}.bringing`,
+                value: reader.uint32()
+              }
               break
             }
             default: {
@@ -1216,6 +1234,11 @@ export namespace JoinRequest {
     value: number
   }
 
+  export interface JoinRequestBringingFieldEvent {
+    field: '$.bringing'
+    value: number
+  }
+
   export function encode (obj: Partial<JoinRequest>): Uint8Array {
     return encodeMessage(obj, JoinRequest.codec())
   }
@@ -1224,7 +1247,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestBringingFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, aloneUnderKey, bestCandidate, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
+  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
   othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -19,7 +19,7 @@ function info (over: Partial<PeerInfo> = {}): PeerInfo {
 }
 
 function request (over: Partial<JoinRequest> = {}): JoinRequest {
-  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), ...over }
+  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), bringing: 0, ...over }
 }
 
 function leading (over: Partial<LeaderState> = {}, followers: string[] = []): LeaderState {
@@ -111,6 +111,16 @@ test('a leader with targetGroupSize - 1 followers is full; one fewer still takes
   assert.equal(groupFull(2, 4), false)
 })
 
+test('a leader without room for an asking leader and the followers it brings refuses it: that group stays whole', () => {
+  // Two members and a pair's leader asking: 2 + 1 + 1 > 4. One member and the pair: exactly 4.
+  assert.deepEqual(reasonToReject(LEADER, leading({}, ['a', 'b']), request({ bringing: 1 }), 'peer-F'),
+    { code: MatchCode.GROUP_IS_FULL, reason: 'no room for the asker and the 1 follower(s) it leads' })
+  assert.equal(reasonToReject(LEADER, leading({}, ['a']), request({ bringing: 1 }), 'peer-F'), null)
+  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 2 }), 'peer-F'), null, 'three of them and the leader: four')
+  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 3 }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL)
+  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 1024 }), 'peer-F')?.code, MatchCode.PROTOCOL_VIOLATION, 'more than any group holds')
+})
+
 test('the first failing check wins, in hivemind\'s order', () => {
   // Each request fails the named check and every check after it.
   const everythingWrong = request({ schemaHash: new Uint8Array([9]), groupKey: 'other', expiration: 50 })
@@ -200,6 +210,21 @@ test('a view read early in the declaration (the process was frozen past its end)
   // Declared at 97 until 100, read the key at 97.2, frozen, woke at 106.
   assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 97.2, declaredUntil: 100, averagingExpiration: 3 }), false)
   assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 98.6, declaredUntil: 100, averagingExpiration: 3 }), true, 'read in the second half')
+})
+
+test('aloneEarly: alone under its key past the followers\' usual arrival time, after a wide look, on a fresh view: to the leftover key before the declaration ends', () => {
+  const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
+  // Declared at 100 for 15 s; followers usually come within 2 s.
+  const view = { declaredAt: 100, cutoff: 2, readAt: 102.3, widened: true, requestTimeout: 0.5 }
+  assert.equal(aloneEarly(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
+  assert.equal(aloneEarly(search, [], 'me', 101.9, view), false, 'before the cutoff: key-mates may still come')
+  assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet: the whole declaration (aloneUnderKey)')
+  assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, widened: false }), false, 'our replicas may have drifted from the key\'s: look wide first')
+  assert.equal(aloneEarly(search, [], 'me', 103, { ...view, readAt: 102.3 }), false, 'a view older than a request timeout (frozen since?)')
+  assert.equal(aloneEarly(search, [entry('p-late', 116)], 'me', 102.5, view), false, 'someone else looking under the key')
+  assert.equal(aloneEarly({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead someone: a short group, not alone')
+  assert.equal(aloneEarly({ ...search, leftoverKey: undefined }, [], 'me', 102.5, view), false, 'no leftover key')
+  assert.equal(aloneEarly({ ...search, groupKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'already there')
 })
 
 test('a leader refuses a follower whose codec timings the members would refuse: one such follower would spoil the group it joins', () => {

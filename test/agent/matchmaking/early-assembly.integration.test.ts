@@ -93,3 +93,26 @@ test('with no arrivals seen before, a key that lost a member after one full roun
     for (const a of swarm.averagers.slice(0, 3)) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
   } finally { await swarm.stop() }
 })
+
+test('a peer alone under its key (its key-mates crashed) meets a short key\'s pair under the leftover key, well before its declaration ends', { timeout: 120_000 }, async () => {
+  // Followers came 1 s after their leader declared: a cutoff of 2 s, a pair assembles after 4 s.
+  // Peer 0 is alone under '0' and goes to the leftover key after 2 s; the pair under '1' looks
+  // there before assembling and takes its group there. Waiting out its declaration (20 s), peer 0
+  // came after the pair had assembled, and found no group before its step's deadline.
+  const clock = (): ArrivalClock => { const c = new ArrivalClock(); for (let i = 0; i < MIN_ARRIVALS; i++) c.record(1); return c }
+  const swarm = await startSwarm(3, {
+    tensors,
+    config: (i) => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: EXPIRATION, initialGroupBits: i === 0 ? '0' : '1' }),
+    hooks: () => ({ arrivals: clock() })
+  })
+  try {
+    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: EXPIRATION + 5 })))
+    for (const r of results) {
+      assert.equal(r.peers.length, 3, `a group of ${r.peers.length}`)
+      assert.equal(r.groupId, results[0].groupId)
+      assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
+    }
+    const mean = weightedMean([0, 1, 2].map(p => tensors(p)[0].data), [1, 1, 1])
+    for (const a of swarm.averagers) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+  } finally { await swarm.stop() }
+})

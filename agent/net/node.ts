@@ -2,7 +2,6 @@ import { createLibp2p } from 'libp2p'
 import { tcp } from '@libp2p/tcp'
 import { tls } from '@libp2p/tls'
 import { noise } from '@libp2p/noise'
-import { yamux } from '@libp2p/yamux'
 import { identify, identifyPush } from '@libp2p/identify'
 import { ping } from '@libp2p/ping'
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht'
@@ -12,6 +11,7 @@ import { privateNetwork, type ProtectedConnection } from './pnet/index.js'
 import { relayServer, type RelayServeOptions } from './relay.js'
 import { isCircuit } from './reach.js'
 import { keepCrossedCircuits } from './crossed-circuits.js'
+import { guardedYamux } from './guarded-yamux.js'
 import { rendezvous, type Rendezvous, type RendezvousInit } from '../rendezvous/rendezvous.js'
 import { dataChannelIdentity, type DataChannelIdentities } from './direct/identity.js'
 import { isPrivate } from '@libp2p/utils'
@@ -135,7 +135,7 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     // relay at once keep both circuits (./crossed-circuits.ts).
     transports: harness?.memory != null ? [harness.memory({ latency: inMemory?.latencyMs ?? 0 })] : harness != null ? [tcp()] : [tcp(), keepCrossedCircuits(circuitRelayTransport())],
     connectionEncrypters: harness != null ? [harness.plaintext()] : encrypters,
-    streamMuxers: [yamux({
+    streamMuxers: [guardedYamux({
       enableKeepAlive: true,
       streamOptions: {
         initialStreamWindowSize: 2 * 1024 * 1024,

@@ -334,6 +334,21 @@ export function shortUnderKey (search: KeyView, targetGroupSize: number, lookedT
     search.followers.size > 0 && search.followers.size + 1 < targetGroupSize
 }
 
+/**
+ * Whether a leader about to assemble short (shortUnderKey) takes its group under the leftover key
+ * even when no extra waits there: its group is short of the early quorum (a pair, at groups of
+ * four), so another such group, or an extra arriving, can make a fuller group with it, and groups of
+ * any Moshpit key meet there. With 10 % of 64 peers crashing a round, keys kept their holes round
+ * after round (the grid rule has no way to refill them): by round 6, 9 pairs among 15 groups, and
+ * the grid did worse than random groups, which repack the live peers into fours every round. The
+ * members' next bits still come from our key (Search.gridKey): merged groups refill that key's next
+ * places. A leader at the leftover key that finds room for its group there joins it (JoinRequest
+ * bringing); a full one refuses it, and the pair assembles as it was.
+ */
+export function meetUnderLeftovers (members: number, targetGroupSize: number, minGroupSize: number): boolean {
+  return members >= 2 && members < earlyQuorum(targetGroupSize, minGroupSize)
+}
+
 /** The declarations of others that are looking and unexpired at `now`: who else is under a key (the extras a short leader goes to, among others). */
 export function othersLooking (known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
   return known.filter(e => e.looking && e.peerId !== selfId && e.expiration > now)

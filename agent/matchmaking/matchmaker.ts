@@ -15,7 +15,7 @@ import { createJoinHandler } from './join-handler.js'
 import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, followRedirect, heardEntry, missingPeers, othersLooking, probeMissing, redirectKey,
+  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, followRedirect, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, probeMissing, redirectKey,
   reverseAskAfter, reverseCandidate, reverseKey, sharedArrivals, shortKeyFewest, shortUnderKey, silentUntil, triedKey, validInfo, withHeard, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -275,6 +275,7 @@ export class Matchmaker {
   private assembleShort (search: Search, known: readonly StoredEntry[]): boolean {
     if (search.currentLeader != null || search.followers.size === 0 || search.declaredAt == null || search.declaredExpiration == null) return false
     const now = this.now()
+    if (now < search.holdUntil) return false
     const view = this.earlyView(search, search.declaredAt)
     if (!assembleEarly(view, known, this.selfId, now)) {
       if (probeMissing(view, now)) for (const e of missingPeers(view, known, this.selfId, now)) this.probeMissingPeer(search, e)
@@ -372,10 +373,16 @@ export class Matchmaker {
     search.lookedForExtras = expiration
     const leftovers = await this.rendezvous.find(search.leftoverKey).catch(() => [])
     const extras = othersLooking(leftovers, this.selfId, this.now())
-    if (extras.length === 0 || search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return false
+    const members = search.followers.size + 1
+    const meet = extras.length === 0 && meetUnderLeftovers(members, this.config.targetGroupSize, this.config.minGroupSize)
+    if ((extras.length === 0 && !meet) || search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return false
     const from = search.groupKey
-    await this.moveToLeftovers(search, `${search.followers.size + 1} of ${this.config.targetGroupSize} under ${from}, and ${extras.length} peer(s) one too many under their keys wait under the leftover key: taking our group there`)
+    await this.moveToLeftovers(search, meet
+      ? `${members} of ${this.config.targetGroupSize} under ${from}, short of a quorum: taking our group under the leftover key to meet other short groups`
+      : `${members} of ${this.config.targetGroupSize} under ${from}, and ${extras.length} peer(s) looking under the leftover key: taking our group there`)
     search.gridKey = from
+    // Other short groups get to their own assembly about now: wait for them one arrival cutoff (at most to our expiration, when we assemble anyway).
+    if (meet) search.holdUntil = this.now() + (this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration) ?? 0)
     await this.declare(search, expiration)
     return true
   }

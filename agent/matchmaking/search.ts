@@ -47,6 +47,8 @@ export class Search {
   lookedForExtras: number | null = null
   /** The Moshpit key we led our group from before taking it to the leftover key: its members' next bits come from it. */
   gridKey: string | undefined
+  /** Took our short group to the leftover key to meet others (decisions.ts meetUnderLeftovers): not assembled early before this (seconds). */
+  holdUntil = -Infinity
   /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
   expiryTimer: NodeJS.Timeout | undefined
   /** A join request of ours is out to a better-ranked leader, not yet answered (beginAsk, endAsk). */

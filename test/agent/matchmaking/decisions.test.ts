@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
+  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
   othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -225,6 +225,14 @@ test('aloneEarly: alone under its key past the followers\' usual arrival time, a
   assert.equal(aloneEarly({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead someone: a short group, not alone')
   assert.equal(aloneEarly({ ...search, leftoverKey: undefined }, [], 'me', 102.5, view), false, 'no leftover key')
   assert.equal(aloneEarly({ ...search, groupKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'already there')
+})
+
+test('meetUnderLeftovers: a group short of the early quorum meets other short groups under the leftover key', () => {
+  assert.equal(meetUnderLeftovers(2, 4, 2), true, 'a pair, at groups of four (quorum 3)')
+  assert.equal(meetUnderLeftovers(3, 4, 2), false, 'three of four: a quorum; only an extra completes it')
+  assert.equal(meetUnderLeftovers(1, 4, 2), false, 'alone: aloneEarly and aloneUnderKey')
+  assert.equal(meetUnderLeftovers(4, 8, 2), true, 'four of eight (quorum 5): another four fills it')
+  assert.equal(meetUnderLeftovers(2, 3, 2), false, 'two of three is a quorum')
 })
 
 test('a leader refuses a follower whose codec timings the members would refuse: one such follower would spoil the group it joins', () => {

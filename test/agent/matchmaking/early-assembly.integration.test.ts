@@ -116,3 +116,25 @@ test('a peer alone under its key (its key-mates crashed) meets a short key\'s pa
     for (const a of swarm.averagers) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
   } finally { await swarm.stop() }
 })
+
+test('two pairs under two keys (the other halves of both crashed) meet under the leftover key as one group of four', { timeout: 120_000 }, async () => {
+  // Cutoff 2 s: each pair is about to assemble short after 4 s, takes its group under the leftover key
+  // and holds there one cutoff; the pair that ranks lower asks the other's leader, which has room for it
+  // and the follower it brings. Before, each pair assembled alone: two groups of two.
+  const clock = (): ArrivalClock => { const c = new ArrivalClock(); for (let i = 0; i < MIN_ARRIVALS; i++) c.record(1); return c }
+  const swarm = await startSwarm(4, {
+    tensors,
+    config: (i) => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: EXPIRATION, initialGroupBits: i < 2 ? '0' : '1' }),
+    hooks: () => ({ arrivals: clock() })
+  })
+  try {
+    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: EXPIRATION + 5 })))
+    for (const r of results) {
+      assert.equal(r.peers.length, 4, `a group of ${r.peers.length}`)
+      assert.equal(r.groupId, results[0].groupId)
+      assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
+    }
+    const mean = weightedMean([0, 1, 2, 3].map(p => tensors(p)[0].data), [1, 1, 1, 1])
+    for (const a of swarm.averagers) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+  } finally { await swarm.stop() }
+})

@@ -714,7 +714,13 @@ export class Matchmaker {
       search.rejections.push(describeReply(reply))
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
         const next = peerIdFromBytes(reply.suggestedLeader).toString()
-        if (next !== this.selfId) return { redirect: next }
+        if (next === this.selfId) return null
+        // Our leader took us under the leftover key and joined a leader there: we ask that one there.
+        // (Asked under our own key, it refused us, BAD_GROUP_KEY, and we sat out the step: 64 peers.)
+        if (reply.leaderKey !== search.groupKey && reply.leaderKey === search.leftoverKey) {
+          await this.moveToLeftovers(search, `our leader ${leaderId.slice(-6)} joined a group under the leftover key`)
+        }
+        return { redirect: next }
       }
       return null
     } catch (err) {

@@ -92,7 +92,8 @@ export class Search {
       suggestedLeader: new Uint8Array(0),
       reason: '',
       arrivalDelays: [...this.followers.values()].flatMap(f => f.joinedAfter !== undefined ? [f.joinedAfter] : []),
-      gridKey: this.gridKey ?? ''
+      gridKey: this.gridKey ?? '',
+      leaderKey: ''
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()
@@ -182,7 +183,9 @@ export class Search {
       suggestedLeader: suggestedLeader != null ? peerIdToBytes(suggestedLeader) as Uint8Array<ArrayBuffer> : new Uint8Array(0),
       reason,
       arrivalDelays: [],
-      gridKey: ''
+      gridKey: '',
+      // The key we asked our new leader under: where our followers must ask it.
+      leaderKey: suggestedLeader != null ? this.groupKey : ''
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()

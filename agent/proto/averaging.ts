@@ -1261,6 +1261,7 @@ export interface MessageFromLeader {
   reason: string
   arrivalDelays: number[]
   gridKey: string
+  leaderKey: string
 }
 
 export namespace MessageFromLeader {
@@ -1319,6 +1320,11 @@ export namespace MessageFromLeader {
           w.string(obj.gridKey)
         }
 
+        if ((obj.leaderKey != null && obj.leaderKey !== '')) {
+          w.uint32(74)
+          w.string(obj.leaderKey)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1331,7 +1337,8 @@ export namespace MessageFromLeader {
           suggestedLeader: uint8ArrayAlloc(0),
           reason: '',
           arrivalDelays: [],
-          gridKey: ''
+          gridKey: '',
+          leaderKey: ''
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1384,6 +1391,10 @@ export namespace MessageFromLeader {
             }
             case 8: {
               obj.gridKey = reader.string()
+              break
+            }
+            case 9: {
+              obj.leaderKey = reader.string()
               break
             }
             default: {
@@ -1486,6 +1497,13 @@ export namespace MessageFromLeader {
             case 8: {
               yield {
                 field: `${prefix}.gridKey`,
+                value: reader.string()
+              }
+              break
+            }
+            case 9: {
+              yield {
+                field: `${prefix}.leaderKey`,
                 value: reader.string()
               }
               break
@@ -1593,6 +1611,11 @@ export namespace MessageFromLeader {
     value: string
   }
 
+  export interface MessageFromLeaderLeaderKeyFieldEvent {
+    field: '$.leaderKey'
+    value: string
+  }
+
   export function encode (obj: Partial<MessageFromLeader>): Uint8Array {
     return encodeMessage(obj, MessageFromLeader.codec())
   }
@@ -1601,7 +1624,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

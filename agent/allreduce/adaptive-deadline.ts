@@ -69,38 +69,3 @@ export function adaptiveWait (samples: readonly number[], floorMs: number, capMs
   const slack = Math.max(MAD_K * MAD_TO_SIGMA * madMs, MEDIAN_FRACTION * medianMs, floorMs)
   return { limitMs: Math.min(medianMs + slack, capMs), medianMs, madMs }
 }
-
-/**
- * The one timer of a set of adaptive deadlines, re-armed only when a deadline comes due sooner than
- * the check already set. The deadlines are re-judged on every part that arrives; clearing and
- * setting a Node timer each time cost more than the judging (a CPU profile of 4 peers × 25M
- * float32: ~7 % of the all-reduce's busy time in the deadlines, most of it timers). A check that
- * comes early costs one judging that finds nobody late, and sets the next. The check runs one turn
- * of the event loop after its timer: data that arrived while the process was busy is read first
- * (timers run before I/O callbacks in Node's loop), so nobody is judged late for our own delay.
- */
-export class DeadlineTimer {
-  private timer: NodeJS.Timeout | undefined
-  /** When the pending check is due (the clock of dueBy's `now`). */
-  private dueAt = Infinity
-
-  constructor (private readonly check: () => void) {}
-
-  /** A deadline is due at `at`: makes sure a check runs by then. */
-  dueBy (at: number, now: number): void {
-    if (this.timer !== undefined && this.dueAt <= at) return
-    clearTimeout(this.timer)
-    this.dueAt = at
-    this.timer = setTimeout(() => {
-      this.timer = undefined
-      this.dueAt = Infinity
-      setImmediate(this.check)
-    }, Math.max(0, at - now))
-  }
-
-  stop (): void {
-    clearTimeout(this.timer)
-    this.timer = undefined
-    this.dueAt = Infinity
-  }
-}

@@ -1,4 +1,4 @@
-import { DeadlineTimer, adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
+import { adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
 
 /** A reducer the adaptive deadline cut off: it owed us the mean of part `part` (relative to its span) for `waitedMs`. */
 export interface ReducerCutOff {
@@ -59,9 +59,7 @@ export class ReducerDeadlines {
   private readonly start: number
   /** Waits (ms) measured per relative part index. */
   private readonly samples = new Map<number, number[]>()
-  private readonly timer = new DeadlineTimer(() => { this.expire() })
-  /** Every reducer still expected accepted our stream (or failed): acceptance is judged no more (it never becomes due again). */
-  private acceptanceSettled = false
+  private timer: NodeJS.Timeout | undefined
   private stopped = false
 
   constructor (private readonly options: ReducerDeadlineOptions, private readonly now: () => number = () => performance.now()) {
@@ -115,17 +113,24 @@ export class ReducerDeadlines {
 
   stop (): void {
     this.stopped = true
-    this.timer.stop()
+    clearTimeout(this.timer)
   }
 
   private update (): void {
     if (this.stopped) return
+    clearTimeout(this.timer)
+    this.timer = undefined
     const due = this.laggards()
     const unaccepted = this.unaccepted()
-    let first = Infinity
-    for (const r of due?.late ?? []) first = Math.min(first, this.silentSenders[r] ? this.now() : this.waitingSince[r] + due!.wait.limitMs)
-    if (unaccepted !== undefined && unaccepted.late.length > 0) first = Math.min(first, this.start + unaccepted.wait.limitMs)
-    if (first !== Infinity) this.timer.dueBy(first, this.now())
+    const times = [
+      ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.waitingSince[r] + due!.wait.limitMs),
+      ...(unaccepted !== undefined && unaccepted.late.length > 0 ? [this.start + unaccepted.wait.limitMs] : [])
+    ]
+    if (times.length === 0) return
+    const first = Math.min(...times)
+    // One turn of the event loop after the timer, as the reducer's deadlines do: means that
+    // arrived while the process was busy are read before anyone is judged late.
+    this.timer = setTimeout(() => { setImmediate(() => { this.expire() }) }, Math.max(0, first - this.now()))
   }
 
   private expire (): void {
@@ -156,11 +161,9 @@ export class ReducerDeadlines {
 
   /** The reducers still expected that have not accepted our stream, and the limit from the acceptance times of the others; undefined before a majority accepted. */
   private unaccepted (): { wait: AdaptiveWait, samples: number, late: number[] } | undefined {
-    if (this.acceptanceSettled) return undefined
     const expected = this.options.spanParts.flatMap((n, r) => n > 0 && !(this.gone[r] && this.acceptedAt[r] === undefined) ? [r] : [])
     const times = expected.flatMap(r => this.acceptedAt[r] !== undefined ? [this.acceptedAt[r]!] : [])
     const late = expected.filter(r => this.acceptedAt[r] === undefined && !this.gone[r])
-    if (late.length === 0) this.acceptanceSettled = true
     if (late.length === 0 || !quorumReached(times.length, expected.length)) return undefined
     const wait = adaptiveWait(times, this.options.floorMs, this.options.capMs)
     return wait === undefined ? undefined : { wait, samples: times.length, late }

@@ -1,4 +1,4 @@
-import { DeadlineTimer, adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
+import { adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
 import type { SpanReducer } from './span-reducer.js'
 
 /** A sender the adaptive deadline cut off: it owed part `part` (relative to the span) for `waitedMs`. */
@@ -34,7 +34,7 @@ export class SenderDeadlines {
   private readonly waitingSince: Array<number | undefined>
   /** Waits (ms) measured per relative part index, for the parts still unfinished. */
   private readonly samples = new Map<number, number[]>()
-  private readonly timer = new DeadlineTimer(() => { this.expire() })
+  private timer: NodeJS.Timeout | undefined
   private stopped = false
 
   constructor (private readonly options: SenderDeadlineOptions, senders: number, private readonly now: () => number = () => performance.now()) {
@@ -66,16 +66,19 @@ export class SenderDeadlines {
   /** Re-arms the timer after any progress or ban: the quorum, the part waited on or the laggards changed. */
   update (): void {
     if (this.stopped) return
+    clearTimeout(this.timer)
+    this.timer = undefined
     const due = this.laggards()
     if (due === undefined || due.late.length === 0) return
-    let since = Infinity
-    for (const l of due.late) since = Math.min(since, l.since)
-    this.timer.dueBy(since + due.wait.limitMs, this.now())
+    const first = Math.min(...due.late.map(l => l.since)) + due.wait.limitMs
+    // After the timer, one turn of the event loop before judging: data that arrived while the
+    // process was busy is read first (timers run before I/O callbacks in Node's loop).
+    this.timer = setTimeout(() => { setImmediate(() => { this.expire() }) }, Math.max(0, first - this.now()))
   }
 
   stop (): void {
     this.stopped = true
-    this.timer.stop()
+    clearTimeout(this.timer)
   }
 
   private expire (): void {

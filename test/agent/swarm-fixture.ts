@@ -1,7 +1,8 @@
 import { multiaddr } from '@multiformats/multiaddr'
 import { createSwarmNode, type SwarmNode, type SwarmNodeOptions } from '../../agent/net/node.js'
 import { routingTableSize } from '../../agent/net/bootstrap.js'
-import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor } from '../../agent/averager.js'
+import assert from 'node:assert/strict'
+import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor, type StepResult } from '../../agent/averager.js'
 import { linesLog, type Log } from '../../agent/log.js'
 
 export interface SwarmFixture {
@@ -164,6 +165,21 @@ export function maxAbsDiff (a: ArrayLike<number>, b: ArrayLike<number>): number 
   let m = 0
   for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]))
   return m
+}
+
+/**
+ * Every step in `results` ran in one group of all the swarm's agents, each found it within
+ * `withinMs` of matchmaking, and every agent's first tensor is now the exact mean of `before`
+ * (their first tensors before the step, weight 1 each).
+ */
+export async function assertOneExactGroup (swarm: SwarmFixture, results: readonly StepResult[], before: readonly Float32Array[], withinMs: number): Promise<void> {
+  for (const r of results) {
+    assert.equal(r.peers.length, swarm.averagers.length, `a group of ${r.peers.length}`)
+    assert.equal(r.groupId, results[0].groupId)
+    assert.ok(r.matchmakingMs < withinMs, `matchmaking took ${r.matchmakingMs} ms`)
+  }
+  const mean = weightedMean(before, before.map(() => 1))
+  for (const a of swarm.averagers) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
 }
 
 export type { DataChannelKind } from '../../agent/net/frame-channel.js'

@@ -2,18 +2,13 @@ import { test, mock } from 'node:test'
 import assert from 'node:assert/strict'
 import { ReducerDeadlines, type ReducerCutOff } from '../../../agent/allreduce/reducer-deadlines.js'
 
-/**
- * A fake clock the deadlines read, moved with Node's mocked timers: the clock first, so that a check
- * firing on the way judges at the new time (a real clock never lags its timers), then the timers due
- * by then, and the checks they queue (setImmediate). Not runAll: it fires checks set for later at a
- * clock that has not reached them, and each sets the next (with real timers, time moves on).
- */
+/** A fake clock the deadlines read, moved with Node's mocked timers. */
 function setup (spanParts: number[], me = 0): { deadlines: ReducerDeadlines, cutOffs: ReducerCutOff[], at: (ms: number) => void } {
   mock.timers.enable({ apis: ['setTimeout', 'setImmediate'] })
   let now = 0
   const cutOffs: ReducerCutOff[] = []
   const deadlines = new ReducerDeadlines({ spanParts, me, floorMs: 2000, capMs: 20_000, onCutOff: (c) => { cutOffs.push(c) } }, () => now)
-  return { deadlines, cutOffs, at: (ms) => { const step = ms - now; now = ms; mock.timers.tick(step); mock.timers.tick(0) } }
+  return { deadlines, cutOffs, at: (ms) => { mock.timers.tick(ms - now); now = ms; mock.timers.runAll() } }
 }
 
 test('a reducer that never answers is cut off at median + slack once a majority answered, not before', (t) => {

@@ -3,7 +3,7 @@
 // that lost two of four, once twice that time has passed.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm, fill, weightedMean, maxAbsDiff } from '../swarm-fixture.js'
+import { startSwarm, fill, weightedMean, maxAbsDiff, assertOneExactGroup } from '../swarm-fixture.js'
 import { ArrivalClock, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
 import type { NamedTensor } from '../../../agent/averager.js'
 
@@ -107,13 +107,7 @@ test('a peer alone under its key (its key-mates crashed) meets a short key\'s pa
   })
   try {
     const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: EXPIRATION + 5 })))
-    for (const r of results) {
-      assert.equal(r.peers.length, 3, `a group of ${r.peers.length}`)
-      assert.equal(r.groupId, results[0].groupId)
-      assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
-    }
-    const mean = weightedMean([0, 1, 2].map(p => tensors(p)[0].data), [1, 1, 1])
-    for (const a of swarm.averagers) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+    await assertOneExactGroup(swarm, results, [0, 1, 2].map(p => tensors(p)[0].data), EXPIRATION * 1000 / 2)
   } finally { await swarm.stop() }
 })
 
@@ -129,12 +123,6 @@ test('two pairs under two keys (the other halves of both crashed) meet under the
   })
   try {
     const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: EXPIRATION + 5 })))
-    for (const r of results) {
-      assert.equal(r.peers.length, 4, `a group of ${r.peers.length}`)
-      assert.equal(r.groupId, results[0].groupId)
-      assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
-    }
-    const mean = weightedMean([0, 1, 2, 3].map(p => tensors(p)[0].data), [1, 1, 1, 1])
-    for (const a of swarm.averagers) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+    await assertOneExactGroup(swarm, results, [0, 1, 2, 3].map(p => tensors(p)[0].data), EXPIRATION * 1000 / 2)
   } finally { await swarm.stop() }
 })

@@ -6,7 +6,7 @@
 // one group of four, well before its declaration runs out.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startSwarm, fill, weightedMean, maxAbsDiff, type SwarmFixture } from '../swarm-fixture.js'
+import { startSwarm, fill, weightedMean, maxAbsDiff, assertOneExactGroup, type SwarmFixture } from '../swarm-fixture.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import { ArrivalClock, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
 import type { NamedTensor, StepResult } from '../../../agent/averager.js'
@@ -40,14 +40,8 @@ async function stepInOrder (swarm: SwarmFixture, order: number[]): Promise<StepR
 }
 
 async function assertOneGroupOfFour (swarm: SwarmFixture, results: StepResult[]): Promise<void> {
-  for (const r of results) {
-    assert.equal(r.peers.length, 4, `a group of ${r.peers.length}`)
-    assert.equal(r.groupId, results[0].groupId)
-    // Waiting out the declaration takes 20 s: the lopsided view is mended within an ask or two.
-    assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
-  }
-  const mean = weightedMean([0, 1, 2, 3].map(p => tensors(p)[0].data), [1, 1, 1, 1])
-  for (const a of swarm.averagers) assert.ok(maxAbsDiff(await a.withTensors(t => t[0].data), mean) < 1e-5)
+  // Waiting out the declaration takes 20 s: the lopsided view is mended within an ask or two.
+  await assertOneExactGroup(swarm, results, [0, 1, 2, 3].map(p => tensors(p)[0].data), EXPIRATION * 1000 / 2)
 }
 
 test('a peer that cannot see the leader, and that nobody sees, asks a worse-ranked follower and is sent to the leader', { timeout: 120_000 }, async () => {

@@ -168,7 +168,10 @@ export class Matchmaker {
     while (!search.assembled && signal?.aborted !== true) {
       const now = this.now()
       if (now >= search.deadline) return null
-      if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration)) {
+      // Declare afresh when ours ran out, and under a key we moved to without declaring there: a
+      // follower sent on to the leftover key whose new leader crashed or assembled without it was
+      // invisible there for the rest of its old declaration, and sat out its step (64 peers, 10 %).
+      if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration || search.declaredUnder !== search.groupKey)) {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
           const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration }
@@ -510,6 +513,7 @@ export class Matchmaker {
   }
 
   private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
+    search.declaredUnder = search.groupKey
     try {
       return await this.rendezvous.declare(search.groupKey, {
         peerId: this.selfId, expiration, looking: true, priority: 0, addrs: ownAddrBytes(this.node)

@@ -24,6 +24,8 @@ export class Search {
   declaredExpiration: number | null = null
   /** When the current declaration began: followers' arrival delays count from it. */
   declaredAt: number | null = null
+  /** The key we last declared under: a follower our leader sent on to the leftover key is not declared there yet. */
+  declaredUnder: string | null = null
   currentLeader: string | null = null
   readonly followers = new Map<string, Follower>()
   readonly tried = new Set<string>()

@@ -111,14 +111,23 @@ test('a leader with targetGroupSize - 1 followers is full; one fewer still takes
   assert.equal(groupFull(2, 4), false)
 })
 
-test('a leader without room for an asking leader and the followers it brings refuses it: that group stays whole', () => {
+test('under the leftover key a leader without room for an asking leader and the followers it brings refuses it: that group stays whole', () => {
+  const leftovers = { groupKey: 'avs.leftovers', leftoverKey: 'avs.leftovers' }
+  const ask = (over: Partial<JoinRequest>): JoinRequest => request({ groupKey: 'avs.leftovers', ...over })
   // Two members and a pair's leader asking: 2 + 1 + 1 > 4. One member and the pair: exactly 4.
-  assert.deepEqual(reasonToReject(LEADER, leading({}, ['a', 'b']), request({ bringing: 1 }), 'peer-F'),
+  assert.deepEqual(reasonToReject(LEADER, leading(leftovers, ['a', 'b']), ask({ bringing: 1 }), 'peer-F'),
     { code: MatchCode.GROUP_IS_FULL, reason: 'no room for the asker and the 1 follower(s) it leads' })
-  assert.equal(reasonToReject(LEADER, leading({}, ['a']), request({ bringing: 1 }), 'peer-F'), null)
-  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 2 }), 'peer-F'), null, 'three of them and the leader: four')
-  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 3 }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL)
-  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 1024 }), 'peer-F')?.code, MatchCode.PROTOCOL_VIOLATION, 'more than any group holds')
+  assert.equal(reasonToReject(LEADER, leading(leftovers, ['a']), ask({ bringing: 1 }), 'peer-F'), null)
+  assert.equal(reasonToReject(LEADER, leading(leftovers), ask({ bringing: 2 }), 'peer-F'), null, 'three of them and the leader: four')
+  assert.equal(reasonToReject(LEADER, leading(leftovers), ask({ bringing: 3 }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL)
+  assert.equal(reasonToReject(LEADER, leading(leftovers), ask({ bringing: 1024 }), 'peer-F')?.code, MatchCode.PROTOCOL_VIOLATION, 'more than any group holds')
+})
+
+test('under a Moshpit key (or without a grid) a leader accepts an asking leader without room for all it brings: the one left over is the key\'s extra', () => {
+  assert.equal(reasonToReject(LEADER, leading({ leftoverKey: 'avs.leftovers' }, ['a']), request({ bringing: 2 }), 'peer-F'), null, 'two and three under one key: four and an extra')
+  assert.equal(reasonToReject(LEADER, leading({}, ['a', 'b']), request({ bringing: 1 }), 'peer-F'), null, 'no grid: the one left over looks again')
+  assert.equal(reasonToReject(LEADER, leading({ leftoverKey: 'avs.leftovers' }, ['a', 'b', 'c']), request({ bringing: 0 }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL, 'a full group stays full')
+  assert.equal(reasonToReject(LEADER, leading({ leftoverKey: 'avs.leftovers' }), request({ bringing: 1024 }), 'peer-F')?.code, MatchCode.PROTOCOL_VIOLATION, 'more than any group holds')
 })
 
 test('the first failing check wins, in hivemind\'s order', () => {

@@ -303,6 +303,24 @@ export function aloneEarly (search: KeyView, known: readonly StoredEntry[], self
   return othersLooking(known, selfId, now).length === 0
 }
 
+/**
+ * Whether a peer alone under the leftover key looks under its Moshpit key again (`homeKey`) for peers
+ * that declared there since it left: nobody follows it, the followers' usual arrival time has passed
+ * since it declared under the leftover key (the extras and short groups of its round would have come by
+ * then), nobody else looks there in a view read within a request timeout, and it last looked home a
+ * request timeout ago or more. Where peers step at their own pace (the chaos swarm: 8 agents, each
+ * trainer on its own cadence), one turned away under its key (extraUnderKey) went to the leftover key,
+ * where nobody comes in a swarm without short keys, and sat out its 16 s step while the others' next
+ * steps formed some 50 groups under the Moshpit keys; in a swarm stepping in rounds nobody new declares
+ * under its key, and it stays.
+ */
+export function peekHomeDue (search: KeyView & { readonly homeKey: string, readonly peekedHomeAt: number }, known: readonly StoredEntry[], selfId: string, now: number, view: Pick<AloneView, 'declaredAt' | 'cutoff' | 'readAt' | 'requestTimeout'>): boolean {
+  if (search.leftoverKey == null || search.groupKey !== search.leftoverKey || search.homeKey === search.leftoverKey || search.followers.size > 0) return false
+  if (view.cutoff === undefined || now - view.declaredAt < view.cutoff || now - view.readAt > view.requestTimeout) return false
+  if (now - search.peekedHomeAt < view.requestTimeout) return false
+  return othersLooking(known, selfId, now).length === 0
+}
+
 /** What extraUnderKey looks at in a search: KeyView, and the signs that the key's groups formed without us. */
 export interface ExtraView extends KeyView {
   /** Refusals in this search under this key that say a group formed or filled without us (GROUP_IS_FULL, NOT_LOOKING_FOR_GROUP). */

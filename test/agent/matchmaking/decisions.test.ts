@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
+  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
   othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -234,6 +234,22 @@ test('aloneEarly: alone under its key past the followers\' usual arrival time, a
   assert.equal(aloneEarly({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead someone: a short group, not alone')
   assert.equal(aloneEarly({ ...search, leftoverKey: undefined }, [], 'me', 102.5, view), false, 'no leftover key')
   assert.equal(aloneEarly({ ...search, groupKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'already there')
+})
+
+test('peekHomeDue: alone under the leftover key past the usual arrival time, on a fresh view, once a request timeout: look home again', () => {
+  const search = { groupKey: 'avs.leftovers', homeKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>(), peekedHomeAt: -Infinity }
+  // Declared under the leftover key at 100; followers usually come within 2 s.
+  const view = { declaredAt: 100, cutoff: 2, readAt: 102.3, requestTimeout: 0.5 }
+  assert.equal(peekHomeDue(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
+  assert.equal(peekHomeDue(search, [], 'me', 101.9, view), false, 'before the cutoff: extras and short groups may still come')
+  assert.equal(peekHomeDue(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet')
+  assert.equal(peekHomeDue(search, [], 'me', 103, view), false, 'a view older than a request timeout')
+  assert.equal(peekHomeDue(search, [entry('p-short', 116)], 'me', 102.5, view), false, 'someone else looking under the leftover key')
+  assert.equal(peekHomeDue({ ...search, peekedHomeAt: 102.2 }, [], 'me', 102.5, view), false, 'looked home less than a request timeout ago')
+  assert.equal(peekHomeDue({ ...search, peekedHomeAt: 102 }, [], 'me', 102.5, view), true, 'a request timeout after the last look')
+  assert.equal(peekHomeDue({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead a group there')
+  assert.equal(peekHomeDue({ ...search, groupKey: KEY }, [], 'me', 102.5, view), false, 'at home already')
+  assert.equal(peekHomeDue({ ...search, homeKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'the search began under the leftover key')
 })
 
 test('meetUnderLeftovers: a group short of the early quorum meets other short groups under the leftover key', () => {

@@ -28,8 +28,6 @@ export interface LeaderState {
   readonly declaredExpiration: number | null
   readonly currentLeader: string | null
   readonly followers: ReadonlyMap<string, unknown>
-  /** The swarm's leftover key (none: a swarm without a Moshpit grid). */
-  readonly leftoverKey?: string
   /** This search's schema, when it averages a subset of the tensors (LeaderConfig.schemaHash otherwise). */
   readonly schemaHash?: Uint8Array
 }
@@ -77,14 +75,11 @@ export function reasonToReject (config: LeaderConfig, state: LeaderState | null,
   if (state.currentLeader != null) return { code: MatchCode.NOT_A_LEADER, reason: 'leader follows another peer', suggestedLeader: state.currentLeader }
   if (from === config.selfId || state.followers.has(from)) return { code: MatchCode.DUPLICATE_PEER_ID, reason: 'peer already in the group' }
   if (groupFull(state.followers.size, config.targetGroupSize)) return { code: MatchCode.GROUP_IS_FULL, reason: 'group is full' }
-  // A leader that asks us brings its followers (they are sent on to us once we accept it). Under the
-  // leftover key, without room for them all, its group stays whole under it: accepted, it left them
-  // to find room alone, where nobody else comes (64 agents losing 10 % a round, a pair joined a leader
-  // of three there, and its follower, turned away, sat out its 60 s step). Under a Moshpit key the one
-  // left over is the key's extra and goes to the leftover key to meet the short keys; refused there,
-  // five peers under one key split into a group of three and a pair that each waited out their whole
-  // declaration for the other's members (clean-clone CI, the five-and-three test).
-  if (state.leftoverKey !== undefined && state.groupKey === state.leftoverKey && groupFull(state.followers.size + request.bringing, config.targetGroupSize)) {
+  // A leader that asks us brings its followers (they are sent on to us once we accept it): without
+  // room for them all, its group stays whole under it. Accepted, it left them to find room alone:
+  // 64 agents losing 10 % a round, a pair joined a leader of three, and its follower, turned away
+  // there, sat out its 60 s step.
+  if (groupFull(state.followers.size + request.bringing, config.targetGroupSize)) {
     return { code: MatchCode.GROUP_IS_FULL, reason: `no room for the asker and the ${request.bringing} follower(s) it leads` }
   }
   return null
@@ -300,24 +295,6 @@ export function aloneEarly (search: KeyView, known: readonly StoredEntry[], self
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
   if (view.cutoff === undefined || !view.widened || now - view.declaredAt < view.cutoff) return false
   if (now - view.readAt > view.requestTimeout) return false
-  return othersLooking(known, selfId, now).length === 0
-}
-
-/**
- * Whether a peer alone under the leftover key looks under its Moshpit key again (`homeKey`) for peers
- * that declared there since it left: nobody follows it, the followers' usual arrival time has passed
- * since it declared under the leftover key (the extras and short groups of its round would have come by
- * then), nobody else looks there in a view read within a request timeout, and it last looked home a
- * request timeout ago or more. Where peers step at their own pace (the chaos swarm: 8 agents, each
- * trainer on its own cadence), one turned away under its key (extraUnderKey) went to the leftover key,
- * where nobody comes in a swarm without short keys, and sat out its 16 s step while the others' next
- * steps formed some 50 groups under the Moshpit keys; in a swarm stepping in rounds nobody new declares
- * under its key, and it stays.
- */
-export function peekHomeDue (search: KeyView & { readonly homeKey: string, readonly peekedHomeAt: number }, known: readonly StoredEntry[], selfId: string, now: number, view: Pick<AloneView, 'declaredAt' | 'cutoff' | 'readAt' | 'requestTimeout'>): boolean {
-  if (search.leftoverKey == null || search.groupKey !== search.leftoverKey || search.homeKey === search.leftoverKey || search.followers.size > 0) return false
-  if (view.cutoff === undefined || now - view.declaredAt < view.cutoff || now - view.readAt > view.requestTimeout) return false
-  if (now - search.peekedHomeAt < view.requestTimeout) return false
   return othersLooking(known, selfId, now).length === 0
 }
 

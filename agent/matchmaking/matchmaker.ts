@@ -15,7 +15,7 @@ import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.js'
 import type { GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing,
+  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, probeMissing,
   reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, silentUntil, triedKey, withHeard, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -236,10 +236,6 @@ export class Matchmaker {
         search.declaredExpiration = null
         continue
       }
-      if (!isClient && search.currentLeader == null && search.declaredAt != null && await this.peekHome(search, pool, knownAt)) {
-        pollMs = POLL_MIN_MS
-        continue
-      }
       const untilExpiry = search.declaredExpiration != null ? (search.declaredExpiration - this.now()) * 1000 : Infinity
       const untilDeadline = (search.deadline - this.now()) * 1000
       await this.wakeup.sleep(Math.max(0, Math.min(pollMs, untilExpiry, untilDeadline)))
@@ -416,33 +412,6 @@ export class Matchmaker {
       this.config.log?.debug(`${entry.peerId.slice(-6)}, seen looking under ${search.groupKey}, did not answer a liveness check within ${this.config.requestTimeout} s: not waited for`)
       this.wakeup.notify()
     })()
-  }
-
-  /**
-   * Alone under the leftover key past the usual arrival time (decisions.ts peekHomeDue): looks under our
-   * Moshpit key, and goes back there if peers declared there since we saw it last (declarations we
-   * saw before we left, a crashed peer's among them, do not count). The search loop declares us there
-   * afresh (Search.declaredUnder). Returns whether it went back.
-   */
-  private async peekHome (search: Search, pool: readonly StoredEntry[], readAt: number): Promise<boolean> {
-    const view = this.aloneView(search, search.declaredAt!, readAt)
-    if (!peekHomeDue(search, pool, this.selfId, this.now(), view)) return false
-    search.peekedHomeAt = this.now()
-    const home = await this.rendezvous.find(search.homeKey).catch(() => [])
-    const now = this.now()
-    const arrived = othersLooking(home, this.selfId, now).filter(e => !search.seenSince.has(triedKey(e.peerId, e.expiration)))
-    if (arrived.length === 0 || search.assembled || search.currentLeader != null || search.followers.size > 0 || search.groupKey !== search.leftoverKey) return false
-    void this.withdraw(search)
-    clearTimeout(search.expiryTimer)
-    search.declaredExpiration = null
-    search.groupKey = search.homeKey
-    search.gridKey = undefined
-    search.tried.clear()
-    search.heard.clear()
-    search.turnedAway = 0
-    search.seenLooking.clear()
-    this.config.log?.info(`alone under the leftover key; ${arrived.length} peer(s) declared under ${search.homeKey} since we left: looking there again`)
-    return true
   }
 
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone or one too many under theirs meet short groups (logs `why`). */

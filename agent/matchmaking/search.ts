@@ -49,10 +49,6 @@ export class Search {
   lookedForExtras: number | null = null
   /** The Moshpit key we led our group from before taking it to the leftover key: its members' next bits come from it. */
   gridKey: string | undefined
-  /** The Moshpit key this search began under (groupKey moves to the leftover key and may come back). */
-  readonly homeKey: string
-  /** When we last looked under homeKey from the leftover key for peers that came there since (Matchmaker.peekHome). */
-  peekedHomeAt = -Infinity
   /** Took our short group to the leftover key to meet others (decisions.ts meetUnderLeftovers): not assembled early before this (seconds). */
   holdUntil = -Infinity
   /** The group size the followers we accepted promised with the followers they bring (JoinRequest.bringing), and until when we wait for those (seconds). */
@@ -79,7 +75,6 @@ export class Search {
     /** The schema of a round over a subset of the tensors (none: the matchmaker's, all tensors). */
     readonly schemaHash?: Uint8Array
   ) {
-    this.homeKey = groupKey
     this.done = new Promise(resolve => { this.finish = resolve })
   }
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
+  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
   othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -111,23 +111,14 @@ test('a leader with targetGroupSize - 1 followers is full; one fewer still takes
   assert.equal(groupFull(2, 4), false)
 })
 
-test('under the leftover key a leader without room for an asking leader and the followers it brings refuses it: that group stays whole', () => {
-  const leftovers = { groupKey: 'avs.leftovers', leftoverKey: 'avs.leftovers' }
-  const ask = (over: Partial<JoinRequest>): JoinRequest => request({ groupKey: 'avs.leftovers', ...over })
+test('a leader without room for an asking leader and the followers it brings refuses it: that group stays whole', () => {
   // Two members and a pair's leader asking: 2 + 1 + 1 > 4. One member and the pair: exactly 4.
-  assert.deepEqual(reasonToReject(LEADER, leading(leftovers, ['a', 'b']), ask({ bringing: 1 }), 'peer-F'),
+  assert.deepEqual(reasonToReject(LEADER, leading({}, ['a', 'b']), request({ bringing: 1 }), 'peer-F'),
     { code: MatchCode.GROUP_IS_FULL, reason: 'no room for the asker and the 1 follower(s) it leads' })
-  assert.equal(reasonToReject(LEADER, leading(leftovers, ['a']), ask({ bringing: 1 }), 'peer-F'), null)
-  assert.equal(reasonToReject(LEADER, leading(leftovers), ask({ bringing: 2 }), 'peer-F'), null, 'three of them and the leader: four')
-  assert.equal(reasonToReject(LEADER, leading(leftovers), ask({ bringing: 3 }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL)
-  assert.equal(reasonToReject(LEADER, leading(leftovers), ask({ bringing: 1024 }), 'peer-F')?.code, MatchCode.PROTOCOL_VIOLATION, 'more than any group holds')
-})
-
-test('under a Moshpit key (or without a grid) a leader accepts an asking leader without room for all it brings: the one left over is the key\'s extra', () => {
-  assert.equal(reasonToReject(LEADER, leading({ leftoverKey: 'avs.leftovers' }, ['a']), request({ bringing: 2 }), 'peer-F'), null, 'two and three under one key: four and an extra')
-  assert.equal(reasonToReject(LEADER, leading({}, ['a', 'b']), request({ bringing: 1 }), 'peer-F'), null, 'no grid: the one left over looks again')
-  assert.equal(reasonToReject(LEADER, leading({ leftoverKey: 'avs.leftovers' }, ['a', 'b', 'c']), request({ bringing: 0 }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL, 'a full group stays full')
-  assert.equal(reasonToReject(LEADER, leading({ leftoverKey: 'avs.leftovers' }), request({ bringing: 1024 }), 'peer-F')?.code, MatchCode.PROTOCOL_VIOLATION, 'more than any group holds')
+  assert.equal(reasonToReject(LEADER, leading({}, ['a']), request({ bringing: 1 }), 'peer-F'), null)
+  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 2 }), 'peer-F'), null, 'three of them and the leader: four')
+  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 3 }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL)
+  assert.equal(reasonToReject(LEADER, leading(), request({ bringing: 1024 }), 'peer-F')?.code, MatchCode.PROTOCOL_VIOLATION, 'more than any group holds')
 })
 
 test('the first failing check wins, in hivemind\'s order', () => {
@@ -234,22 +225,6 @@ test('aloneEarly: alone under its key past the followers\' usual arrival time, a
   assert.equal(aloneEarly({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead someone: a short group, not alone')
   assert.equal(aloneEarly({ ...search, leftoverKey: undefined }, [], 'me', 102.5, view), false, 'no leftover key')
   assert.equal(aloneEarly({ ...search, groupKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'already there')
-})
-
-test('peekHomeDue: alone under the leftover key past the usual arrival time, on a fresh view, once a request timeout: look home again', () => {
-  const search = { groupKey: 'avs.leftovers', homeKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>(), peekedHomeAt: -Infinity }
-  // Declared under the leftover key at 100; followers usually come within 2 s.
-  const view = { declaredAt: 100, cutoff: 2, readAt: 102.3, requestTimeout: 0.5 }
-  assert.equal(peekHomeDue(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
-  assert.equal(peekHomeDue(search, [], 'me', 101.9, view), false, 'before the cutoff: extras and short groups may still come')
-  assert.equal(peekHomeDue(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet')
-  assert.equal(peekHomeDue(search, [], 'me', 103, view), false, 'a view older than a request timeout')
-  assert.equal(peekHomeDue(search, [entry('p-short', 116)], 'me', 102.5, view), false, 'someone else looking under the leftover key')
-  assert.equal(peekHomeDue({ ...search, peekedHomeAt: 102.2 }, [], 'me', 102.5, view), false, 'looked home less than a request timeout ago')
-  assert.equal(peekHomeDue({ ...search, peekedHomeAt: 102 }, [], 'me', 102.5, view), true, 'a request timeout after the last look')
-  assert.equal(peekHomeDue({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead a group there')
-  assert.equal(peekHomeDue({ ...search, groupKey: KEY }, [], 'me', 102.5, view), false, 'at home already')
-  assert.equal(peekHomeDue({ ...search, homeKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'the search began under the leftover key')
 })
 
 test('meetUnderLeftovers: a group short of the early quorum meets other short groups under the leftover key', () => {

@@ -55,6 +55,9 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
           accepted = new Promise<MessageFromLeader>(resolve => {
             search!.followers.set(from, { peerId: from, info: request.info!, joinedAfter: search!.declaredAt != null ? ctx.now() - search!.declaredAt : undefined, settle: resolve })
           })
+          // The followers it brings are sent on to us now; each asks us within a request timeout
+          // (its old key's withdrawal runs beside the ask): two are slack on a busy machine.
+          search!.expectBrought(request.bringing, ctx.now() + 2 * ctx.requestTimeoutMs / 1000)
           return message(MatchCode.ACCEPTED, '')
         })
         await framed.write(MessageFromLeader.encode(reply))

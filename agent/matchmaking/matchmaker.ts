@@ -276,6 +276,9 @@ export class Matchmaker {
     if (search.currentLeader != null || search.followers.size === 0 || search.declaredAt == null || search.declaredExpiration == null) return false
     const now = this.now()
     if (now < search.holdUntil) return false
+    // A follower we accepted brings followers of its own, sent on to us: they are coming. (Assembled
+    // without them, such a follower was turned away and sat out its step: a pair meeting a pair.)
+    if (search.awaitingBrought(now) > 0) return false
     const view = this.earlyView(search, search.declaredAt)
     if (!assembleEarly(view, known, this.selfId, now)) {
       if (probeMissing(view, now)) for (const e of missingPeers(view, known, this.selfId, now)) this.probeMissingPeer(search, e)
@@ -495,7 +498,9 @@ export class Matchmaker {
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone or one too many under theirs meet short groups (logs `why`). */
   private async moveToLeftovers (search: Search, why: string): Promise<void> {
     if (search.leftoverKey == null) return
-    await this.withdraw(search)
+    // Withdrawn from the old key beside what comes next (withdraw reads the key before it awaits):
+    // a follower our leader sent on asks its new leader at once, which waits for it only so long.
+    void this.withdraw(search)
     search.groupKey = search.leftoverKey
     search.tried.clear()
     search.heard.clear()

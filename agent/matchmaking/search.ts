@@ -49,6 +49,9 @@ export class Search {
   gridKey: string | undefined
   /** Took our short group to the leftover key to meet others (decisions.ts meetUnderLeftovers): not assembled early before this (seconds). */
   holdUntil = -Infinity
+  /** The group size the followers we accepted promised with the followers they bring (JoinRequest.bringing), and until when we wait for those (seconds). */
+  private broughtSize = 0
+  private broughtUntil = -Infinity
   /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
   expiryTimer: NodeJS.Timeout | undefined
   /** A join request of ours is out to a better-ranked leader, not yet answered (beginAsk, endAsk). */
@@ -105,6 +108,24 @@ export class Search {
       leader: this.selfId,
       ...(this.gridKey !== undefined ? { gridKey: this.gridKey } : {})
     })
+  }
+
+  /**
+   * We accepted a follower (already in `followers`) that leads `bringing` followers of its own: it
+   * sends them on to us, and we wait for them until `until` before assembling early (awaitingBrought).
+   */
+  expectBrought (bringing: number, until: number): void {
+    if (bringing <= 0) return
+    this.broughtSize = Math.max(this.broughtSize, this.followers.size + 1 + bringing)
+    this.broughtUntil = Math.max(this.broughtUntil, until)
+  }
+
+  /**
+   * How many of the followers our followers bring have not joined yet, while we still wait for them.
+   * Counted, not named: whoever joins takes a promised place (the group grows either way).
+   */
+  awaitingBrought (now: number): number {
+    return now < this.broughtUntil ? Math.max(0, this.broughtSize - this.followers.size - 1) : 0
   }
 
   /** A follower joined while we lead: a full group assembles at once. Returns whether it did. */

@@ -182,3 +182,20 @@ test('BEGIN_ALLREDUCE lists when each follower joined after the declaration (tho
   other.search.disband(null, 'test')
   assert.deepEqual(other.received.get('f1')![0].arrivalDelays, [])
 })
+
+test('a follower that brings followers of its own makes the leader wait for them until the bound, counted by whoever joins', () => {
+  const { search } = leaderWith(['f1'])
+  assert.equal(search.awaitingBrought(10), 0, 'nobody promised')
+  search.expectBrought(0, 12)
+  assert.equal(search.awaitingBrought(10), 0, 'bringing nobody promises nothing')
+  // A pair's leader joins, bringing its one follower: a group of 4 is expected until t = 12.
+  search.followers.set('p1', { peerId: 'p1', info: info(3), settle: () => {} })
+  search.expectBrought(1, 12)
+  assert.equal(search.awaitingBrought(10), 1)
+  assert.equal(search.awaitingBrought(12), 0, 'past the bound it no longer waits')
+  search.followers.set('p2', { peerId: 'p2', info: info(4), settle: () => {} })
+  assert.equal(search.awaitingBrought(11), 0, 'the brought follower came')
+  // The bringer leaves before its follower comes: one promised place stays open, until the bound.
+  search.followers.delete('p1')
+  assert.equal(search.awaitingBrought(11), 1)
+})

@@ -219,7 +219,7 @@ export function reverseAskAfter (requestTimeout: number): number {
  * Asked, such a follower refuses us naming its leader (BAD_EXPIRATION_TIME with a suggested
  * leader), which decides as for anyone; a worse-ranked leader refuses us and now knows of us
  * (heardEntry), so it asks us in turn. These asks are not ordered by rank: the matchmaker sends
- * them without holding its lock (Matchmaker.askBelow).
+ * them without holding its lock (FollowerSide.askBelow).
  */
 export function reverseCandidate (entries: readonly StoredEntry[], view: ReverseView): StoredEntry | null {
   let best: StoredEntry | null = null

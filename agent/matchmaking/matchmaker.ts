@@ -1,22 +1,22 @@
-import type { PeerId, Stream } from '@libp2p/interface'
+import type { PeerId } from '@libp2p/interface'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { SwarmNode } from '../net/node.js'
-import { JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../proto/averaging.js'
-import { atOwnAddress, openFramed, ownAddrBytes, peerIdFromBytes, rememberAddrs } from '../net/rpc.js'
-import type { FramedStream } from '../net/framed-stream.js'
+import { PeerMode, type PeerInfo } from '../proto/averaging.js'
+import { atOwnAddress, ownAddrBytes, rememberAddrs } from '../net/rpc.js'
 import { MatchmakingError, describeError } from '../errors.js'
 import { Mutex } from '../util/mutex.js'
 import { Wakeup } from '../util/wakeable-sleep.js'
 import type { Rendezvous } from '../rendezvous/rendezvous.js'
 import type { StoredEntry } from '../rendezvous/store.js'
-import { ConnectingError, connectPatiently } from '../rendezvous/connect.js'
 import { Search } from './search.js'
+import { Liveness } from './liveness.js'
+import { FollowerSide } from './follower-side.js'
 import { createJoinHandler } from './join-handler.js'
-import { aliveProtocol, joinProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION, MAX_JOIN_STREAMS_PER_CONNECTION, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
-import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
+import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.js'
+import type { GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, followRedirect, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, probeMissing, redirectKey,
-  reverseAskAfter, reverseCandidate, reverseKey, sharedArrivals, shortKeyFewest, shortUnderKey, silentUntil, triedKey, validInfo, withHeard, type AloneView, type EarlyView
+  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, probeMissing,
+  reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, silentUntil, triedKey, withHeard, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
@@ -40,14 +40,6 @@ export interface MatchmakerConfig {
 
 const POLL_MIN_MS = 20
 const POLL_MAX_MS = 500
-const MAX_REDIRECTS = 8
-/** A liveness check that failed at once (a dial refused, a stream limit) is tried again after this, within its request timeout. */
-const CHECK_RETRY_MS = 50
-
-/** Read afresh (a signal's state changes across awaits, which TypeScript's narrowing does not see). */
-function aborted (signal: AbortSignal | undefined): boolean { return signal?.aborted === true }
-/** The liveness protocol's answer. */
-const ALIVE = new Uint8Array([1])
 
 /**
  * hivemind's matchmaking: declare under the group key until an expiration, ask better-ranked
@@ -63,6 +55,9 @@ export class Matchmaker {
   private readonly arrivals: ArrivalClock
   /** Our last declaration we assembled short of its expiration: askers until then came late. */
   private lastEarly: { groupKey: string, declaredAt: number, expiration: number } | null = null
+  private readonly liveness: Liveness
+  /** Asking leaders and waiting for their groups (./follower-side.ts). */
+  private readonly follower: FollowerSide
 
   constructor (
     private readonly node: SwarmNode,
@@ -72,6 +67,18 @@ export class Matchmaker {
   ) {
     this.selfId = node.peerId.toString()
     this.arrivals = config.arrivals ?? new ArrivalClock()
+    this.liveness = new Liveness(node, config.prefix, config.log)
+    this.follower = new FollowerSide({
+      node,
+      config,
+      selfId: this.selfId,
+      lock: this.lock,
+      arrivals: this.arrivals,
+      liveness: this.liveness,
+      now: () => this.now(),
+      notify: () => { this.wakeup.notify() },
+      moveToLeftovers: async (search, why) => { await this.moveToLeftovers(search, why) }
+    })
   }
 
   async start (): Promise<void> {
@@ -106,24 +113,14 @@ export class Matchmaker {
       },
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
-    // Echoes the asker's first byte, then closes; the asker tears the stream down once answered.
-    // Whatever is still open a request timeout after it came (an asker that sends nothing, a close
-    // the asker never completes) is aborted: no peer holds these streams longer than an ask.
-    await this.node.handle(aliveProtocol(this.config.prefix), (stream) => {
-      const bound = setTimeout(() => { stream.abort(new MatchmakingError('liveness stream idle past a request timeout')) }, this.config.requestTimeout * 1000)
-      stream.addEventListener('close', () => { clearTimeout(bound) }, { once: true })
-      stream.addEventListener('message', () => {
-        try { stream.send(ALIVE) } catch {}
-        stream.close().catch(() => {})
-      }, { once: true })
-    }, { maxInboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, maxOutboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
+    await this.liveness.serve(this.config.requestTimeout * 1000)
   }
 
   async stop (): Promise<void> {
     this.search?.disband(null, 'leader is shutting down')
     this.wakeup.notify()
     await this.node.unhandle(joinProtocol(this.config.prefix)).catch(() => {})
-    await this.node.unhandle(aliveProtocol(this.config.prefix)).catch(() => {})
+    await this.liveness.unserve()
   }
 
   get looking (): boolean { return this.search != null }
@@ -211,7 +208,7 @@ export class Matchmaker {
       if (candidate != null) {
         search.tried.add(triedKey(candidate.peerId, candidate.expiration))
         this.config.log?.debug(`asking ${candidate.peerId.slice(-6)} exp ${candidate.expiration.toFixed(3)} (mine ${search.declaredExpiration?.toFixed(3)}) known=${known.length}`)
-        const group = await this.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs)
+        const group = await this.follower.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs)
         if (group != null) return search.adopt(group)
         pollMs = POLL_MIN_MS
         continue
@@ -220,7 +217,7 @@ export class Matchmaker {
       if (reverse != null) {
         search.tried.add(reverseKey(reverse.peerId, reverse.expiration))
         this.config.log?.debug(`asking ${reverse.peerId.slice(-6)} exp ${reverse.expiration.toFixed(3)} though it ranks below us (mine ${search.declaredExpiration?.toFixed(3)}): seen looking under our key without joining us`)
-        const group = await this.followLeader(search, reverse.peerId, reverse.expiration, reverse.addrs, true)
+        const group = await this.follower.followLeader(search, reverse.peerId, reverse.expiration, reverse.addrs, true)
         if (group != null) return search.adopt(group)
         pollMs = POLL_MIN_MS
         continue
@@ -406,93 +403,12 @@ export class Matchmaker {
       if (entry.addrs.length > 0 && this.node.getConnections(peer).length === 0 && !atOwnAddress(this.node, entry.addrs)) {
         await rememberAddrs(this.node, peer, entry.addrs).catch(() => {})
       }
-      if (await this.answers(peer, this.config.requestTimeout * 1000)) return
+      if (await this.liveness.answers(peer, this.config.requestTimeout * 1000)) return
       if (this.search !== search || search.assembled) return
       search.silent.set(entry.peerId, silentUntil(this.now(), entry.expiration, this.config.averagingExpiration))
       this.config.log?.debug(`${entry.peerId.slice(-6)}, seen looking under ${search.groupKey}, did not answer a liveness check within ${this.config.requestTimeout} s: not waited for`)
       this.wakeup.notify()
     })()
-  }
-
-  /**
-   * Whether `peer` answers a liveness check (aliveProtocol: one byte echoed, which a live agent
-   * does on its event loop whatever its matchmaking waits on) within `withinMs`: false only when a check
-   * was outstanding that long without an answer (a frozen process, which does not even complete
-   * the protocol negotiation), or when every attempt for that long failed at once with no
-   * connection to it (a refused dial: a killed one). A failure at once while connected, and a peer
-   * that does not speak the protocol (an agent from before it), answered: alive, or no verdict.
-   * True when `signal` aborts first (no verdict).
-   */
-  private async answers (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<boolean> {
-    const started = Date.now()
-    for (;;) {
-      if (aborted(signal)) return true
-      const timeout = AbortSignal.timeout(withinMs)
-      const any = signal != null ? AbortSignal.any([timeout, signal]) : timeout
-      let stream: Stream | undefined
-      try {
-        stream = await this.node.dialProtocol(peer, aliveProtocol(this.config.prefix), { signal: any })
-        const opened = stream
-        const answered = await new Promise<boolean>(resolve => {
-          const done = (answer: boolean): void => {
-            opened.removeEventListener('message', yes)
-            opened.removeEventListener('close', no)
-            any.removeEventListener('abort', no)
-            resolve(answer)
-          }
-          const yes = (): void => { done(true) }
-          const no = (): void => { done(false) }
-          opened.addEventListener('message', yes)
-          opened.addEventListener('close', no)
-          any.addEventListener('abort', no)
-          opened.send(ALIVE)
-        })
-        if (answered || aborted(signal)) return true
-        if (timeout.aborted) return false
-        this.config.log?.debug(`liveness check of ${peer.toString().slice(-6)} closed unanswered after ${Date.now() - started} ms`)
-      } catch (err) {
-        if (aborted(signal)) return true
-        if (err instanceof Error && err.name === 'UnsupportedProtocolError') return true
-        if (timeout.aborted) return false
-        this.config.log?.debug(`liveness check of ${peer.toString().slice(-6)} failed after ${Date.now() - started} ms: ${describeError(err)}`)
-      } finally {
-        // Torn down at once: a graceful close would wait for the peer, and hold a stream of the protocol's bound.
-        stream?.abort(new MatchmakingError('liveness checked'))
-      }
-      // Failed at once while connected: the peer's stack answered (a stream reset, a refusal) or
-      // ours refused (a stream limit). No verdict: only silence, or no connection at all, is gone.
-      if (this.node.getConnections(peer).length > 0) return true
-      if (Date.now() - started >= withinMs) return false
-      await new Promise(resolve => setTimeout(resolve, CHECK_RETRY_MS))
-    }
-  }
-
-  /** A leader we asked or followed did not answer within a request timeout: not asked again (nor followed there by a redirect) while it counts as gone. */
-  private markSilent (search: Search, leaderId: string, leaderExpiration: number): void {
-    search.silent.set(leaderId, silentUntil(this.now(), leaderExpiration, this.config.averagingExpiration))
-    search.rejections.push('leader stopped answering')
-    this.config.log?.debug(`leader ${leaderId.slice(-6)} did not answer within ${this.config.requestTimeout} s: not asked again until ${search.silent.get(leaderId)!.toFixed(3)}`)
-  }
-
-  /**
-   * Resolves 'gone' once the leader we follow did not answer a liveness check within a request
-   * timeout; checks every half request timeout while `signal` is not aborted (then it never resolves).
-   */
-  private async leaderGone (leader: PeerId, signal: AbortSignal): Promise<'gone'> {
-    const requestMs = this.config.requestTimeout * 1000
-    return await new Promise<'gone'>(resolve => {
-      void (async () => {
-        while (signal.aborted !== true) {
-          await new Promise<void>(resolve => {
-            const stop = (): void => { clearTimeout(timer); resolve() }
-            const timer = setTimeout(() => { signal.removeEventListener('abort', stop); resolve() }, requestMs / 2)
-            signal.addEventListener('abort', stop, { once: true })
-          })
-          if (signal.aborted) return
-          if (!(await this.answers(leader, requestMs, signal))) { resolve('gone'); return }
-        }
-      })()
-    })
   }
 
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone or one too many under theirs meet short groups (logs `why`). */
@@ -526,254 +442,6 @@ export class Matchmaker {
       peerId: this.selfId, expiration, looking: false, priority: 0, addrs: []
     }).catch(() => {})
   }
-
-  /**
-   * Follower side: ask a leader, and if accepted wait for its group; follow where it sends us (a
-   * busy leader's own leader, a disbanding leader's new one), at most MAX_REDIRECTS times.
-   */
-  private async followLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[], below = false): Promise<GroupInfo | null> {
-    let next: { leaderId: string, addrs: readonly Uint8Array[] } = { leaderId, addrs }
-    for (let redirects = 0; redirects <= MAX_REDIRECTS && !search.assembled; redirects++) {
-      const outcome = below && redirects === 0
-        ? await this.askBelow(search, next.leaderId, leaderExpiration, next.addrs, true)
-        : await this.askLeader(search, next.leaderId, leaderExpiration, next.addrs)
-      if (outcome == null) return null
-      if ('group' in outcome) return outcome.group
-      next = { leaderId: outcome.redirect, addrs: [] }
-    }
-    return null
-  }
-
-  /** One leader asked: its group, where it sends us next, or null (refused, failed, nothing to follow). */
-  private async askLeader (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[]): Promise<{ group: GroupInfo } | { redirect: string } | null> {
-    let leader: PeerId
-    try { leader = peerIdFromString(leaderId) } catch { return null }
-    if (!await this.reachable(leader, leaderId, addrs)) return null
-    const requestMs = this.config.requestTimeout * 1000
-    // Connect before taking the lock: a handshake slowed by load neither holds up the join
-    // requests others send us meanwhile nor is thrown away at our request timeout.
-    try {
-      await connectPatiently(this.node, leader, requestMs)
-    } catch (err) {
-      search.rejections.push(describeError(err))
-      this.config.log?.debug(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
-      // Still connecting is no answer from the leader: ask it again once connected (whether we
-      // came to it as a candidate or by a redirect).
-      if (err instanceof ConnectingError) {
-        search.tried.delete(triedKey(leaderId, leaderExpiration))
-        search.tried.delete(reverseKey(leaderId, leaderExpiration))
-        search.tried.delete(redirectKey(leaderId))
-      }
-      return null
-    }
-    const ask = await this.lock.run(async () => {
-      if (search.assembled || search.currentLeader != null) return null
-      // From here until its answer, our own expiration waits (Search.assembleIfEnough says why).
-      search.beginAsk()
-      const expiration = this.config.mode === PeerMode.CLIENT
-        ? Math.max(search.deadline, this.now() + this.config.averagingExpiration)
-        : search.declaredExpiration ?? Infinity
-      const openedAt = Date.now()
-      let opened = false
-      // While we wait for its answer, a leader that does not answer liveness checks within a request
-      // timeout is gone (frozen, cut off): we stop waiting, and stop asking it in this search.
-      const watch = new AbortController()
-      try {
-        const framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), {
-          timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
-        })
-        opened = true
-        await framed.write(this.joinRequest(search, expiration))
-        // Wait for the answer as long as the leader may still assemble with us (its expiration plus
-        // one request timeout, as for its second message): a follower that gave up after a bare
-        // request timeout while its ACCEPTED was under way was counted by the leader and listed in a
-        // group it never ran in (16 peers on two busy cores: groups of 4 listing 3 such ghosts).
-        const answerMs = Math.max(requestMs, (leaderExpiration - this.now()) * 1000 + requestMs)
-        const first = await Promise.race([framed.read(answerMs), this.leaderGone(leader, watch.signal)])
-        if (first === 'gone') {
-          this.markSilent(search, leaderId, leaderExpiration)
-          await framed.closeWrite()
-          return null
-        }
-        const reply = first != null ? MessageFromLeader.decode(first) : null
-        if (reply?.code !== MatchCode.ACCEPTED) {
-          search.rejections.push(describeReply(reply))
-          if (formedWithoutUs(reply)) search.turnedAway++
-          this.config.log?.debug(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
-          await framed.closeWrite()
-          // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
-          if (reply?.code === MatchCode.NOT_A_LEADER && reply.suggestedLeader.byteLength > 0) return { redirect: peerIdFromBytes(reply.suggestedLeader).toString() }
-          return null
-        }
-        // Our own group assembled while we waited (our expiration waits for this answer only half a
-        // request timeout: assembleOnExpiry): leave, so this leader drops us.
-        if (search.assembled) { await framed.closeWrite(); return null }
-        search.currentLeader = leaderId
-        search.disband(leaderId, 'our leader joined another group')
-        return framed
-      } catch (err) {
-        search.rejections.push(describeError(err))
-        this.config.log?.debug(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
-        // Connected, yet no stream to it opened within a request timeout: the leader did not
-        // answer (a frozen process never completes the protocol negotiation).
-        if (!opened && Date.now() - openedAt >= requestMs) this.markSilent(search, leaderId, leaderExpiration)
-        return null
-      } finally {
-        watch.abort()
-        if (search.endAsk(this.config.minGroupSize) != null) this.wakeup.notify()
-      }
-    })
-    if (ask == null) return null
-    if ('redirect' in ask) {
-      if (!followRedirect(ask.redirect, this.selfId, search.tried, search.silent, this.now())) return null
-      search.tried.add(redirectKey(ask.redirect))
-      return ask
-    }
-    return await this.awaitGroup(search, leader, leaderId, leaderExpiration, ask)
-  }
-
-  /**
-   * Asks a peer that ranks below us (decisions.ts reverseCandidate) to lead us, and when it names
-   * the leader it follows (`follow`), asks that one the same way: without holding our lock while the
-   * answer comes. Ranks do not order these asks, so that peer may be asking us at the same moment,
-   * and with both locks held neither could answer the other until a timeout (a frozen-leader test:
-   * 20 s). Each answer comes within a request timeout or not at all (no verdict: it may be busy
-   * asking someone itself). A worse-ranked leader refuses us and learns of us (heardEntry), so it
-   * asks us in turn; a leader that accepts us is followed if we are still free to follow.
-   */
-  private async askBelow (search: Search, leaderId: string, leaderExpiration: number, addrs: readonly Uint8Array[], follow: boolean): Promise<{ group: GroupInfo } | { redirect: string } | null> {
-    let leader: PeerId
-    try { leader = peerIdFromString(leaderId) } catch { return null }
-    if (!await this.reachable(leader, leaderId, addrs)) return null
-    const requestMs = this.config.requestTimeout * 1000
-    let framed: FramedStream | undefined
-    let reply: MessageFromLeader | null = null
-    // Our expiration waits for the answer, as for any ask (Search.assembleIfEnough).
-    search.beginAsk()
-    try {
-      await connectPatiently(this.node, leader, requestMs)
-      framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), { timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
-      await framed.write(this.joinRequest(search, search.declaredExpiration ?? Infinity))
-      const first = await framed.read(requestMs)
-      reply = first != null ? MessageFromLeader.decode(first) : null
-    } catch (err) {
-      search.rejections.push(describeError(err))
-      this.config.log?.debug(`asking ${leaderId.slice(-6)} (below us) failed: ${describeError(err)}`)
-      framed?.abort(err instanceof Error ? err : new MatchmakingError(describeError(err)))
-      return null
-    } finally {
-      if (search.endAsk(this.config.minGroupSize) != null) this.wakeup.notify()
-    }
-    if (reply?.code === MatchCode.ACCEPTED) {
-      const free = await this.lock.run(async () => {
-        if (search.assembled || search.currentLeader != null) return false
-        search.currentLeader = leaderId
-        search.disband(leaderId, 'our leader joined another group')
-        return true
-      })
-      // Taken meanwhile (our own group, another leader): leaving closes the stream, and the leader drops us.
-      if (!free) { await framed.closeWrite().catch(() => {}); return null }
-      return await this.awaitGroup(search, leader, leaderId, leaderExpiration, framed)
-    }
-    search.rejections.push(describeReply(reply))
-    if (formedWithoutUs(reply)) search.turnedAway++
-    this.config.log?.debug(`${leaderId.slice(-6)} (below us) refused: ${search.rejections[search.rejections.length - 1]}`)
-    await framed.closeWrite().catch(() => {})
-    if (!follow || reply?.code !== MatchCode.BAD_EXPIRATION_TIME || reply.suggestedLeader.byteLength === 0) return null
-    let next: string
-    try { next = peerIdFromBytes(reply.suggestedLeader).toString() } catch { return null }
-    if (!followRedirect(next, this.selfId, search.tried, search.silent, this.now())) return null
-    search.tried.add(redirectKey(next))
-    this.config.log?.debug(`${leaderId.slice(-6)} follows ${next.slice(-6)}: asking it`)
-    return await this.askBelow(search, next, leaderExpiration, [], false)
-  }
-
-  /** Accepted by `leader` (`ask` its open join stream): waits for its group, as long as it may assemble with us. */
-  private async awaitGroup (search: Search, leader: PeerId, leaderId: string, leaderExpiration: number, ask: FramedStream): Promise<{ group: GroupInfo } | { redirect: string } | null> {
-    const requestMs = this.config.requestTimeout * 1000
-    // Accepted: while we wait for the group, a leader that stops answering liveness checks for a request
-    // timeout (frozen, cut off) is left at once, not at its expiration plus a request timeout
-    // (chaos runs: followers of a leader frozen with SIGSTOP lost ~4.6 s per freeze). A live
-    // leader answers them on its event loop whatever it waits on (its lock, slow replicas), so a
-    // healthy leader that is merely slow to assemble keeps its followers. Should a leader stalled
-    // past a request timeout wake and assemble with us after we left, its all-reduce cuts us off
-    // as it does any member that does not come (the same race as at the expiration bound).
-    const watch = new AbortController()
-    try {
-      const myExpiration = this.config.mode === PeerMode.CLIENT ? leaderExpiration : (search.declaredExpiration ?? leaderExpiration)
-      const waitMs = Math.max(0, (Math.max(myExpiration, leaderExpiration) - this.now()) * 1000) + requestMs
-      const second = await Promise.race([ask.read(waitMs), this.leaderGone(leader, watch.signal)])
-      if (second === 'gone') {
-        this.markSilent(search, leaderId, leaderExpiration)
-        return null
-      }
-      if (second == null) { search.rejections.push('leader closed the stream'); return null }
-      const reply = MessageFromLeader.decode(second, { limits: { arrivalDelays: MAX_GROUP_SIZE } })
-      if (reply.code === MatchCode.BEGIN_ALLREDUCE) {
-        const group = this.parseGroup(reply, leaderId)
-        if (group == null) return null
-        // Our leader's arrivals are the swarm's too: a peer that rarely leads still learns when followers come.
-        for (const seconds of sharedArrivals(reply.arrivalDelays, group.peerIds.length, this.config.averagingExpiration)) this.arrivals.record(seconds)
-        return { group }
-      }
-      search.rejections.push(describeReply(reply))
-      if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
-        const next = peerIdFromBytes(reply.suggestedLeader).toString()
-        if (next === this.selfId) return null
-        // Our leader took us under the leftover key and joined a leader there: we ask that one there.
-        // (Asked under our own key, it refused us, BAD_GROUP_KEY, and we sat out the step: 64 peers.)
-        if (reply.leaderKey !== search.groupKey && reply.leaderKey === search.leftoverKey) {
-          await this.moveToLeftovers(search, `our leader ${leaderId.slice(-6)} joined a group under the leftover key`)
-        }
-        return { redirect: next }
-      }
-      return null
-    } catch (err) {
-      search.rejections.push(describeError(err))
-      return null
-    } finally {
-      watch.abort()
-      search.currentLeader = null
-      await ask.closeWrite()
-    }
-  }
-
-  /**
-   * Before asking a peer we are not connected to: its announced addresses go to the peer store; false
-   * when they are our own (our previous process, announced before we restarted), which is not asked.
-   */
-  private async reachable (leader: PeerId, leaderId: string, addrs: readonly Uint8Array[]): Promise<boolean> {
-    if (addrs.length === 0 || this.node.getConnections(leader).length > 0) return true
-    if (atOwnAddress(this.node, addrs)) {
-      this.config.log?.debug(`not asking ${leaderId.slice(-6)}: it was announced at our own address (our previous process)`)
-      return false
-    }
-    await rememberAddrs(this.node, leader, addrs).catch(() => {})
-    return true
-  }
-
-  /** Our join request to a leader, under our current key, with this expiration. */
-  private joinRequest (search: Search, expiration: number): Uint8Array {
-    return JoinRequest.encode({
-      schemaHash: (search.schemaHash ?? this.config.schemaHash) as Uint8Array<ArrayBuffer>,
-      expiration,
-      groupKey: search.groupKey,
-      info: search.info,
-      bringing: search.followers.size
-    })
-  }
-
-  private parseGroup (reply: MessageFromLeader, leader: string): GroupInfo | null {
-    const n = reply.orderedPeerIds.length
-    if (n < 2 || n > MAX_GROUP_SIZE || reply.gathered.length !== n || reply.groupId.byteLength !== 20) return null
-    const peerIds = reply.orderedPeerIds.map(b => peerIdFromBytes(b).toString())
-    if (new Set(peerIds).size !== n) return null
-    const myIndex = peerIds.indexOf(this.selfId)
-    if (myIndex < 0 || !peerIds.includes(leader)) return null
-    // A hostile leader's NaN or negative weight or bandwidth would poison every member's plan.
-    if (!reply.gathered.every(validInfo)) return null
-    return { groupId: reply.groupId, peerIds, infos: reply.gathered, myIndex, leader, ...(reply.gridKey !== '' ? { gridKey: reply.gridKey } : {}) }
-  }
 }
 
 /** Records when each declaration in the view was first seen looking, and who was (Search.seenSince, seenLooking). */
@@ -786,12 +454,3 @@ function noteSeen (search: Search, known: readonly StoredEntry[], now: number): 
   }
 }
 
-/** A refusal that says the asked peer's group formed or filled without us (decisions.ts extraUnderKey). */
-function formedWithoutUs (reply: MessageFromLeader | null): boolean {
-  return reply?.code === MatchCode.GROUP_IS_FULL || reply?.code === MatchCode.NOT_LOOKING_FOR_GROUP
-}
-
-/** A leader's refusal as the step error names it: its code and reason, or that none came. */
-function describeReply (reply: MessageFromLeader | null): string {
-  return reply != null ? `${reply.code}${reply.reason !== '' ? ` (${reply.reason})` : ''}` : 'no answer'
-}

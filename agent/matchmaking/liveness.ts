@@ -1,0 +1,118 @@
+import type { PeerId, Stream } from '@libp2p/interface'
+import type { SwarmNode } from '../net/node.js'
+import { MatchmakingError, describeError } from '../errors.js'
+import type { Log } from '../log.js'
+import { aliveProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION } from './join-protocol.js'
+
+/** A liveness check that failed at once (a dial refused, a stream limit) is tried again after this, within its request timeout. */
+const CHECK_RETRY_MS = 50
+/** The liveness protocol's answer. */
+const ALIVE = new Uint8Array([1])
+
+/** Read afresh (a signal's state changes across awaits, which TypeScript's narrowing does not see). */
+function aborted (signal: AbortSignal | undefined): boolean { return signal?.aborted === true }
+
+/**
+ * Both sides of matchmaking's liveness check (`/avs/<prefix>/alive/1.0.0`, a one-byte echo): whether a
+ * leader we follow, or a peer we see looking, is still there. Not libp2p's ping, whose one outbound
+ * stream per connection is shared with libp2p's connection monitor (RELIABILITY.md).
+ */
+export class Liveness {
+  constructor (
+    private readonly node: SwarmNode,
+    private readonly prefix: string,
+    private readonly log?: Log
+  ) {}
+
+  /** Answers others' checks; a stream still open `requestTimeoutMs` after it came is aborted. */
+  async serve (requestTimeoutMs: number): Promise<void> {
+    // Echoes the asker's first byte, then closes; the asker tears the stream down once answered.
+    // Whatever is still open a request timeout after it came (an asker that sends nothing, a close
+    // the asker never completes) is aborted: no peer holds these streams longer than an ask.
+    await this.node.handle(aliveProtocol(this.prefix), (stream) => {
+      const bound = setTimeout(() => { stream.abort(new MatchmakingError('liveness stream idle past a request timeout')) }, requestTimeoutMs)
+      stream.addEventListener('close', () => { clearTimeout(bound) }, { once: true })
+      stream.addEventListener('message', () => {
+        try { stream.send(ALIVE) } catch {}
+        stream.close().catch(() => {})
+      }, { once: true })
+    }, { maxInboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, maxOutboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
+  }
+
+  async unserve (): Promise<void> {
+    await this.node.unhandle(aliveProtocol(this.prefix)).catch(() => {})
+  }
+
+  /**
+   * Whether `peer` answers a liveness check (aliveProtocol: one byte echoed, which a live agent
+   * does on its event loop whatever its matchmaking waits on) within `withinMs`: false only when a check
+   * was outstanding that long without an answer (a frozen process, which does not even complete
+   * the protocol negotiation), or when every attempt for that long failed at once with no
+   * connection to it (a refused dial: a killed one). A failure at once while connected, and a peer
+   * that does not speak the protocol (an agent from before it), answered: alive, or no verdict.
+   * True when `signal` aborts first (no verdict).
+   */
+  async answers (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<boolean> {
+    const started = Date.now()
+    for (;;) {
+      if (aborted(signal)) return true
+      const timeout = AbortSignal.timeout(withinMs)
+      const any = signal != null ? AbortSignal.any([timeout, signal]) : timeout
+      let stream: Stream | undefined
+      try {
+        stream = await this.node.dialProtocol(peer, aliveProtocol(this.prefix), { signal: any })
+        const opened = stream
+        const answered = await new Promise<boolean>(resolve => {
+          const done = (answer: boolean): void => {
+            opened.removeEventListener('message', yes)
+            opened.removeEventListener('close', no)
+            any.removeEventListener('abort', no)
+            resolve(answer)
+          }
+          const yes = (): void => { done(true) }
+          const no = (): void => { done(false) }
+          opened.addEventListener('message', yes)
+          opened.addEventListener('close', no)
+          any.addEventListener('abort', no)
+          opened.send(ALIVE)
+        })
+        if (answered || aborted(signal)) return true
+        if (timeout.aborted) return false
+        this.log?.debug(`liveness check of ${peer.toString().slice(-6)} closed unanswered after ${Date.now() - started} ms`)
+      } catch (err) {
+        if (aborted(signal)) return true
+        if (err instanceof Error && err.name === 'UnsupportedProtocolError') return true
+        if (timeout.aborted) return false
+        this.log?.debug(`liveness check of ${peer.toString().slice(-6)} failed after ${Date.now() - started} ms: ${describeError(err)}`)
+      } finally {
+        // Torn down at once: a graceful close would wait for the peer, and hold a stream of the protocol's bound.
+        stream?.abort(new MatchmakingError('liveness checked'))
+      }
+      // Failed at once while connected: the peer's stack answered (a stream reset, a refusal) or
+      // ours refused (a stream limit). No verdict: only silence, or no connection at all, is gone.
+      if (this.node.getConnections(peer).length > 0) return true
+      if (Date.now() - started >= withinMs) return false
+      await new Promise(resolve => setTimeout(resolve, CHECK_RETRY_MS))
+    }
+  }
+
+  /**
+   * Resolves 'gone' once `leader` (the leader we follow) did not answer a liveness check within
+   * `requestMs`; checks every half of it while `signal` is not aborted (then it never resolves).
+   */
+  async gone (leader: PeerId, requestMs: number, signal: AbortSignal): Promise<'gone'> {
+    return await new Promise<'gone'>(resolve => {
+      void (async () => {
+        while (signal.aborted !== true) {
+          await new Promise<void>(resolve => {
+            const stop = (): void => { clearTimeout(timer); resolve() }
+            const timer = setTimeout(() => { signal.removeEventListener('abort', stop); resolve() }, requestMs / 2)
+            signal.addEventListener('abort', stop, { once: true })
+          })
+          if (signal.aborted) return
+          if (!(await this.answers(leader, requestMs, signal))) { resolve('gone'); return }
+        }
+      })()
+    })
+  }
+}

@@ -249,6 +249,8 @@ export interface ViewAge {
   /** When our declaration ended. */
   readonly declaredUntil: number
   readonly averagingExpiration: number
+  /** When our declaration was stored, so that others could see it (Infinity: it never was). */
+  readonly storedAt: number
 }
 
 /**
@@ -264,6 +266,10 @@ export interface ViewAge {
 export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number, view: ViewAge): boolean {
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
   if (view.readAt < view.declaredUntil - view.averagingExpiration / 2) return false
+  // Nor is a declaration that others could see for less than half its time: 256 agents in one
+  // process, the four of a key stored theirs 1-17 s after their 20 s expirations had passed (replica
+  // timeouts), none saw another, all four went to the leftover key, and one found no group there.
+  if (view.declaredUntil - view.storedAt < view.averagingExpiration / 2) return false
   return othersLooking(known, selfId, now).length === 0
 }
 
@@ -271,6 +277,8 @@ export function aloneUnderKey (search: KeyView, known: readonly StoredEntry[], s
 export interface AloneView {
   /** When the current declaration began (seconds). */
   readonly declaredAt: number
+  /** When it was stored, so that others could see it (Infinity: it never was). */
+  readonly storedAt: number
   /** Seconds after a declaration by which followers have come (ArrivalClock.cutoff), if known. */
   readonly cutoff: number | undefined
   /** When the entries we judge by were read (seconds). */
@@ -293,7 +301,8 @@ export interface AloneView {
  */
 export function aloneEarly (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number, view: AloneView): boolean {
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
-  if (view.cutoff === undefined || !view.widened || now - view.declaredAt < view.cutoff) return false
+  // The cutoff counts from when others could first see us (a store slowed by failing replicas may outlast it).
+  if (view.cutoff === undefined || !view.widened || now - Math.max(view.declaredAt, view.storedAt) < view.cutoff) return false
   if (now - view.readAt > view.requestTimeout) return false
   return othersLooking(known, selfId, now).length === 0
 }

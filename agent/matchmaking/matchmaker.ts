@@ -168,7 +168,7 @@ export class Matchmaker {
       if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration)) {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
-          const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration }
+          const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration, storedAt: search.storedAt ?? Infinity }
           if (aloneUnderKey(search, withHeard(known, search.heard, now), this.selfId, now, view)) await this.moveToLeftovers(search, `alone under ${search.groupKey} for a whole declaration`)
         } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
@@ -293,6 +293,7 @@ export class Matchmaker {
   private aloneView (search: Search, declaredAt: number, readAt: number): AloneView {
     return {
       declaredAt,
+      storedAt: search.storedAt ?? Infinity,
       cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
       readAt,
       widened: search.widened === search.declaredExpiration,
@@ -426,10 +427,13 @@ export class Matchmaker {
   }
 
   private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
+    search.storedAt = null
     try {
-      return await this.rendezvous.declare(search.groupKey, {
+      const known = await this.rendezvous.declare(search.groupKey, {
         peerId: this.selfId, expiration, looking: true, priority: 0, addrs: ownAddrBytes(this.node)
       })
+      search.storedAt = this.now()
+      return known
     } catch (err) {
       this.config.log?.warn(`declaring under ${search.groupKey} failed: ${describeError(err)}`)
       return []

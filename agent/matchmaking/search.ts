@@ -24,6 +24,11 @@ export class Search {
   declaredExpiration: number | null = null
   /** When the current declaration began: followers' arrival delays count from it. */
   declaredAt: number | null = null
+  /**
+   * When the current declaration was stored (its replicas answered): nobody saw it before. Under load
+   * that can be most of the declaration, or past it (null: not stored, or the store failed).
+   */
+  storedAt: number | null = null
   currentLeader: string | null = null
   readonly followers = new Map<string, Follower>()
   readonly tried = new Set<string>()

@@ -195,7 +195,7 @@ test('a leader assembles at expiry with at least one follower and minGroupSize m
 test('a peer moves to the leftover key only when nobody else looked under its key for a whole declaration', () => {
   const now = 100
   const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
-  const view = { readAt: 99.8, declaredUntil: 100, averagingExpiration: 3 }
+  const view = { readAt: 99.8, declaredUntil: 100, averagingExpiration: 3, storedAt: 97.1 }
   assert.equal(aloneUnderKey(search, [], 'me', now, view), true, 'nobody declared')
   assert.equal(aloneUnderKey(search, [entry('me', 120), entry('p-gone', 100), entry('p-done', 130, false)], 'me', now, view), true,
     'only ourselves, an expired entry and a withdrawn one')
@@ -208,20 +208,32 @@ test('a peer moves to the leftover key only when nobody else looked under its ke
 test('a view read early in the declaration (the process was frozen past its end) is no proof of being alone', () => {
   const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
   // Declared at 97 until 100, read the key at 97.2, frozen, woke at 106.
-  assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 97.2, declaredUntil: 100, averagingExpiration: 3 }), false)
-  assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 98.6, declaredUntil: 100, averagingExpiration: 3 }), true, 'read in the second half')
+  assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 97.2, declaredUntil: 100, averagingExpiration: 3, storedAt: 97.1 }), false)
+  assert.equal(aloneUnderKey(search, [], 'me', 106, { readAt: 98.6, declaredUntil: 100, averagingExpiration: 3, storedAt: 97.1 }), true, 'read in the second half')
+})
+
+test('a declaration stored late (its store outlived most of it, or all) is no proof of being alone: nobody could see it', () => {
+  const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
+  // Declared at 80 until 100 (20 s); the replicas answered at 92 (8 s visible), at 101 (after its end), never.
+  const view = { readAt: 99, declaredUntil: 100, averagingExpiration: 20 }
+  assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, storedAt: 92 }), false, 'visible 8 of 20 s')
+  assert.equal(aloneUnderKey(search, [], 'me', 101, { ...view, readAt: 101, storedAt: 101 }), false, 'stored already expired')
+  assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, storedAt: Infinity }), false, 'never stored')
+  assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, storedAt: 89 }), true, 'visible 11 of 20 s, and nobody came')
 })
 
 test('aloneEarly: alone under its key past the followers\' usual arrival time, after a wide look, on a fresh view: to the leftover key before the declaration ends', () => {
   const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
   // Declared at 100 for 15 s; followers usually come within 2 s.
-  const view = { declaredAt: 100, cutoff: 2, readAt: 102.3, widened: true, requestTimeout: 0.5 }
+  const view = { declaredAt: 100, storedAt: 100.05, cutoff: 2, readAt: 102.3, widened: true, requestTimeout: 0.5 }
   assert.equal(aloneEarly(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
   assert.equal(aloneEarly(search, [], 'me', 101.9, view), false, 'before the cutoff: key-mates may still come')
   assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet: the whole declaration (aloneUnderKey)')
   assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, widened: false }), false, 'our replicas may have drifted from the key\'s: look wide first')
   assert.equal(aloneEarly(search, [], 'me', 103, { ...view, readAt: 102.3 }), false, 'a view older than a request timeout (frozen since?)')
   assert.equal(aloneEarly(search, [entry('p-late', 116)], 'me', 102.5, view), false, 'someone else looking under the key')
+  assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, storedAt: 101 }), false, 'stored 1 s late: the cutoff counts from when others could see us')
+  assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, storedAt: Infinity }), false, 'never stored')
   assert.equal(aloneEarly({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead someone: a short group, not alone')
   assert.equal(aloneEarly({ ...search, leftoverKey: undefined }, [], 'me', 102.5, view), false, 'no leftover key')
   assert.equal(aloneEarly({ ...search, groupKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'already there')

@@ -9,6 +9,7 @@ import { runRounds, RoundProbe, formatRound, type RoundStats } from '../../bench
 import { gridGroupBits } from '../../agent/moshpit/group-bits.js'
 import { seededRandom } from '../../agent/util/random.js'
 import type { StepResult } from '../../agent/averager.js'
+import { distanceToMean } from '../../bench/lib/moshpit-math.js'
 
 export interface GridScenarioInput {
   readonly peers: number
@@ -34,18 +35,6 @@ export interface GridScenarioReport {
   readonly finalVariance: number
 }
 
-/** Mean squared distance of every value from the mean of all peers (float64). */
-export function variance (tensors: readonly Float32Array[]): number {
-  const n = tensors[0].length
-  let total = 0
-  for (let i = 0; i < n; i++) {
-    let mean = 0
-    for (const t of tensors) mean += t[i] / tensors.length
-    for (const t of tensors) total += (t[i] - mean) ** 2
-  }
-  return total / (n * tensors.length)
-}
-
 export async function runGridScenario (input: GridScenarioInput): Promise<GridScenarioReport> {
   const random = seededRandom('scale-test')
   const probe = new RoundProbe()
@@ -60,7 +49,7 @@ export async function runGridScenario (input: GridScenarioInput): Promise<GridSc
     observer: probe.observer
   })
   try {
-    const initialVariance = variance(swarm.tensors)
+    const initialVariance = distanceToMean(swarm.tensors).variance
     const problems: string[] = []
     const diagnostics: string[] = []
     let cleanMembers = 0
@@ -102,7 +91,7 @@ export async function runGridScenario (input: GridScenarioInput): Promise<GridSc
       }
     })
     for (const r of rounds) diagnostics.push(formatRound(r))
-    return { problems: problems.slice(0, 20), diagnostics, rounds, members, cleanMembers, initialVariance, finalVariance: variance(swarm.tensors) }
+    return { problems: problems.slice(0, 20), diagnostics, rounds, members, cleanMembers, initialVariance, finalVariance: distanceToMean(swarm.tensors).variance }
   } finally {
     await swarm.stop()
   }

@@ -1,4 +1,5 @@
 import { adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
+import { DeadlineTimer } from './deadline-timer.js'
 
 /** A reducer the adaptive deadline cut off: it owed us the mean of part `part` (relative to its span) for `waitedMs`. */
 export interface ReducerCutOff {
@@ -59,11 +60,12 @@ export class ReducerDeadlines {
   private readonly start: number
   /** Waits (ms) measured per relative part index. */
   private readonly samples = new Map<number, number[]>()
-  private timer: NodeJS.Timeout | undefined
+  private readonly timer: DeadlineTimer
   private stopped = false
 
   constructor (private readonly options: ReducerDeadlineOptions, private readonly now: () => number = () => performance.now()) {
     const start = now()
+    this.timer = new DeadlineTimer(() => { this.expire() }, now)
     this.start = start
     this.acceptedAt = options.spanParts.map((_, r) => r === options.me ? 0 : undefined)
     this.received = options.spanParts.map(() => 0)
@@ -113,13 +115,11 @@ export class ReducerDeadlines {
 
   stop (): void {
     this.stopped = true
-    clearTimeout(this.timer)
+    this.timer.cancel()
   }
 
   private update (): void {
     if (this.stopped) return
-    clearTimeout(this.timer)
-    this.timer = undefined
     const due = this.laggards()
     const unaccepted = this.unaccepted()
     const times = [
@@ -127,10 +127,9 @@ export class ReducerDeadlines {
       ...(unaccepted !== undefined && unaccepted.late.length > 0 ? [this.start + unaccepted.wait.limitMs] : [])
     ]
     if (times.length === 0) return
-    const first = Math.min(...times)
-    // One turn of the event loop after the timer, as the reducer's deadlines do: means that
-    // arrived while the process was busy are read before anyone is judged late.
-    this.timer = setTimeout(() => { setImmediate(() => { this.expire() }) }, Math.max(0, first - this.now()))
+    // One turn of the event loop after the timer (DeadlineTimer), as the reducer's deadlines do:
+    // means that arrived while the process was busy are read before anyone is judged late.
+    this.timer.armBy(Math.min(...times))
   }
 
   private expire (): void {
@@ -161,6 +160,10 @@ export class ReducerDeadlines {
 
   /** The reducers still expected that have not accepted our stream, and the limit from the acceptance times of the others; undefined before a majority accepted. */
   private unaccepted (): { wait: AdaptiveWait, samples: number, late: number[] } | undefined {
+    // Asked on every mean: nothing allocated once every reducer accepted (or is gone).
+    let anyLate = false
+    for (let r = 0; r < this.acceptedAt.length && !anyLate; r++) anyLate = this.options.spanParts[r] > 0 && this.acceptedAt[r] === undefined && !this.gone[r]
+    if (!anyLate) return undefined
     const expected = this.options.spanParts.flatMap((n, r) => n > 0 && !(this.gone[r] && this.acceptedAt[r] === undefined) ? [r] : [])
     const times = expected.flatMap(r => this.acceptedAt[r] !== undefined ? [this.acceptedAt[r]!] : [])
     const late = expected.filter(r => this.acceptedAt[r] === undefined && !this.gone[r])

@@ -1,4 +1,5 @@
 import { adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
+import { DeadlineTimer } from './deadline-timer.js'
 import type { SpanReducer } from './span-reducer.js'
 
 /** A sender the adaptive deadline cut off: it owed part `part` (relative to the span) for `waitedMs`. */
@@ -34,11 +35,12 @@ export class SenderDeadlines {
   private readonly waitingSince: Array<number | undefined>
   /** Waits (ms) measured per relative part index, for the parts still unfinished. */
   private readonly samples = new Map<number, number[]>()
-  private timer: NodeJS.Timeout | undefined
+  private readonly timer: DeadlineTimer
   private stopped = false
 
   constructor (private readonly options: SenderDeadlineOptions, senders: number, private readonly now: () => number = () => performance.now()) {
     const start = now()
+    this.timer = new DeadlineTimer(() => { this.expire() }, now)
     // Every sender's first part is owed from the round's start: a sender that never connects
     // waits as long as one that connected and sent nothing.
     this.waitingSince = Array.from({ length: senders }, (_, s) => s === options.mySlot ? undefined : start)
@@ -66,19 +68,18 @@ export class SenderDeadlines {
   /** Re-arms the timer after any progress or ban: the quorum, the part waited on or the laggards changed. */
   update (): void {
     if (this.stopped) return
-    clearTimeout(this.timer)
-    this.timer = undefined
     const due = this.laggards()
     if (due === undefined || due.late.length === 0) return
-    const first = Math.min(...due.late.map(l => l.since)) + due.wait.limitMs
-    // After the timer, one turn of the event loop before judging: data that arrived while the
-    // process was busy is read first (timers run before I/O callbacks in Node's loop).
-    this.timer = setTimeout(() => { setImmediate(() => { this.expire() }) }, Math.max(0, first - this.now()))
+    let first = Infinity
+    for (const l of due.late) first = Math.min(first, l.since)
+    // One turn of the event loop after the timer before judging (DeadlineTimer): data that arrived
+    // while the process was busy is read first (timers run before I/O callbacks in Node's loop).
+    this.timer.armBy(first + due.wait.limitMs)
   }
 
   stop (): void {
     this.stopped = true
-    clearTimeout(this.timer)
+    this.timer.cancel()
   }
 
   private expire (): void {

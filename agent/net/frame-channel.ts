@@ -76,6 +76,16 @@ export class FrameQueue {
   private readonly buffer = new Uint8ArrayList()
   private readonly frames: Uint8ArrayList[] = []
   private waiter: Waiter | null = null
+  /**
+   * One timer for every read's timeout, re-armed by refresh() rather than created per read: a read
+   * per part, thousands a round, and a timer, a promise and two closures each were garbage V8 kept
+   * for its full collections (a heap sampling profile, 4 peers × 25M floats). readTimed is the
+   * number of the read it times (reads counts them), so it never times out a later read.
+   */
+  private readTimer: NodeJS.Timeout | undefined
+  private readTimerMs = NaN
+  private reads = 0
+  private readTimed = -1
   private ended = false
   private failure: Error | null = null
   private paused = false
@@ -102,19 +112,32 @@ export class FrameQueue {
     if (this.failure != null) throw this.failure
     if (this.ended) return null
     return await new Promise<Uint8ArrayList | null>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined
-      const clear = (): void => { if (timer !== undefined) clearTimeout(timer); this.waiter = null }
-      this.waiter = {
-        resolve: (f) => { clear(); resolve(f) },
-        reject: (e) => { clear(); reject(e) }
-      }
-      if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
-        timer = setTimeout(() => {
-          this.waiter = null
-          reject(new TimeoutError(`no message from ${this.source.describePeer()} within ${Math.round(timeoutMs)} ms`))
-        }, Math.max(0, timeoutMs))
-      }
+      this.waiter = { resolve, reject }
+      this.reads++
+      if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) this.timeRead(Math.max(1, timeoutMs))
     })
+  }
+
+  private timeRead (ms: number): void {
+    this.readTimed = this.reads
+    if (this.readTimer !== undefined && this.readTimerMs === ms) {
+      this.readTimer.refresh().ref()
+      return
+    }
+    clearTimeout(this.readTimer)
+    this.readTimerMs = ms
+    this.readTimer = setTimeout(() => {
+      if (this.waiter == null || this.readTimed !== this.reads) return
+      const waiter = this.waiter
+      this.settled()
+      waiter.reject(new TimeoutError(`no message from ${this.source.describePeer()} within ${Math.round(ms)} ms`))
+    }, ms)
+  }
+
+  /** The waiting read is answered: its timer may stay armed, but no longer holds the process up. */
+  private settled (): void {
+    this.waiter = null
+    this.readTimer?.unref()
   }
 
   push (data: Uint8Array | Uint8ArrayList): void {
@@ -122,7 +145,9 @@ export class FrameQueue {
     this.buffer.append(data)
     const { maxFrameBytes } = this.options
     while (this.buffer.byteLength >= FRAME_HEADER_BYTES) {
-      const length = this.buffer.getUint32(0, true)
+      // Byte by byte: Uint8ArrayList.getUint32 allocates a view per call, one per received chunk.
+      const b = this.buffer
+      const length = (b.get(0) | (b.get(1) << 8) | (b.get(2) << 16)) + b.get(3) * 2 ** 24
       if (length > maxFrameBytes) {
         this.source.violate(new ProtocolError(`peer ${this.source.describePeer()} announced a ${length}-byte message, above the ${maxFrameBytes}-byte bound`))
         return
@@ -149,20 +174,29 @@ export class FrameQueue {
       return
     }
     this.ended = true
-    if (this.frames.length === 0) this.waiter?.resolve(null)
+    const waiter = this.waiter
+    if (this.frames.length === 0 && waiter != null) {
+      this.settled()
+      waiter.resolve(null)
+    }
   }
 
   fail (err: Error): void {
     if (this.failure != null) return
     this.failure = err
     this.frames.length = 0
-    this.waiter?.reject(err)
+    const waiter = this.waiter
+    this.settled()
+    clearTimeout(this.readTimer)
+    waiter?.reject(err)
   }
 
   private deliver (frame: Uint8ArrayList): void {
     const waiter = this.waiter
-    if (waiter != null) waiter.resolve(frame)
-    else this.frames.push(frame)
+    if (waiter != null) {
+      this.settled()
+      waiter.resolve(frame)
+    } else this.frames.push(frame)
   }
 
   private maybeResume (): void {

@@ -60,7 +60,8 @@ test('malformed TensorPart frames throw a protocol error, never allocate what th
     ['group wire type', new Uint8Array([0x0b, 0x0c])],
     ['wire type 7', new Uint8Array([0x0f])],
     ['fixed64 cut short', new Uint8Array([0x09, 1, 2])],
-    ['data twice', new Uint8Array([...good, 0x1a, 0x01, 0x00])]
+    ['data twice', new Uint8Array([...good, 0x1a, 0x01, 0x00])],
+    ['a compression this agent does not know', new Uint8Array([0x08, 0x01, 0x10, 0x09, 0x1a, 0x01, 0x00])]
   ]
   for (const [what, bytes] of cases) {
     assert.throws(() => decodeTensorPartPieces(chunked(bytes, [2])), (err: Error) => err.name === 'ProtocolError' || /tensor part|index out of range|invalid wire type/i.test(err.message), what)

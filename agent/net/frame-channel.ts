@@ -179,6 +179,8 @@ export class FrameQueue {
       this.settled()
       waiter.resolve(null)
     }
+    // Reads from here on answer at once: the timer would only keep this queue alive until it fired.
+    clearTimeout(this.readTimer)
   }
 
   fail (err: Error): void {

@@ -56,10 +56,19 @@ describe('test cluster with kwok nodes', { skip: notBuilt, timeout: 240_000 }, (
 
   it('resolves a Service of 50 ready pods to all 50 addresses (answers beyond 512 bytes)', async () => {
     const core = cluster.kc.makeApiClient(CoreV1Api)
+    // The DNS server answers with the pods whose Ready condition is True at query time. The test
+    // above waits for Running only; a clean-clone CI run once resolved 49 distinct addresses of 50.
+    const ready = await waitFor('50 Ready pods', async () => {
+      const items = (await core.listNamespacedPod({ namespace: 'default', labelSelector: 'app=scale' })).items
+      const ready = items.filter((p) => p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true)
+      return ready.length === 50 ? ready : undefined
+    }, 60_000, 250)
+    const podIps = ready.map((p) => p.status?.podIP ?? '').sort()
+    assert.equal(new Set(podIps).size, 50, `kwok gave the 50 pods ${new Set(podIps).size} distinct IPs: ${podIps.join(' ')}`)
     await core.createNamespacedService({ namespace: 'default', body: { metadata: { name: 'scale' }, spec: { clusterIP: 'None', selector: { app: 'scale' }, ports: [{ port: 80 }] } } })
     const resolver = new Resolver()
     resolver.setServers([cluster.dnsAddress])
     const addresses = await resolver.resolve4('scale.default.svc.cluster.local')
-    assert.equal(new Set(addresses).size, 50)
+    assert.deepEqual([...addresses].sort(), podIps)
   })
 })

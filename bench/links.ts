@@ -5,6 +5,7 @@
  * the slowest peer against the floor (the busiest link's bytes at line rate), and CPU per GB moved.
  * npm run bench:links -- --help
  */
+import { readFileSync } from 'node:fs'
 import { loadavg } from 'node:os'
 import { Command } from 'commander'
 import { formatElements, parseElements } from './lib/report.js'
@@ -22,6 +23,20 @@ function parseChanges (text: string | undefined): RateChange[] {
   })
 }
 
+/**
+ * Which TCP congestion control the peers' namespaces ran: a new namespace takes the host's default, and
+ * it matters through tbf (bbr against cubic moves the 100 Mbit/s round by ~5 %).
+ */
+function tcpCongestionControl (sysctls: readonly string[]): string {
+  const set = sysctls.map(s => /^net\.ipv4\.tcp_congestion_control=(\S+)$/.exec(s)?.[1]).find(v => v !== undefined)
+  if (set !== undefined) return `TCP congestion control ${set} (set)`
+  try {
+    return `TCP congestion control ${readFileSync('/proc/sys/net/ipv4/tcp_congestion_control', 'utf8').trim()} (the host's default)`
+  } catch {
+    return 'TCP congestion control unknown'
+  }
+}
+
 async function main (): Promise<void> {
   const o = new Command()
     .name('bench:links')
@@ -33,9 +48,10 @@ async function main (): Promise<void> {
     .option('--rounds <n>', 'measured rounds', '3')
     .option('--warmup <n>', 'warm-up rounds', '1')
     .option('--change <list>', 'ROUND:PEER:MBIT,...: before round ROUND (0-based, warm-up included) set PEER\'s link to MBIT both ways')
+    .option('--sysctl <list>', 'KEY=VALUE,...: set in every peer\'s namespace (e.g. net.ipv4.tcp_notsent_lowat=131072)')
     .option('--timeout <s>', 'seconds one row may take', '900')
     .option('--logs <dir>', 'peer logs', 'bench/results/logs/links')
-    .parse().opts<{ profiles: string, impl: string, compression: string, elements: string, rounds: string, warmup: string, change?: string, timeout: string, logs: string }>()
+    .parse().opts<{ profiles: string, impl: string, compression: string, elements: string, rounds: string, warmup: string, change?: string, sysctl?: string, timeout: string, logs: string }>()
 
   const unsupported = await shapedLinksUnsupported()
   if (unsupported !== undefined) {
@@ -64,14 +80,15 @@ async function main (): Promise<void> {
     for (const impl of o.impl.split(',').map(s => s.trim()).filter(Boolean)) {
       for (const codec of codecsOf(impl, o.compression.split(',').map(s => s.trim()))) {
         if (interrupted) break
-        rows.push(await runLinksRow({ profile, rates, impl, codec, elements, rounds, warmup, changes, timeoutS: Number(o.timeout), logs: o.logs, tag, onLinks: (l) => { current = l } }))
+        rows.push(await runLinksRow({ profile, rates, impl, codec, elements, rounds, warmup, changes, timeoutS: Number(o.timeout), logs: o.logs, tag, sysctls: o.sysctl?.split(',').map(s => s.trim()).filter(Boolean), onLinks: (l) => { current = l } }))
       }
     }
   }
   // The row a signal cut short ends on its own; its table would mislead.
   if (interrupted) { await new Promise(() => {}) }
   const minutes = ((Date.now() - started) / 60000).toFixed(1)
-  process.stdout.write(`\n${formatElements(elements)} float32 per peer, ${warmup} warm-up + ${rounds} measured rounds; ${minutes} min wall; load average ${loadBefore} before, ${loadavg().map(l => l.toFixed(1)).join(' ')} after (1/5/15 min)${changes.length > 0 ? `; rate changes ${o.change ?? ''}` : ''}\n\n`)
+  const sysctls = o.sysctl?.split(',').map(s => s.trim()).filter(Boolean) ?? []
+  process.stdout.write(`\n${formatElements(elements)} float32 per peer, ${warmup} warm-up + ${rounds} measured rounds; ${minutes} min wall; load average ${loadBefore} before, ${loadavg().map(l => l.toFixed(1)).join(' ')} after (1/5/15 min); ${tcpCongestionControl(sysctls)}${sysctls.length > 0 ? `; sysctls ${sysctls.join(' ')}` : ''}${changes.length > 0 ? `; rate changes ${o.change ?? ''}` : ''}\n\n`)
   process.stdout.write(linksTable(rows) + '\n')
 }
 

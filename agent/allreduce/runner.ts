@@ -5,6 +5,7 @@ import type { GroupInfo } from '../matchmaking/group-info.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
+import { Timeline } from './timeline.js'
 import { SenderDeadlines, type CutOff } from './sender-deadlines.js'
 import { ReducerDeadlines, type ReducerCutOff } from './reducer-deadlines.js'
 import { createReduceKernels, type KernelBackend, type ReduceKernels } from '../kernels/reduce-kernels.js'
@@ -115,6 +116,8 @@ export class AllReduceRunner {
   private readonly openings = new Map<number, AbortController>()
   private readonly abort = new AbortController()
   private readonly started = Date.now()
+  /** Milestones of this round, for the debug log (who was late, where the tail went). */
+  private readonly timeline = new Timeline()
   private bytesSent = 0
   private bytesReceived = 0
   /** Bytes of parts received so far this round: the averager samples it to measure our link's rate. */
@@ -178,6 +181,7 @@ export class AllReduceRunner {
         }
       }
       await Promise.all(tasks)
+      this.options.log?.debug(`all-reduce timeline (ms; peers by group index): ${this.timeline.toString()}, end`)
     } finally {
       clearTimeout(timer)
       this.deadlines?.stop()
@@ -238,6 +242,7 @@ export class AllReduceRunner {
         decodeInto(this.options.codec, part.data, expected.length, this.kernels.staging)
         framed.release?.(bytes)
         if (!reducer.contribute(slot, k, true)) throw new ProtocolError(`sender ${from} sent NaN or infinite values`)
+        if (k === 0 || k === this.spanParts.length - 1) this.timeline.mark(`${k === 0 ? 'first' : 'last'} part from ${this.plan.senders[slot]}`)
         this.deadlines?.arrived(slot, k)
       }
       await this.reducerFinished
@@ -290,7 +295,10 @@ export class AllReduceRunner {
         this.bytesSent += frameBytes
       }).catch((err) => { this.banSender(slot, describeError(err)) }).finally(() => { link.pendingWrites-- })
     }
-    if (this.reducer!.done) this.reducerDone()
+    if (this.reducer!.done) {
+      this.timeline.mark('span reduced')
+      this.reducerDone()
+    }
   }
 
   /** Leaves a sender out of the rest of our span; `deadline` says which deadline, if any, it missed. */
@@ -365,6 +373,7 @@ export class AllReduceRunner {
     let framed: FrameChannel | null = null
     try {
       framed = await this.options.dialer.open(peer, this.options.group.infos[r], channelOptions)
+      this.timeline.mark(`channel to ${r} open`)
       try {
         await this.exchangeWith(r, framed, progress)
       } catch (err) {
@@ -402,7 +411,7 @@ export class AllReduceRunner {
     if (cut !== undefined) throw cut
     this.abort.signal.addEventListener('abort', () => { framed.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
     await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer>, repairOf: (this.options.repairOf ?? new Uint8Array(0)) as Uint8Array<ArrayBuffer> }))
-    const writing = this.writeParts(framed, start, end)
+    const writing = this.writeParts(framed, start, end).then(() => { this.timeline.mark(`last part to ${r} written`) })
     writing.catch(() => {})
     const first = await framed.read(this.options.reducerTimeoutMs)
     if (first == null) throw new ProtocolError(`reducer ${peer} closed the stream before answering`)
@@ -413,6 +422,7 @@ export class AllReduceRunner {
       throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
     }
     progress.accepted = true
+    this.timeline.mark(`accepted by ${r}`)
     this.reducerDeadlines?.accepted(r)
     const wire = COMPRESSION_WIRE[this.options.codec.name]
     for (let index = start; index < end; index++) {
@@ -423,6 +433,7 @@ export class AllReduceRunner {
       if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
       progress.received++
       this.reducerDeadlines?.delivered(r)
+      if (index === start || index === end - 1) this.timeline.mark(`${index === start ? 'first' : 'last'} mean from ${r}`)
       if (result.data.byteLength === 0) { this.partsKeptLocal++; continue }
       if (result.compression !== wire) throw new ProtocolError(`reducer ${peer} used ${result.compression} compression`)
       const part = this.plan.parts[index]

@@ -44,3 +44,8 @@ export function equalSplitFloor (bytes: number, mbit: readonly number[]): number
 export function bestSplitFloor (bytes: number, mbit: readonly number[]): number {
   return floorSeconds(bytes, mbit, spanFractions(mbit, mbit.map(() => 'node')))
 }
+
+/** Seconds the busiest link direction needs at line rate for the bytes tbf counted on it, per round. */
+export function wireFloorSeconds (moved: ReadonlyArray<{ sent: number, received: number }>, mbit: readonly number[], rounds: number): number {
+  return Math.max(...moved.map((m, i) => Math.max(m.sent, m.received) / rounds / (mbit[i] * 1e6 / 8)))
+}

@@ -14,6 +14,13 @@ export interface LinksRow {
   readonly floorBestS: number
   /** tc's counters: bytes a peer sent + received per measured round, mean over peers. */
   readonly movedBytesPerRoundPerPeer: number | null
+  /**
+   * The busiest link direction's bytes per measured round as tbf counted them (payload, TLS and
+   * protocol framing, TCP/IP headers, and the ACKs of the flows coming the other way), at line
+   * rate: the least time those very bytes need. round ÷ this = how much of the round the busiest
+   * link sat idle or under-used; round ÷ floorBestS also charges the bytes beyond the payload.
+   */
+  readonly wireFloorS: number | null
 }
 
 const f = (x: number, digits = 2): string => Number.isFinite(x) ? x.toFixed(digits) : '–'
@@ -28,13 +35,13 @@ export function slowestRoundsS (outcome: RunOutcome): number[] {
 
 export function linksTable (rows: readonly LinksRow[]): string {
   const lines = [
-    '| links (Mbit/s) | impl | codec | round s (median, slowest peer) | each round s | floor s (equal / best split) | ÷ best floor | hivemind ÷ ours | CPU s/round/peer | CPU s/GB moved | MB moved/round/peer | max abs error |',
-    '|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|'
+    '| links (Mbit/s) | impl | codec | round s (median, slowest peer) | each round s | floor s (equal / best split) | ÷ best floor | ÷ wire floor | hivemind ÷ ours | CPU s/round/peer | CPU s/GB moved | MB moved/round/peer | max abs error |',
+    '|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|'
   ]
   for (const r of rows) {
     const links = `${r.profile} (${r.rates.join(',')})`
     if (r.stats == null) {
-      lines.push(`| ${links} | ${r.impl} | ${r.codec} | ${r.outcome.status}: ${(r.outcome.message ?? '').replace(/\|/g, '/').slice(0, 200)} | | | | | | | | |`)
+      lines.push(`| ${links} | ${r.impl} | ${r.codec} | ${r.outcome.status}: ${(r.outcome.message ?? '').replace(/\|/g, '/').slice(0, 200)} | | | | | | | | | |`)
       continue
     }
     const s = r.stats
@@ -45,7 +52,7 @@ export function linksTable (rows: readonly LinksRow[]): string {
     const moved = r.movedBytesPerRoundPerPeer
     const perGB = moved != null && moved > 0 ? f(s.cpuSecondsPerRound / (moved / 1e9)) : '–'
     const err = s.maxAbsError == null ? 'n/a' : s.maxAbsError.toExponential(1)
-    lines.push(`| ${links} | ${r.impl} | ${r.codec} | ${f(roundS)} | ${slowestRoundsS(r.outcome).map(x => f(x)).join(', ')} | ${floors} | ${f(roundS / r.floorBestS)} | ${vsOurs} | ${f(s.cpuSecondsPerRound)} | ${perGB} | ${moved != null ? f(moved / 1e6, 0) : '–'} | ${err} |`)
+    lines.push(`| ${links} | ${r.impl} | ${r.codec} | ${f(roundS)} | ${slowestRoundsS(r.outcome).map(x => f(x)).join(', ')} | ${floors} | ${f(roundS / r.floorBestS)} | ${r.wireFloorS != null ? f(roundS / r.wireFloorS) : '–'} | ${vsOurs} | ${f(s.cpuSecondsPerRound)} | ${perGB} | ${moved != null ? f(moved / 1e6, 0) : '–'} | ${err} |`)
   }
   const notes = [...new Set(rows.flatMap(r => r.outcome.results.map(p => p.note).filter((n): n is string => n != null).map(n => `${r.impl} ${r.codec} (${r.profile}): ${n}`)))]
   return [...lines, '', ...notes.map(n => `- ${n}`)].join('\n')

@@ -5,7 +5,7 @@ import { implNamed, type ImplSpec } from './impls.js'
 import { ROOT, progress, runImpl, type Placement } from './run-impl.js'
 import { statsOf, type RunOutcome } from './report.js'
 import { createShapedLinks, type ShapedLinks } from './shaped-links.js'
-import { bestSplitFloor, bytesPerElement, equalSplitFloor } from './links-math.js'
+import { bestSplitFloor, bytesPerElement, equalSplitFloor, wireFloorSeconds } from './links-math.js'
 import type { LinksRow } from './links-report.js'
 
 export interface RateChange { beforeRound: number, peer: number, mbit: number }
@@ -23,6 +23,8 @@ export interface LinksRowOptions {
   readonly logs: string
   /** Interface and namespace name prefix, ≤ 6 characters, unique among concurrent runs. */
   readonly tag: string
+  /** Set in every peer's namespace (sysctl -w KEY=VALUE). */
+  readonly sysctls?: readonly string[]
   /** Told the links while they exist, so a signal handler can tear them down. */
   readonly onLinks?: (links: ShapedLinks | undefined) => void
 }
@@ -43,7 +45,7 @@ export function codecsOf (impl: string, asked: readonly string[]): string[] {
 export async function runLinksRow (o: LinksRowOptions): Promise<LinksRow> {
   const { profile, rates, impl, codec, elements, rounds, warmup, changes } = o
   // Fresh namespaces per row: a rate changed mid-run or a stuck peer never leaks into the next row.
-  const links = await createShapedLinks(o.tag, 1 + (process.pid % 200), rates)
+  const links = await createShapedLinks(o.tag, 1 + (process.pid % 200), rates, o.sysctls)
   o.onLinks?.(links)
   const logDir = resolve(ROOT, o.logs, `${profile.replace(/,/g, '-')}-${impl}-${codec}`)
   mkdirSync(logDir, { recursive: true })
@@ -84,6 +86,7 @@ export async function runLinksRow (o: LinksRowOptions): Promise<LinksRow> {
     profile, rates, impl, codec, outcome, stats: statsOf(outcome),
     floorEqualS: equalSplitFloor(bytes, rates),
     floorBestS: bestSplitFloor(bytes, rates),
-    movedBytesPerRoundPerPeer: moved.length > 0 ? moved.reduce((s, m) => s + m.sent + m.received, 0) / moved.length / rounds : null
+    movedBytesPerRoundPerPeer: moved.length > 0 ? moved.reduce((s, m) => s + m.sent + m.received, 0) / moved.length / rounds : null,
+    wireFloorS: moved.length > 0 ? wireFloorSeconds(moved, rates, rounds) : null
   }
 }

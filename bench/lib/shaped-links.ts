@@ -53,8 +53,11 @@ function tbfArgs (mbit: number): string[] {
   return ['tbf', 'rate', `${mbit}mbit`, 'burst', String(burst), 'latency', '20ms']
 }
 
-/** Builds the namespaces and links; tears down whatever it built if any step fails. tag: ≤ 8 characters, unique per run. */
-export async function createShapedLinks (tag: string, subnet: number, rates: readonly number[]): Promise<ShapedLinks> {
+/**
+ * Builds the namespaces and links; tears down whatever it built if any step fails. tag: ≤ 8 characters, unique per run.
+ * sysctls ("net.ipv4.tcp_notsent_lowat=131072"): set in every peer's namespace, as a pod's securityContext would.
+ */
+export async function createShapedLinks (tag: string, subnet: number, rates: readonly number[], sysctls: readonly string[] = []): Promise<ShapedLinks> {
   const n = rates.length
   const ns = rates.map((_, i) => `${tag}n${i}`)
   const hostEnd = rates.map((_, i) => `${tag}h${i}`)
@@ -100,6 +103,7 @@ export async function createShapedLinks (tag: string, subnet: number, rates: rea
       await run('ip', '-n', ns[i], 'link', 'set', 'eth0', 'up')
       await run('tc', '-n', ns[i], 'qdisc', 'add', 'dev', 'eth0', 'root', ...tbfArgs(rates[i]))
       await run('tc', 'qdisc', 'add', 'dev', hostEnd[i], 'root', ...tbfArgs(rates[i]))
+      for (const setting of sysctls) await run('ip', 'netns', 'exec', ns[i], 'sysctl', '-q', '-w', setting)
     }
   } catch (err) {
     await links.destroy()

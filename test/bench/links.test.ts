@@ -16,7 +16,9 @@ test('bench:links: 4 peers over shaped links average exactly, and the namespaces
   try {
     const row = await runLinksRow({
       profile: 'mixed', rates: [1000, 1000, 100, 100], impl: 'ours', codec: 'none', elements: 1 << 20, rounds: 2, warmup: 1,
-      changes: [], timeoutS: 50, logs: 'bench/results/logs/links-test', tag
+      changes: [], timeoutS: 50, logs: 'bench/results/logs/links-test', tag,
+      // --sysctl's path: set in every peer's namespace before the peers start.
+      sysctls: ['net.ipv4.tcp_notsent_lowat=131072']
     })
     assert.equal(row.outcome.status, 'ok', row.outcome.message)
     assert.equal(row.stats?.maxAbsError, 0, 'every peer holds the exact mean')
@@ -24,6 +26,10 @@ test('bench:links: 4 peers over shaped links average exactly, and the namespaces
     assert.ok(row.movedBytesPerRoundPerPeer != null && row.movedBytesPerRoundPerPeer > 2 * 4 * (1 << 20), `tc counted ${row.movedBytesPerRoundPerPeer} bytes per peer per round`)
     // A 100 Mbit/s link cannot carry a round in less than its floor: the shaping is real.
     assert.ok(row.stats!.roundMs / 1000 >= row.floorBestS, `round ${row.stats!.roundMs} ms, floor ${row.floorBestS} s`)
+    // The bytes tbf counted carry headers and ACKs beyond the payload; a round does not beat its own bytes at
+    // line rate by more than tbf's bucket (128 KiB, refilled while the link idles between rounds) lets through.
+    assert.ok(row.wireFloorS != null && row.wireFloorS >= row.floorBestS, `wire floor ${row.wireFloorS} s, payload floor ${row.floorBestS} s`)
+    assert.ok(row.stats!.roundMs / 1000 >= row.wireFloorS - 128 * 1024 / (100e6 / 8), `round ${row.stats!.roundMs} ms, wire floor ${row.wireFloorS} s`)
   } finally {
     const left = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter(l => l.startsWith(tag))
     assert.deepEqual(left, [], 'the test\'s network namespaces are gone')

@@ -1,5 +1,6 @@
 import type { SwarmNode } from './net/node.js'
 import { Matchmaker } from './matchmaking/matchmaker.js'
+import { Liveness } from './matchmaking/liveness.js'
 import { MAX_GATHER_BYTES, MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
@@ -173,6 +174,8 @@ export class DecentralizedAverager {
   /** The first step waited for hooks.routed (or gave up on it): later steps do not. */
   private routedOnce = false
   private readonly matchmaker: Matchmaker
+  /** Asks group members whether they are alive (the matchmaker serves the protocol): a late reducer is checked before it is cut off. */
+  private readonly liveness: Liveness
   private readonly router: AggregateRouter
   private dialer: AggregateDialer
   private directServer: DirectListener | null = null
@@ -204,6 +207,7 @@ export class DecentralizedAverager {
       arrivals: hooks.arrivals,
       onEarlyAssembly: hooks.onEarlyAssembly
     })
+    this.liveness = new Liveness(node, config.prefix)
     const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
     // A new stream's first frame can queue behind megabytes of other streams' parts on the
     // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
@@ -488,6 +492,10 @@ export class DecentralizedAverager {
       // is larger than a request and queues behind other members' parts (no new parameter).
       deadlineSlackMs: 2 * config.requestTimeout * 1000,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
+      // A reducer late with its means that still answers matchmaking's liveness check is waited for,
+      // up to the reducer timeout: on a congested link one TCP flow can stall for seconds.
+      alive: async (peer, withinMs, signal) => await this.liveness.answers(peerIdFromString(peer), withinMs, signal),
+      aliveCheckMs: config.requestTimeout * 1000,
       kernels: config.kernels,
       ...(repair !== undefined ? { repairOf: repair.repairOf } : {}),
       log: this.log.child({ component: 'allreduce' })

@@ -35,6 +35,14 @@ export interface AllReduceOptions {
   readonly deadlineSlackMs: number
   /** Longest gap a sender waits for a reducer's next mean. */
   readonly reducerTimeoutMs: number
+  /**
+   * Whether a group member answers a liveness check within withinMs (matchmaking's, agent/matchmaking/liveness.ts).
+   * Given, a reducer late with its means is checked before the adaptive deadline cuts it off, and
+   * one that answers is waited for (ReducerDeadlines.probe): alive, its flow to us only stalled.
+   */
+  readonly alive?: (peer: string, withinMs: number, signal: AbortSignal) => Promise<boolean>
+  /** The liveness check's bound (the averager passes a request timeout). */
+  readonly aliveCheckMs?: number
   /** Which kernels check and sum parts (default: WebAssembly SIMD where the runtime has it). */
   readonly kernels?: KernelBackend
   /** A span repair's runner: the id of the round it repairs, sent in every stream's header (agent/allreduce/repair.ts). */
@@ -158,7 +166,10 @@ export class AllReduceRunner {
         me: this.me,
         floorMs: options.deadlineSlackMs,
         capMs: options.reducerTimeoutMs,
-        onCutOff: (c) => { this.cutOffReducerAdaptively(c) }
+        onCutOff: (c) => { this.cutOffReducerAdaptively(c) },
+        ...(options.alive !== undefined
+          ? { probe: async (r: number) => await this.checkAlive(r), probeMs: options.aliveCheckMs ?? options.deadlineSlackMs / 2 }
+          : {})
       })
   }
 
@@ -355,6 +366,14 @@ export class AllReduceRunner {
     this.reducersCutOff.set(reducer, why)
     this.openings.get(reducer)?.abort(why)
     this.reducerChannels.get(reducer)?.abort(why)
+  }
+
+  /** Whether reducer r, late with its means, answers a liveness check (ReducerDeadlines.probe). */
+  private async checkAlive (r: number): Promise<boolean> {
+    const peer = this.options.group.peerIds[r]
+    const answered = await this.options.alive!(peer, this.options.aliveCheckMs ?? this.options.deadlineSlackMs / 2, this.abort.signal)
+    this.options.log?.debug(`reducer ${peer}, late with its means, ${answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
+    return answered
   }
 
   private async sendTo (r: number): Promise<void> {

@@ -150,3 +150,70 @@ test('acceptance: with ours at 0 and two others at 5 and 8 ms, the fourth is cut
   assert.deepEqual(cutOffs.map(c => [c.reducer, c.unaccepted]), [[3, true]])
   deadlines.stop()
 })
+
+/** Deadlines with a liveness check whose answers the test gives, one promise per check. */
+function setupProbed (spanParts: number[]): { deadlines: ReducerDeadlines, cutOffs: ReducerCutOff[], at: (ms: number) => void, checks: Array<{ r: number, startedAt: number, answer: (alive: boolean) => void }> } {
+  mock.timers.enable({ apis: ['setTimeout', 'setImmediate'] })
+  let now = 0
+  const cutOffs: ReducerCutOff[] = []
+  const checks: Array<{ r: number, startedAt: number, answer: (alive: boolean) => void }> = []
+  const deadlines = new ReducerDeadlines({
+    spanParts,
+    me: 0,
+    floorMs: 2000,
+    capMs: 20_000,
+    onCutOff: (c) => { cutOffs.push(c) },
+    probe: async (r) => await new Promise<boolean>(resolve => { checks.push({ r, startedAt: now, answer: resolve }) }),
+    probeMs: 1000
+  }, () => now)
+  return { deadlines, cutOffs, checks, at: (ms) => { mock.timers.tick(ms - now); now = ms; mock.timers.runAll() } }
+}
+
+const settled = async (): Promise<void> => { for (let i = 0; i < 5; i++) await Promise.resolve() }
+
+test('a late reducer that answers its liveness check is waited for; checked again a limit later, a silent one is cut off', async (t) => {
+  t.after(() => { mock.timers.reset() })
+  const { deadlines, cutOffs, checks, at } = setupProbed([2, 2, 2, 2])
+  at(100); deadlines.delivered(0)
+  at(110); deadlines.delivered(1)
+  at(2100); deadlines.delivered(2)
+  // Limit 2110 (as above); the check is due 1000 ms before it, which has passed: it starts now.
+  at(2101)
+  assert.deepEqual(checks.map(c => [c.r, c.startedAt]), [[3, 2100]])
+  at(2105); checks[0].answer(true); await settled()
+  at(3214)
+  assert.equal(cutOffs.length, 0, 'alive at 2105: its limit runs from then (4215)')
+  assert.equal(checks.length, 1, 'its next check is due 1000 ms before that limit')
+  at(3215)
+  assert.deepEqual(checks.map(c => [c.r, c.startedAt]), [[3, 2100], [3, 3215]])
+  at(4000); checks[1].answer(false); await settled()
+  at(4214)
+  assert.equal(cutOffs.length, 0, 'silent, but not before its limit')
+  at(4215)
+  assert.deepEqual(cutOffs.map(c => [c.reducer, c.part]), [[3, 0]])
+  deadlines.stop()
+})
+
+test('a late reducer silent through its check is cut off at the limit, no later; one that delivers meanwhile is not', async (t) => {
+  t.after(() => { mock.timers.reset() })
+  const silent = setupProbed([2, 2, 2, 2])
+  silent.at(100); silent.deadlines.delivered(0)
+  silent.at(110); silent.deadlines.delivered(1)
+  silent.at(2100); silent.deadlines.delivered(2)
+  silent.at(2101); silent.checks[0].answer(false); await settled()
+  silent.at(2109)
+  assert.equal(silent.cutOffs.length, 0)
+  silent.at(2110)
+  assert.deepEqual(silent.cutOffs.map(c => c.reducer), [3], 'cut off at the limit itself: the check ran before it')
+  silent.deadlines.stop()
+  mock.timers.reset()
+  const late = setupProbed([2, 2, 2, 2])
+  late.at(100); late.deadlines.delivered(0)
+  late.at(110); late.deadlines.delivered(1)
+  late.at(2100); late.deadlines.delivered(2)
+  late.at(2101); late.checks[0].answer(false); await settled()
+  late.at(2105); late.deadlines.delivered(3)
+  late.at(3000)
+  assert.equal(late.cutOffs.length, 0, 'reducer 3 delivered before its limit: its silent check no longer counts')
+  late.deadlines.stop()
+})

@@ -207,7 +207,7 @@ export class DecentralizedAverager {
       arrivals: hooks.arrivals,
       onEarlyAssembly: hooks.onEarlyAssembly
     })
-    this.liveness = new Liveness(node, config.prefix)
+    this.liveness = new Liveness(node, config.prefix, this.log.child({ component: 'liveness' }))
     const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
     // A new stream's first frame can queue behind megabytes of other streams' parts on the
     // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
@@ -492,9 +492,10 @@ export class DecentralizedAverager {
       // is larger than a request and queues behind other members' parts (no new parameter).
       deadlineSlackMs: 2 * config.requestTimeout * 1000,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
-      // A reducer late with its means that still answers matchmaking's liveness check is waited for,
-      // up to the reducer timeout: on a congested link one TCP flow can stall for seconds.
-      alive: async (peer, withinMs, signal) => await this.liveness.answers(peerIdFromString(peer), withinMs, signal),
+      // A late member that echoes matchmaking's liveness check is waited for, up to the fixed
+      // timeouts: on a congested link one TCP flow can stall for seconds. No verdict (a client-mode
+      // member serves no check) proves nothing: it is cut off as before.
+      alive: async (peer, withinMs, signal) => await this.liveness.check(peerIdFromString(peer), withinMs, signal) === 'echoed',
       aliveCheckMs: config.requestTimeout * 1000,
       kernels: config.kernels,
       ...(repair !== undefined ? { repairOf: repair.repairOf } : {}),

@@ -1,5 +1,6 @@
 import { adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
 import { DeadlineTimer } from './deadline-timer.js'
+import { LateChecks, type LateCheckOptions } from './late-checks.js'
 
 /** A reducer the adaptive deadline cut off: it owed us the mean of part `part` (relative to its span) for `waitedMs`. */
 export interface ReducerCutOff {
@@ -26,17 +27,9 @@ export interface ReducerDeadlineOptions {
   /** The fixed reducer timeout: the adaptive limit never exceeds it. */
   readonly capMs: number
   readonly onCutOff: (cutOff: ReducerCutOff) => void
-  /**
-   * Asks whether reducer r is alive (true: it answered, or no verdict; false: silent for the whole
-   * check), bounded by probeMs. Given, a late reducer is checked probeMs before its limit, and one
-   * that answers is not cut off: its wait starts again from the answer.
-   */
-  readonly probe?: (r: number) => Promise<boolean>
-  readonly probeMs?: number
+  /** Given, a reducer late with its means is checked for liveness before it is cut off (late-checks.ts). */
+  readonly checks?: LateCheckOptions
 }
-
-/** Where the liveness check of a late reducer stands, for its current wait. */
-type Probe = { state: 'none' } | { state: 'running' } | { state: 'answered', at: number } | { state: 'silent' }
 
 /**
  * The sender's adaptive deadlines, the mirror of the reducer's (sender-deadlines.ts): measures how
@@ -70,24 +63,20 @@ export class ReducerDeadlines {
   private readonly start: number
   /** Waits (ms) measured per relative part index. */
   private readonly samples = new Map<number, number[]>()
-  /** Each reducer's liveness check for its current wait (options.probe). */
-  private readonly probes: Probe[]
-  /** When a reducer that answered its check was last proven alive: its limit runs from then. */
-  private readonly aliveSince: number[]
   private readonly timer: DeadlineTimer
+  private readonly checks: LateChecks
   private stopped = false
 
   constructor (private readonly options: ReducerDeadlineOptions, private readonly now: () => number = () => performance.now()) {
     const start = now()
     this.timer = new DeadlineTimer(() => { this.expire() }, now)
+    this.checks = new LateChecks(options.checks, now, () => { this.expire() })
     this.start = start
     this.acceptedAt = options.spanParts.map((_, r) => r === options.me ? 0 : undefined)
     this.received = options.spanParts.map(() => 0)
     this.waitingSince = options.spanParts.map(() => start)
     this.gone = options.spanParts.map(n => n === 0)
     this.silentSenders = options.spanParts.map(() => false)
-    this.probes = options.spanParts.map(() => ({ state: 'none' }))
-    this.aliveSince = options.spanParts.map(() => start)
   }
 
   /**
@@ -120,8 +109,7 @@ export class ReducerDeadlines {
     this.samples.set(k, list)
     this.received[r] = k + 1
     this.waitingSince[r] = this.now()
-    this.aliveSince[r] = this.waitingSince[r]
-    this.probes[r] = { state: 'none' }
+    this.checks.reset(r)
     this.update()
   }
 
@@ -141,10 +129,10 @@ export class ReducerDeadlines {
     const due = this.laggards()
     const unaccepted = this.unaccepted()
     const times = [
-      ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.judgedAt(r, due!.wait.limitMs)),
+      ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.checks.judgedAt(r, this.waitingSince[r], due!.wait.limitMs)),
       ...(unaccepted !== undefined && unaccepted.late.length > 0 ? [this.start + unaccepted.wait.limitMs] : [])
     ]
-    // A reducer whose liveness check runs is judged when the check ends, not by a timer.
+    // A reducer whose liveness check runs is judged when the check ends, not by the timer.
     const next = Math.min(...times)
     if (!Number.isFinite(next)) return
     // One turn of the event loop after the timer (DeadlineTimer), as the reducer's deadlines do:
@@ -168,50 +156,14 @@ export class ReducerDeadlines {
     if (due !== undefined) {
       const now = this.now()
       for (const r of due.late) {
-        if (this.silentSenders[r]) { this.cutOff(r, due, now); continue }
-        const probe = this.probes[r]
-        if (this.options.probe !== undefined && probe.state === 'none' && now >= this.judgedAt(r, due.wait.limitMs)) this.startProbe(r)
-        else if (now < this.aliveSince[r] + due.wait.limitMs) continue
-        else if (probe.state === 'answered') {
-          // Alive, only slow towards us (a flow stalled in TCP's retransmission backoff behind a
-          // congested link, measured at 8 × 100 Mbit/s): its limit starts again from the answer.
-          this.aliveSince[r] = probe.at
-          this.probes[r] = { state: 'none' }
-        } else if (probe.state !== 'running') this.cutOff(r, due, now)
+        const waitedMs = now - this.waitingSince[r]
+        if (this.silentSenders[r] || this.checks.cutNow(r, this.waitingSince[r], due.wait.limitMs)) {
+          this.gone[r] = true
+          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r], unaccepted: false })
+        }
       }
     }
     this.update()
-  }
-
-  private cutOff (r: number, due: { part: number, wait: AdaptiveWait, samples: number }, now: number): void {
-    this.gone[r] = true
-    this.options.onCutOff({ reducer: r, part: due.part, waitedMs: now - this.waitingSince[r], wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r], unaccepted: false })
-  }
-
-  /**
-   * When reducer r is next judged: its liveness check starts probeMs before its limit, and it is cut
-   * off at the limit unless it answered; while its check runs, the check's end judges it.
-   */
-  private judgedAt (r: number, limitMs: number): number {
-    const limit = this.aliveSince[r] + limitMs
-    const probe = this.probes[r]
-    if (this.options.probe === undefined) return limit
-    if (probe.state === 'none') return limit - (this.options.probeMs ?? 0)
-    if (probe.state === 'running') return Infinity
-    return limit
-  }
-
-  private startProbe (r: number): void {
-    const probe: Probe = { state: 'running' }
-    this.probes[r] = probe
-    this.options.probe!(r).then((answered) => {
-      // A mean that came meanwhile started a new wait, and with it a new check.
-      if (this.probes[r] !== probe || this.stopped) return
-      this.probes[r] = answered ? { state: 'answered', at: this.now() } : { state: 'silent' }
-      this.expire()
-    }, () => {
-      if (this.probes[r] === probe && !this.stopped) { this.probes[r] = { state: 'answered', at: this.now() }; this.expire() }
-    })
   }
 
   /** The reducers still expected that have not accepted our stream, and the limit from the acceptance times of the others; undefined before a majority accepted. */

@@ -152,7 +152,8 @@ export class AllReduceRunner {
         mySlot: this.mySlot,
         floorMs: options.deadlineSlackMs,
         capMs: options.senderTimeoutMs,
-        onCutOff: (c) => { this.cutOffAdaptively(c) }
+        onCutOff: (c) => { this.cutOffAdaptively(c) },
+        ...(options.alive !== undefined ? { checks: { probe: async (slot: number) => await this.checkAlive(this.plan.senders[slot], 'sender'), probeMs: this.aliveCheckMs } } : {})
       }, this.plan.senders.length)
     } else {
       this.reducer = null
@@ -167,9 +168,7 @@ export class AllReduceRunner {
         floorMs: options.deadlineSlackMs,
         capMs: options.reducerTimeoutMs,
         onCutOff: (c) => { this.cutOffReducerAdaptively(c) },
-        ...(options.alive !== undefined
-          ? { probe: async (r: number) => await this.checkAlive(r), probeMs: options.aliveCheckMs ?? options.deadlineSlackMs / 2 }
-          : {})
+        ...(options.alive !== undefined ? { checks: { probe: async (r: number) => await this.checkAlive(r, 'reducer'), probeMs: this.aliveCheckMs } } : {})
       })
   }
 
@@ -368,11 +367,13 @@ export class AllReduceRunner {
     this.reducerChannels.get(reducer)?.abort(why)
   }
 
-  /** Whether reducer r, late with its means, answers a liveness check (ReducerDeadlines.probe). */
-  private async checkAlive (r: number): Promise<boolean> {
-    const peer = this.options.group.peerIds[r]
-    const answered = await this.options.alive!(peer, this.options.aliveCheckMs ?? this.options.deadlineSlackMs / 2, this.abort.signal)
-    this.options.log?.debug(`reducer ${peer}, late with its means, ${answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
+  private get aliveCheckMs (): number { return this.options.aliveCheckMs ?? this.options.deadlineSlackMs / 2 }
+
+  /** Whether member m (group index), late as a sender or with its means as a reducer, answers a liveness check (late-checks.ts). */
+  private async checkAlive (m: number, role: 'sender' | 'reducer'): Promise<boolean> {
+    const peer = this.options.group.peerIds[m]
+    const answered = await this.options.alive!(peer, this.aliveCheckMs, this.abort.signal)
+    this.options.log?.debug(`${role} ${peer}, late, ${answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
     return answered
   }
 

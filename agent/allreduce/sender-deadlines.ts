@@ -1,5 +1,6 @@
 import { adaptiveWait, quorumReached, type AdaptiveWait } from './adaptive-deadline.js'
 import { DeadlineTimer } from './deadline-timer.js'
+import { LateChecks, type LateCheckOptions } from './late-checks.js'
 import type { SpanReducer } from './span-reducer.js'
 
 /** A sender the adaptive deadline cut off: it owed part `part` (relative to the span) for `waitedMs`. */
@@ -21,6 +22,8 @@ export interface SenderDeadlineOptions {
   /** The fixed sender timeout: the adaptive limit never exceeds it. */
   readonly capMs: number
   readonly onCutOff: (cutOff: CutOff) => void
+  /** Given, a late sender is checked for liveness before it is cut off (late-checks.ts). */
+  readonly checks?: LateCheckOptions
 }
 
 /**
@@ -36,11 +39,13 @@ export class SenderDeadlines {
   /** Waits (ms) measured per relative part index, for the parts still unfinished. */
   private readonly samples = new Map<number, number[]>()
   private readonly timer: DeadlineTimer
+  private readonly checks: LateChecks
   private stopped = false
 
   constructor (private readonly options: SenderDeadlineOptions, senders: number, private readonly now: () => number = () => performance.now()) {
     const start = now()
     this.timer = new DeadlineTimer(() => { this.expire() }, now)
+    this.checks = new LateChecks(options.checks, now, () => { this.expire() })
     // Every sender's first part is owed from the round's start: a sender that never connects
     // waits as long as one that connected and sent nothing.
     this.waitingSince = Array.from({ length: senders }, (_, s) => s === options.mySlot ? undefined : start)
@@ -48,7 +53,10 @@ export class SenderDeadlines {
 
   /** We began reading sender `slot`'s part k; the first part's wait runs from the round's start. */
   reading (slot: number, k: number): void {
-    if (k > 0) this.waitingSince[slot] = this.now()
+    if (k > 0) {
+      this.waitingSince[slot] = this.now()
+      this.checks.reset(slot)
+    }
     this.update()
   }
 
@@ -62,6 +70,7 @@ export class SenderDeadlines {
     }
     // Until we read its next part, a delay is ours (part window, means owed to it), not the sender's.
     this.waitingSince[slot] = undefined
+    this.checks.reset(slot)
     this.update()
   }
 
@@ -71,10 +80,12 @@ export class SenderDeadlines {
     const due = this.laggards()
     if (due === undefined || due.late.length === 0) return
     let first = Infinity
-    for (const l of due.late) first = Math.min(first, l.since)
+    for (const l of due.late) first = Math.min(first, this.checks.judgedAt(l.slot, l.since, due.wait.limitMs))
+    // A sender whose liveness check runs is judged when the check ends, not by the timer.
+    if (!Number.isFinite(first)) return
     // One turn of the event loop after the timer before judging (DeadlineTimer): data that arrived
     // while the process was busy is read first (timers run before I/O callbacks in Node's loop).
-    this.timer.armBy(first + due.wait.limitMs)
+    this.timer.armBy(first)
   }
 
   stop (): void {
@@ -89,7 +100,7 @@ export class SenderDeadlines {
       const now = this.now()
       for (const { slot, since } of due.late) {
         const waitedMs = now - since
-        if (waitedMs >= due.wait.limitMs) this.options.onCutOff({ slot, part: due.part, waitedMs, wait: due.wait, samples: due.samples })
+        if (this.checks.cutNow(slot, since, due.wait.limitMs)) this.options.onCutOff({ slot, part: due.part, waitedMs, wait: due.wait, samples: due.samples })
       }
     }
     this.update()

@@ -53,9 +53,18 @@ export class Liveness {
    * True when `signal` aborts first (no verdict).
    */
   async answers (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<boolean> {
+    return await this.check(peer, withinMs, signal) !== 'silent'
+  }
+
+  /**
+   * The check itself: 'echoed' (the peer answered), 'silent' (see answers: no answer, or no
+   * connection, for withinMs) or 'no verdict' (it does not speak the protocol, as a client-mode
+   * agent that serves nothing; a failure at once while connected; `signal` aborted).
+   */
+  async check (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<'echoed' | 'silent' | 'no verdict'> {
     const started = Date.now()
     for (;;) {
-      if (aborted(signal)) return true
+      if (aborted(signal)) return 'no verdict'
       const timeout = AbortSignal.timeout(withinMs)
       const any = signal != null ? AbortSignal.any([timeout, signal]) : timeout
       let stream: Stream | undefined
@@ -76,13 +85,14 @@ export class Liveness {
           any.addEventListener('abort', no)
           opened.send(ALIVE)
         })
-        if (answered || aborted(signal)) return true
-        if (timeout.aborted) return false
+        if (answered) return 'echoed'
+        if (aborted(signal)) return 'no verdict'
+        if (timeout.aborted) return 'silent'
         this.log?.debug(`liveness check of ${peer.toString().slice(-6)} closed unanswered after ${Date.now() - started} ms`)
       } catch (err) {
-        if (aborted(signal)) return true
-        if (err instanceof Error && err.name === 'UnsupportedProtocolError') return true
-        if (timeout.aborted) return false
+        if (aborted(signal)) return 'no verdict'
+        if (err instanceof Error && err.name === 'UnsupportedProtocolError') return 'no verdict'
+        if (timeout.aborted) return 'silent'
         this.log?.debug(`liveness check of ${peer.toString().slice(-6)} failed after ${Date.now() - started} ms: ${describeError(err)}`)
       } finally {
         // Torn down at once: a graceful close would wait for the peer, and hold a stream of the protocol's bound.
@@ -90,8 +100,8 @@ export class Liveness {
       }
       // Failed at once while connected: the peer's stack answered (a stream reset, a refusal) or
       // ours refused (a stream limit). No verdict: only silence, or no connection at all, is gone.
-      if (this.node.getConnections(peer).length > 0) return true
-      if (Date.now() - started >= withinMs) return false
+      if (this.node.getConnections(peer).length > 0) return 'no verdict'
+      if (Date.now() - started >= withinMs) return 'silent'
       await new Promise(resolve => setTimeout(resolve, CHECK_RETRY_MS))
     }
   }

@@ -2,6 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startSwarm, fill, weightedMean } from './swarm-fixture.js'
 import { aggregateProtocol } from '../../agent/allreduce/aggregate-protocol.js'
+import { aliveProtocol } from '../../agent/matchmaking/join-protocol.js'
 import type { StepResult } from '../../agent/averager.js'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import { AGENT_METRICS as M } from '../../api/metric-names.js'
@@ -13,7 +14,8 @@ import { rewriteOutgoingFrames } from './frame-rewriter.js'
 // A group member that goes quiet: it joins the group, then its parts stop coming, as
 // from a process stopped with SIGSTOP (its connections stay open, nothing is reset). With fixed
 // timeouts the reducers wait the whole sender timeout; with adaptive deadlines they cut it off
-// once the rest of the group delivered and it is far behind their median wait. The second test
+// once the rest of the group delivered and it is far behind their median wait, unless it echoes
+// the liveness check they make first (a stopped process answers nothing). The second test
 // freezes a member that also reduces a span: the senders give up on its means the same way.
 
 const PREFIX = 'quiet'
@@ -34,12 +36,29 @@ const PARTS_BEFORE_SILENCE = 3
 /** What the silent peer lets through on its aggregate streams: frame 0 is the header, then parts. */
 let framesLetThrough = Infinity
 
+/**
+ * Whether the frozen peer has gone quiet: from its first dropped aggregate frame on, it answers no
+ * liveness check either, as a process stopped with SIGSTOP (before, its matchmaking runs as a live
+ * agent's).
+ */
+let quiet = false
+
 /** Drops the silent peer's outgoing aggregate frames past framesLetThrough (as it stood when the stream opened); the stream stays open. */
 function silenceAggregateStreams (node: SwarmNode): void {
   rewriteOutgoingFrames(node, aggregateProtocol(PREFIX), () => {
     const limit = framesLetThrough
     return (payload, index) => index < limit ? payload : null
   })
+}
+
+/** Liveness checks sent to `node` are held unanswered once it went quiet (`quiet`), answered before. Before the handler is registered. */
+function holdAliveWhenQuiet (node: SwarmNode): void {
+  const handle = node.handle.bind(node)
+  node.handle = (async (protocols: string | string[], handler: Parameters<SwarmNode['handle']>[1], options?: Parameters<SwarmNode['handle']>[2]) => {
+    // Held: the stream stays open and unanswered until the asker gives up (a stream closed unanswered is no verdict).
+    const whenQuiet: typeof handler = async (...args) => { if (!quiet) await handler(...args); else await new Promise<void>(resolve => { args[0].addEventListener('close', () => { resolve() }, { once: true }) }) }
+    await handle(protocols, (Array.isArray(protocols) ? protocols[0] : protocols) === aliveProtocol(PREFIX) ? whenQuiet : handler, options)
+  }) as SwarmNode['handle']
 }
 
 /** Streams sent to `node` for `protocol` are held open, never read nor answered, as by a stopped process. Before the handler is registered. */
@@ -71,6 +90,8 @@ test('a member that goes quiet is cut off by the adaptive deadline, long before 
       senderTimeout: SENDER_TIMEOUT_S,
       ...(p === SILENT ? { mode: 'client' as const, dataChannel: 'libp2p' as const } : {})
     }),
+    // A client serves no liveness check (nobody can call it): the check before the cut-off gives no
+    // verdict, which proves nothing, and the client is cut off as before.
     hooks: (p) => ({
       log: linesLog((msg) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) }),
       // As agent/main.ts records a step.
@@ -153,6 +174,7 @@ test('a member frozen right after its group formed is cut off as sender and as r
   const initial = (p: number): Float32Array => fill(ELEMENTS, p)
   const logs: string[][] = [[], [], [], []]
   const metrics = [0, 1, 2, 3].map(() => new AgentMetrics('frozen'))
+  quiet = false
   const swarm = await startSwarm(4, {
     prefix: PREFIX,
     tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: initial(p) }],
@@ -171,8 +193,9 @@ test('a member frozen right after its group formed is cut off as sender and as r
     }),
     hooks: (p, nodes) => {
       if (p === SILENT) {
-        rewriteOutgoingFrames(nodes[p], aggregateProtocol(PREFIX), () => () => null)
+        rewriteOutgoingFrames(nodes[p], aggregateProtocol(PREFIX), () => () => { quiet = true; return null })
         holdAnsweredStreams(nodes[p], aggregateProtocol(PREFIX))
+        holdAliveWhenQuiet(nodes[p])
       }
       return {
         log: linesLog((msg) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) }),

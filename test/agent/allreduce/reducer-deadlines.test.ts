@@ -163,8 +163,7 @@ function setupProbed (spanParts: number[]): { deadlines: ReducerDeadlines, cutOf
     floorMs: 2000,
     capMs: 20_000,
     onCutOff: (c) => { cutOffs.push(c) },
-    probe: async (r) => await new Promise<boolean>(resolve => { checks.push({ r, startedAt: now, answer: resolve }) }),
-    probeMs: 1000
+    checks: { probe: async (r) => await new Promise<boolean>(resolve => { checks.push({ r, startedAt: now, answer: resolve }) }), probeMs: 1000 }
   }, () => now)
   return { deadlines, cutOffs, checks, at: (ms) => { mock.timers.tick(ms - now); now = ms; mock.timers.runAll() } }
 }

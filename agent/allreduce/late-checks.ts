@@ -1,7 +1,7 @@
 /**
  * The liveness check an adaptive deadline makes before it cuts off a late member (sender or
  * reducer). At 8 × 100 Mbit/s one TCP flow between two healthy agents stalled for seconds behind
- * the congested links (BENCHMARKS.md, "8 peers at 100 Mbit/s"), past median + slack of the other
+ * the congested links (BENCHMARKS.md, "8 peers at 100 Mbit/s again"), past median + slack of the other
  * members' waits, and the member was cut off: a partial round on a healthy network. A member that
  * answers a liveness check is alive and only slow towards us: its limit runs again from its answer
  * (the fixed timeouts still bound it). The check starts `probeMs` before the limit, so a frozen

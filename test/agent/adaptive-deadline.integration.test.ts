@@ -242,3 +242,76 @@ test('a member frozen right after its group formed is cut off as sender and as r
     await swarm.stop()
   }
 })
+
+/** Holds everything the first stream `node` dials for `protocol` sends past its first `afterBytes`, for `ms`, then lets it through in order: one flow stalled, as behind a congested link. */
+function stallFirstStream (node: SwarmNode, protocol: string, afterBytes: number, ms: number): void {
+  const dial = node.dialProtocol.bind(node)
+  let stalled = false
+  node.dialProtocol = (async (peer: Parameters<SwarmNode['dialProtocol']>[0], protocols: string | string[], options?: Parameters<SwarmNode['dialProtocol']>[2]) => {
+    const stream = await dial(peer, protocols, options)
+    if ((Array.isArray(protocols) ? protocols[0] : protocols) !== protocol || stalled) return stream
+    stalled = true
+    const send = stream.send.bind(stream)
+    let passed = 0
+    let held: Array<Parameters<typeof send>[0]> | null = null
+    let released = false
+    stream.send = (data) => {
+      if (released) return send(data)
+      if (held == null && passed + data.byteLength <= afterBytes) { passed += data.byteLength; return send(data) }
+      if (held == null) {
+        held = []
+        setTimeout(() => { released = true; for (const d of held!) send(d); held = null }, ms)
+      }
+      held.push(data)
+      return true
+    }
+    return stream
+  }) as SwarmNode['dialProtocol']
+}
+
+test('a member whose flow to one reducer stalls for seconds, but who answers its liveness check, is waited for: no cut-off, the exact mean', { timeout: 120_000 }, async () => {
+  const prefix = 'stall'
+  const STALLED = 2
+  const STALL_MS = 5000
+  const initial = (p: number): Float32Array => fill(ELEMENTS, p)
+  const logs: string[][] = [[], [], [], []]
+  const swarm = await startSwarm(4, {
+    prefix,
+    tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: initial(p) }],
+    // Its parts take libp2p streams, where the test holds one of them; a request timeout of 1 s puts the
+    // adaptive limit at ~2 s, well inside the 5 s stall and far from the fixed timeouts.
+    config: (p) => ({
+      targetGroupSize: 4,
+      minGroupSize: 4,
+      partSizeBytes: PART_BYTES,
+      requestTimeout: 1,
+      averagingExpiration: 4,
+      allreduceTimeout: 2 * SENDER_TIMEOUT_S,
+      senderTimeout: SENDER_TIMEOUT_S,
+      ...(p === STALLED ? { dataChannel: 'libp2p' as const } : {})
+    }),
+    hooks: (p, nodes) => {
+      if (p === STALLED) stallFirstStream(nodes[p], aggregateProtocol(prefix), 3 * PART_BYTES, STALL_MS)
+      return { log: linesLog((msg) => { logs[p].push(msg); if (process.env.AVS_TEST_LOG != null) console.error(`[peer ${p}] ${msg}`) }) }
+    }
+  })
+  try {
+    const results = await Promise.all([0, 1, 2, 3].map(async p => await swarm.averagers[p].step({ timeout: 100 })))
+    const all = logs.flat()
+    for (const [p, r] of results.entries()) {
+      assert.equal(r.peers.length, 4, `peer ${p} averaged in the group of four`)
+      assert.deepEqual([r.allreduce.bannedSenders, r.allreduce.failedReducers, r.allreduce.partsKeptLocal], [[], [], 0], `peer ${p} cut nobody off and kept nothing local; logs: ${logs[p].join(' | ')}`)
+    }
+    assert.ok(Math.max(...results.map(r => r.allreduce.durationMs)) >= STALL_MS - 500, 'the stall held the round (the test stalled a flow that mattered)')
+    assert.ok(all.some(l => l.includes('late, answered a liveness check: waiting on')), `a late member was checked and waited for: ${all.filter(l => l.includes('liveness') || l.includes('adaptive')).join(' | ')}`)
+    const mean = weightedMean([0, 1, 2, 3].map(initial), [1, 1, 1, 1])
+    for (let p = 0; p < 4; p++) {
+      const got = await swarm.averagers[p].withTensors(t => t[0].data.slice())
+      for (let i = 0; i < ELEMENTS; i++) {
+        if (Math.abs(got[i] - mean[i]) > 1e-4) assert.fail(`peer ${p} element ${i} is ${got[i]}, not the mean ${mean[i]}`)
+      }
+    }
+  } finally {
+    await swarm.stop()
+  }
+})

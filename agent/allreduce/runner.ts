@@ -373,7 +373,7 @@ export class AllReduceRunner {
   private async checkAlive (m: number, role: 'sender' | 'reducer'): Promise<boolean> {
     const peer = this.options.group.peerIds[m]
     const answered = await this.options.alive!(peer, this.aliveCheckMs, this.abort.signal)
-    this.options.log?.debug(`${role} ${peer}, late, ${answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
+    if (!this.abort.signal.aborted) this.options.log?.debug(`${role} ${peer}, late, ${answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
     return answered
   }
 

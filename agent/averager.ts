@@ -1,6 +1,5 @@
 import type { SwarmNode } from './net/node.js'
 import { Matchmaker } from './matchmaking/matchmaker.js'
-import { Liveness } from './matchmaking/liveness.js'
 import { MAX_GATHER_BYTES, MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
@@ -174,8 +173,6 @@ export class DecentralizedAverager {
   /** The first step waited for hooks.routed (or gave up on it): later steps do not. */
   private routedOnce = false
   private readonly matchmaker: Matchmaker
-  /** Asks group members whether they are alive (the matchmaker serves the protocol): a late reducer is checked before it is cut off. */
-  private readonly liveness: Liveness
   private readonly router: AggregateRouter
   private dialer: AggregateDialer
   private directServer: DirectListener | null = null
@@ -207,7 +204,6 @@ export class DecentralizedAverager {
       arrivals: hooks.arrivals,
       onEarlyAssembly: hooks.onEarlyAssembly
     })
-    this.liveness = new Liveness(node, config.prefix, this.log.child({ component: 'liveness' }))
     const maxPart = elementsPerPart(config.partSizeBytes, this.codec.bytesPerElement)
     // A new stream's first frame can queue behind megabytes of other streams' parts on the
     // same connection: give it the sender timeout, not the (short) matchmaking request timeout.
@@ -495,7 +491,7 @@ export class DecentralizedAverager {
       // A late member that echoes matchmaking's liveness check is waited for, up to the fixed
       // timeouts: on a congested link one TCP flow can stall for seconds. No verdict (a client-mode
       // member serves no check) proves nothing: it is cut off as before.
-      alive: async (peer, withinMs, signal) => await this.liveness.check(peerIdFromString(peer), withinMs, signal) === 'echoed',
+      alive: async (peer, withinMs, signal) => await this.matchmaker.liveness.check(peerIdFromString(peer), withinMs, signal) === 'echoed',
       aliveCheckMs: config.requestTimeout * 1000,
       kernels: config.kernels,
       ...(repair !== undefined ? { repairOf: repair.repairOf } : {}),

@@ -9,6 +9,8 @@
  */
 type Check = { state: 'none' } | { state: 'running' } | { state: 'answered', at: number } | { state: 'silent' }
 
+const NO_CHECK: Check = { state: 'none' }
+
 export interface LateCheckOptions {
   /** Whether member i answers a liveness check (true also for no verdict), within probeMs. */
   readonly probe: (i: number) => Promise<boolean>
@@ -35,9 +37,9 @@ export class LateChecks {
 
   /** When member i, waiting since `since` under `limitMs`, is next judged (Infinity while its check runs). */
   judgedAt (i: number, since: number, limitMs: number): number {
-    const limit = Math.max(since, this.aliveSince.get(i) ?? since) + limitMs
+    const limit = this.limit(i, since, limitMs)
     if (this.options === undefined) return limit
-    const check = this.checks.get(i) ?? { state: 'none' }
+    const check = this.checks.get(i) ?? NO_CHECK
     if (check.state === 'none') return limit - this.options.probeMs
     if (check.state === 'running') return Infinity
     return limit
@@ -46,9 +48,9 @@ export class LateChecks {
   /** Whether member i is cut off now; starts its check, or grants it a new limit, as due. */
   cutNow (i: number, since: number, limitMs: number): boolean {
     const now = this.now()
-    const limit = Math.max(since, this.aliveSince.get(i) ?? since) + limitMs
+    const limit = this.limit(i, since, limitMs)
     if (this.options === undefined) return now >= limit
-    const check = this.checks.get(i) ?? { state: 'none' }
+    const check = this.checks.get(i) ?? NO_CHECK
     if (check.state === 'none') {
       if (now >= limit - this.options.probeMs) this.start(i)
       return false
@@ -58,6 +60,11 @@ export class LateChecks {
     this.aliveSince.set(i, check.at)
     this.checks.delete(i)
     return false
+  }
+
+  /** The limit of member i's wait: from `since`, or from its last echo if later. */
+  private limit (i: number, since: number, limitMs: number): number {
+    return Math.max(since, this.aliveSince.get(i) ?? since) + limitMs
   }
 
   private start (i: number): void {

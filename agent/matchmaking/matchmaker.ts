@@ -55,7 +55,8 @@ export class Matchmaker {
   private readonly arrivals: ArrivalClock
   /** Our last declaration we assembled short of its expiration: askers until then came late. */
   private lastEarly: { groupKey: string, declaredAt: number, expiration: number } | null = null
-  private readonly liveness: Liveness
+  /** Both sides of the liveness check; the all-reduce asks late members through it too (late-checks.ts). */
+  readonly liveness: Liveness
   /** Asking leaders and waiting for their groups (./follower-side.ts). */
   private readonly follower: FollowerSide
 

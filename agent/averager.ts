@@ -8,7 +8,7 @@ import { AggregateDialer } from './allreduce/aggregate-dialer.js'
 import type { DataChannelKind } from './net/frame-channel.js'
 import { mainThreadTransport, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
 import { DataThreads } from './net/direct/threads/data-threads.js'
-import { aggregateProtocol, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
+import { aggregateProtocol, directAggregateProtocols, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
 import { elementsPerPart } from './allreduce/partition.js'
 import { codecFor, type Codec, type CompressionChoice, type CompressionName } from './compression/index.js'
 import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js'
@@ -222,9 +222,9 @@ export class DecentralizedAverager {
   }
 
   /** The path our parts take to reducers, and the port we advertise for theirs. */
-  get dataChannel (): { readonly kind: DataChannelKind, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataChannelKind, number>> } {
+  get dataChannel (): { readonly kind: DataChannelKind, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataChannelKind, number>>, readonly reused: number } {
     const kind = this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p'
-    return { kind, port: this.directServer?.port ?? 0, threads: kind === 'direct' ? this.transport.threads : 0, opened: this.dialer.opened }
+    return { kind, port: this.directServer?.port ?? 0, threads: kind === 'direct' ? this.transport.threads : 0, opened: this.dialer.opened, reused: this.dialer.reused }
   }
 
   /** Validates the config, registers the protocols and returns a running averager. */
@@ -278,7 +278,7 @@ export class DecentralizedAverager {
         identity,
         host: this.config.dataHost ?? '0.0.0.0',
         port: this.config.dataPort ?? 0,
-        protocol: aggregateProtocol(this.config.prefix),
+        protocols: directAggregateProtocols(this.config.prefix),
         maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
         maxQueuedFrames: PART_WINDOW,
         // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris

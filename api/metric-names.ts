@@ -49,6 +49,8 @@ export const AGENT_METRICS = {
   /** Parts of failed reducers' spans the surviving members averaged among themselves after the round (agent/allreduce/repair.ts). */
   repairedParts: agent.counter('averaging_repaired_parts_total'),
   dataChannels: agent.counter('averaging_data_channels_total', ['path']),
+  /** Rounds sent to a reducer over a direct channel kept from an earlier round instead of a new one (agent/allreduce/aggregate-protocol.ts keptAggregateProtocol). */
+  dataChannelsReused: agent.counter('averaging_data_channels_reused_total'),
   bannedSenders: agent.counter('averaging_banned_senders_total'),
   /** Banned senders that were late, by the deadline that cut them off: adaptive (median + k·MAD) or fixed (sender or all-reduce timeout). */
   senderCutoffs: agent.counter('averaging_sender_cutoffs_total', ['deadline']),

@@ -69,13 +69,13 @@ async function measure (transport: DirectTransport): Promise<Sample> {
   const accepted: DirectFrameChannel[] = []
   let onAccept: (() => void) | null = null
   const listener = await transport.listen({
-    identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, maxFrameBytes: PART_BYTES + 64, maxQueuedFrames: 16, handshakeTimeoutMs: 10_000,
+    identity, host: '127.0.0.1', port: 0, protocols: [PROTOCOL], maxFrameBytes: PART_BYTES + 64, maxQueuedFrames: 16, handshakeTimeoutMs: 10_000,
     accept: (channel) => { accepted.push(channel); onAccept?.() }
   })
   try {
     const dialed: DirectFrameChannel[] = []
     for (let c = 0; c < connections; c++) {
-      dialed.push(await transport.dial({ identity, host: '127.0.0.1', port: listener.port, protocol: PROTOCOL, expectedPeer: self, timeoutMs: 10_000, maxFrameBytes: PART_BYTES + 64, maxQueuedFrames: 16 }))
+      dialed.push(await transport.dial({ identity, host: '127.0.0.1', port: listener.port, protocols: [PROTOCOL], expectedPeer: self, timeoutMs: 10_000, maxFrameBytes: PART_BYTES + 64, maxQueuedFrames: 16 }))
     }
     while (accepted.length < connections) await new Promise<void>(resolve => { onAccept = resolve })
     const parts = Math.ceil(mibPerWay * 1024 * 1024 / PART_BYTES / connections)

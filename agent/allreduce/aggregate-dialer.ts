@@ -8,7 +8,7 @@ import { directHostsOf } from '../net/direct/endpoints.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { PeerInfo } from '../proto/averaging.js'
-import { aggregateProtocol } from './aggregate-protocol.js'
+import { KEPT_IDLE_MS, aggregateProtocol, directAggregateProtocols, isKeptChannel } from './aggregate-protocol.js'
 import { silentLog, type Log } from '../log.js'
 
 export interface ChannelOptions {
@@ -23,15 +23,24 @@ export interface ChannelOptions {
 }
 
 
+/** Idle kept channels held to one reducer: a round to it takes one, a second covers two rounds overlapping. */
+const IDLE_PER_PEER = 2
+
 /**
  * Opens the channel that carries our parts to a reducer: the direct TLS data channel when the
  * reducer advertised one and we have an identity for it, else (or when it cannot be reached) a
- * libp2p stream. Either way the reducer is authenticated as the group member we expect.
+ * libp2p stream. Either way the reducer is authenticated as the group member we expect. A direct
+ * channel whose round went through whole is kept for the next round to the same reducer
+ * (keptAggregateProtocol): no TCP and TLS handshakes, no libp2p dial first.
  */
 export class AggregateDialer {
   /** Channels opened per path since start, for logs and metrics. */
   readonly opened: Record<DataChannelKind, number> = { direct: 0, libp2p: 0 }
+  /** Rounds sent over a kept channel instead of a new one, since start. */
+  reused = 0
   private readonly live = new Set<DirectFrameChannel>()
+  /** Kept channels waiting for the next round, by reducer peer id and data port (poolKey), each with its idle timer. */
+  private readonly idle = new Map<string, Map<DirectFrameChannel, NodeJS.Timeout>>()
 
   constructor (
     private readonly node: SwarmNode,
@@ -59,7 +68,7 @@ export class AggregateDialer {
             identity: this.identity,
             host,
             port,
-            protocol: aggregateProtocol(this.prefix),
+            protocols: directAggregateProtocols(this.prefix),
             expectedPeer: peerId,
             timeoutMs: Math.min(options.timeoutMs, 5000),
             maxFrameBytes: options.maxFrameBytes,
@@ -67,7 +76,10 @@ export class AggregateDialer {
           }), options.signal)
           this.opened.direct++
           this.live.add(channel)
-          void channel.closed.then(() => this.live.delete(channel))
+          void channel.closed.then(() => {
+            this.live.delete(channel)
+            this.unkeep(poolKey(peer, port), channel)
+          })
           return channel
         } catch (err) {
           if (options.signal?.aborted === true) throw options.signal.reason
@@ -83,10 +95,58 @@ export class AggregateDialer {
     return await this.openLibp2p(peerIdFromString(peer), options)
   }
 
+  /**
+   * An idle kept channel to this reducer at the data port it advertises now (a restarted agent's new
+   * port is a new channel), taken out of the pool for a round; null: none.
+   */
+  takeKept (peer: string, info: PeerInfo): DirectFrameChannel | null {
+    const key = poolKey(peer, info.dataPort ?? 0)
+    const channels = this.idle.get(key)
+    if (channels == null) return null
+    for (const channel of channels.keys()) {
+      this.unkeep(key, channel)
+      if (!this.live.has(channel)) continue
+      this.reused++
+      return channel
+    }
+    return null
+  }
+
+  /**
+   * A channel whose round went through whole (every part out, every mean back): kept for the next
+   * round to the same reducer if it speaks keptAggregateProtocol and there is room; false: the
+   * caller half-closes it as the round's end.
+   */
+  keep (peer: string, info: PeerInfo, channel: FrameChannel): boolean {
+    if (!isKeptChannel(channel) || !this.live.has(channel) || this.node.status !== 'started') return false
+    const key = poolKey(peer, info.dataPort ?? 0)
+    let channels = this.idle.get(key)
+    if (channels == null) this.idle.set(key, channels = new Map())
+    if (channels.size >= IDLE_PER_PEER) return false
+    const timer = setTimeout(() => {
+      this.unkeep(key, channel)
+      channel.abort(new ProtocolError(`the kept channel to ${peer} was idle for ${KEPT_IDLE_MS} ms`))
+    }, KEPT_IDLE_MS)
+    timer.unref()
+    channels.set(channel, timer)
+    return true
+  }
+
   /** Drops every direct channel we opened (the node stopped). */
   closeAll (reason: Error): void {
+    for (const channels of this.idle.values()) for (const timer of channels.values()) clearTimeout(timer)
+    this.idle.clear()
     for (const channel of this.live) channel.abort(reason)
     this.live.clear()
+  }
+
+  private unkeep (key: string, channel: DirectFrameChannel): void {
+    const channels = this.idle.get(key)
+    const timer = channels?.get(channel)
+    if (channels == null || timer === undefined) return
+    clearTimeout(timer)
+    channels.delete(channel)
+    if (channels.size === 0) this.idle.delete(key)
   }
 
   private async openLibp2p (peerId: PeerId, options: ChannelOptions): Promise<FrameChannel> {
@@ -97,6 +157,10 @@ export class AggregateDialer {
     this.opened.libp2p++
     return channel
   }
+}
+
+function poolKey (peer: string, port: number): string {
+  return `${peer}:${port}`
 }
 
 /** The opening's own timeout, and the caller's signal if it gave one. */

@@ -5,10 +5,10 @@ import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.j
 import { groupIdHex } from '../matchmaking/group-info.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { AllReduceRunner } from './runner.js'
-import { PART_WINDOW } from './aggregate-protocol.js'
+import { KEPT_HEADER_WAIT_MS, PART_WINDOW } from './aggregate-protocol.js'
 import { PerPeerStreamLimit } from '../net/rpc.js'
 
-/** Concurrent aggregate channels one peer may hold (one per round, a few rounds overlapping). */
+/** Concurrent aggregate channels one peer may hold (one per round, a few rounds overlapping, kept ones idle between rounds). */
 const MAX_CHANNELS_PER_PEER = 8
 /** Channels waiting for their group to be registered, all peers together. */
 const MAX_WAITING_CHANNELS = 256
@@ -75,27 +75,39 @@ export class AggregateRouter {
     }
     void (async () => {
       try {
-        const first = await framed.read(this.headerTimeoutMs)
-        if (first == null) return
-        const header = AggregateHeader.decode(first)
-        if (header.groupId.byteLength !== 20) throw new ProtocolError('aggregate header without a valid group id')
-        const key = groupIdHex(header.groupId)
-        const round = header.repairOf.byteLength === 20 ? groupIdHex(header.repairOf) : undefined
-        // A round that ended here, or a repair of one that ran none, will not be registered any more.
-        const ended = this.finished.has(key) || (round !== undefined && this.finished.has(round))
-        const runner = this.runners.get(key) ?? (ended ? null : await this.runnerFor(key, round))
-        if (runner == null) {
-          await framed.write(AggregateReply.encode({ code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: round !== undefined ? 'no repair of that round here' : 'unknown group' }))
-          await framed.closeWrite()
-          return
+        // A kept channel (keptAggregateProtocol) carries the sender's rounds one after another.
+        for (let rounds = 0; ; rounds++) {
+          const first = await framed.read(rounds === 0 ? this.headerTimeoutMs : KEPT_HEADER_WAIT_MS)
+          if (first == null) {
+            // The sender closed a kept channel it no longer needs: so do we.
+            if (rounds > 0) await framed.closeWrite()
+            return
+          }
+          if (!(await this.route(framed, remotePeer, first))) return
         }
-        await runner.acceptSender(framed, remotePeer)
       } catch (err) {
         framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
       } finally {
         release()
       }
     })()
+  }
+
+  /** One round's header on a channel: to its all-reduce, or refused. Resolves whether the channel carries another round. */
+  private async route (framed: FrameChannel, remotePeer: string, first: Uint8Array): Promise<boolean> {
+    const header = AggregateHeader.decode(first)
+    if (header.groupId.byteLength !== 20) throw new ProtocolError('aggregate header without a valid group id')
+    const key = groupIdHex(header.groupId)
+    const round = header.repairOf.byteLength === 20 ? groupIdHex(header.repairOf) : undefined
+    // A round that ended here, or a repair of one that ran none, will not be registered any more.
+    const ended = this.finished.has(key) || (round !== undefined && this.finished.has(round))
+    const runner = this.runners.get(key) ?? (ended ? null : await this.runnerFor(key, round))
+    if (runner == null) {
+      await framed.write(AggregateReply.encode({ code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: round !== undefined ? 'no repair of that round here' : 'unknown group' }))
+      await framed.closeWrite()
+      return false
+    }
+    return await runner.acceptSender(framed, remotePeer)
   }
 
   /** `round`: the round the group repairs, when it is a repair (its end without one ends the wait). */

@@ -1,9 +1,45 @@
 import { Compression } from '../proto/averaging.js'
 import type { CompressionName } from '../compression/index.js'
+import type { DirectFrameChannel, FrameChannel } from '../net/frame-channel.js'
 
+/** One round per channel: the sender half-closes after its parts, the reducer after its means. */
 export function aggregateProtocol (prefix: string): string {
   return `/avs/${prefix}/aggregate/1.0.0`
 }
+
+/**
+ * The same frames, and a channel kept across rounds: once every part and every mean of a round
+ * has crossed it (both sides count them), the sender may send the next round's header on it
+ * instead of half-closing, and the reducer waits for one. Direct channels only (a libp2p stream
+ * costs no handshake to open); agreed by TLS ALPN, so an agent that speaks only 1.0.0 is served
+ * one round per channel as before.
+ */
+export function keptAggregateProtocol (prefix: string): string {
+  return `/avs/${prefix}/aggregate/1.1.0`
+}
+
+/** The aggregate protocol's versions a direct channel offers, the preferred first. */
+export function directAggregateProtocols (prefix: string): string[] {
+  return [keptAggregateProtocol(prefix), aggregateProtocol(prefix)]
+}
+
+/** Whether a channel carries more than one round (it agreed on keptAggregateProtocol). */
+export function isKeptChannel (channel: FrameChannel): channel is DirectFrameChannel {
+  return channel.kind === 'direct' && 'protocol' in channel && typeof channel.protocol === 'string' && channel.protocol.endsWith(KEPT_VERSION)
+}
+
+const KEPT_VERSION = '/aggregate/1.1.0'
+
+/**
+ * How long a sender keeps an idle kept channel for the next round to the same reducer before
+ * closing it. Rounds a few seconds apart (Moshpit steps, small models) reuse it; rounds minutes
+ * apart (DiLoCo's outer steps) mostly open a new one, whose handshake is small beside them, and no
+ * socket waits that long behind a NAT that may have dropped its mapping.
+ */
+export const KEPT_IDLE_MS = 60_000
+
+/** How long a reducer waits on a kept channel for the next round's header: longer than the sender keeps it, so the sender closes first. */
+export const KEPT_HEADER_WAIT_MS = 2 * KEPT_IDLE_MS
 
 export const COMPRESSION_WIRE: Record<CompressionName, Compression> = {
   none: Compression.NONE,

@@ -81,6 +81,7 @@ export function withRepair (round: AllReduceResult, repair: AllReduceResult, par
     partsReduced: round.partsReduced + repair.partsReduced,
     partsKeptLocal: round.partsKeptLocal - parts + repair.partsKeptLocal,
     repairedParts: parts - repair.partsKeptLocal,
-    channels: { direct: round.channels.direct + repair.channels.direct, libp2p: round.channels.libp2p + repair.channels.libp2p }
+    channels: { direct: round.channels.direct + repair.channels.direct, libp2p: round.channels.libp2p + repair.channels.libp2p },
+    reusedChannels: round.reusedChannels + repair.reusedChannels
   }
 }

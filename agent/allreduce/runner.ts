@@ -10,7 +10,7 @@ import { SenderDeadlines, type CutOff } from './sender-deadlines.js'
 import { ReducerDeadlines, type ReducerCutOff } from './reducer-deadlines.js'
 import { createReduceKernels, type KernelBackend, type ReduceKernels } from '../kernels/reduce-kernels.js'
 import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
-import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
+import { COMPRESSION_WIRE, isKeptChannel, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
 import type { AggregateDialer } from './aggregate-dialer.js'
 import type { Part } from './partition.js'
 import type { Log } from '../log.js'
@@ -82,6 +82,8 @@ export interface AllReduceResult {
   readonly repairedParts: number
   /** Channels we opened to reducers this round, by the path that carried them. */
   readonly channels: Readonly<Record<DataChannelKind, number>>
+  /** Reducers we sent to over a channel kept from an earlier round (not counted in channels). */
+  readonly reusedChannels: number
 }
 
 export type Deadline = 'adaptive' | 'fixed'
@@ -90,6 +92,8 @@ interface SenderLink {
   framed: FrameChannel
   pendingWrites: number
   chain: Promise<void>
+  /** The round went through whole and the kept channel went back to the router for the sender's next round: not ours to abort. */
+  released: boolean
 }
 
 /**
@@ -132,6 +136,7 @@ export class AllReduceRunner {
   get receivedBytes (): number { return this.bytesReceived }
   private partsKeptLocal = 0
   private readonly channels = { direct: 0, libp2p: 0 }
+  private reusedChannels = 0
   /** Checks and sums; every part is decoded into its staging buffer, then checked and consumed before the next await. */
   private readonly kernels: ReduceKernels
   private reducerDone!: () => void
@@ -211,14 +216,19 @@ export class AllReduceRunner {
       partsReduced: this.spanParts.length,
       partsKeptLocal: this.partsKeptLocal,
       repairedParts: 0,
-      channels: { ...this.channels }
+      channels: { ...this.channels },
+      reusedChannels: this.reusedChannels
     }
   }
 
   // ---------------------------------------------------------------- reducer side
 
-  /** An inbound aggregate stream from a group member (the router checked the group id). */
-  async acceptSender (framed: FrameChannel, from: string): Promise<void> {
+  /**
+   * An inbound aggregate stream from a group member (the router checked the group id). Resolves
+   * true when the round went through whole on a kept channel (keptAggregateProtocol), which then
+   * carries the sender's next round; otherwise the channel is closed or aborted here.
+   */
+  async acceptSender (framed: FrameChannel, from: string): Promise<boolean> {
     const peerIndex = this.options.group.peerIds.indexOf(from)
     const slot = this.plan.senders.indexOf(peerIndex)
     const reducer = this.reducer
@@ -226,9 +236,9 @@ export class AllReduceRunner {
       const reason = reducer == null ? 'this peer reduces no span' : slot < 0 ? 'not a sender of this group' : 'duplicate or late stream'
       await framed.write(AggregateReply.encode({ code: MatchCode.PROTOCOL_VIOLATION, reason }))
       await framed.closeWrite()
-      return
+      return false
     }
-    const link: SenderLink = { framed, pendingWrites: 0, chain: Promise.resolve() }
+    const link: SenderLink = { framed, pendingWrites: 0, chain: Promise.resolve(), released: false }
     this.links.set(slot, link)
     try {
       await framed.write(AggregateReply.encode({ code: MatchCode.ACCEPTED, reason: '' }))
@@ -239,7 +249,7 @@ export class AllReduceRunner {
         // Means owed to this sender back up when its link is slow: stop reading its parts until
         // they drain, so flow control reaches it instead of our memory growing.
         while (link.pendingWrites > PART_WINDOW && !reducer.isBanned(slot)) await link.chain
-        if (reducer.isBanned(slot)) return
+        if (reducer.isBanned(slot)) return false
         this.deadlines?.reading(slot, k)
         const bytes = await framed.readPieces(this.options.senderTimeoutMs)
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
@@ -257,10 +267,18 @@ export class AllReduceRunner {
       }
       await this.reducerFinished
       await link.chain
+      // Every mean written (a failed write banned the sender and aborted the channel).
+      if (reducer.isBanned(slot)) return false
+      if (isKeptChannel(framed)) {
+        link.released = true
+        return true
+      }
       await framed.closeWrite()
+      return false
     } catch (err) {
       // A read past the sender timeout is the fixed deadline; any other error is no deadline at all.
       this.banSender(slot, describeError(err), err instanceof TimeoutError ? 'fixed' : undefined)
+      return false
     }
   }
 
@@ -323,7 +341,8 @@ export class AllReduceRunner {
       // Silent past a deadline as a sender: as a reducer it gets no second slack (ReducerDeadlines.silent).
       if (deadline !== undefined && !this.abort.signal.aborted) this.reducerDeadlines?.silent(this.plan.senders[slot])
     }
-    this.links.get(slot)?.framed.abort(new ProtocolError(reason))
+    const link = this.links.get(slot)
+    if (link != null && !link.released) link.framed.abort(new ProtocolError(reason))
   }
 
   /** Member r answered that it runs no such round: as a sender it is left out now, not at a deadline (unless it did connect to us). */
@@ -392,19 +411,24 @@ export class AllReduceRunner {
     }
     let framed: FrameChannel | null = null
     try {
-      framed = await this.options.dialer.open(peer, this.options.group.infos[r], channelOptions)
-      this.timeline.mark(`channel to ${r} open`)
+      framed = this.options.dialer.takeKept(peer, this.options.group.infos[r])
+      const reused = framed != null
+      framed ??= await this.options.dialer.open(peer, this.options.group.infos[r], channelOptions)
+      this.timeline.mark(`channel to ${r} ${reused ? 'reused' : 'open'}`)
       try {
-        await this.exchangeWith(r, framed, progress)
+        await this.exchangeWith(r, framed, progress, reused)
       } catch (err) {
-        // A direct channel that broke before the reducer accepted it carried nothing (say the
-        // reducer gave up on a TLS handshake slowed by load after our side had finished it): the
-        // parts go over libp2p instead, once.
+        // A direct channel that broke before the reducer accepted it carried nothing: once more,
+        // on a new direct channel where it was a kept one (the reducer closed it while idle, or
+        // restarted), else over libp2p (the reducer gave up on a TLS handshake slowed by load
+        // after our side had finished it).
         if (framed.kind !== 'direct' || progress.accepted || this.abort.signal.aborted || this.reducersCutOff.has(r)) throw err
-        this.options.log?.debug(`the direct channel to ${peer} closed before the reducer accepted it (${describeError(err)}); sending over libp2p`)
-        framed.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
-        framed = await this.options.dialer.openOverLibp2p(peer, channelOptions)
-        await this.exchangeWith(r, framed, progress)
+        this.options.log?.debug(`the ${reused ? 'kept' : 'direct'} channel to ${peer} closed before the reducer accepted it (${describeError(err)}); ${reused ? 'opening a new one' : 'sending over libp2p'}`)
+        framed.abort(asError(err))
+        framed = reused
+          ? await this.options.dialer.open(peer, this.options.group.infos[r], channelOptions)
+          : await this.options.dialer.openOverLibp2p(peer, channelOptions)
+        await this.exchangeWith(r, framed, progress, false)
       }
     } catch (caught) {
       // An opening given up on fails with why: the adaptive cut-off, or the all-reduce timeout.
@@ -421,15 +445,17 @@ export class AllReduceRunner {
   }
 
   /** Our parts of reducer r's span out, its means back in; progress says how far it got. */
-  private async exchangeWith (r: number, framed: FrameChannel, progress: { accepted: boolean, received: number }): Promise<void> {
+  private async exchangeWith (r: number, framed: FrameChannel, progress: { accepted: boolean, received: number }, reused: boolean): Promise<void> {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
-    this.channels[framed.kind]++
+    if (reused) this.reusedChannels++
+    else this.channels[framed.kind]++
     this.reducerChannels.set(r, framed)
     const cut = this.reducersCutOff.get(r)
     if (cut !== undefined) throw cut
-    this.abort.signal.addEventListener('abort', () => { framed.abort(new TimeoutError('all-reduce timed out')) }, { once: true })
+    const onAbort = (): void => { framed.abort(new TimeoutError('all-reduce timed out')) }
+    this.abort.signal.addEventListener('abort', onAbort, { once: true })
     await framed.write(AggregateHeader.encode({ groupId: this.options.group.groupId as Uint8Array<ArrayBuffer>, repairOf: (this.options.repairOf ?? new Uint8Array(0)) as Uint8Array<ArrayBuffer> }))
     const writing = this.writeParts(framed, start, end).then(() => { this.timeline.mark(`last part to ${r} written`) })
     writing.catch(() => {})
@@ -463,7 +489,10 @@ export class AllReduceRunner {
       this.applyMean(part, mean)
     }
     await writing
-    await framed.closeWrite()
+    // Every part out and every mean back: the channel is free for the next round to this reducer.
+    this.abort.signal.removeEventListener('abort', onAbort)
+    this.reducerChannels.delete(r)
+    if (!this.options.dialer.keep(peer, this.options.group.infos[r], framed)) await framed.closeWrite()
   }
 
   private async writeParts (framed: FrameChannel, start: number, end: number): Promise<void> {
@@ -501,7 +530,7 @@ export class AllReduceRunner {
       }
       reducer.banAll()
     }
-    for (const link of this.links.values()) link.framed.abort(new TimeoutError('all-reduce timed out'))
+    for (const link of this.links.values()) if (!link.released) link.framed.abort(new TimeoutError('all-reduce timed out'))
     this.reducerDone()
   }
 }

@@ -20,6 +20,7 @@ export class AgentMetrics {
   readonly partsKeptLocal: Counter
   readonly repairedParts: Counter
   readonly dataChannels: Counter<'path'>
+  readonly dataChannelsReused: Counter
   readonly bannedSenders: Counter
   readonly senderCutoffs: Counter<'deadline'>
   readonly reducerCutoffs: Counter<'deadline'>
@@ -68,6 +69,7 @@ export class AgentMetrics {
     this.repairedParts = new Counter({ name: M.repairedParts.name, help: 'Parts of failed reducers\' spans the surviving members averaged among themselves after the round (span repair).', registers })
     this.dataChannels = new Counter({ name: M.dataChannels.name, help: 'Channels opened to reducers, by path: direct (TLS sockets) or libp2p (streams, the fallback).', labelNames: M.dataChannels.labels, registers })
     for (const path of ['direct', 'libp2p']) this.dataChannels.labels(path).inc(0)
+    this.dataChannelsReused = new Counter({ name: M.dataChannelsReused.name, help: 'Rounds sent to a reducer over a direct channel kept from an earlier round instead of a new one.', registers })
     this.bannedSenders = new Counter({ name: M.bannedSenders.name, help: 'Group members left out of a span this agent reduced (failed, too slow, or sent invalid parts: NaN, wrong length).', registers })
     this.senderCutoffs = new Counter({ name: M.senderCutoffs.name, help: 'Senders left out of a span for being late, by deadline: adaptive (median + k·MAD of the others\' waits, once a majority delivered) or fixed (sender or all-reduce timeout).', labelNames: M.senderCutoffs.labels, registers })
     for (const deadline of ['adaptive', 'fixed']) this.senderCutoffs.labels(deadline).inc(0)
@@ -127,6 +129,7 @@ export class AgentMetrics {
       for (const [deadline, peers] of Object.entries(r.cutOffSenders)) this.senderCutoffs.labels(deadline).inc(peers.length)
       for (const [deadline, peers] of Object.entries(r.cutOffReducers)) this.reducerCutoffs.labels(deadline).inc(peers.length)
       for (const [path, n] of Object.entries(r.channels)) this.dataChannels.labels(path).inc(n)
+      this.dataChannelsReused.inc(r.reusedChannels)
       this.lastRoundTimestamp.set(Date.now() / 1000)
     }
   }

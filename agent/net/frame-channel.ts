@@ -46,6 +46,9 @@ export interface FrameChannel {
 
 /** A direct data channel: a TLS socket, on this thread or on a data thread. */
 export interface DirectFrameChannel extends FrameChannel {
+  readonly kind: 'direct'
+  /** The protocol both sides agreed on (TLS ALPN): which of a protocol's versions this channel speaks. */
+  readonly protocol: string
   /** Resolves once the connection is fully closed. */
   readonly closed: Promise<void>
 }

@@ -8,7 +8,8 @@ export interface DirectDialOptions {
   readonly identity: DataChannelIdentity
   readonly host: string
   readonly port: number
-  readonly protocol: string
+  /** ALPN protocol ids, the preferred first: the server picks one it speaks (a version of the same protocol). */
+  readonly protocols: readonly string[]
   /** The peer the server must prove to be; anyone else fails the dial. */
   readonly expectedPeer: PeerId
   readonly timeoutMs: number
@@ -26,7 +27,7 @@ export async function dialDirect (options: DirectDialOptions): Promise<SocketFra
     cert: options.identity.cert,
     rejectUnauthorized: false,
     minVersion: 'TLSv1.3',
-    ALPNProtocols: [options.protocol],
+    ALPNProtocols: [...options.protocols],
     allowHalfOpen: true
   } as tls.ConnectionOptions)
   // Errors after the handshake reach the channel's own handler; none may go unhandled before it.
@@ -37,9 +38,10 @@ export async function dialDirect (options: DirectDialOptions): Promise<SocketFra
       socket.once('secureConnect', () => { clearTimeout(timer); resolve() })
       socket.once('error', (err) => { clearTimeout(timer); reject(new ProtocolError(`cannot reach ${options.host}:${options.port}: ${err.message}`)) })
     })
-    if (socket.alpnProtocol !== options.protocol) throw new ProtocolError(`${options.host}:${options.port} does not speak ${options.protocol}`)
+    const protocol = socket.alpnProtocol
+    if (typeof protocol !== 'string' || !options.protocols.includes(protocol)) throw new ProtocolError(`${options.host}:${options.port} does not speak ${options.protocols.join(' or ')}`)
     const peer = await authenticatedPeer(socket, options.expectedPeer)
-    return new SocketFrameChannel(socket, peer.toString(), { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
+    return new SocketFrameChannel(socket, peer.toString(), { protocol, maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
   } catch (err) {
     socket.destroy()
     throw err

@@ -14,8 +14,11 @@ export interface DirectServerOptions {
   readonly host: string
   /** 0: any free port (advertised to the group through matchmaking). */
   readonly port: number
-  /** ALPN protocol id: one server per protocol and prefix, so nothing else reaches the handler. */
-  readonly protocol: string
+  /**
+   * ALPN protocol ids, the preferred first (versions of one protocol): one server per protocol and
+   * prefix, so nothing else reaches the handler.
+   */
+  readonly protocols: readonly string[]
   readonly maxFrameBytes: number
   readonly maxQueuedFrames: number
   /** Bound on the TLS handshake plus the certificate check. */
@@ -47,7 +50,7 @@ export class DirectServer {
       // The chain is not what proves a peer: its libp2p signature is, checked below.
       rejectUnauthorized: false,
       minVersion: 'TLSv1.3',
-      ALPNProtocols: [options.protocol],
+      ALPNProtocols: [...options.protocols],
       handshakeTimeout: options.handshakeTimeoutMs,
       allowHalfOpen: true
     })
@@ -73,11 +76,12 @@ export class DirectServer {
       void (async () => {
         const timer = setTimeout(() => socket.destroy(), options.handshakeTimeoutMs)
         try {
-          if (socket.alpnProtocol !== options.protocol) throw new Error(`unexpected protocol ${String(socket.alpnProtocol)}`)
+          const protocol = socket.alpnProtocol
+          if (typeof protocol !== 'string' || !options.protocols.includes(protocol)) throw new Error(`unexpected protocol ${String(protocol)}`)
           const peer = (await authenticatedPeer(socket)).toString()
           if (options.allowPeer != null && !(await options.allowPeer(peer))) throw new Error(`peer ${peer} is not allowed`)
           clearTimeout(timer)
-          options.accept(new SocketFrameChannel(socket, peer, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames }))
+          options.accept(new SocketFrameChannel(socket, peer, { protocol, maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames }))
         } catch (err) {
           clearTimeout(timer)
           options.log?.debug(`refused a connection from ${socket.remoteAddress ?? '?'}: ${describeError(err)}`)

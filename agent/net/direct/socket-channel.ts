@@ -4,6 +4,8 @@ import { ProtocolError } from '../../errors.js'
 import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type DirectFrameChannel } from '../frame-channel.js'
 
 export interface SocketChannelOptions {
+  /** The protocol the TLS handshake agreed on (ALPN). */
+  readonly protocol: string
   readonly maxFrameBytes: number
   readonly maxQueuedFrames?: number
   /** Bytes allowed in the socket's send buffer before write() waits for 'drain'. */
@@ -18,10 +20,12 @@ export class SocketFrameChannel implements DirectFrameChannel {
   private readonly queue: FrameQueue
   private readonly writeHighWaterMark: number
   readonly kind = 'direct' as const
+  readonly protocol: string
   /** Resolves once the socket is fully closed. */
   readonly closed: Promise<void>
 
   constructor (private readonly socket: Socket, readonly remotePeer: string, options: SocketChannelOptions) {
+    this.protocol = options.protocol
     this.writeHighWaterMark = options.writeHighWaterMark ?? 4 * 1024 * 1024
     this.queue = new FrameQueue({
       pause: () => { socket.pause() },

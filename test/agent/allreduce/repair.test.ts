@@ -20,7 +20,7 @@ function result (over: Partial<AllReduceResult> = {}): AllReduceResult {
   return {
     groupSize: 4, durationMs: 100, bytesSent: 1000, bytesReceived: 900, failedReducers: [], unansweredReducers: [], bannedSenders: [],
     cutOffSenders: { adaptive: [], fixed: [] }, cutOffReducers: { adaptive: [], fixed: [] }, partsTotal: 8, partsReduced: 2, partsKeptLocal: 0,
-    repairedParts: 0, channels: { direct: 3, libp2p: 0 }, ...over
+    repairedParts: 0, channels: { direct: 3, libp2p: 0 }, reusedChannels: 0, ...over
   }
 }
 

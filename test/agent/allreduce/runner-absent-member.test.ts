@@ -34,7 +34,8 @@ function dialerFor (from: string, runners: Map<string, AllReduceRunner>): Aggreg
     })().catch(() => {})
     return mine
   }
-  return { open, openOverLibp2p: async () => { throw new Error('no libp2p in this test') } } as unknown as AggregateDialer
+  // Memory channels are never kept across rounds (only direct ones are).
+  return { open, openOverLibp2p: async () => { throw new Error('no libp2p in this test') }, takeKept: () => null, keep: () => false } as unknown as AggregateDialer
 }
 
 const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 })

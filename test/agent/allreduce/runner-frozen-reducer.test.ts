@@ -58,7 +58,8 @@ function dialerFor (from: string, runners: Map<string, AllReduceRunner>, frozenD
     })().catch(() => {})
     return mine
   }
-  return { open, openOverLibp2p: async () => { throw new Error('no libp2p in this test') } } as unknown as AggregateDialer
+  // Memory channels are never kept across rounds (only direct ones are).
+  return { open, openOverLibp2p: async () => { throw new Error('no libp2p in this test') }, takeKept: () => null, keep: () => false } as unknown as AggregateDialer
 }
 
 function info (): PeerInfo {

@@ -150,7 +150,7 @@ async function listen (req: number, options: ListenRequest): Promise<void> {
           post({ t: 'allow', req: ask, listener, peer })
         })
         : undefined,
-      accept: (channel) => { post({ t: 'incoming', listener, id: adopt(channel, options.maxQueuedFrames), peer: channel.remotePeer }) },
+      accept: (channel) => { post({ t: 'incoming', listener, id: adopt(channel, options.maxQueuedFrames), peer: channel.remotePeer, protocol: channel.protocol }) },
       log: postedLog
     })
     listeners.set(listener, server)
@@ -163,7 +163,7 @@ async function listen (req: number, options: ListenRequest): Promise<void> {
 async function dial (req: number, options: DialRequest): Promise<void> {
   try {
     const channel = await dialDirect({ ...options, expectedPeer: peerIdFromString(options.expectedPeer) })
-    post({ t: 'dialed', req, id: adopt(channel, options.maxQueuedFrames), peer: channel.remotePeer })
+    post({ t: 'dialed', req, id: adopt(channel, options.maxQueuedFrames), peer: channel.remotePeer, protocol: channel.protocol })
   } catch (err) {
     post({ t: 'refused', req, message: describeError(err), timeout: err instanceof TimeoutError })
   }

@@ -58,7 +58,7 @@ class DataThread implements ThreadLink {
         identity: options.identity,
         host: options.host,
         port: options.port,
-        protocol: options.protocol,
+        protocols: options.protocols,
         expectedPeer: options.expectedPeer.toString(),
         timeoutMs: options.timeoutMs,
         maxFrameBytes: options.maxFrameBytes,
@@ -78,7 +78,7 @@ class DataThread implements ThreadLink {
         identity: options.identity,
         host: options.host,
         port,
-        protocol: options.protocol,
+        protocols: options.protocols,
         maxFrameBytes: options.maxFrameBytes,
         maxQueuedFrames: options.maxQueuedFrames,
         handshakeTimeoutMs: options.handshakeTimeoutMs,
@@ -112,8 +112,8 @@ class DataThread implements ThreadLink {
     return reply
   }
 
-  private adopt (id: number, peer: string, options: FrameBounds): ThreadFrameChannel {
-    const channel = new ThreadFrameChannel(this, id, peer, options)
+  private adopt (id: number, peer: string, protocol: string, options: FrameBounds): ThreadFrameChannel {
+    const channel = new ThreadFrameChannel(this, id, peer, protocol, options)
     this.channels.set(id, channel)
     void channel.closed.then(() => this.channels.delete(id))
     return channel
@@ -130,7 +130,7 @@ class DataThread implements ThreadLink {
       case 'log': this.log?.[message.level](message.message); break
       case 'incoming': {
         const options = this.listeners.get(message.listener)
-        const channel = this.adopt(message.id, message.peer, options ?? { maxFrameBytes: 0, maxQueuedFrames: 1 })
+        const channel = this.adopt(message.id, message.peer, message.protocol, options ?? { maxFrameBytes: 0, maxQueuedFrames: 1 })
         if (options != null) options.accept(channel)
         else channel.abort(new ProtocolError('the listener is closed'))
         break
@@ -147,7 +147,7 @@ class DataThread implements ThreadLink {
         this.pending.delete(message.req)
         // Adopted now, not after the caller resumes: the channel's first frames may be in the next message.
         if (message.t === 'dialed') {
-          const channel = this.adopt(message.id, message.peer, pending?.frames ?? { maxFrameBytes: 0, maxQueuedFrames: 1 })
+          const channel = this.adopt(message.id, message.peer, message.protocol, pending?.frames ?? { maxFrameBytes: 0, maxQueuedFrames: 1 })
           if (pending == null) channel.abort(new ProtocolError('nobody waits for this channel'))
         }
         pending?.resolve(message)

@@ -42,7 +42,7 @@ export class ThreadFrameChannel implements DirectFrameChannel {
   private isClosed = false
   private markClosed!: () => void
 
-  constructor (private readonly link: ThreadLink, readonly id: number, readonly remotePeer: string, options: ThreadChannelOptions) {
+  constructor (private readonly link: ThreadLink, readonly id: number, readonly remotePeer: string, readonly protocol: string, options: ThreadChannelOptions) {
     this.writeHighWaterMark = options.writeHighWaterMark ?? 4 * 1024 * 1024
     this.creditEvery = Math.max(1, Math.floor(options.maxQueuedFrames / 2))
     this.closed = new Promise(resolve => { this.markClosed = resolve })

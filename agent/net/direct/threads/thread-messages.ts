@@ -9,7 +9,7 @@ import type { DirectServerOptions } from '../direct-server.js'
 import type { LogLevel } from '../../../log.js'
 
 /** A server's options as plain data: the callbacks stay on the main thread. */
-export type ListenRequest = Pick<DirectServerOptions, 'identity' | 'host' | 'port' | 'protocol' | 'maxFrameBytes' | 'maxQueuedFrames' | 'handshakeTimeoutMs'> & {
+export type ListenRequest = Pick<DirectServerOptions, 'identity' | 'host' | 'port' | 'protocols' | 'maxFrameBytes' | 'maxQueuedFrames' | 'handshakeTimeoutMs'> & {
   /** Ask the main thread whether a peer may connect (allowPeer); off: any authenticated peer. */
   readonly askAllow: boolean
 }
@@ -37,8 +37,8 @@ export type FromDataThread =
   | { readonly t: 'done', readonly req: number }
   | { readonly t: 'refused', readonly req: number, readonly message: string, readonly timeout: boolean }
   | { readonly t: 'allow', readonly req: number, readonly listener: number, readonly peer: string }
-  | { readonly t: 'incoming', readonly listener: number, readonly id: number, readonly peer: string }
-  | { readonly t: 'dialed', readonly req: number, readonly id: number, readonly peer: string }
+  | { readonly t: 'incoming', readonly listener: number, readonly id: number, readonly peer: string, readonly protocol: string }
+  | { readonly t: 'dialed', readonly req: number, readonly id: number, readonly peer: string, readonly protocol: string }
   /** One received frame, header included, in buf[0, length). */
   | { readonly t: 'frame', readonly id: number, readonly buf: ArrayBuffer, readonly length: number }
   /** Writes flushed to the socket (TLS holds no reference to them any more): their bytes, and their buffers back for reuse. */

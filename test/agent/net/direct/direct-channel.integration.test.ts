@@ -30,7 +30,7 @@ async function identities (n: number): Promise<Array<{ peer: string, identity: A
 
 async function listen (transport: DirectTransport, identity: Awaited<ReturnType<typeof createDataChannelIdentity>>, accepted: DirectFrameChannel[], bounds = { maxFrameBytes: 1024, maxQueuedFrames: 4 }): Promise<DirectListener> {
   return await transport.listen({
-    identity, host: '127.0.0.1', port: 0, protocol: PROTOCOL, ...bounds, handshakeTimeoutMs: 3000,
+    identity, host: '127.0.0.1', port: 0, protocols: [PROTOCOL], ...bounds, handshakeTimeoutMs: 3000,
     accept: (channel) => { accepted.push(channel) }
   })
 }
@@ -52,7 +52,7 @@ const TRANSPORTS: Array<{ name: string, transport: DirectTransport }> = [
   { name: '2 data threads', transport: dataThreads }
 ]
 
-const dialOptions = { protocol: PROTOCOL, host: '127.0.0.1', timeoutMs: 3000, maxFrameBytes: 1024, maxQueuedFrames: 4 }
+const dialOptions = { protocols: [PROTOCOL], host: '127.0.0.1', timeoutMs: 3000, maxFrameBytes: 1024, maxQueuedFrames: 4 }
 
 for (const { name, transport } of TRANSPORTS) {
   test(`direct channel (${name}): both sides learn each other's libp2p peer id, and frames cross intact`, async () => {
@@ -137,7 +137,7 @@ for (const { name, transport } of TRANSPORTS) {
       await assert.rejects(transport.dial({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(impostor.peer) }), /is not peer/)
       // Someone replaying the server's (public) certificate without its key cannot serve as it.
       const fake = await transport.listen({
-        identity: { cert: server.identity.cert, key: impostor.identity.key }, host: '127.0.0.1', port: 0, protocol: PROTOCOL,
+        identity: { cert: server.identity.cert, key: impostor.identity.key }, host: '127.0.0.1', port: 0, protocols: [PROTOCOL],
         maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000, accept: () => {}
       }).catch((err: Error) => err)
       if (!(fake instanceof Error)) {
@@ -254,7 +254,7 @@ for (const dataThreads of [0, 2]) {
       const groupId = (group as GroupInfo).groupId
       // A peer without a libp2p connection (so without the private-network key or past the allow
       // list) is dropped before any protocol code, even with a valid identity and the group id.
-      const stranger = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+      const stranger = await dialDirect({ ...dialOptions, protocols: [aggregateProtocol('test')], identity: outsider.identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
       await stranger.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
       assert.equal(await closedByPeer(stranger), true, 'a peer without a libp2p connection gets nothing')
       // A connected outsider who knows the group id is still not a member.
@@ -262,13 +262,13 @@ for (const dataThreads of [0, 2]) {
       try {
         await outsiderNode.dial(swarm.nodes[1].getMultiaddrs()[0])
         const identity = await outsiderNode.services.dataIdentity.create()
-        const intruder = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+        const intruder = await dialDirect({ ...dialOptions, protocols: [aggregateProtocol('test')], identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
         await intruder.write(AggregateHeader.encode({ groupId: groupId as Uint8Array<ArrayBuffer> }))
         const reply = await intruder.read(10_000)
         assert.ok(reply != null)
         assert.notEqual(AggregateReply.decode(reply).code, MatchCode.ACCEPTED, 'the outsider was refused')
         // Garbage in place of a header.
-        const garbage = await dialDirect({ ...dialOptions, protocol: aggregateProtocol('test'), identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
+        const garbage = await dialDirect({ ...dialOptions, protocols: [aggregateProtocol('test')], identity, port, expectedPeer: target, maxFrameBytes: 1 << 20 })
         await garbage.write(randomBytes(300))
         assert.equal(await closedByPeer(garbage), true, 'garbage closes that connection')
       } finally {
@@ -320,7 +320,7 @@ test('direct channel: a reducer that drops the connection after the TLS handshak
   const key = await generateKeyPair('Ed25519')
   const dropped: string[] = []
   const dropping = await DirectServer.listen({
-    identity: await createDataChannelIdentity(key), host: '127.0.0.1', port: 0, protocol: aggregateProtocol('test'),
+    identity: await createDataChannelIdentity(key), host: '127.0.0.1', port: 0, protocols: [aggregateProtocol('test')],
     maxFrameBytes: 1 << 20, maxQueuedFrames: 4, handshakeTimeoutMs: 3000,
     accept: (channel) => { dropped.push(channel.remotePeer); channel.abort(new Error('dropped by the test')) }
   })

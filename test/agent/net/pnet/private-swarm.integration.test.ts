@@ -328,7 +328,7 @@ describe('private swarms average exactly and keep outsiders out', () => {
       const dataPort = swarm.averagers[0].dataChannel.port
       assert.ok(dataPort > 0)
       const channel = await dialDirect({
-        identity: await outsider.node.services.dataIdentity.create(), host: '127.0.0.1', port: dataPort, protocol: aggregateProtocol('private'),
+        identity: await outsider.node.services.dataIdentity.create(), host: '127.0.0.1', port: dataPort, protocols: [aggregateProtocol('private')],
         expectedPeer: swarm.nodes[0].peerId, timeoutMs: 10_000, maxFrameBytes: 1024, maxQueuedFrames: 4
       })
       await channel.write(new Uint8Array([1, 2, 3]))

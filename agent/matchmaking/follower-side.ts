@@ -141,7 +141,11 @@ export class FollowerSide {
         }
         // Our own group assembled while we waited (our expiration waits for this answer only half a
         // request timeout: assembleOnExpiry): leave, so this leader drops us.
-        if (search.assembled) { await framed.closeWrite(); return null }
+        if (search.assembled) {
+          this.config.log?.debug(`${leaderId.slice(-6)} accepted us after our own group assembled: leaving it`)
+          await framed.closeWrite()
+          return null
+        }
         search.currentLeader = leaderId
         search.disband(leaderId, 'our leader joined another group')
         return framed
@@ -206,7 +210,11 @@ export class FollowerSide {
         return true
       })
       // Taken meanwhile (our own group, another leader): leaving closes the stream, and the leader drops us.
-      if (!free) { await framed.closeWrite().catch(() => {}); return null }
+      if (!free) {
+        this.config.log?.debug(`${leaderId.slice(-6)} (below us) accepted us after we took another group or leader: leaving it`)
+        await framed.closeWrite().catch(() => {})
+        return null
+      }
       return await this.awaitGroup(search, leader, leaderId, leaderExpiration, framed)
     }
     search.rejections.push(describeReply(reply))
@@ -264,6 +272,7 @@ export class FollowerSide {
       return null
     } catch (err) {
       search.rejections.push(describeError(err))
+      this.config.log?.debug(`stopped waiting for ${leaderId.slice(-6)}'s group: ${describeError(err)}`)
       return null
     } finally {
       watch.abort()

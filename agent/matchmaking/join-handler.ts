@@ -7,6 +7,7 @@ import { PerPeerStreamLimit, peerIdToBytes, refuseStream } from '../net/rpc.js'
 import type { Search } from './search.js'
 import { reasonToReject } from './decisions.js'
 import type { Mutex } from '../util/mutex.js'
+import type { Log } from '../log.js'
 
 export interface JoinHandlerContext {
   readonly selfId: string
@@ -24,6 +25,7 @@ export interface JoinHandlerContext {
   /** A peer under our key that ranks above us asked us to lead it (refused: BAD_EXPIRATION_TIME): we ask it in turn. */
   onOutranked (peerId: string, expiration: number): void
   now (): number
+  readonly log?: Log
 }
 
 /**
@@ -69,6 +71,8 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
         if (outcome == null) {
           const search = ctx.current()
           if (search != null && !search.assembled) search.followers.delete(from)
+          // Left after our group took it (its BEGIN_ALLREDUCE may be on the way): listed, it will not come.
+          else ctx.log?.debug(`follower ${from.slice(-6)} left after we assembled: it is listed in our group`)
           return
         }
         await framed.write(MessageFromLeader.encode(outcome))

@@ -91,6 +91,7 @@ export class Matchmaker {
       targetGroupSize: this.config.targetGroupSize,
       requestTimeoutMs: this.config.requestTimeout * 1000,
       lock: this.lock,
+      ...(this.config.log != null ? { log: this.config.log } : {}),
       current: () => this.search,
       onFollowerJoined: () => {
         const search = this.search

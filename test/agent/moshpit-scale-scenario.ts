@@ -10,6 +10,7 @@ import { gridGroupBits } from '../../agent/moshpit/group-bits.js'
 import { seededRandom } from '../../agent/util/random.js'
 import type { StepResult } from '../../agent/averager.js'
 import { distanceToMean } from '../../bench/lib/moshpit-math.js'
+import { linesLog } from '../../agent/log.js'
 
 export interface GridScenarioInput {
   readonly peers: number
@@ -46,7 +47,14 @@ export async function runGridScenario (input: GridScenarioInput): Promise<GridSc
     bootstrapDials: 3,
     config: (rank) => scaleConfig('scale', input.groupSize, gridGroupBits(rank, input.peers, input.groupSize), input.timing),
     tensor: () => Float32Array.from({ length: input.elements }, () => random() * 2 - 1),
-    observer: probe.observer
+    observer: probe.observer,
+    // AVS_TEST_LOG=1 prints every averager's and rendezvous' log line, as the benchmark's command does.
+    ...(process.env.AVS_TEST_LOG != null
+      ? {
+          hooks: (rank: number) => ({ log: linesLog((msg) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) }) }),
+          rendezvousLog: (rank: number, msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) }
+        }
+      : {})
   })
   try {
     const initialVariance = distanceToMean(swarm.tensors).variance

@@ -112,8 +112,9 @@ export class FollowerSide {
       // While we wait for its answer, a leader that does not answer liveness checks within a request
       // timeout is gone (frozen, cut off): we stop waiting, and stop asking it in this search.
       const watch = new AbortController()
+      let framed: FramedStream | undefined
       try {
-        const framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), {
+        framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), {
           timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
         })
         opened = true
@@ -150,6 +151,10 @@ export class FollowerSide {
         search.disband(leaderId, 'our leader joined another group')
         return framed
       } catch (err) {
+        // Given up (no answer in time, a broken stream): the stream is reset, so that a leader slow
+        // to answer does not count us when it accepts after all (left open, its ACCEPTED went
+        // through and it listed us in a group we never ran in).
+        framed?.abort(err instanceof Error ? err : new MatchmakingError(describeError(err)))
         search.rejections.push(describeError(err))
         this.config.log?.debug(`asking ${leaderId.slice(-6)} failed: ${describeError(err)}`)
         // Connected, yet no stream to it opened within a request timeout: the leader did not

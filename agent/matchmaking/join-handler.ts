@@ -45,6 +45,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
         if (bytes == null) return
         const request = JoinRequest.decode(bytes)
         let accepted: Promise<MessageFromLeader> | null = null
+        let joined: Search | null = null
         const reply = await ctx.lock.run(async () => {
           const search = ctx.current()
           const rejection = reasonToReject(ctx, search, request, from)
@@ -54,6 +55,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
             const reply = message(rejection.code, rejection.reason)
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
           }
+          joined = search
           accepted = new Promise<MessageFromLeader>(resolve => {
             search!.followers.set(from, { peerId: from, info: request.info!, joinedAfter: search!.declaredAt != null ? ctx.now() - search!.declaredAt : undefined, settle: resolve })
           })
@@ -62,7 +64,14 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
           search!.expectBrought(request.bringing, ctx.now() + 2 * ctx.requestTimeoutMs / 1000)
           return message(MatchCode.ACCEPTED, '')
         })
-        await framed.write(MessageFromLeader.encode(reply))
+        try {
+          await framed.write(MessageFromLeader.encode(reply))
+        } catch (err) {
+          // The asker gave up before our ACCEPTED reached it (it resets the stream): not a follower.
+          const search = joined as Search | null
+          if (search != null && !search.assembled) search.followers.delete(from)
+          throw err
+        }
         if (accepted == null) { await framed.closeWrite(); return }
         ctx.onFollowerJoined()
         // The follower keeps the stream open while it waits; if it leaves first, drop it.

@@ -171,7 +171,9 @@ export class Matchmaker {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
           const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration, storedAt: search.storedAt ?? Infinity }
-          if (aloneUnderKey(search, withHeard(known, search.heard, now), this.selfId, now, view)) await this.moveToLeftovers(search, `alone under ${search.groupKey} for a whole declaration`)
+          const pool = withHeard(known, search.heard, now)
+          if (aloneUnderKey(search, pool, this.selfId, now, view)) await this.moveToLeftovers(search, `alone under ${search.groupKey} for a whole declaration`)
+          else if (search.followers.size === 0) this.config.log?.debug(`declaration under ${search.groupKey} ended without a group; staying: view ${(now - knownAt).toFixed(1)} s old, stored ${(view.declaredUntil - view.storedAt).toFixed(1)} s before it ended, ${othersLooking(pool, this.selfId, now).length} others looking`)
         } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
         search.declaredAt = now

@@ -1,0 +1,78 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { startConnectedNodes } from '../swarm-fixture.js'
+import { createJoinHandler } from '../../../agent/matchmaking/join-handler.js'
+import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from '../../../agent/matchmaking/join-protocol.js'
+import { Search } from '../../../agent/matchmaking/search.js'
+import { JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../../../agent/proto/averaging.js'
+import { openFramed } from '../../../agent/net/rpc.js'
+import { Mutex } from '../../../agent/util/mutex.js'
+
+// A leader busy elsewhere (its join lock held: its own ask out, a slow rendezvous) answers a join
+// request late; the asker has given up meanwhile and reset its stream. Counted all the same, that
+// asker was listed in a group it never ran in (a ghost member: the 256-peer test, twice in CI).
+
+const PREFIX = 'join-test'
+const KEY = `${PREFIX}.0b01`
+const SCHEMA = new Uint8Array([7, 7, 7])
+const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 })
+const now = (): number => Date.now() / 1000
+
+test('a join request whose asker gave up before the busy leader answered it does not make the asker a follower', { timeout: 60_000 }, async () => {
+  const [leaderNode, askerNode] = await startConnectedNodes(2)
+  try {
+    const leaderId = leaderNode.peerId.toString()
+    const search = new Search(leaderId, KEY, info(), now() + 60)
+    search.declaredExpiration = now() + 30
+    search.declaredAt = now()
+    const lock = new Mutex()
+    let decided = 0
+    let joinedCalls = 0
+    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler({
+      selfId: leaderId,
+      mode: PeerMode.NODE,
+      schemaHash: SCHEMA,
+      targetGroupSize: 4,
+      requestTimeoutMs: 5000,
+      lock,
+      current: () => { decided++; return search },
+      onFollowerJoined: () => { joinedCalls++ },
+      onTurnedAway: () => {},
+      onOutranked: () => {},
+      now
+    }))
+    const ask = async (): Promise<ReturnType<typeof openFramed>> => {
+      const framed = await openFramed(askerNode, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
+      // Ranks below the leader (a later expiration): a request the leader accepts.
+      await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: search.declaredExpiration! + 5, groupKey: KEY, info: info(), bringing: 0 }))
+      return framed
+    }
+
+    // The leader is busy: its lock is held while the asker gives up.
+    let unblock!: () => void
+    const busy = lock.run(async () => { await new Promise<void>(resolve => { unblock = resolve }) })
+    const gaveUp = await ask()
+    await new Promise(resolve => setTimeout(resolve, 300))
+    gaveUp.abort(new Error('no answer in time: the asker went on to another group'))
+    await new Promise(resolve => setTimeout(resolve, 300))
+    unblock()
+    await busy
+    // The leader decided on the request (it was read before the reset), and did not keep the asker.
+    const deadline = Date.now() + 5000
+    while (decided === 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 20))
+    await new Promise(resolve => setTimeout(resolve, 300))
+    assert.equal(decided, 1, 'the leader took up the request once its lock was free')
+    assert.equal(search.followers.size, 0, 'an asker that reset its stream is not counted as a follower')
+    assert.equal(joinedCalls, 0)
+
+    // The same asker asking again, and waiting: accepted and counted, as any follower.
+    const waiting = await ask()
+    const reply = await waiting.read(5000)
+    assert.ok(reply != null)
+    assert.equal(MessageFromLeader.decode(reply).code, MatchCode.ACCEPTED)
+    assert.deepEqual([...search.followers.keys()], [askerNode.peerId.toString()])
+    waiting.abort(new Error('test over'))
+  } finally {
+    await Promise.allSettled([leaderNode.stop(), askerNode.stop()])
+  }
+})

@@ -170,10 +170,13 @@ export class Matchmaker {
       if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration)) {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
-          const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration, storedAt: search.storedAt ?? Infinity }
+          const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration, storedAt: search.storedAt ?? Infinity, seenBefore: search.aloneSeconds }
           const pool = withHeard(known, search.heard, now)
-          if (aloneUnderKey(search, pool, this.selfId, now, view)) await this.moveToLeftovers(search, `alone under ${search.groupKey} for a whole declaration`)
-          else if (search.followers.size === 0) this.config.log?.debug(`declaration under ${search.groupKey} ended without a group; staying: view ${(now - knownAt).toFixed(1)} s old, stored ${(view.declaredUntil - view.storedAt).toFixed(1)} s before it ended, ${othersLooking(pool, this.selfId, now).length} others looking`)
+          if (aloneUnderKey(search, pool, this.selfId, now, view)) await this.moveToLeftovers(search, `alone under ${search.groupKey} for ${search.aloneSeconds > 0 ? 'declarations seen for half of one' : 'a whole declaration'}`)
+          else {
+            search.aloneSeconds += Math.max(0, view.declaredUntil - view.storedAt)
+            this.config.log?.debug(`declaration under ${search.groupKey} ended without a group; staying: view ${(now - knownAt).toFixed(1)} s old, seen ${search.aloneSeconds.toFixed(1)} s in all, ${othersLooking(pool, this.selfId, now).length} others looking`)
+          }
         } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
         search.declaredAt = now
@@ -423,6 +426,7 @@ export class Matchmaker {
     // a follower our leader sent on asks its new leader at once, which waits for it only so long.
     void this.withdraw(search)
     search.groupKey = search.leftoverKey
+    search.aloneSeconds = 0
     search.tried.clear()
     search.heard.clear()
     search.turnedAway = 0

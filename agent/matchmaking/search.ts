@@ -29,6 +29,12 @@ export class Search {
    * that can be most of the declaration, or past it (null: not stored, or the store failed).
    */
   storedAt: number | null = null
+  /**
+   * Seconds our earlier declarations under the current key could be seen (from storedAt to their
+   * end), each ending with nobody come: evidence of being alone there that adds up (decisions.ts
+   * aloneUnderKey). Zero again under a new key.
+   */
+  aloneSeconds = 0
   currentLeader: string | null = null
   readonly followers = new Map<string, Follower>()
   readonly tried = new Set<string>()

@@ -222,6 +222,17 @@ test('a declaration stored late (its store outlived most of it, or all) is no pr
   assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, storedAt: 89 }), true, 'visible 11 of 20 s, and nobody came')
 })
 
+test('declarations under one key that were each seen too briefly add up: seen for half a declaration in all, nobody came', () => {
+  const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
+  // A 20 s declaration visible 8 s, after earlier ones under the key visible 10.3 s in all.
+  const view = { readAt: 99, declaredUntil: 100, averagingExpiration: 20, storedAt: 92 }
+  assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, seenBefore: 0 }), false, '8 of 20 s')
+  assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, seenBefore: 1.9 }), false, '9.9 s in all')
+  assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, seenBefore: 10.3 }), true, '18.3 s in all')
+  assert.equal(aloneUnderKey(search, [], 'me', 100, { ...view, storedAt: Infinity, seenBefore: 10.3 }), true, 'this one never stored, the earlier ones seen long enough')
+  assert.equal(aloneUnderKey(search, [entry('p-other', 105)], 'me', 100, { ...view, seenBefore: 10.3 }), false, 'someone else looking now')
+})
+
 test('aloneEarly: alone under its key past the followers\' usual arrival time, after a wide look, on a fresh view: to the leftover key before the declaration ends', () => {
   const search = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>() }
   // Declared at 100 for 15 s; followers usually come within 2 s.

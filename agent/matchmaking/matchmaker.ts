@@ -339,6 +339,10 @@ export class Matchmaker {
     const expiration = search.declaredExpiration
     if (this.config.mode === PeerMode.CLIENT || search.currentLeader != null || expiration == null || search.declaredAt == null) return false
     if (search.followers.size + 1 >= this.config.targetGroupSize) return false
+    // A declaration stored with less than a request timeout left (slow replicas) is nearly spent: a
+    // wide look cannot help it (256 agents in one process: 7.5-8 s of one, replicas timing out, while
+    // key-mates that could not see us grouped), and the loop declares afresh when it runs out.
+    if (search.storedAt != null && expiration - search.storedAt < this.config.requestTimeout) return false
     const now = this.now()
     const view = this.earlyView(search, search.declaredAt)
     const early = search.followers.size > 0 && assembleEarly(view, pool, this.selfId, now)

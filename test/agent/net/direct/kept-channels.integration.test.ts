@@ -54,7 +54,24 @@ for (const { name, transport } of TRANSPORTS) {
       assert.equal(isKeptChannel(older), false, 'a 1.0.0 channel carries one round, as before')
       // Another prefix's protocol is not spoken here at all.
       await assert.rejects(dial(directAggregateProtocols('other')))
-      for (const channel of [current, older, ...accepted]) channel.abort(new Error('test over'))
+      // A current agent dialling an agent that speaks only 1.0.0: 1.0.0.
+      const oldAccepted: DirectFrameChannel[] = []
+      const oldListener = await transport.listen({
+        identity: server.identity, host: '127.0.0.1', port: 0, protocols: [aggregateProtocol('test')],
+        maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000, accept: (channel) => { oldAccepted.push(channel) }
+      })
+      try {
+        const toOld = await transport.dial({
+          identity: client.identity, host: '127.0.0.1', port: oldListener.port, protocols: directAggregateProtocols('test'), expectedPeer: peerIdFromString(server.peer.toString()),
+          timeoutMs: 3000, maxFrameBytes: 1024, maxQueuedFrames: 4
+        })
+        assert.equal(toOld.protocol, aggregateProtocol('test'))
+        assert.equal(isKeptChannel(toOld), false)
+        toOld.abort(new Error('test over'))
+      } finally {
+        await oldListener.close()
+      }
+      for (const channel of [current, older, ...accepted, ...oldAccepted]) channel.abort(new Error('test over'))
     } finally {
       await listener.close()
     }

@@ -18,6 +18,10 @@ import { linesLog } from '../../../../agent/log.js'
 // channel the last one used; a reducer that restarted at the same port is dialled anew.
 
 const ELEMENTS = 50_000
+// Equal declared bandwidths: spans stay equal in every round, so every member reduces one and every
+// sender needs a channel to each. (Measured on loopback, a member's rate after round 1 can size its
+// span to nothing, and nobody sends to it: a clean-clone CI run, 2 channels where 3 were counted.)
+const BANDWIDTH = 100e6
 const values = (peer: number, round: number): Float32Array => fill(ELEMENTS, peer + 10 * round)
 const tensorsOf = (peer: number): NamedTensor[] => [{ name: 'w', shape: [ELEMENTS], data: values(peer, 0) }]
 
@@ -95,7 +99,7 @@ for (const threads of [0, 2]) {
   test(`kept channels (${threads > 0 ? `${threads} data threads` : 'main thread'}): rounds 2 and 3 go over the channels round 1 opened, each at the exact mean`, { timeout: 120_000 }, async () => {
     const swarm = await startSwarm(4, {
       tensors: tensorsOf,
-      config: () => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, dataChannel: 'direct', dataThreads: threads })
+      config: () => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, bandwidth: BANDWIDTH, dataChannel: 'direct', dataThreads: threads })
     })
     try {
       for (let round = 0; round < 3; round++) {
@@ -119,7 +123,7 @@ for (const threads of [0, 2]) {
 test('kept channels: a reducer that restarted at the same data port is dialled anew, and the round is exact', { timeout: 120_000 }, async () => {
   const dataPort = await freePort()
   const logs: string[][] = [[], [], [], []]
-  const config = (i: number): Partial<AveragerConfig> => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, ...(i === 3 ? { dataPort } : {}) })
+  const config = (i: number): Partial<AveragerConfig> => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, bandwidth: BANDWIDTH, ...(i === 3 ? { dataPort } : {}) })
   const swarm = await startSwarm(4, {
     tensors: tensorsOf,
     config,

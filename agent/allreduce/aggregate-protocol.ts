@@ -15,8 +15,11 @@ export function aggregateProtocol (prefix: string): string {
  * one round per channel as before.
  */
 export function keptAggregateProtocol (prefix: string): string {
-  return `/avs/${prefix}/aggregate/1.1.0`
+  return `/avs/${prefix}${KEPT_VERSION}`
 }
+
+/** keptAggregateProtocol's id after the prefix: what isKeptChannel recognises whatever the prefix. */
+const KEPT_VERSION = '/aggregate/1.1.0'
 
 /** The aggregate protocol's versions a direct channel offers, the preferred first. */
 export function directAggregateProtocols (prefix: string): string[] {
@@ -27,8 +30,6 @@ export function directAggregateProtocols (prefix: string): string[] {
 export function isKeptChannel (channel: FrameChannel): channel is DirectFrameChannel {
   return channel.kind === 'direct' && 'protocol' in channel && typeof channel.protocol === 'string' && channel.protocol.endsWith(KEPT_VERSION)
 }
-
-const KEPT_VERSION = '/aggregate/1.1.0'
 
 /**
  * How long a sender keeps an idle kept channel for the next round to the same reducer before

@@ -12,7 +12,7 @@ import { aggregateProtocol, directAggregateProtocols, maxPartFrameBytes, PART_WI
 import { elementsPerPart } from './allreduce/partition.js'
 import { codecFor, type Codec, type CompressionChoice, type CompressionName } from './compression/index.js'
 import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js'
-import { netBytes, peakWindowRate, smoothRate, SAMPLE_MS, type ByteSample } from './adapt/link-rate.js'
+import { netBytes, peakWindowRate, shortRound, smoothRate, SAMPLE_MS, type ByteSample } from './adapt/link-rate.js'
 import { bitsFromKey, groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
 import { schemaHash, subsetOf, subsetSchemaHash, subsetTag, elementCount, type TensorSchema } from './schema.js'
 import { PeerMode, type PeerInfo } from './proto/averaging.js'
@@ -437,8 +437,9 @@ export class DecentralizedAverager {
     try {
       result = await runner.run()
       sample()
-      // A round that lost members measured their failure, not our link.
-      if (result.failedReducers.length === 0 && result.bannedSenders.length === 0) {
+      // A round that lost members measured their failure, not our link; one shorter than a
+      // measuring window measured when its samples fell (link-rate.ts, shortRound).
+      if (result.failedReducers.length === 0 && result.bannedSenders.length === 0 && !shortRound(result.durationMs)) {
         const peaks = [peakWindowRate(rx), peakWindowRate(tx)].filter((r): r is number => r !== undefined)
         this.measuredRate = smoothRate(this.measuredRate, peaks.length > 0 ? Math.max(...peaks) : undefined)
       }

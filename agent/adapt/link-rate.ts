@@ -45,12 +45,18 @@ export function parseNetDev (text: string): { rx: number, tx: number } | undefin
 export const SAMPLE_MS = 50
 export const WINDOW_MS = 300
 
-/** Highest bytes/s over any window of at least windowMs; over the whole round when it is shorter; undefined with no bytes. */
+/**
+ * Highest bytes/s over any window of at least windowMs; undefined with no bytes, or for a round
+ * shorter than one window (shortRound). Such a round's rate was mostly when its few samples fell
+ * and how long the member waited for the others: in a CI run, 4 agents on loopback with 200 KB
+ * tensors (~100 ms rounds) measured one member at a fraction of the others' rate, and the spans
+ * sized from it gave that member nothing to reduce. A link that moves a round in under a window is
+ * not what sets the round, so there is nothing worth declaring.
+ */
 export function peakWindowRate (samples: readonly ByteSample[], windowMs = WINDOW_MS): number | undefined {
   if (samples.length < 2) return undefined
   const first = samples[0]; const last = samples[samples.length - 1]
-  if (!(last.bytes > first.bytes) || !(last.t > first.t)) return undefined
-  if (last.t - first.t <= windowMs) return (last.bytes - first.bytes) / (last.t - first.t) * 1000
+  if (!(last.bytes > first.bytes) || !(last.t > first.t) || shortRound(last.t - first.t, windowMs)) return undefined
   let best = 0
   let j = 0
   for (let i = 1; i < samples.length; i++) {
@@ -59,6 +65,11 @@ export function peakWindowRate (samples: readonly ByteSample[], windowMs = WINDO
     if (dt >= windowMs) best = Math.max(best, (samples[i].bytes - samples[j].bytes) / dt * 1000)
   }
   return best > 0 ? best : undefined
+}
+
+/** Whether a round of this many ms is too short to measure a link by (peakWindowRate): shorter than one window. */
+export function shortRound (durationMs: number, windowMs = WINDOW_MS): boolean {
+  return durationMs < windowMs
 }
 
 /**

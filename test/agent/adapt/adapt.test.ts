@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { parseNetDev, peakWindowRate, smoothRate } from '../../../agent/adapt/link-rate.js'
+import { parseNetDev, peakWindowRate, shortRound, smoothRate } from '../../../agent/adapt/link-rate.js'
 import { chooseCodec, CHANGED_RATIO, CodecClock, MAX_REPROBE_ROUNDS, REPROBE_ROUNDS, type AutoCodec } from '../../../agent/adapt/codec-choice.js'
 
 test('peakWindowRate: the fastest window, not the round mean', () => {
@@ -9,8 +9,13 @@ test('peakWindowRate: the fastest window, not the round mean', () => {
   assert.equal(Math.round(peakWindowRate(samples, 300)!), 10_000_000)
   assert.equal(peakWindowRate([{ t: 0, bytes: 0 }], 300), undefined)
   assert.equal(peakWindowRate([{ t: 0, bytes: 0 }, { t: 100, bytes: 0 }], 300), undefined)
-  // A round shorter than the window: its mean.
-  assert.equal(peakWindowRate([{ t: 0, bytes: 0 }, { t: 100, bytes: 1000 }], 300), 10_000)
+  // A round shorter than the window measures nothing (when its few samples fell, not the link).
+  assert.equal(peakWindowRate([{ t: 0, bytes: 0 }, { t: 100, bytes: 1000 }], 300), undefined)
+  assert.equal(peakWindowRate([{ t: 0, bytes: 0 }, { t: 50, bytes: 900 }, { t: 299, bytes: 1000 }], 300), undefined)
+  // One window exactly: its mean.
+  assert.equal(peakWindowRate([{ t: 0, bytes: 0 }, { t: 150, bytes: 100 }, { t: 300, bytes: 3000 }], 300), 10_000)
+  assert.equal(shortRound(299, 300), true)
+  assert.equal(shortRound(300, 300), false)
 })
 
 test('smoothRate: noise is averaged, a halved or doubled link is taken at once', () => {

@@ -10,7 +10,8 @@ import { gridGroupBits } from '../../agent/moshpit/group-bits.js'
 import { seededRandom } from '../../agent/util/random.js'
 import type { StepResult } from '../../agent/averager.js'
 import { distanceToMean } from '../../bench/lib/moshpit-math.js'
-import { linesLog } from '../../agent/log.js'
+import { linesLog, type Log } from '../../agent/log.js'
+import { testLog } from './test-log.js'
 
 export interface GridScenarioInput {
   readonly peers: number
@@ -36,6 +37,15 @@ export interface GridScenarioReport {
   readonly finalVariance: number
 }
 
+/** Lines kept per peer: at 256 peers the default 2000 (up to twice that held) would be ~150 MB of strings. */
+const KEPT_LINES_PER_PEER = 400
+const keptLogs = new Map<number, Log>()
+function keptLog (rank: number): Log {
+  let log = keptLogs.get(rank)
+  if (log == null) { log = testLog(`peer ${rank}`, KEPT_LINES_PER_PEER); keptLogs.set(rank, log) }
+  return log
+}
+
 export async function runGridScenario (input: GridScenarioInput): Promise<GridScenarioReport> {
   const random = seededRandom('scale-test')
   const probe = new RoundProbe()
@@ -48,13 +58,17 @@ export async function runGridScenario (input: GridScenarioInput): Promise<GridSc
     config: (rank) => scaleConfig('scale', input.groupSize, gridGroupBits(rank, input.peers, input.groupSize), input.timing),
     tensor: () => Float32Array.from({ length: input.elements }, () => random() * 2 - 1),
     observer: probe.observer,
-    // AVS_TEST_LOG=1 prints every averager's and rendezvous' log line, as the benchmark's command does.
+    // AVS_TEST_LOG=1 prints every averager's and rendezvous' log line, as the benchmark's command does;
+    // without it each peer's last lines are kept and written out if the test fails (test-log.ts).
     ...(process.env.AVS_TEST_LOG != null
       ? {
           hooks: (rank: number) => ({ log: linesLog((msg) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) }) }),
           rendezvousLog: (rank: number, msg: string) => { process.stderr.write(`${(performance.now() / 1000).toFixed(3)} [peer ${rank}] ${msg}\n`) }
         }
-      : {})
+      : {
+          hooks: (rank: number) => ({ log: keptLog(rank) }),
+          rendezvousLog: (rank: number, msg: string) => { keptLog(rank).debug(msg) }
+        })
   })
   try {
     const initialVariance = distanceToMean(swarm.tensors).variance

@@ -3,7 +3,8 @@ import { createSwarmNode, type SwarmNode, type SwarmNodeOptions } from '../../ag
 import { routingTableSize } from '../../agent/net/bootstrap.js'
 import assert from 'node:assert/strict'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor, type StepResult } from '../../agent/averager.js'
-import { linesLog, type Log } from '../../agent/log.js'
+import type { Log } from '../../agent/log.js'
+import { testLog } from './test-log.js'
 
 export interface SwarmFixture {
   readonly nodes: SwarmNode[]
@@ -22,6 +23,9 @@ export interface SwarmFixtureOptions {
 
 export type NodeOptionsFor = (index: number) => Partial<Omit<SwarmNodeOptions, 'listen'>>
 
+/** Swarms started in this process: labels their peers' log lines apart. */
+let swarmsStarted = 0
+
 /** n real libp2p nodes on loopback TCP, bootstrapped off the first, each with an averager. */
 export async function startSwarm (n: number, options: SwarmFixtureOptions): Promise<SwarmFixture> {
   const nodes: SwarmNode[] = []
@@ -38,7 +42,9 @@ export async function startSwarm (n: number, options: SwarmFixtureOptions): Prom
     allreduceTimeout: 30,
     ...options.config?.(i)
   }))
-  const logOf = (i: number): Log | undefined => process.env.AVS_TEST_LOG != null ? linesLog((msg) => { console.error(`[peer ${i}] ${msg}`) }) : undefined
+  // Kept, and written out if the test file fails (test-log.ts); printed as they come with AVS_TEST_LOG.
+  const swarm = ++swarmsStarted
+  const logOf = (i: number): Log => testLog(`swarm ${swarm} peer ${i}`)
   try {
     // Each node's rendezvous service with its averager's request timeout, as the agent configures it.
     nodes.push(...await startConnectedNodes(n, (i) => ({ rendezvous: { requestTimeoutMs: configs[i].requestTimeout * 1000, log: logOf(i) }, ...options.node?.(i) })))

@@ -13,6 +13,7 @@ import { donorKey, stateProtocol } from '../../../agent/state/state-protocol.js'
 import { StateChunk, StateHeader } from '../../../agent/proto/averaging.js'
 import { fill, weightedMean, maxAbsDiff } from '../swarm-fixture.js'
 import { linesLog } from '../../../agent/log.js'
+import { testLog } from '../test-log.js'
 
 const PREFIX = 'test'
 
@@ -73,7 +74,7 @@ async function sleep (ms: number): Promise<void> {
 }
 
 function sharing (peers: Peers, i: number, options: Partial<StateSharingOptions> = {}): StateSharing {
-  const log = process.env.AVS_TEST_LOG != null ? linesLog((msg) => { console.error(`[peer ${i}] ${msg}`) }) : undefined
+  const log = testLog(`state peer ${i}`)
   return new StateSharing(peers.nodes[i], { prefix: PREFIX, requestTimeoutMs: 1000, log, ...options })
 }
 

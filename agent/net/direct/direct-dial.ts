@@ -1,7 +1,7 @@
 import tls from 'node:tls'
 import type { PeerId } from '@libp2p/interface'
 import { ProtocolError, TimeoutError } from '../../errors.js'
-import { authenticatedPeer, type DataChannelIdentity } from './identity.js'
+import { authenticatedPeer, DATA_CHANNEL_CIPHERS, type DataChannelIdentity } from './identity.js'
 import { SocketFrameChannel } from './socket-channel.js'
 
 export interface DirectDialOptions {
@@ -27,6 +27,7 @@ export async function dialDirect (options: DirectDialOptions): Promise<SocketFra
     cert: options.identity.cert,
     rejectUnauthorized: false,
     minVersion: 'TLSv1.3',
+    ciphers: DATA_CHANNEL_CIPHERS,
     ALPNProtocols: [...options.protocols],
     allowHalfOpen: true
   } as tls.ConnectionOptions)

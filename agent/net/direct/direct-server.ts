@@ -2,7 +2,7 @@ import tls from 'node:tls'
 import type { AddressInfo, Socket } from 'node:net'
 import { describeError } from '../../errors.js'
 import type { DataChannelIdentity } from './identity.js'
-import { authenticatedPeer } from './identity.js'
+import { authenticatedPeer, DATA_CHANNEL_CIPHERS } from './identity.js'
 import { SocketFrameChannel } from './socket-channel.js'
 import type { Log } from '../../log.js'
 
@@ -50,6 +50,8 @@ export class DirectServer {
       // The chain is not what proves a peer: its libp2p signature is, checked below.
       rejectUnauthorized: false,
       minVersion: 'TLSv1.3',
+      ciphers: DATA_CHANNEL_CIPHERS,
+      honorCipherOrder: true,
       ALPNProtocols: [...options.protocols],
       handshakeTimeout: options.handshakeTimeoutMs,
       allowHalfOpen: true

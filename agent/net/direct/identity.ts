@@ -19,6 +19,16 @@ export async function createDataChannelIdentity (privateKey: PrivateKey): Promis
   return await generateCertificate(privateKey)
 }
 
+/**
+ * TLS 1.3 suites of the data channel, AES-128-GCM first (OpenSSL and node list AES-256-GCM first).
+ * Every byte of a round is encrypted once and decrypted once, on cores the round shares with the
+ * all-reduce: moving 2 GiB through node:tls took 2.86-2.97 CPU s with AES-128-GCM against 3.10-3.16
+ * with AES-256-GCM here (openssl speed: 5.3 against 4.5 GB/s). AES-128-GCM is TLS 1.3's mandatory
+ * suite and keeps 128-bit security; a peer that prefers another one still connects (the server's
+ * order decides, honorCipherOrder).
+ */
+export const DATA_CHANNEL_CIPHERS = 'TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256'
+
 /** Certificates already proven to carry a peer id, by SHA-256 of their DER bytes (oldest dropped first). */
 const verified = new Map<string, Promise<string>>()
 const MAX_VERIFIED = 4096

@@ -198,6 +198,30 @@ for (const { name, transport } of TRANSPORTS) {
   })
 }
 
+test('direct channel: AES-128-GCM between our agents, and a peer that prefers AES-256-GCM still connects', async () => {
+  const [server, client] = await identities(2)
+  const accepted: DirectFrameChannel[] = []
+  const listening = await listen(mainThreadTransport, server.identity, accepted)
+  try {
+    const ours = await dialDirect({ ...dialOptions, identity: client.identity, port: listening.port, expectedPeer: peerIdFromString(server.peer) })
+    assert.equal((ours as unknown as { socket: tls.TLSSocket }).socket.getCipher().standardName, 'TLS_AES_128_GCM_SHA256')
+    ours.abort(new Error('done'))
+    // node's own order (AES-256-GCM first), as an agent of an earlier version dials: the server's order decides.
+    // Only AES-256-GCM offered: it is still accepted.
+    for (const [ciphers, expected] of [[undefined, 'TLS_AES_128_GCM_SHA256'], ['TLS_AES_256_GCM_SHA384', 'TLS_AES_256_GCM_SHA384']] as const) {
+      const socket = tls.connect({ host: '127.0.0.1', port: listening.port, rejectUnauthorized: false, minVersion: 'TLSv1.3', ALPNProtocols: [PROTOCOL], key: client.identity.key, cert: client.identity.cert, ...(ciphers !== undefined ? { ciphers } : {}) })
+      const cipher = await new Promise<string | undefined>((resolve, reject) => {
+        socket.once('secureConnect', () => { resolve(socket.getCipher().standardName) })
+        socket.once('error', reject)
+      })
+      socket.destroy()
+      assert.equal(cipher, expected, `client ciphers ${ciphers ?? "node's default"}`)
+    }
+  } finally {
+    await listening.close()
+  }
+})
+
 test('direct channel on data threads: a data thread that dies drops only its own connections, and new ones go to the others', async () => {
   const [server, client] = await identities(2)
   const serverThreads = DataThreads.start(2)

@@ -3,6 +3,7 @@ import type { SwarmNode } from '../net/node.js'
 import { MatchmakingError, describeError } from '../errors.js'
 import type { Log } from '../log.js'
 import { aliveProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION } from './join-protocol.js'
+import { awakeTimeout } from '../util/awake-timeout.js'
 
 /** A liveness check that failed at once (a dial refused, a stream limit) is tried again after this, within its request timeout. */
 const CHECK_RETRY_MS = 50
@@ -45,8 +46,9 @@ export class Liveness {
 
   /**
    * Whether `peer` answers a liveness check (aliveProtocol: one byte echoed, which a live agent
-   * does on its event loop whatever its matchmaking waits on) within `withinMs`: false only when a check
-   * was outstanding that long without an answer (a frozen process, which does not even complete
+   * does on its event loop whatever its matchmaking waits on) within `withinMs`, counted in time our
+   * own event loop was awake (awake-timeout.ts): false only when a check was outstanding that long
+   * without an answer (a frozen process, which does not even complete
    * the protocol negotiation), or when every attempt for that long failed at once with no
    * connection to it (a refused dial: a killed one). A failure at once while connected, and a peer
    * that does not speak the protocol (an agent from before it), answered: alive, or no verdict.
@@ -65,7 +67,9 @@ export class Liveness {
     const started = Date.now()
     for (;;) {
       if (aborted(signal)) return 'no verdict'
-      const timeout = AbortSignal.timeout(withinMs)
+      // Counted in time we were awake to read the answer (a stall of ours is no silence of theirs).
+      const timer = awakeTimeout(withinMs)
+      const timeout = timer.signal
       const any = signal != null ? AbortSignal.any([timeout, signal]) : timeout
       let stream: Stream | undefined
       try {
@@ -95,6 +99,7 @@ export class Liveness {
         if (timeout.aborted) return 'silent'
         this.log?.debug(`liveness check of ${peer.toString().slice(-6)} failed after ${Date.now() - started} ms: ${describeError(err)}`)
       } finally {
+        timer.clear()
         // Torn down at once: a graceful close would wait for the peer, and hold a stream of the protocol's bound.
         stream?.abort(new MatchmakingError('liveness checked'))
       }

@@ -109,6 +109,9 @@ export class Matchmaker {
         if (search == null || search.assembled || search.currentLeader != null) return
         const entry = heardEntry(peerId, expiration, this.now(), this.config.averagingExpiration)
         if (entry == null || (search.heard.size >= MAX_HEARD && !search.heard.has(peerId))) return
+        // It just asked us: alive, whatever an earlier check concluded (a leader slow under load that
+        // we had marked silent asked us in turn, and was skipped; its key split in two).
+        if (search.silent.delete(peerId)) this.config.log?.debug(`${peerId.slice(-6)} asked us, so it is alive: no longer counted silent`)
         search.heard.set(peerId, entry)
         this.config.log?.debug(`${peerId.slice(-6)} (exp ${expiration.toFixed(3)}) asked us to lead it and ranks above us: asking it in turn`)
         this.wakeup.notify()

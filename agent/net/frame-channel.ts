@@ -1,5 +1,6 @@
 import { Uint8ArrayList } from 'uint8arraylist'
 import { ProtocolError, TimeoutError } from '../errors.js'
+import { nextWait } from '../util/awake-timeout.js'
 
 /** Bytes of the little-endian uint32 length header in front of every frame. */
 export const FRAME_HEADER_BYTES = 4
@@ -89,6 +90,11 @@ export class FrameQueue {
   private readTimerMs = NaN
   private reads = 0
   private readTimed = -1
+  /** The timed read's timeout, when it began, and when its timer was last armed and for how long (awake-timeout.ts). */
+  private readMs = 0
+  private readStartedAt = 0
+  private armedAt = 0
+  private armedMs = 0
   private ended = false
   private failure: Error | null = null
   private paused = false
@@ -123,18 +129,39 @@ export class FrameQueue {
 
   private timeRead (ms: number): void {
     this.readTimed = this.reads
+    this.readStartedAt = this.armedAt = performance.now()
+    this.readMs = this.armedMs = ms
     if (this.readTimer !== undefined && this.readTimerMs === ms) {
       this.readTimer.refresh().ref()
       return
     }
     clearTimeout(this.readTimer)
     this.readTimerMs = ms
-    this.readTimer = setTimeout(() => {
-      if (this.waiter == null || this.readTimed !== this.reads) return
-      const waiter = this.waiter
-      this.settled()
-      waiter.reject(new TimeoutError(`no message from ${this.source.describePeer()} within ${Math.round(ms)} ms`))
-    }, ms)
+    this.readTimer = setTimeout(() => { this.readTimerFired() }, ms)
+  }
+
+  /**
+   * A read's time is up, counted in time our own event loop was awake: a timer that fired late (our
+   * process stalled) waits again as long as it was late, since the frame it waits for may be in the
+   * socket already, read only after the timers (awake-timeout.ts; under CPU burners such reads gave
+   * up on live peers).
+   */
+  private readTimerFired (): void {
+    if (this.waiter == null || this.readTimed !== this.reads) return
+    const ms = this.readMs
+    const now = performance.now()
+    const again = nextWait(ms, this.readStartedAt, this.armedAt, this.armedMs, now)
+    if (again > 0) {
+      // Its own timer: the next read arms one of its length again (readTimerMs).
+      this.readTimerMs = NaN
+      this.armedAt = now
+      this.armedMs = again
+      this.readTimer = setTimeout(() => { this.readTimerFired() }, again)
+      return
+    }
+    const waiter = this.waiter
+    this.settled()
+    waiter.reject(new TimeoutError(`no message from ${this.source.describePeer()} within ${Math.round(ms)} ms`))
   }
 
   /** The waiting read is answered: its timer may stay armed, but no longer holds the process up. */

@@ -4,6 +4,7 @@ import type { AbortOptions, PeerId, PeerStore, Stream, Connection, StreamHandler
 import type { Multiaddr } from '@multiformats/multiaddr'
 import { FramedStream } from './framed-stream.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
+import { awakeTimeout } from '../util/awake-timeout.js'
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
@@ -115,10 +116,15 @@ export interface OpenOptions {
 
 /** Opens a framed stream to a peer on a protocol, bounded by a timeout (and the caller's signal, if any). */
 export async function openFramed (node: RpcNode, peer: PeerId, protocol: string, options: OpenOptions): Promise<FramedStream> {
-  const timeout = AbortSignal.timeout(options.timeoutMs)
-  const signal = options.signal != null ? AbortSignal.any([timeout, options.signal]) : timeout
-  const stream = options.connection != null ? await options.connection.newStream(protocol, { signal }) : await node.dialProtocol(peer, protocol, { signal })
-  return new FramedStream(stream, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
+  // In time we were awake to see the stream open (awake-timeout.ts).
+  const timeout = awakeTimeout(options.timeoutMs)
+  const signal = options.signal != null ? AbortSignal.any([timeout.signal, options.signal]) : timeout.signal
+  try {
+    const stream = options.connection != null ? await options.connection.newStream(protocol, { signal }) : await node.dialProtocol(peer, protocol, { signal })
+    return new FramedStream(stream, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
+  } finally {
+    timeout.clear()
+  }
 }
 
 /**

@@ -46,6 +46,8 @@ export function awakeTimeout (ms: number, now: () => number = () => performance.
       if (again > 0) arm(again)
       else controller.abort(new DOMException(`no answer within ${ms} ms of our own time awake`, 'TimeoutError'))
     }, waitMs)
+    // As AbortSignal.timeout's: it does not hold the process open.
+    timer.unref()
   }
   arm(ms)
   return { signal: controller.signal, clear: () => { clearTimeout(timer) } }

@@ -16,7 +16,10 @@ test('nextWait: on time aborts; late waits again as long as it was late, within 
   assert.equal(nextWait(300, 0, 0, 300, MAX_STRETCH * 300 + 1), 0)
 })
 
-test('awakeTimeout aborts after its time when the loop runs on time, later after a stall', async () => {
+test('awakeTimeout aborts after its time when the loop runs on time, later after a stall', async (t) => {
+  // Its timers do not hold the process open (as AbortSignal.timeout's): this one does, for the test.
+  const keepAlive = setInterval(() => {}, 1000)
+  t.after(() => { clearInterval(keepAlive) })
   let t0 = performance.now()
   const quick = awakeTimeout(50)
   await new Promise(resolve => quick.signal.addEventListener('abort', resolve))

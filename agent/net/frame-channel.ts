@@ -52,8 +52,6 @@ export interface DirectFrameChannel extends FrameChannel {
   readonly protocol: string
   /** Resolves once the connection is fully closed. */
   readonly closed: Promise<void>
-  /** Sets how many bytes of ours the socket buffers before write() waits (a pair socket keeps it small). */
-  limitWriteBuffer?: (bytes: number) => void
 }
 
 export interface FrameQueueOptions {

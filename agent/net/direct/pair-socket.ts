@@ -35,15 +35,6 @@ const GRANT_BYTES = LANE_WINDOW_BYTES / 4
 /** The largest frame a lane carries: one that fits whatever part of the window is not yet granted back. */
 export const MAX_LANE_FRAME_BYTES = LANE_WINDOW_BYTES - GRANT_BYTES
 
-/**
- * Bytes of ours allowed in the socket's own send buffer before the next frame waits (beyond it the
- * kernel's). Small, so a control frame or another lane's frame (a round's header, its ACCEPTED
- * reply, a credit) waits behind little of this lane's data: with the 4 MiB a socket of one role
- * buffers, an 8 × 100 Mbit/s round took its reducers 2.4 s (median) to accept a sender, each pair
- * getting 1/7 of a link.
- */
-const SEND_BUFFER_BYTES = 256 * 1024
-
 /** Lanes the peer may hold open on one socket (the router admits 8 aggregate channels a peer). */
 const MAX_PEER_LANES = 16
 
@@ -97,10 +88,6 @@ export class PairSocket {
   private ending = false
   private idleTimer: NodeJS.Timeout | undefined
   private readonly log: Log
-  /** Frames waiting for the socket: control frames go first, lanes' data frames in the order written. */
-  private readonly control: Array<readonly Uint8Array[]> = []
-  private readonly data: Array<{ pieces: readonly Uint8Array[], resolve: () => void, reject: (err: Error) => void }> = []
-  private writing = false
 
   constructor (private readonly outer: DirectFrameChannel, private readonly options: PairSocketOptions) {
     this.remotePeer = outer.remotePeer
@@ -109,7 +96,6 @@ export class PairSocket {
     this.nextLocalId = options.dialedByUs ? 1 : 2
     this.log = options.log ?? silentLog
     this.closed = outer.closed
-    outer.limitWriteBuffer?.(SEND_BUFFER_BYTES)
     void outer.closed.then(() => { this.fail(new ProtocolError(`the data channel to ${this.remotePeer} closed`)) })
     if (options.dialedByUs) this.send(Kind.HELLO, 0, u32(options.localDataPort))
     this.armIdle()
@@ -138,45 +124,15 @@ export class PairSocket {
     this.outer.abort(reason)
   }
 
-  /** Sends a frame of the lane; resolves once it is with the socket (each lane writes one at a time). */
-  async sendData (lane: number, pieces: readonly Uint8Array[]): Promise<void> {
-    await new Promise<void>((resolve, reject) => {
-      this.data.push({ pieces: [header(Kind.DATA, lane), ...pieces], resolve, reject })
-      this.writeQueued()
-    })
+  /** Sends a frame of the lane; resolves once it is with the socket (waits while its send buffer is full). */
+  async sendData (lane: number, payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
+    await this.outer.write([header(Kind.DATA, lane), ...payloadPieces(payload)])
   }
 
-  /** A control frame: ahead of every data frame not yet written; its failure shows through the socket's. */
+  /** A control frame: written in call order, its failure shows on the lanes through the socket's. */
   send (kind: Kind, lane: number, payload?: Uint8Array): void {
     const head = header(kind, lane)
-    this.control.push(payload == null ? [head] : [head, payload])
-    this.writeQueued()
-  }
-
-  /** One writer: the next frame is chosen only when the socket has room, so control frames overtake data. */
-  private writeQueued (): void {
-    if (this.writing) return
-    this.writing = true
-    void (async () => {
-      let item: (typeof this.data)[number] | undefined
-      try {
-        for (;;) {
-          const control = this.control.shift()
-          if (control !== undefined) { await this.outer.write(control); continue }
-          item = this.data.shift()
-          if (item === undefined) return
-          await this.outer.write(item.pieces)
-          item.resolve()
-          item = undefined
-        }
-      } catch (err) {
-        const reason = err instanceof Error ? err : new ProtocolError(describeError(err))
-        item?.reject(reason)
-        this.abort(reason)
-      } finally {
-        this.writing = false
-      }
-    })()
+    this.outer.write(payload == null ? head : [head, payload]).catch(() => {})
   }
 
   /** A lane ended here (both halves closed, reset, or failed). */
@@ -296,8 +252,6 @@ export class PairSocket {
   private fail (reason: Error): void {
     this.ending = true
     clearTimeout(this.idleTimer)
-    this.control.length = 0
-    for (const item of this.data.splice(0)) item.reject(reason)
     for (const lane of [...this.lanes.values()]) lane.failed(reason)
     this.lanes.clear()
     this.remoteLanes = 0

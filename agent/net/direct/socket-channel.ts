@@ -18,7 +18,7 @@ export interface SocketChannelOptions {
  */
 export class SocketFrameChannel implements DirectFrameChannel {
   private readonly queue: FrameQueue
-  private writeHighWaterMark: number
+  private readonly writeHighWaterMark: number
   readonly kind = 'direct' as const
   readonly protocol: string
   /** Resolves once the socket is fully closed. */
@@ -75,10 +75,6 @@ export class SocketFrameChannel implements DirectFrameChannel {
         this.socket.on('close', done)
       })
     }
-  }
-
-  limitWriteBuffer (bytes: number): void {
-    this.writeHighWaterMark = bytes
   }
 
   async closeWrite (): Promise<void> {

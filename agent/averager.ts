@@ -8,9 +8,7 @@ import { AggregateDialer } from './allreduce/aggregate-dialer.js'
 import type { DataChannelKind } from './net/frame-channel.js'
 import { mainThreadTransport, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
 import { DataThreads } from './net/direct/threads/data-threads.js'
-import { aggregateProtocol, directAggregateProtocols, KEPT_IDLE_MS, maxPartFrameBytes, pairAggregateProtocol, PART_WINDOW } from './allreduce/aggregate-protocol.js'
-import { PairChannels, type PairSocketSummary } from './net/direct/pair-channels.js'
-import { LANE_HEADER_BYTES } from './net/direct/pair-socket.js'
+import { aggregateProtocol, directAggregateProtocols, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
 import { elementsPerPart } from './allreduce/partition.js'
 import { codecFor, type Codec, type CompressionChoice, type CompressionName } from './compression/index.js'
 import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js'
@@ -224,9 +222,9 @@ export class DecentralizedAverager {
   }
 
   /** The path our parts take to reducers, and the port we advertise for theirs. */
-  get dataChannel (): { readonly kind: DataChannelKind, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataChannelKind, number>>, readonly reused: number, readonly pairs: readonly PairSocketSummary[] } {
+  get dataChannel (): { readonly kind: DataChannelKind, readonly port: number, readonly threads: number, readonly opened: Readonly<Record<DataChannelKind, number>>, readonly reused: number } {
     const kind = this.directServer != null || this.dialer.hasIdentity ? 'direct' : 'libp2p'
-    return { kind, port: this.directServer?.port ?? 0, threads: kind === 'direct' ? this.transport.threads : 0, opened: this.dialer.opened, reused: this.dialer.reused, pairs: this.dialer.pairSockets() }
+    return { kind, port: this.directServer?.port ?? 0, threads: kind === 'direct' ? this.transport.threads : 0, opened: this.dialer.opened, reused: this.dialer.reused }
   }
 
   /** Validates the config, registers the protocols and returns a running averager. */
@@ -273,20 +271,6 @@ export class DecentralizedAverager {
     if (threads > 0) this.transport = DataThreads.start(threads, this.log.child({ component: 'data-threads' }))
     // The data channel lives and dies with the node, as if they were one transport.
     this.node.addEventListener('stop', this.onNodeStop, { once: true })
-    // One socket per pair of agents carries both roles where sockets live on this thread
-    // (pair-socket.ts); data threads keep a socket per role.
-    const pairs = threads > 0
-      ? null
-      : new PairChannels({
-        localPeer: this.node.peerId.toString(),
-        localDataPort: () => this.directServer?.port ?? 0,
-        idleMs: KEPT_IDLE_MS,
-        onLane: (lane) => {
-          if (this.node.status === 'started') this.router.accept(lane, lane.remotePeer)
-          else lane.abort(new AveragingError('the libp2p node is stopping'))
-        },
-        log: this.log.child({ component: 'data-channel' })
-      })
     // Client-mode peers reduce nothing, so nobody dials them: they only dial out.
     if (this.config.mode !== 'client') {
       const maxPart = elementsPerPart(this.config.partSizeBytes, this.codec.bytesPerElement)
@@ -294,8 +278,8 @@ export class DecentralizedAverager {
         identity,
         host: this.config.dataHost ?? '0.0.0.0',
         port: this.config.dataPort ?? 0,
-        protocols: directAggregateProtocols(this.config.prefix, pairs != null),
-        maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)) + (pairs != null ? LANE_HEADER_BYTES : 0),
+        protocols: directAggregateProtocols(this.config.prefix),
+        maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
         maxQueuedFrames: PART_WINDOW,
         // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris
         // costs one of the 64 connections allowed per address for this long.
@@ -304,9 +288,8 @@ export class DecentralizedAverager {
         // private-network key and the allow list there. Group membership is checked after that.
         allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),
         accept: (channel) => {
-          if (this.node.status !== 'started') channel.abort(new AveragingError('the libp2p node is stopping'))
-          else if (pairs != null && channel.protocol === pairAggregateProtocol(this.config.prefix)) pairs.adopt(channel, false)
-          else this.router.accept(channel, channel.remotePeer)
+          if (this.node.status === 'started') this.router.accept(channel, channel.remotePeer)
+          else channel.abort(new AveragingError('the libp2p node is stopping'))
         },
         log: this.log.child({ component: 'data-channel' })
       }
@@ -321,7 +304,7 @@ export class DecentralizedAverager {
         this.directServer = await this.transport.listen(options)
       }
     }
-    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.log.child({ component: 'data-channel' }), this.transport.threads > 0 ? null : pairs)
+    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.log.child({ component: 'data-channel' }))
   }
 
   private readonly onNodeStop = (): void => {

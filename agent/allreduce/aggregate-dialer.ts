@@ -8,9 +8,7 @@ import { directHostsOf } from '../net/direct/endpoints.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { PeerInfo } from '../proto/averaging.js'
-import { KEPT_IDLE_MS, aggregateProtocol, directAggregateProtocols, isKeptChannel, pairAggregateProtocol } from './aggregate-protocol.js'
-import { LANE_HEADER_BYTES } from '../net/direct/pair-socket.js'
-import type { PairChannels, PairSocketSummary } from '../net/direct/pair-channels.js'
+import { KEPT_IDLE_MS, aggregateProtocol, directAggregateProtocols, isKeptChannel } from './aggregate-protocol.js'
 import { silentLog, type Log } from '../log.js'
 
 export interface ChannelOptions {
@@ -49,9 +47,7 @@ export class AggregateDialer {
     private readonly prefix: string,
     private readonly identity: DataChannelIdentity | null,
     private readonly transport: DirectTransport | null,
-    private readonly log: Log = silentLog,
-    /** The pair channels we hold (main-thread sockets only); null: one socket per round's role. */
-    private readonly pairs: PairChannels | null = null
+    private readonly log: Log = silentLog
   ) {}
 
   get hasIdentity (): boolean { return this.identity != null }
@@ -72,17 +68,13 @@ export class AggregateDialer {
             identity: this.identity,
             host,
             port,
-            protocols: directAggregateProtocols(this.prefix, this.pairs != null),
+            protocols: directAggregateProtocols(this.prefix),
             expectedPeer: peerId,
             timeoutMs: Math.min(options.timeoutMs, 5000),
-            // Room for a lane's header, should the reducer agree on the pair channel.
-            maxFrameBytes: options.maxFrameBytes + (this.pairs != null ? LANE_HEADER_BYTES : 0),
+            maxFrameBytes: options.maxFrameBytes,
             maxQueuedFrames: options.maxQueuedFrames
           }), options.signal)
           this.opened.direct++
-          if (this.pairs != null && channel.protocol === pairAggregateProtocol(this.prefix)) {
-            return this.pairs.adopt(channel, true, port).openLane()
-          }
           this.live.add(channel)
           void channel.closed.then(() => {
             this.live.delete(channel)
@@ -110,16 +102,14 @@ export class AggregateDialer {
   takeKept (peer: string, info: PeerInfo): DirectFrameChannel | null {
     const key = poolKey(peer, info.dataPort ?? 0)
     const channels = this.idle.get(key)
-    for (const channel of channels?.keys() ?? []) {
+    if (channels == null) return null
+    for (const channel of channels.keys()) {
       this.unkeep(key, channel)
       if (!this.live.has(channel)) continue
       this.reused++
       return channel
     }
-    // A socket to it that carried a round either way: a lane of its own for this round.
-    const lane = this.node.status === 'started' ? this.pairs?.laneTo(peer, info.dataPort ?? 0) : null
-    if (lane != null) this.reused++
-    return lane ?? null
+    return null
   }
 
   /**
@@ -142,18 +132,12 @@ export class AggregateDialer {
     return true
   }
 
-  /** The pair sockets held now (none without pair channels). */
-  pairSockets (): PairSocketSummary[] {
-    return this.pairs?.sockets() ?? []
-  }
-
   /** Drops every direct channel we opened (the node stopped). */
   closeAll (reason: Error): void {
     for (const channels of this.idle.values()) for (const timer of channels.values()) clearTimeout(timer)
     this.idle.clear()
     for (const channel of this.live) channel.abort(reason)
     this.live.clear()
-    this.pairs?.closeAll(reason)
   }
 
   private unkeep (key: string, channel: DirectFrameChannel): void {

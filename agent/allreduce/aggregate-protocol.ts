@@ -21,22 +21,9 @@ export function keptAggregateProtocol (prefix: string): string {
 /** keptAggregateProtocol's id after the prefix: what isKeptChannel recognises whatever the prefix. */
 const KEPT_VERSION = '/aggregate/1.1.0'
 
-/**
- * The same frames on lanes of one socket per pair of agents (agent/net/direct/pair-socket.ts): our
- * rounds to the peer and its rounds to us share it, one lane a round. Spoken where the sockets live
- * on the agent's main thread (not with data threads); agreed by TLS ALPN like 1.1.0.
- */
-export function pairAggregateProtocol (prefix: string): string {
-  return `/avs/${prefix}/aggregate/1.2.0`
-}
-
-/**
- * The aggregate protocol's versions a direct channel offers, the preferred first: with pairs, the
- * pair channel (pairAggregateProtocol) before the others.
- */
-export function directAggregateProtocols (prefix: string, pairs = false): string[] {
-  const versions = [keptAggregateProtocol(prefix), aggregateProtocol(prefix)]
-  return pairs ? [pairAggregateProtocol(prefix), ...versions] : versions
+/** The aggregate protocol's versions a direct channel offers, the preferred first. */
+export function directAggregateProtocols (prefix: string): string[] {
+  return [keptAggregateProtocol(prefix), aggregateProtocol(prefix)]
 }
 
 /** Whether a channel carries more than one round (it agreed on keptAggregateProtocol). */

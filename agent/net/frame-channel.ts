@@ -105,7 +105,11 @@ export class FrameQueue {
 
   async read (timeoutMs?: number): Promise<Uint8Array | null> {
     const frame = await this.readPieces(timeoutMs)
-    return frame == null ? null : frameBytes(frame)
+    if (frame == null) return null
+    // One chunk: a view of it, no copy; several: joined.
+    // A plain Uint8Array either way, not the transport's Buffer subclass.
+    const bytes = frame.subarray()
+    return Buffer.isBuffer(bytes) ? new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) : bytes
   }
 
   async readPieces (timeoutMs?: number): Promise<Uint8ArrayList | null> {
@@ -192,19 +196,6 @@ export class FrameQueue {
     }
   }
 
-  /**
-   * A frame the layer below already split off (a lane of a pair channel, pair-socket.ts), queued as
-   * push() queues the frames it splits.
-   */
-  pushFrame (frame: Uint8ArrayList): void {
-    if (this.failure != null || this.ended) return
-    this.deliver(frame)
-    if (this.frames.length >= this.options.maxQueuedFrames && !this.paused) {
-      this.paused = true
-      this.source.pause()
-    }
-  }
-
   /** The remote closed its side: a clean end only between frames. */
   end (): void {
     if (this.ended || this.failure != null) return
@@ -246,15 +237,6 @@ export class FrameQueue {
       this.source.resume()
     }
   }
-}
-
-/**
- * A frame from readPieces as one array: a view when it is one chunk, joined when it is several;
- * a plain Uint8Array either way, not the transport's Buffer subclass.
- */
-export function frameBytes (frame: Uint8ArrayList): Uint8Array {
-  const bytes = frame.subarray()
-  return Buffer.isBuffer(bytes) ? new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) : bytes
 }
 
 /** A frame's payload pieces, whichever form write() was given. */

@@ -9,15 +9,13 @@ import { dialDirect } from '../../../../agent/net/direct/direct-dial.js'
 import { mainThreadTransport, type DirectTransport } from '../../../../agent/net/direct/direct-transport.js'
 import { DataThreads } from '../../../../agent/net/direct/threads/data-threads.js'
 import type { DirectFrameChannel } from '../../../../agent/net/frame-channel.js'
-import { aggregateProtocol, directAggregateProtocols, isKeptChannel, keptAggregateProtocol, pairAggregateProtocol } from '../../../../agent/allreduce/aggregate-protocol.js'
+import { aggregateProtocol, directAggregateProtocols, isKeptChannel, keptAggregateProtocol } from '../../../../agent/allreduce/aggregate-protocol.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type NamedTensor, type StepResult } from '../../../../agent/averager.js'
 import { linesLog } from '../../../../agent/log.js'
 
-// Direct data channels kept across rounds: one socket per pair of agents carrying both roles on lanes
-// (pairAggregateProtocol, 1.2.0) where the sockets live on the main thread, one per role kept across
-// rounds (keptAggregateProtocol, 1.1.0) with data threads; each agreed by TLS ALPN with agents that
-// speak it, never with those that speak only older versions; a round to the same reducer goes over the
-// socket the last one used; a reducer that restarted at the same port is dialled anew.
+// Direct data channels kept across rounds (keptAggregateProtocol): agreed by TLS ALPN with agents
+// that speak it, never with those that speak only 1.0.0; a round to the same reducer goes over the
+// channel the last one used; a reducer that restarted at the same port is dialled anew.
 
 const ELEMENTS = 50_000
 // Equal declared bandwidths: spans stay equal in every round, so every member reduces one and every
@@ -84,35 +82,6 @@ for (const { name, transport } of TRANSPORTS) {
   })
 }
 
-test('pair channels: 1.2.0 agreed between agents that both offer it; either side offering only 1.1.0 and 1.0.0 agrees on 1.1.0', async () => {
-  const [server, client] = await Promise.all([0, 1].map(async () => {
-    const key = await generateKeyPair('Ed25519')
-    return { peer: peerIdFromPrivateKey(key), identity: await createDataChannelIdentity(key) }
-  }))
-  const accepted: DirectFrameChannel[] = []
-  const listen = async (pairs: boolean): Promise<Awaited<ReturnType<DirectTransport['listen']>>> => await mainThreadTransport.listen({
-    identity: server.identity, host: '127.0.0.1', port: 0, protocols: directAggregateProtocols('test', pairs),
-    maxFrameBytes: 1024, maxQueuedFrames: 4, handshakeTimeoutMs: 3000, accept: (channel) => { accepted.push(channel) }
-  })
-  const [pairServer, keptServer] = [await listen(true), await listen(false)]
-  const dial = async (port: number, pairs: boolean): Promise<DirectFrameChannel> => await mainThreadTransport.dial({
-    identity: client.identity, host: '127.0.0.1', port, protocols: directAggregateProtocols('test', pairs), expectedPeer: peerIdFromString(server.peer.toString()),
-    timeoutMs: 3000, maxFrameBytes: 1024, maxQueuedFrames: 4
-  })
-  try {
-    const both = await dial(pairServer.port, true)
-    const oldClient = await dial(pairServer.port, false)
-    const oldServer = await dial(keptServer.port, true)
-    assert.deepEqual([both, oldClient, oldServer].map(c => c.protocol), [pairAggregateProtocol('test'), keptAggregateProtocol('test'), keptAggregateProtocol('test')])
-    assert.equal(isKeptChannel(both), false, 'a pair socket is not a kept 1.1.0 channel: its lanes carry the rounds')
-    while (accepted.length < 3) await new Promise(resolve => setTimeout(resolve, 5))
-    for (const channel of [both, oldClient, oldServer, ...accepted]) channel.abort(new Error('test over'))
-  } finally {
-    await pairServer.close()
-    await keptServer.close()
-  }
-})
-
 /** Steps every averager once with values new for this round; checks the exact mean. */
 async function roundAtTheMean (averagers: readonly DecentralizedAverager[], round: number): Promise<StepResult[]> {
   for (let p = 0; p < averagers.length; p++) await averagers[p].withTensors(ts => { ts[0].data.set(values(p, round)) })
@@ -137,35 +106,24 @@ for (const threads of [0, 2]) {
         const results = await roundAtTheMean(swarm.averagers, round)
         for (let p = 0; p < 4; p++) {
           const { channels, reusedChannels } = results[p].allreduce
-          if (round === 0 && threads === 0) {
-            // A reducer's socket may reach us before we dial it: round 1 then already has a lane on it.
-            assert.equal(channels.direct + reusedChannels, 3, `round 0: peer ${p} opened a socket to each reducer or a lane on the one it dialed us`)
-            assert.equal(channels.libp2p, 0)
-          } else {
-            assert.deepEqual({ ...channels, reusedChannels }, round === 0 ? { direct: 3, libp2p: 0, reusedChannels: 0 } : { direct: 0, libp2p: 0, reusedChannels: 3 },
-              `round ${round}: peer ${p} ${round === 0 ? 'opened a channel to each reducer' : 'reused the channels of round 1'}`)
-          }
+          assert.deepEqual({ ...channels, reusedChannels }, round === 0 ? { direct: 3, libp2p: 0, reusedChannels: 0 } : { direct: 0, libp2p: 0, reusedChannels: 3 },
+            `round ${round}: peer ${p} ${round === 0 ? 'opened a channel to each reducer' : 'reused the channels of round 1'}`)
         }
       }
       for (let p = 0; p < 4; p++) {
-        const { opened, reused } = swarm.averagers[p].dataChannel
-        assert.equal(opened.libp2p, 0)
-        assert.equal(opened.direct + reused, 9, `peer ${p} sent 9 rounds to reducers`)
-        if (threads > 0) assert.deepEqual({ ...opened, reused }, { direct: 3, libp2p: 0, reused: 6 }, `peer ${p} opened 3 channels in 3 rounds`)
+        assert.deepEqual(swarm.averagers[p].dataChannel.opened, { direct: 3, libp2p: 0 }, `peer ${p} opened 3 channels in 3 rounds`)
+        assert.equal(swarm.averagers[p].dataChannel.reused, 6)
       }
-      if (threads === 0) assertOneSocketPerPair(swarm.averagers, 2)
-      else assert.deepEqual(swarm.averagers.map(a => a.dataChannel.pairs.length), [0, 0, 0, 0], 'data threads keep a socket per role')
     } finally {
       await swarm.stop()
     }
   })
 }
 
-for (const threads of [0, 2]) {
-test(`kept channels (${threads > 0 ? `${threads} data threads` : 'main thread'}): a reducer that restarted at the same data port is dialled anew, and the round is exact`, { timeout: 120_000 }, async () => {
+test('kept channels: a reducer that restarted at the same data port is dialled anew, and the round is exact', { timeout: 120_000 }, async () => {
   const dataPort = await freePort()
   const logs: string[][] = [[], [], [], []]
-  const config = (i: number): Partial<AveragerConfig> => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, bandwidth: BANDWIDTH, dataThreads: threads, ...(i === 3 ? { dataPort } : {}) })
+  const config = (i: number): Partial<AveragerConfig> => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, bandwidth: BANDWIDTH, ...(i === 3 ? { dataPort } : {}) })
   const swarm = await startSwarm(4, {
     tensors: tensorsOf,
     config,
@@ -183,66 +141,14 @@ test(`kept channels (${threads > 0 ? `${threads} data threads` : 'main thread'})
     const results = await roundAtTheMean(swarm.averagers, 1)
     for (let p = 0; p < 3; p++) {
       assert.deepEqual(results[p].allreduce.failedReducers, [], `peer ${p} saw no reducer fail`)
-      if (threads > 0) assert.equal(swarm.averagers[p].dataChannel.opened.direct, 4, `peer ${p} opened one new channel, to peer 3`)
-      else {
-        const toRestarted = swarm.averagers[p].dataChannel.pairs.filter(s => s.peer === swarm.nodes[3].peerId.toString())
-        // The old process's sockets are gone; the new ones carried round 2's lanes, one each way.
-        const lanes = toRestarted.reduce((sum, s) => ({ local: sum.local + s.lanesOpened.local, remote: sum.remote + s.lanesOpened.remote }), { local: 0, remote: 0 })
-        assert.deepEqual(lanes, { local: 1, remote: 1 }, `peer ${p} exchanged round 2 with the restarted peer on new sockets: ${JSON.stringify(toRestarted)}`)
-      }
-      // A kept 1.1.0 channel is found dead by the round that tries it; a pair socket as soon as the
-      // restarting peer closes it (its end reaches the pair at once; across networks a killed pod's
-      // may not, and then the round finds it as with 1.1.0).
-      if (threads > 0) assert.ok(logs[p].some(line => /the kept channel to \S+ closed before the reducer accepted it/.test(line)), `peer ${p} said why it opened a new channel`)
+      assert.equal(swarm.averagers[p].dataChannel.opened.direct, 4, `peer ${p} opened one new channel, to peer 3`)
+      assert.ok(logs[p].some(line => /the kept channel to \S+ closed before the reducer accepted it/.test(line)), `peer ${p} said why it opened a new channel`)
     }
-    const restarted = swarm.averagers[3].dataChannel
-    if (threads > 0) assert.deepEqual(restarted.opened, { direct: 3, libp2p: 0 }, 'the restarted peer opened its own channels anew')
-    else assert.equal(restarted.opened.direct + restarted.reused, 3, 'the restarted peer opened its own sockets anew, or lanes on those the others dialed it')
+    assert.deepEqual(swarm.averagers[3].dataChannel.opened, { direct: 3, libp2p: 0 }, 'the restarted peer opened its own channels anew')
   } finally {
     await swarm.stop()
   }
 })
-}
-
-test('pair channels: agents on the main thread share a socket per pair, agents with data threads keep theirs, and every round is exact', { timeout: 120_000 }, async () => {
-  // Peers 0 and 1 speak 1.2.0; peers 2 and 3 (data threads) 1.1.0 only.
-  const swarm = await startSwarm(4, {
-    tensors: tensorsOf,
-    config: (i) => ({ targetGroupSize: 4, minGroupSize: 4, partSizeBytes: 16384, bandwidth: BANDWIDTH, dataChannel: 'direct', dataThreads: i < 2 ? 0 : 2 })
-  })
-  try {
-    for (let round = 0; round < 3; round++) await roundAtTheMean(swarm.averagers, round)
-    assertOneSocketPerPair(swarm.averagers.slice(0, 2), 2)
-    for (let p = 0; p < 2; p++) {
-      assert.deepEqual(swarm.averagers[p].dataChannel.pairs.map(s => s.peer), swarm.averagers[p].dataChannel.pairs.map(() => swarm.nodes[1 - p].peerId.toString()), `peer ${p} holds pair sockets only to the other main-thread peer`)
-    }
-  } finally {
-    await swarm.stop()
-  }
-})
-
-/**
- * Every two of these agents carried their last `rounds` rounds, both ways, on one socket: the one the
- * peer with the smaller id dialed. A socket both sides dialed at once in round 1 carried only that round.
- */
-function assertOneSocketPerPair (averagers: readonly DecentralizedAverager[], rounds: number): void {
-  const ids = averagers.map(a => a.node.peerId.toString())
-  for (let p = 0; p < averagers.length; p++) {
-    for (let q = 0; q < averagers.length; q++) {
-      if (p === q) continue
-      const sockets = averagers[p].dataChannel.pairs.filter(s => s.peer === ids[q])
-      const described = `peer ${p}'s sockets to peer ${q}: ${JSON.stringify(sockets)}`
-      assert.ok(sockets.length === 1 || sockets.length === 2, described)
-      const busy = sockets.filter(s => s.lanesOpened.local >= rounds && s.lanesOpened.remote >= rounds)
-      assert.equal(busy.length, 1, `one socket carried the last rounds both ways; ${described}`)
-      if (sockets.length === 2) {
-        assert.equal(busy[0].dialedByUs, ids[p] < ids[q], `of two, the one the smaller id dialed; ${described}`)
-        const other = sockets.find(s => s !== busy[0])!
-        assert.ok(other.lanesOpened.local + other.lanesOpened.remote <= 2, `the other carried round 1 only; ${described}`)
-      }
-    }
-  }
-}
 
 async function freePort (): Promise<number> {
   const server = net.createServer()

@@ -45,7 +45,10 @@ export interface ReducerDeadlineOptions {
  *
  * Acceptance is judged apart: a live reducer accepts our stream as soon as it reads our header,
  * whatever its other senders do, so once a majority of the reducers (our own span at 0) accepted,
- * one that has not within median + slack of their acceptance times is cut off. A member that
+ * one that has not within median + slack of their acceptance times is cut off, unless it answers
+ * the liveness check as a late mean's reducer must (late-checks.ts): a header or its reply can
+ * stall behind a congested link too (one socket for both roles of a pair put the reply behind
+ * megabytes of parts, and healthy reducers were cut off: BENCHMARKS.md). A member that
  * reduces no span never sees a frozen member as a sender (silent() is never called), and its means'
  * waits were inflated by that sender: it had given the frozen member a second slack (~4 s where
  * the others took ~2 s), finished its round later than its group, and then came late to the span
@@ -130,7 +133,7 @@ export class ReducerDeadlines {
     const unaccepted = this.unaccepted()
     const times = [
       ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.checks.judgedAt(r, this.waitingSince[r], due!.wait.limitMs)),
-      ...(unaccepted !== undefined && unaccepted.late.length > 0 ? [this.start + unaccepted.wait.limitMs] : [])
+      ...(unaccepted?.late ?? []).map(r => this.checks.judgedAt(r, this.start, unaccepted!.wait.limitMs))
     ]
     // A reducer whose liveness check runs is judged when the check ends, not by the timer.
     const next = Math.min(...times)
@@ -145,11 +148,10 @@ export class ReducerDeadlines {
     const unaccepted = this.unaccepted()
     if (unaccepted !== undefined) {
       const waitedMs = this.now() - this.start
-      if (waitedMs >= unaccepted.wait.limitMs) {
-        for (const r of unaccepted.late) {
-          this.gone[r] = true
-          this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs, wait: unaccepted.wait, samples: unaccepted.samples, silentSender: false, unaccepted: true })
-        }
+      for (const r of unaccepted.late) {
+        if (!this.checks.cutNow(r, this.start, unaccepted.wait.limitMs)) continue
+        this.gone[r] = true
+        this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs, wait: unaccepted.wait, samples: unaccepted.samples, silentSender: false, unaccepted: true })
       }
     }
     const due = this.laggards()

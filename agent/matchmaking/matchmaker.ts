@@ -110,8 +110,11 @@ export class Matchmaker {
         const entry = heardEntry(peerId, expiration, this.now(), this.config.averagingExpiration)
         if (entry == null || (search.heard.size >= MAX_HEARD && !search.heard.has(peerId))) return
         // It just asked us: alive, whatever an earlier check concluded (a leader slow under load that
-        // we had marked silent asked us in turn, and was skipped; its key split in two).
+        // we had marked silent asked us in turn, and was skipped; its key split in two), and looking
+        // for us now, whatever it answered when we asked it at this declaration (the silent leader
+        // above had been asked: skipped as tried, the two met only when a declaration ran out).
         if (search.silent.delete(peerId)) this.config.log?.debug(`${peerId.slice(-6)} asked us, so it is alive: no longer counted silent`)
+        search.tried.delete(triedKey(peerId, expiration))
         search.heard.set(peerId, entry)
         this.config.log?.debug(`${peerId.slice(-6)} (exp ${expiration.toFixed(3)}) asked us to lead it and ranks above us: asking it in turn`)
         this.wakeup.notify()

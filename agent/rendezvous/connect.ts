@@ -1,5 +1,6 @@
 import type { PeerId } from '@libp2p/interface'
 import type { RpcNode } from '../net/rpc.js'
+import { awakeTimeout } from '../util/awake-timeout.js'
 
 /**
  * Makes sure a connection to the peer is open or opening before a request with a short timeout
@@ -13,8 +14,9 @@ import type { RpcNode } from '../net/rpc.js'
 export async function connectPatiently (node: RpcNode, peer: PeerId, waitMs: number): Promise<void> {
   if (node.getConnections(peer).length > 0) return
   const dialling = node.dial(peer)
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<'late'>(resolve => { timer = setTimeout(() => { resolve('late') }, waitMs) })
+  // Counted in time our own event loop was awake: a handshake that finished while we stalled is read, not given up on (awake-timeout.ts).
+  const timeout = awakeTimeout(waitMs)
+  const late = new Promise<'late'>(resolve => { timeout.signal.addEventListener('abort', () => { resolve('late') }, { once: true }) })
   try {
     // A failed dial throws here; one still under way after waitMs fails this request only.
     if (await Promise.race([dialling, late]) === 'late') {
@@ -22,7 +24,7 @@ export async function connectPatiently (node: RpcNode, peer: PeerId, waitMs: num
       throw new ConnectingError(`still connecting to ${peer.toString()} after ${waitMs} ms`)
     }
   } finally {
-    clearTimeout(timer)
+    timeout.clear()
   }
 }
 

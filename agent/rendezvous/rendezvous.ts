@@ -9,6 +9,7 @@ import { toAgent } from '../../api/parameter-bounds.js'
 import { DictionaryStore, mergeEntries, type StoredEntry } from './store.js'
 import { describeError } from '../errors.js'
 import { connectPatiently } from './connect.js'
+import { awakeTimeout } from '../util/awake-timeout.js'
 import { silentLog, type Log } from '../log.js'
 
 export const RENDEZVOUS_PROTOCOL = '/avs/rendezvous/1.0.0'
@@ -361,7 +362,9 @@ export class Rendezvous implements Startable {
    */
   private async probeOnce (peer: PeerId, key: string): Promise<void> {
     const old = this.node.getConnections(peer)
-    const fresh = await this.node.dial(peer, { force: old.length > 0, signal: AbortSignal.timeout(this.options.requestTimeoutMs) })
+    // In time we were awake to see it open (awake-timeout.ts), as the request itself.
+    const timeout = awakeTimeout(this.options.requestTimeoutMs)
+    const fresh = await this.node.dial(peer, { force: old.length > 0, signal: timeout.signal }).finally(() => { timeout.clear() })
     await this.ask(peer, key, undefined, RendezvousRequest.encode({ key }), fresh)
     for (const stale of old) {
       if (stale === fresh || stale.streams.some(s => !isControlProtocol(s.protocol))) continue

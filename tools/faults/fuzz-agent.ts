@@ -115,8 +115,12 @@ async function startAgents (n: number, logDir: string): Promise<{ agents: Agent[
   const targetId = peerIdFromPrivateKey(key)
   const agents: Agent[] = []
   let bootstrap = ''
+  // Every agent's ports at once: chosen per agent, a port the agent before had been given but not
+  // yet bound was free to hand out again, and the next agent failed to start (EADDRINUSE in a
+  // clean-clone CI run: three honest agents of four, no round in 300 s).
+  const ports = await freePorts(3 * n)
   for (let i = 0; i < n; i++) {
-    const [p2pPort, metricsPort, sidecarPort] = await freePorts(3)
+    const [p2pPort, metricsPort, sidecarPort] = ports.slice(3 * i, 3 * i + 3)
     const p2pAddr = `/ip4/127.0.0.1/tcp/${p2pPort}/p2p/${i === 0 ? targetId.toString() : ''}`
     if (i === 0) bootstrap = p2pAddr
     const env = agentEnv({
@@ -223,6 +227,15 @@ function procMemory (pid: number): { rss: number, hwm: number } | null {
     return { rss: kb('VmRSS') / 1024, hwm: kb('VmHWM') / 1024 }
   } catch {
     return null
+  }
+}
+
+/** The last line an agent wrote to its log, for an error that names why it stopped. */
+function lastLine (path: string): string {
+  try {
+    return readFileSync(path, 'utf8').trim().split('\n').at(-1) ?? '(empty log)'
+  } catch {
+    return `(no log at ${path})`
   }
 }
 
@@ -560,7 +573,12 @@ export async function runFuzz (options: FuzzOptions): Promise<FuzzReport> {
   const rss: number[] = []
   try {
     // Honest averaging first: every agent has finished a round before the fuzzer connects.
-    await waitFor(async () => (await roundsOf(agents)).perAgent.every(r => r >= 1), 300_000, 'the honest agents did not each finish a round within 300 s')
+    await waitFor(async () => {
+      // An agent that exited before its first round (it could not start) will not average: say which, and why, now.
+      const gone = agents.find(a => a.exited)
+      if (gone != null) throw new Error(`agent fuzz-${gone.index} exited before the honest rounds: ${lastLine(gone.process.logPath)}`)
+      return (await roundsOf(agents)).perAgent.every(r => r >= 1)
+    }, 300_000, 'the honest agents did not each finish a round within 300 s')
     const baselineSamples: number[] = []
     for (let i = 0; i < 8; i++) { const m = procMemory(target.process.pid!); if (m != null) baselineSamples.push(m.rss); await sleep(250) }
     baselineSamples.sort((a, b) => a - b)

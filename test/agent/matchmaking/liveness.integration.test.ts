@@ -7,14 +7,9 @@ import type { Stream } from '@libp2p/interface'
 import { startConnectedNodes } from '../swarm-fixture.js'
 import { Liveness } from '../../../agent/matchmaking/liveness.js'
 import { aliveProtocol } from '../../../agent/matchmaking/join-protocol.js'
+import { stall } from '../stall.js'
 
 const WITHIN_MS = 300
-
-/** Holds this thread for `ms`, as a long GC or a CPU-starved process does. */
-function stall (ms: number): void {
-  const until = performance.now() + ms
-  while (performance.now() < until) { /* busy */ }
-}
 
 test('liveness: a live peer is not judged silent because our own event loop stalled past the timeout', { timeout: 30_000 }, async () => {
   const [asker, peer] = await startConnectedNodes(2)

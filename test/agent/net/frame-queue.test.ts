@@ -1,6 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { FrameQueue, frameHeader } from '../../../agent/net/frame-channel.js'
+import { stall } from '../stall.js'
 
 function queue (): FrameQueue {
   return new FrameQueue({ pause: () => {}, resume: () => {}, violate: () => {}, describePeer: () => 'peer' }, { maxFrameBytes: 1024, maxQueuedFrames: 4 })
@@ -9,11 +10,6 @@ function queue (): FrameQueue {
 function frame (bytes: number[]): Uint8Array {
   const header = frameHeader(bytes.length)
   return Uint8Array.from([...header, ...bytes])
-}
-
-function stall (ms: number): void {
-  const until = performance.now() + ms
-  while (performance.now() < until) { /* our own event loop held */ }
 }
 
 test('FrameQueue read timeout: a silent source times out on time', async () => {

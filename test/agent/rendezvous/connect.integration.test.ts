@@ -8,14 +8,9 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { startConnectedNodes } from '../swarm-fixture.js'
 import { connectPatiently, ConnectingError } from '../../../agent/rendezvous/connect.js'
 import { createSwarmNode } from '../../../agent/net/node.js'
+import { stall } from '../stall.js'
 
 const WAIT_MS = 300
-
-/** Holds this thread for `ms`, as a long GC or a CPU-starved process does. */
-function stall (ms: number): void {
-  const until = performance.now() + ms
-  while (performance.now() < until) { /* busy */ }
-}
 
 test('connectPatiently: a dial that completes while our own event loop stalls past the wait is used, not given up on', { timeout: 30_000 }, async () => {
   const [asker, peer] = await startConnectedNodes(2)

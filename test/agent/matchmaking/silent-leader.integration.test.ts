@@ -2,9 +2,9 @@
 // group at once. The follower's first request to it and the liveness check it makes meanwhile go
 // unanswered (held, as a leader stalled under load leaves them), so the follower marks it silent and
 // skips it for the rest of its declaration; the leader, seeing the follower looking without joining,
-// asks it (a reverse ask). Before the follower
-// took that as proof of life, the two met only when a declaration ran out (a key of three split so
-// under two CPU burners: RELIABILITY.md, "Timeouts fooled by a stall of our own").
+// asks it (a reverse ask). Until the follower took that ask as proof of life and asked the leader again
+// (it had been skipped as already asked), the two met only when a declaration ran out (a key of three
+// split so under two CPU burners: RELIABILITY.md, "A silent leader that asked us was still skipped").
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { Stream } from '@libp2p/interface'

@@ -13,7 +13,7 @@ import type { Liveness } from './liveness.js'
 import type { MatchmakerConfig } from './matchmaker.js'
 import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { followRedirect, redirectKey, reverseKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
+import { acceptsPartial, followRedirect, redirectKey, reverseKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
 
 const MAX_REDIRECTS = 8
 
@@ -118,6 +118,7 @@ export class FollowerSide {
           timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2
         })
         opened = true
+        const bringing = search.followers.size
         await framed.write(this.joinRequest(search, expiration))
         // Wait for the answer as long as the leader may still assemble with us (its expiration plus
         // one request timeout, as for its second message): a follower that gave up after a bare
@@ -148,7 +149,7 @@ export class FollowerSide {
           return null
         }
         search.currentLeader = leaderId
-        search.disband(leaderId, 'our leader joined another group')
+        this.leaveFollowers(search, leaderId, bringing, reply.noRoomFor)
         return framed
       } catch (err) {
         // Given up (no answer in time, a broken stream): the stream is reset, so that a leader slow
@@ -191,11 +192,13 @@ export class FollowerSide {
     const requestMs = this.config.requestTimeout * 1000
     let framed: FramedStream | undefined
     let reply: MessageFromLeader | null = null
+    let bringing = 0
     // Our expiration waits for the answer, as for any ask (Search.assembleIfEnough).
     search.beginAsk()
     try {
       await connectPatiently(this.node, leader, requestMs)
       framed = await openFramed(this.node, leader, joinProtocol(this.config.prefix), { timeoutMs: requestMs, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
+      bringing = search.followers.size
       await framed.write(this.joinRequest(search, search.declaredExpiration ?? Infinity))
       const first = await framed.read(requestMs)
       reply = first != null ? MessageFromLeader.decode(first) : null
@@ -211,7 +214,7 @@ export class FollowerSide {
       const free = await this.lock.run(async () => {
         if (search.assembled || search.currentLeader != null) return false
         search.currentLeader = leaderId
-        search.disband(leaderId, 'our leader joined another group')
+        this.leaveFollowers(search, leaderId, bringing, reply!.noRoomFor)
         return true
       })
       // Taken meanwhile (our own group, another leader): leaving closes the stream, and the leader drops us.
@@ -264,6 +267,8 @@ export class FollowerSide {
         return { group }
       }
       search.rejections.push(describeReply(reply))
+      // Our leader joined a group with no room for us (Search.disband): we are one too many under our key.
+      if (formedWithoutUs(reply)) search.turnedAway++
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
         const next = peerIdFromBytes(reply.suggestedLeader).toString()
         if (next === this.selfId) return null
@@ -307,8 +312,19 @@ export class FollowerSide {
       expiration,
       groupKey: search.groupKey,
       info: search.info,
-      bringing: search.followers.size
+      bringing: search.followers.size,
+      acceptsPartial: acceptsPartial(search)
     })
+  }
+
+  /**
+   * Accepted by `leaderId`, having told it we bring `bringing` followers: they go on to it, but for the
+   * `noRoom` it has no room for, and any that joined us since (askBelow holds no lock), sent away.
+   */
+  private leaveFollowers (search: Search, leaderId: string, bringing: number, noRoom: number): void {
+    const away = noRoom > 0 ? noRoom + Math.max(0, search.followers.size - bringing) : 0
+    if (away > 0) this.config.log?.debug(`${leaderId.slice(-6)} took us with ${Math.max(0, search.followers.size - away)} of our ${search.followers.size} follower(s): no room for the rest, sent away`)
+    search.disband(leaderId, 'our leader joined another group', away)
   }
 
   private parseGroup (reply: MessageFromLeader, leader: string): GroupInfo | null {

@@ -5,7 +5,7 @@ import { ProtocolError, describeError } from '../errors.js'
 import { MAX_JOIN_REQUEST_BYTES, MAX_JOIN_STREAMS_PER_PEER } from './join-protocol.js'
 import { PerPeerStreamLimit, peerIdToBytes, refuseStream } from '../net/rpc.js'
 import type { Search } from './search.js'
-import { reasonToReject } from './decisions.js'
+import { noRoomFor, reasonToReject } from './decisions.js'
 import type { Mutex } from '../util/mutex.js'
 import type { Log } from '../log.js'
 
@@ -56,13 +56,15 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
           }
           joined = search
+          // Room for the asker, not for all it brings: it sends the rest away (decisions.ts noRoomFor).
+          const away = noRoomFor(search!.followers.size, request.bringing, ctx.targetGroupSize)
           accepted = new Promise<MessageFromLeader>(resolve => {
             search!.followers.set(from, { peerId: from, info: request.info!, joinedAfter: search!.declaredAt != null ? ctx.now() - search!.declaredAt : undefined, settle: resolve })
           })
           // The followers it brings are sent on to us now; each asks us within a request timeout
           // (its old key's withdrawal runs beside the ask): two are slack on a busy machine.
-          search!.expectBrought(request.bringing, ctx.now() + 2 * ctx.requestTimeoutMs / 1000)
-          return message(MatchCode.ACCEPTED, '')
+          search!.expectBrought(request.bringing - away, ctx.now() + 2 * ctx.requestTimeoutMs / 1000)
+          return { ...message(MatchCode.ACCEPTED, ''), noRoomFor: away }
         })
         try {
           await framed.write(MessageFromLeader.encode(reply))
@@ -96,5 +98,5 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
 }
 
 function message (code: MatchCode, reason: string): MessageFromLeader {
-  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '' }
+  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0 }
 }

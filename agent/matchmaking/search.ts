@@ -107,7 +107,8 @@ export class Search {
       reason: '',
       arrivalDelays: [...this.followers.values()].flatMap(f => f.joinedAfter !== undefined ? [f.joinedAfter] : []),
       gridKey: this.gridKey ?? '',
-      leaderKey: ''
+      leaderKey: '',
+      noRoomFor: 0
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()
@@ -205,21 +206,33 @@ export class Search {
     return this.outcome
   }
 
-  /** Sends our followers away, pointing them at our new leader when we joined one. */
-  disband (suggestedLeader: string | null, reason: string): void {
-    const message: MessageFromLeader = {
+  /**
+   * Sends our followers away, pointing them at our new leader when we joined one. `noRoom`: how many
+   * of them that leader had no room for (MessageFromLeader.no_room_for): the last to join us are told
+   * so (GROUP_IS_FULL: a group formed without them, decisions.ts extraUnderKey) and not sent on.
+   */
+  disband (suggestedLeader: string | null, reason: string, noRoom = 0): void {
+    const away = suggestedLeader != null ? Math.min(Math.max(0, noRoom), this.followers.size) : 0
+    const followers = [...this.followers.values()]
+    this.followers.clear()
+    const none: MessageFromLeader = {
       code: MatchCode.GROUP_DISBANDED,
       groupId: new Uint8Array(0),
       orderedPeerIds: [],
       gathered: [],
-      suggestedLeader: suggestedLeader != null ? peerIdToBytes(suggestedLeader) as Uint8Array<ArrayBuffer> : new Uint8Array(0),
+      suggestedLeader: new Uint8Array(0),
       reason,
       arrivalDelays: [],
       gridKey: '',
-      // The key we asked our new leader under: where our followers must ask it.
-      leaderKey: suggestedLeader != null ? this.groupKey : ''
+      leaderKey: '',
+      noRoomFor: 0
     }
-    for (const follower of this.followers.values()) follower.settle(message)
-    this.followers.clear()
+    const full = { ...none, code: MatchCode.GROUP_IS_FULL, reason: 'no room for us in the group our leader joined' }
+    for (const follower of followers.splice(followers.length - away, away)) follower.settle(full)
+    const sent = suggestedLeader == null
+      ? none
+      // The key we asked our new leader under: where our followers must ask it.
+      : { ...none, suggestedLeader: peerIdToBytes(suggestedLeader) as Uint8Array<ArrayBuffer>, leaderKey: this.groupKey }
+    for (const follower of followers) follower.settle(sent)
   }
 }

@@ -1035,6 +1035,7 @@ export interface JoinRequest {
   groupKey: string
   info?: PeerInfo
   bringing: number
+  acceptsPartial: boolean
 }
 
 export namespace JoinRequest {
@@ -1072,6 +1073,11 @@ export namespace JoinRequest {
           w.uint32(obj.bringing)
         }
 
+        if ((obj.acceptsPartial != null && obj.acceptsPartial !== false)) {
+          w.uint32(48)
+          w.bool(obj.acceptsPartial)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1080,7 +1086,8 @@ export namespace JoinRequest {
           schemaHash: uint8ArrayAlloc(0),
           expiration: 0,
           groupKey: '',
-          bringing: 0
+          bringing: 0,
+          acceptsPartial: false
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1109,6 +1116,10 @@ export namespace JoinRequest {
             }
             case 5: {
               obj.bringing = reader.uint32()
+              break
+            }
+            case 6: {
+              obj.acceptsPartial = reader.bool()
               break
             }
             default: {
@@ -1158,6 +1169,13 @@ export namespace JoinRequest {
               yield {
                 field: `${prefix}.bringing`,
                 value: reader.uint32()
+              }
+              break
+            }
+            case 6: {
+              yield {
+                field: `${prefix}.acceptsPartial`,
+                value: reader.bool()
               }
               break
             }
@@ -1239,6 +1257,11 @@ export namespace JoinRequest {
     value: number
   }
 
+  export interface JoinRequestAcceptsPartialFieldEvent {
+    field: '$.acceptsPartial'
+    value: boolean
+  }
+
   export function encode (obj: Partial<JoinRequest>): Uint8Array {
     return encodeMessage(obj, JoinRequest.codec())
   }
@@ -1247,7 +1270,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestBringingFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1262,6 +1285,7 @@ export interface MessageFromLeader {
   arrivalDelays: number[]
   gridKey: string
   leaderKey: string
+  noRoomFor: number
 }
 
 export namespace MessageFromLeader {
@@ -1325,6 +1349,11 @@ export namespace MessageFromLeader {
           w.string(obj.leaderKey)
         }
 
+        if ((obj.noRoomFor != null && obj.noRoomFor !== 0)) {
+          w.uint32(80)
+          w.uint32(obj.noRoomFor)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1338,7 +1367,8 @@ export namespace MessageFromLeader {
           reason: '',
           arrivalDelays: [],
           gridKey: '',
-          leaderKey: ''
+          leaderKey: '',
+          noRoomFor: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1395,6 +1425,10 @@ export namespace MessageFromLeader {
             }
             case 9: {
               obj.leaderKey = reader.string()
+              break
+            }
+            case 10: {
+              obj.noRoomFor = reader.uint32()
               break
             }
             default: {
@@ -1508,6 +1542,13 @@ export namespace MessageFromLeader {
               }
               break
             }
+            case 10: {
+              yield {
+                field: `${prefix}.noRoomFor`,
+                value: reader.uint32()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -1616,6 +1657,11 @@ export namespace MessageFromLeader {
     value: string
   }
 
+  export interface MessageFromLeaderNoRoomForFieldEvent {
+    field: '$.noRoomFor'
+    value: number
+  }
+
   export function encode (obj: Partial<MessageFromLeader>): Uint8Array {
     return encodeMessage(obj, MessageFromLeader.codec())
   }
@@ -1624,7 +1670,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, outranks, reasonToReject,
+  MAX_HEARD, acceptsPartial, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
   othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -19,7 +19,7 @@ function info (over: Partial<PeerInfo> = {}): PeerInfo {
 }
 
 function request (over: Partial<JoinRequest> = {}): JoinRequest {
-  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), bringing: 0, ...over }
+  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), bringing: 0, acceptsPartial: false, ...over }
 }
 
 function leading (over: Partial<LeaderState> = {}, followers: string[] = []): LeaderState {
@@ -109,6 +109,19 @@ test('a leader with targetGroupSize - 1 followers is full; one fewer still takes
   assert.equal(reasonToReject(LEADER, leading({}, ['a', 'b']), request(), 'peer-F'), null)
   assert.equal(groupFull(3, 4), true)
   assert.equal(groupFull(2, 4), false)
+})
+
+test('a leader with room for an asking leader but not all it brings takes it with those that fit, where it accepts that (on its Moshpit key)', () => {
+  // Two members, a leader of three asking: room for the asker and one of its two followers.
+  assert.equal(reasonToReject(LEADER, leading({}, ['a']), request({ bringing: 2, acceptsPartial: true }), 'peer-F'), null)
+  assert.equal(noRoomFor(1, 2, 4), 1)
+  assert.equal(noRoomFor(0, 2, 4), 0, 'three of them and the leader: four')
+  assert.equal(noRoomFor(1, 1, 4), 0)
+  assert.equal(noRoomFor(2, 3, 4), 3, 'the asker alone fits')
+  assert.equal(reasonToReject(LEADER, leading({}, ['a', 'b', 'c']), request({ bringing: 1, acceptsPartial: true }), 'peer-F')?.code, MatchCode.GROUP_IS_FULL, 'no room for the asker itself')
+  assert.equal(acceptsPartial({ groupKey: KEY, leftoverKey: 'avs.leftovers' }), true)
+  assert.equal(acceptsPartial({ groupKey: 'avs.leftovers', leftoverKey: 'avs.leftovers' }), false, 'under the leftover key a group stays whole')
+  assert.equal(acceptsPartial({ groupKey: KEY }), false, 'nowhere for those sent away to go')
 })
 
 test('a leader without room for an asking leader and the followers it brings refuses it: that group stays whole', () => {

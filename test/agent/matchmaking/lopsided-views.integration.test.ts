@@ -69,34 +69,56 @@ test('a leader that nobody sees asks the worse-ranked leader it sees, which lear
   } finally { await swarm.stop() }
 })
 
-test('five peers under one key and three under another make two groups of four: the one too many meets the short key under the leftover key, and takes its place on the grid', { timeout: 120_000 }, async () => {
-  // Followers came 1 s after their leader declared, MIN_ARRIVALS times: a short key may assemble 2 s
-  // after declaring, by when the extra of the full key has been turned away and gone to the leftover key.
+/** Five peers under key '0' (0-4), three under key '1' (5-7): followers came 1 s after their leader declared, MIN_ARRIVALS times. */
+async function fivePlusThree (): Promise<SwarmFixture> {
+  // A short key may then assemble 2 s after declaring, by when the extra of the full key has been
+  // turned away and gone to the leftover key.
   const seasoned = (): ArrivalClock => { const c = new ArrivalClock(); for (let i = 0; i < MIN_ARRIVALS; i++) c.record(1); return c }
   const bits = (i: number): string => i < 5 ? '0' : '1'
-  const swarm = await startSwarm(8, {
+  return await startSwarm(8, {
     tensors,
     config: (i) => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: EXPIRATION, initialGroupBits: bits(i) }),
     hooks: () => ({ arrivals: seasoned() })
   })
+}
+
+/** Two exact groups of four, well before the declarations end: one holds the short key's three and the extra, whose next bits come from the short key. */
+async function assertGridMended (swarm: SwarmFixture, results: StepResult[]): Promise<void> {
+  const groups = new Map<string, number[]>()
+  for (const [i, r] of results.entries()) groups.set(r.groupId, [...(groups.get(r.groupId) ?? []), i])
+  assert.deepEqual([...groups.values()].map(g => g.length).sort(), [4, 4], `groups ${JSON.stringify([...groups.values()])}`)
+  const mixed = [...groups.values()].find(g => g.some(i => i < 5) && g.some(i => i >= 5))
+  assert.ok(mixed != null, 'one group holds the short key\'s three and the extra')
+  for (const r of results) assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
+  for (const [groupId, members] of groups) {
+    const mean = weightedMean(members.map(p => tensors(p)[0].data), members.map(() => 1))
+    for (const p of members) assert.ok(maxAbsDiff(await swarm.averagers[p].withTensors(t => t[0].data), mean) < 1e-5, `group ${groupId.slice(0, 8)}`)
+  }
+  // The extra's next bits come from the short key ('1' shifted), as its three members' do; with one bit
+  // and groups of four (two bits of index), every member of a group lands under the bit its index ends in.
+  const extra = mixed.find(i => i < 5)!
+  const next = new Set(mixed.map(i => swarm.averagers[i].groupBits))
+  assert.deepEqual([...next].sort(), ['0', '1'], `the mixed group's members spread over both keys: ${JSON.stringify(mixed.map(i => swarm.averagers[i].groupBits))}`)
+  assert.ok(results[extra].peers.length === 4)
+}
+
+test('five peers under one key and three under another make two groups of four: the one too many meets the short key under the leftover key, and takes its place on the grid', { timeout: 120_000 }, async () => {
+  const swarm = await fivePlusThree()
   try {
-    const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: EXPIRATION + 5 })))
-    const groups = new Map<string, number[]>()
-    for (const [i, r] of results.entries()) groups.set(r.groupId, [...(groups.get(r.groupId) ?? []), i])
-    assert.deepEqual([...groups.values()].map(g => g.length).sort(), [4, 4], `groups ${JSON.stringify([...groups.values()])}`)
-    const mixed = [...groups.values()].find(g => g.some(i => i < 5) && g.some(i => i >= 5))
-    assert.ok(mixed != null, 'one group holds the short key\'s three and the extra')
-    for (const r of results) assert.ok(r.matchmakingMs < EXPIRATION * 1000 / 2, `matchmaking took ${r.matchmakingMs} ms`)
-    for (const [groupId, members] of groups) {
-      const mean = weightedMean(members.map(p => tensors(p)[0].data), members.map(() => 1))
-      for (const p of members) assert.ok(maxAbsDiff(await swarm.averagers[p].withTensors(t => t[0].data), mean) < 1e-5, `group ${groupId.slice(0, 8)}`)
-    }
-    // The extra's next bits come from the short key ('1' shifted), as its three members' do; with one bit
-    // and groups of four (two bits of index), every member of a group lands under the bit its index ends in.
-    const extra = mixed.find(i => i < 5)!
-    const next = new Set(mixed.map(i => swarm.averagers[i].groupBits))
-    assert.deepEqual([...next].sort(), ['0', '1'], `the mixed group's members spread over both keys: ${JSON.stringify(mixed.map(i => swarm.averagers[i].groupBits))}`)
-    assert.ok(results[extra].peers.length === 4)
+    await assertGridMended(swarm, await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: EXPIRATION + 5 }))))
+  } finally { await swarm.stop() }
+})
+
+test('five peers under one key split between two leaders, two and three (the best-ranked seen late), make a full group at once, and the one left out meets the short key', { timeout: 120_000 }, async () => {
+  // Under load the key's best-ranked peer stored its declaration after the others had read theirs:
+  // two of them followed the next-ranked peer, and groups of two and three each waited for the
+  // other until the declaration ended (20 s), while the short key assembled without the extra.
+  // Here 1, 2 and 4 see neither 0 nor 3 (who would send them on to 0): 3 follows 0, and 1 and 4
+  // follow 2, until 0 asks 2 and 2 asks it in turn.
+  const swarm = await fivePlusThree()
+  try {
+    for (const viewer of [1, 2, 4]) hide(swarm, viewer, [0, 3])
+    await assertGridMended(swarm, await stepInOrder(swarm, [0, 3, 2, 1, 4, 5, 6, 7]))
   } finally { await swarm.stop() }
 })
 

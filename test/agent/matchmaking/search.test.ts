@@ -111,6 +111,28 @@ test('joining a leader disbands our own followers towards it', () => {
   assert.equal(search.followers.size, 0)
 })
 
+test('joining a leader with no room for all our followers sends the last to join away (GROUP_IS_FULL), the rest towards it', () => {
+  const { search, received } = leaderWith(['f1', 'f2', 'f3'])
+  search.currentLeader = 'new-leader'
+  search.disband('new-leader', 'our leader joined another group', 2)
+  assert.equal(received.get('f1')![0].code, MatchCode.GROUP_DISBANDED)
+  assert.equal(decoder.decode(received.get('f1')![0].suggestedLeader), 'new-leader')
+  assert.equal(received.get('f1')![0].leaderKey, 'key')
+  for (const f of ['f2', 'f3']) {
+    assert.equal(received.get(f)!.length, 1)
+    assert.equal(received.get(f)![0].code, MatchCode.GROUP_IS_FULL)
+    assert.equal(received.get(f)![0].suggestedLeader.byteLength, 0)
+  }
+  assert.equal(search.followers.size, 0)
+  // More than we lead (a hostile leader's count): all are sent away, none twice; none without a new leader.
+  const many = leaderWith(['g1', 'g2'])
+  many.search.disband('new-leader', 'our leader joined another group', 99)
+  assert.deepEqual([...many.received.values()].map(m => m.map(x => x.code)), [[MatchCode.GROUP_IS_FULL], [MatchCode.GROUP_IS_FULL]])
+  const alone = leaderWith(['h1'])
+  alone.search.disband(null, 'too few peers', 1)
+  assert.equal(alone.received.get('h1')![0].code, MatchCode.GROUP_DISBANDED)
+})
+
 test('a leader whose expiration comes while its join request to a better leader is unanswered assembles once refused, not before', async () => {
   const { search, received } = leaderWith(['f1'])
   search.beginAsk()

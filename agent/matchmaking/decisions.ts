@@ -338,12 +338,61 @@ export function aloneEarly (search: KeyView, known: readonly StoredEntry[], self
   return othersLooking(known, selfId, now).length === 0
 }
 
+/**
+ * Whether a peer alone under the leftover key looks under its Moshpit key again (`homeKey`) for peers
+ * that declared there since it left: nobody follows it, the followers' usual arrival time has passed
+ * since it declared under the leftover key (the extras and short groups of its round would have come by
+ * then), nobody else looks there in a view read within a request timeout, and it last looked home a
+ * request timeout ago or more. Where peers step at their own pace (the chaos swarm: 8 agents, each
+ * trainer on its own cadence), one turned away under its key (extraUnderKey) went to the leftover key,
+ * where nobody comes in a swarm without short keys, and sat out its 16 s step while the others' next
+ * steps formed some 50 groups under the Moshpit keys; in a swarm stepping in rounds nobody new declares
+ * under its key, and it stays. (Reverted once with another change that failed the 256-peer test in CI, not
+ * for a fault of its own; back with formedWithoutUs: an extra that came as a wave left, found nobody at
+ * the leftover key and sat out its 16 s step in 2 of ~1300 steps of a churn run.)
+ */
+export function peekHomeDue (search: KeyView & { readonly homeKey: string, readonly peekedHomeAt: number }, known: readonly StoredEntry[], selfId: string, now: number, view: Pick<AloneView, 'declaredAt' | 'cutoff' | 'readAt' | 'requestTimeout'>): boolean {
+  if (search.leftoverKey == null || search.groupKey !== search.leftoverKey || search.homeKey === search.leftoverKey || search.followers.size > 0) return false
+  if (view.cutoff === undefined || now - view.declaredAt < view.cutoff || now - view.readAt > view.requestTimeout) return false
+  if (now - search.peekedHomeAt < view.requestTimeout) return false
+  return othersLooking(known, selfId, now).length === 0
+}
+
 /** What extraUnderKey looks at in a search: KeyView, and the signs that the key's groups formed without us. */
 export interface ExtraView extends KeyView {
-  /** Refusals in this search under this key that say a group formed or filled without us (GROUP_IS_FULL, NOT_LOOKING_FOR_GROUP). */
+  /** Refusals in this search under this key that say a group formed or filled without us (formedWithoutUs). */
   readonly turnedAway: number
-  /** Peers we saw looking under this key in this search. */
+  /** Peers we saw looking under this key in a view read once we had been visible there a while (seenAfterVisible). */
   readonly seenLooking: ReadonlySet<string>
+}
+
+/**
+ * Whether a leader's refusal says a group under our key formed or filled without us (extraUnderKey):
+ * GROUP_IS_FULL, or NOT_LOOKING_FOR_GROUP from a peer that stopped looking once our declaration there
+ * could be seen (`visibleSince`, when it was first stored; null: not yet). Where peers step at their
+ * own pace, a step often begins as the last wave under its key leaves: the view still shows the
+ * wave's declarations looking (their withdrawals are on the way), the peer asks one, is refused, and
+ * counted itself one too many; under the leftover key nobody came, and it sat out its step while the
+ * next wave grouped at home (8 agents at one fault per 15 s, debug run: every one of 11 steps over 4 s,
+ * 6 to 16 s each, about 5 % of the swarm's time). A refusal that does not say when (agents before
+ * stopped_looking) counts, as it did.
+ */
+export function formedWithoutUs (reply: { readonly code: MatchCode, readonly stoppedLooking?: number } | null, now: number, visibleSince: number | null): boolean {
+  if (reply?.code === MatchCode.GROUP_IS_FULL) return true
+  if (reply?.code !== MatchCode.NOT_LOOKING_FOR_GROUP) return false
+  const ago = reply.stoppedLooking ?? 0
+  if (!(ago > 0)) return true
+  return visibleSince != null && now - ago >= visibleSince
+}
+
+/**
+ * Whether a view read at `readAt` counts for seenLooking (extraUnderKey's withdrawn peers): read
+ * `settle` seconds or more after our declaration under the key was first stored. A declaration the
+ * view shows looking before then may be a wave that grouped before anyone could see us, its
+ * withdrawal still on the way (formedWithoutUs).
+ */
+export function seenAfterVisible (readAt: number, visibleSince: number | null, settle: number): boolean {
+  return visibleSince != null && readAt - visibleSince >= settle
 }
 
 /**

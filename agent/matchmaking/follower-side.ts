@@ -13,7 +13,7 @@ import type { Liveness } from './liveness.js'
 import type { MatchmakerConfig } from './matchmaker.js'
 import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { acceptsPartial, followRedirect, redirectKey, reverseKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
+import { acceptsPartial, followRedirect, formedWithoutUs, redirectKey, reverseKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
 
 const MAX_REDIRECTS = 8
 
@@ -134,7 +134,7 @@ export class FollowerSide {
         const reply = first != null ? MessageFromLeader.decode(first) : null
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(describeReply(reply))
-          if (formedWithoutUs(reply)) search.turnedAway++
+          if (formedWithoutUs(reply, this.now(), search.visibleSince)) search.turnedAway++
           this.config.log?.debug(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
           // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
@@ -226,7 +226,7 @@ export class FollowerSide {
       return await this.awaitGroup(search, leader, leaderId, leaderExpiration, framed)
     }
     search.rejections.push(describeReply(reply))
-    if (formedWithoutUs(reply)) search.turnedAway++
+    if (formedWithoutUs(reply, this.now(), search.visibleSince)) search.turnedAway++
     this.config.log?.debug(`${leaderId.slice(-6)} (below us) refused: ${search.rejections[search.rejections.length - 1]}`)
     await framed.closeWrite().catch(() => {})
     if (!follow || reply?.code !== MatchCode.BAD_EXPIRATION_TIME || reply.suggestedLeader.byteLength === 0) return null
@@ -268,7 +268,7 @@ export class FollowerSide {
       }
       search.rejections.push(describeReply(reply))
       // Our leader joined a group with no room for us (Search.disband): we are one too many under our key.
-      if (formedWithoutUs(reply)) search.turnedAway++
+      if (formedWithoutUs(reply, this.now(), search.visibleSince)) search.turnedAway++
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
         const next = peerIdFromBytes(reply.suggestedLeader).toString()
         if (next === this.selfId) return null
@@ -345,11 +345,6 @@ export class FollowerSide {
     search.rejections.push('leader stopped answering')
     this.config.log?.debug(`leader ${leaderId.slice(-6)} did not answer within ${this.config.requestTimeout} s: not asked again until ${search.silent.get(leaderId)!.toFixed(3)}`)
   }
-}
-
-/** A refusal that says the asked peer's group formed or filled without us (decisions.ts extraUnderKey). */
-function formedWithoutUs (reply: MessageFromLeader | null): boolean {
-  return reply?.code === MatchCode.GROUP_IS_FULL || reply?.code === MatchCode.NOT_LOOKING_FOR_GROUP
 }
 
 /** A leader's refusal as the step error names it: its code and reason, or that none came. */

@@ -18,6 +18,8 @@ export interface JoinHandlerContext {
   readonly lock: Mutex
   /** The search under way, if any. */
   current (): Search | null
+  /** Seconds since we stopped looking (our last search ended or assembled; 0: just now). */
+  stoppedLooking (): number
   /** Called after a follower joined, so the search loop can react (assemble when full). */
   onFollowerJoined (): void
   /** A peer asked to join while we were not looking (its group key): one that came too late. */
@@ -53,6 +55,8 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
             if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) ctx.onTurnedAway(request.groupKey)
             if (rejection.code === MatchCode.BAD_EXPIRATION_TIME) ctx.onOutranked(from, request.expiration)
             const reply = message(rejection.code, rejection.reason)
+            // When we stopped looking, so that the asker tells whether our group formed without it or before it came (decisions.ts formedWithoutUs).
+            if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) reply.stoppedLooking = Math.max(STOPPED_LOOKING_MIN, ctx.stoppedLooking())
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
           }
           joined = search
@@ -97,6 +101,9 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
   }
 }
 
+/** The least stopped_looking said: 0 on the wire means "not said" (agents before it). */
+const STOPPED_LOOKING_MIN = 0.001
+
 function message (code: MatchCode, reason: string): MessageFromLeader {
-  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0 }
+  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0, stoppedLooking: 0 }
 }

@@ -15,7 +15,7 @@ import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.js'
 import type { GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, probeMissing,
+  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
   reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, silentUntil, triedKey, withHeard, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -59,6 +59,8 @@ export class Matchmaker {
   readonly liveness: Liveness
   /** Asking leaders and waiting for their groups (./follower-side.ts). */
   private readonly follower: FollowerSide
+  /** When our last search ended (or we started): what a NOT_LOOKING_FOR_GROUP says (decisions.ts formedWithoutUs). */
+  private stoppedLookingAt: number
 
   constructor (
     private readonly node: SwarmNode,
@@ -67,6 +69,7 @@ export class Matchmaker {
     private readonly now: () => number = () => Date.now() / 1000
   ) {
     this.selfId = node.peerId.toString()
+    this.stoppedLookingAt = this.now()
     this.arrivals = config.arrivals ?? new ArrivalClock()
     this.liveness = new Liveness(node, config.prefix, config.log)
     this.follower = new FollowerSide({
@@ -93,6 +96,8 @@ export class Matchmaker {
       lock: this.lock,
       ...(this.config.log != null ? { log: this.config.log } : {}),
       current: () => this.search,
+      // A search that assembled stopped looking just now; its end, a moment later, is recorded in lookForGroup.
+      stoppedLooking: () => this.search != null ? 0 : this.now() - this.stoppedLookingAt,
       onFollowerJoined: () => {
         const search = this.search
         if (search?.declaredAt != null) this.arrivals.record(this.now() - search.declaredAt)
@@ -159,6 +164,7 @@ export class Matchmaker {
       signal?.removeEventListener('abort', onAbort)
       clearTimeout(search.expiryTimer)
       this.search = null
+      this.stoppedLookingAt = this.now()
       search.disband(null, 'search ended')
       this.wakeup.notify()
       if (search.declaredExpiration != null) void this.withdraw(search)
@@ -189,7 +195,7 @@ export class Matchmaker {
         this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
         knownAt = this.now()
-        noteSeen(search, known, knownAt)
+        noteSeen(search, known, knownAt, this.config.requestTimeout / 2)
         this.config.log?.debug(`declared exp ${search.declaredExpiration.toFixed(3)}, sees ${known.filter(e => e.looking).length}`)
         pollMs = POLL_MIN_MS
         // Stored only after it ran out (replicas slow under load): nobody could ask us under it, and we
@@ -203,14 +209,14 @@ export class Matchmaker {
           return []
         })
         knownAt = this.now()
-        noteSeen(search, known, knownAt)
+        noteSeen(search, known, knownAt, this.config.requestTimeout / 2)
       }
       if (search.assembled) break
       // Our view: the replicas' answer, and the declarations heard of otherwise (Search.heard).
       let pool = withHeard(known, search.heard, this.now())
       if (await this.widenIfShort(search, known, pool)) {
         pool = withHeard(known, search.heard, this.now())
-        noteSeen(search, pool, this.now())
+        noteSeen(search, pool, this.now(), this.config.requestTimeout / 2)
       }
       if (search.assembled) break
       if (await this.takeGroupToExtras(search, pool)) { pollMs = POLL_MIN_MS; continue }
@@ -249,6 +255,10 @@ export class Matchmaker {
         // Declared there at once, with a fresh expiration: the short leaders that come for us outrank us, and we ask them.
         clearTimeout(search.expiryTimer)
         search.declaredExpiration = null
+        continue
+      }
+      if (!isClient && search.currentLeader == null && search.declaredAt != null && await this.peekHome(search, pool, knownAt)) {
+        pollMs = POLL_MIN_MS
         continue
       }
       const untilExpiry = search.declaredExpiration != null ? (search.declaredExpiration - this.now()) * 1000 : Infinity
@@ -434,6 +444,35 @@ export class Matchmaker {
     })()
   }
 
+  /**
+   * Alone under the leftover key past the usual arrival time (decisions.ts peekHomeDue): looks under our
+   * Moshpit key, and goes back there if peers declared there since we saw it last (declarations we
+   * saw before we left, a crashed peer's among them, do not count). The search loop declares us there
+   * afresh. Returns whether it went back.
+   */
+  private async peekHome (search: Search, pool: readonly StoredEntry[], readAt: number): Promise<boolean> {
+    const view = this.aloneView(search, search.declaredAt!, readAt)
+    if (!peekHomeDue(search, pool, this.selfId, this.now(), view)) return false
+    search.peekedHomeAt = this.now()
+    const home = await this.rendezvous.find(search.homeKey).catch(() => [])
+    const now = this.now()
+    const arrived = othersLooking(home, this.selfId, now).filter(e => !search.seenSince.has(triedKey(e.peerId, e.expiration)))
+    if (arrived.length === 0 || search.assembled || search.currentLeader != null || search.followers.size > 0 || search.groupKey !== search.leftoverKey) return false
+    void this.withdraw(search)
+    clearTimeout(search.expiryTimer)
+    search.declaredExpiration = null
+    search.groupKey = search.homeKey
+    search.gridKey = undefined
+    search.tried.clear()
+    search.heard.clear()
+    search.turnedAway = 0
+    search.seenLooking.clear()
+    search.visibleSince = null
+    search.aloneSeconds = 0
+    this.config.log?.info(`alone under the leftover key; ${arrived.length} peer(s) declared under ${search.homeKey} since we left: looking there again`)
+    return true
+  }
+
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone or one too many under theirs meet short groups (logs `why`). */
   private async moveToLeftovers (search: Search, why: string): Promise<void> {
     if (search.leftoverKey == null) return
@@ -442,6 +481,7 @@ export class Matchmaker {
     void this.withdraw(search)
     search.groupKey = search.leftoverKey
     search.aloneSeconds = 0
+    search.visibleSince = null
     search.tried.clear()
     search.heard.clear()
     search.turnedAway = 0
@@ -456,6 +496,7 @@ export class Matchmaker {
         peerId: this.selfId, expiration, looking: true, priority: 0, addrs: ownAddrBytes(this.node)
       })
       search.storedAt = this.now()
+      search.visibleSince ??= search.storedAt
       return known
     } catch (err) {
       this.config.log?.warn(`declaring under ${search.groupKey} failed: ${describeError(err)}`)
@@ -471,13 +512,17 @@ export class Matchmaker {
   }
 }
 
-/** Records when each declaration in the view was first seen looking, and who was (Search.seenSince, seenLooking). */
-function noteSeen (search: Search, known: readonly StoredEntry[], now: number): void {
+/**
+ * Records when each declaration in the view was first seen looking (Search.seenSince), and who was
+ * seen looking once we had been visible under the key for `settle` seconds (seenLooking).
+ */
+function noteSeen (search: Search, known: readonly StoredEntry[], now: number, settle: number): void {
+  const counts = seenAfterVisible(now, search.visibleSince, settle)
   for (const e of known) {
     if (!e.looking || e.peerId === search.selfId) continue
     const key = triedKey(e.peerId, e.expiration)
     if (!search.seenSince.has(key)) search.seenSince.set(key, now)
-    search.seenLooking.add(e.peerId)
+    if (counts) search.seenLooking.add(e.peerId)
   }
 }
 

@@ -29,6 +29,8 @@ export class Search {
    * that can be most of the declaration, or past it (null: not stored, or the store failed).
    */
   storedAt: number | null = null
+  /** When our first declaration under the current key was stored (seconds; null: none yet): from then on others could see us there (decisions.ts formedWithoutUs). */
+  visibleSince: number | null = null
   /**
    * Seconds our earlier declarations under the current key could be seen (from storedAt to their
    * end), each ending with nobody come: evidence of being alone there that adds up (decisions.ts
@@ -49,7 +51,7 @@ export class Search {
   readonly seenSince = new Map<string, number>()
   /** Refusals under the current key saying a group formed or filled without us (decisions.ts extraUnderKey). */
   turnedAway = 0
-  /** Peers seen looking under the current key (decisions.ts extraUnderKey). */
+  /** Peers seen looking under the current key once we had been visible there a while (decisions.ts extraUnderKey, seenAfterVisible). */
   readonly seenLooking = new Set<string>()
   /** The declaration (its expiration) we repeated with a wide exchange (Matchmaker.widenIfShort), and when we last did. */
   widened: number | null = null
@@ -58,6 +60,10 @@ export class Search {
   lookedForExtras: number | null = null
   /** The Moshpit key we led our group from before taking it to the leftover key: its members' next bits come from it. */
   gridKey: string | undefined
+  /** The Moshpit key this search began under (groupKey moves to the leftover key and may come back). */
+  readonly homeKey: string
+  /** When we last looked under homeKey from the leftover key for peers that came there since (Matchmaker.peekHome). */
+  peekedHomeAt = -Infinity
   /** Took our short group to the leftover key to meet others (decisions.ts meetUnderLeftovers): not assembled early before this (seconds). */
   holdUntil = -Infinity
   /** The group size the followers we accepted promised with the followers they bring (JoinRequest.bringing), and until when we wait for those (seconds). */
@@ -84,6 +90,7 @@ export class Search {
     /** The schema of a round over a subset of the tensors (none: the matchmaker's, all tensors). */
     readonly schemaHash?: Uint8Array
   ) {
+    this.homeKey = groupKey
     this.done = new Promise(resolve => { this.finish = resolve })
   }
 
@@ -108,7 +115,8 @@ export class Search {
       arrivalDelays: [...this.followers.values()].flatMap(f => f.joinedAfter !== undefined ? [f.joinedAfter] : []),
       gridKey: this.gridKey ?? '',
       leaderKey: '',
-      noRoomFor: 0
+      noRoomFor: 0,
+      stoppedLooking: 0
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()
@@ -225,7 +233,8 @@ export class Search {
       arrivalDelays: [],
       gridKey: '',
       leaderKey: '',
-      noRoomFor: 0
+      noRoomFor: 0,
+      stoppedLooking: 0
     }
     const full = { ...none, code: MatchCode.GROUP_IS_FULL, reason: 'no room for us in the group our leader joined' }
     for (const follower of followers.splice(followers.length - away, away)) follower.settle(full)

@@ -1286,6 +1286,7 @@ export interface MessageFromLeader {
   gridKey: string
   leaderKey: string
   noRoomFor: number
+  stoppedLooking: number
 }
 
 export namespace MessageFromLeader {
@@ -1354,6 +1355,11 @@ export namespace MessageFromLeader {
           w.uint32(obj.noRoomFor)
         }
 
+        if ((obj.stoppedLooking != null && obj.stoppedLooking !== 0)) {
+          w.uint32(93)
+          w.float(obj.stoppedLooking)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1368,7 +1374,8 @@ export namespace MessageFromLeader {
           arrivalDelays: [],
           gridKey: '',
           leaderKey: '',
-          noRoomFor: 0
+          noRoomFor: 0,
+          stoppedLooking: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1429,6 +1436,10 @@ export namespace MessageFromLeader {
             }
             case 10: {
               obj.noRoomFor = reader.uint32()
+              break
+            }
+            case 11: {
+              obj.stoppedLooking = reader.float()
               break
             }
             default: {
@@ -1549,6 +1560,13 @@ export namespace MessageFromLeader {
               }
               break
             }
+            case 11: {
+              yield {
+                field: `${prefix}.stoppedLooking`,
+                value: reader.float()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -1662,6 +1680,11 @@ export namespace MessageFromLeader {
     value: number
   }
 
+  export interface MessageFromLeaderStoppedLookingFieldEvent {
+    field: '$.stoppedLooking'
+    value: number
+  }
+
   export function encode (obj: Partial<MessageFromLeader>): Uint8Array {
     return encodeMessage(obj, MessageFromLeader.codec())
   }
@@ -1670,7 +1693,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

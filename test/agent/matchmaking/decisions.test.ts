@@ -3,8 +3,8 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, acceptsPartial, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, enoughToAssemble, extraUnderKey, followRedirect, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
-  othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
+  MAX_HEARD, acceptsPartial, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, formedWithoutUs, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
+  othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, seenAfterVisible, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
 
@@ -263,6 +263,23 @@ test('aloneEarly: alone under its key past the followers\' usual arrival time, a
   assert.equal(aloneEarly({ ...search, groupKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'already there')
 })
 
+test('peekHomeDue: alone under the leftover key past the usual arrival time, on a fresh view, once a request timeout: look home again', () => {
+  const search = { groupKey: 'avs.leftovers', homeKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>(), peekedHomeAt: -Infinity }
+  // Declared under the leftover key at 100; followers usually come within 2 s.
+  const view = { declaredAt: 100, cutoff: 2, readAt: 102.3, requestTimeout: 0.5 }
+  assert.equal(peekHomeDue(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
+  assert.equal(peekHomeDue(search, [], 'me', 101.9, view), false, 'before the cutoff: extras and short groups may still come')
+  assert.equal(peekHomeDue(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet')
+  assert.equal(peekHomeDue(search, [], 'me', 103, view), false, 'a view older than a request timeout')
+  assert.equal(peekHomeDue(search, [entry('p-short', 116)], 'me', 102.5, view), false, 'someone else looking under the leftover key')
+  assert.equal(peekHomeDue({ ...search, peekedHomeAt: 102.2 }, [], 'me', 102.5, view), false, 'looked home less than a request timeout ago')
+  assert.equal(peekHomeDue({ ...search, peekedHomeAt: 102 }, [], 'me', 102.5, view), true, 'a request timeout after the last look')
+  assert.equal(peekHomeDue({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead a group there')
+  assert.equal(peekHomeDue({ ...search, groupKey: KEY }, [], 'me', 102.5, view), false, 'at home already')
+  assert.equal(peekHomeDue({ ...search, homeKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'the search began under the leftover key')
+})
+
+
 test('meetUnderLeftovers: a group short of the early quorum meets other short groups under the leftover key', () => {
   assert.equal(meetUnderLeftovers(2, 4, 2), true, 'a pair, at groups of four (quorum 3)')
   assert.equal(meetUnderLeftovers(3, 4, 2), false, 'three of four: a quorum; only an extra completes it')
@@ -341,6 +358,29 @@ test('extraUnderKey: turned away by the key\'s groups, nobody following us, nobo
   assert.equal(extraUnderKey({ ...search, followers: new Map([['f', {}]]) }, [], 'me', now), false, 'we lead someone')
   assert.equal(extraUnderKey({ ...search, leftoverKey: undefined }, [], 'me', now), false, 'no leftover key')
   assert.equal(extraUnderKey({ ...search, groupKey: 'avs.leftovers' }, [], 'me', now), false, 'already there')
+})
+
+test('formedWithoutUs: a full group, or a peer that stopped looking once we could be seen under the key; not a wave that left before we came', () => {
+  const now = 100
+  const visibleSince = 99.5
+  assert.equal(formedWithoutUs({ code: MatchCode.GROUP_IS_FULL }, now, visibleSince), true)
+  assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP, stoppedLooking: 0.2 }, now, visibleSince), true, 'its group formed 0.3 s after we were visible')
+  assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP, stoppedLooking: 0.001 }, now, visibleSince), true, 'assembled just now')
+  assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP, stoppedLooking: 0.8 }, now, visibleSince), false, 'it stopped 0.3 s before anyone could see us: the last wave, its declaration still stored')
+  assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP, stoppedLooking: 0.2 }, now, null), false, 'our declaration is not stored yet')
+  assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP, stoppedLooking: 0 }, now, visibleSince), true, 'an agent from before stopped_looking does not say when: counted, as before')
+  assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP }, now, null), true)
+  for (const hostile of [Number.NaN, -5, Number.NEGATIVE_INFINITY]) assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP, stoppedLooking: hostile }, now, visibleSince), true, `${hostile}: not a time, read as not said`)
+  assert.equal(formedWithoutUs({ code: MatchCode.NOT_LOOKING_FOR_GROUP, stoppedLooking: Number.POSITIVE_INFINITY }, now, visibleSince), false)
+  for (const code of [MatchCode.NOT_A_LEADER, MatchCode.BAD_EXPIRATION_TIME, MatchCode.BAD_GROUP_KEY, MatchCode.ACCEPTED]) assert.equal(formedWithoutUs({ code }, now, visibleSince), false)
+  assert.equal(formedWithoutUs(null, now, visibleSince), false, 'no answer says nothing of a group')
+})
+
+test('seenAfterVisible: a view counts for withdrawn peers once we had been visible under the key for the settle time', () => {
+  assert.equal(seenAfterVisible(100.6, 100, 0.5), true)
+  assert.equal(seenAfterVisible(100.5, 100, 0.5), true)
+  assert.equal(seenAfterVisible(100.2, 100, 0.5), false, 'the view of our own declaration\'s exchange may show the last wave looking')
+  assert.equal(seenAfterVisible(200, null, 0.5), false, 'not stored yet')
 })
 
 test('shortUnderKey and othersLooking: a leader short of the target on its Moshpit key looks once per declaration for extras', () => {

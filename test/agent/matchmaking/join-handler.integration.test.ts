@@ -36,6 +36,7 @@ test('a join request whose asker gave up before the busy leader answered it does
       requestTimeoutMs: 5000,
       lock,
       current: () => { decided++; return search },
+      stoppedLooking: () => 0,
       onFollowerJoined: () => { joinedCalls++ },
       onTurnedAway: () => {},
       onOutranked: () => {},

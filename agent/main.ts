@@ -284,7 +284,22 @@ async function main (): Promise<number> {
   return 0
 }
 
-main().then((code) => { process.exitCode = code }, (err) => {
+/**
+ * Once the agent stopped, its process leaves: libp2p's own debounced timers (identify push and the
+ * address manager's peer store update, 1 s each, armed by the events of its own stop) kept it
+ * alive ~2 s longer, and a pod leaving on SIGTERM down that much longer (chaos harness: 2.1 s from
+ * SIGTERM to exit, 50 ms of it ours). An unreferenced timer fires only while something else holds
+ * the process, so one that exits quickly never waits for it. pino flushes its log on exit; a last
+ * line on stderr gets the grace to leave its pipe.
+ */
+const EXIT_GRACE_MS = 200
+
+function exitOnceStopped (code: number): void {
+  process.exitCode = code
+  setTimeout(() => { process.exit() }, EXIT_GRACE_MS).unref()
+}
+
+main().then(exitOnceStopped, (err) => {
   process.stderr.write(`${fatalLine('agent failed', err)}\n`)
-  process.exitCode = 1
+  exitOnceStopped(1)
 })

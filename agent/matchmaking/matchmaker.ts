@@ -461,14 +461,8 @@ export class Matchmaker {
     void this.withdraw(search)
     clearTimeout(search.expiryTimer)
     search.declaredExpiration = null
-    search.groupKey = search.homeKey
+    search.enterKey(search.homeKey)
     search.gridKey = undefined
-    search.tried.clear()
-    search.heard.clear()
-    search.turnedAway = 0
-    search.seenLooking.clear()
-    search.visibleSince = null
-    search.aloneSeconds = 0
     this.config.log?.info(`alone under the leftover key; ${arrived.length} peer(s) declared under ${search.homeKey} since we left: looking there again`)
     return true
   }
@@ -479,13 +473,7 @@ export class Matchmaker {
     // Withdrawn from the old key beside what comes next (withdraw reads the key before it awaits):
     // a follower our leader sent on asks its new leader at once, which waits for it only so long.
     void this.withdraw(search)
-    search.groupKey = search.leftoverKey
-    search.aloneSeconds = 0
-    search.visibleSince = null
-    search.tried.clear()
-    search.heard.clear()
-    search.turnedAway = 0
-    search.seenLooking.clear()
+    search.enterKey(search.leftoverKey)
     this.config.log?.info(`${why}; looking under ${search.groupKey}`)
   }
 

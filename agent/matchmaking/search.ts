@@ -94,6 +94,21 @@ export class Search {
     this.done = new Promise(resolve => { this.finish = resolve })
   }
 
+  /**
+   * Looks under `key` from now on (the leftover key, or home again): what we learned of the old key's
+   * peers (who we asked, heard, were refused by, saw looking, how long we were visible or alone there)
+   * says nothing about the new one.
+   */
+  enterKey (key: string): void {
+    this.groupKey = key
+    this.tried.clear()
+    this.heard.clear()
+    this.turnedAway = 0
+    this.seenLooking.clear()
+    this.visibleSince = null
+    this.aloneSeconds = 0
+  }
+
   get assembled (): boolean { return this.outcome != null }
   get group (): GroupInfo | null { return this.outcome }
 

@@ -221,3 +221,20 @@ test('a follower that brings followers of its own makes the leader wait for them
   search.followers.delete('p1')
   assert.equal(search.awaitingBrought(11), 1)
 })
+
+test('entering another key forgets what the search learned under the old one, and keeps its followers, silences and first sightings', () => {
+  const { search } = leaderWith(['f1'])
+  search.tried.add('a@1')
+  search.heard.set('b', { peerId: 'b', expiration: 5, looking: true, priority: 0, addrs: [] })
+  search.turnedAway = 2
+  search.seenLooking.add('c')
+  search.visibleSince = 3
+  search.aloneSeconds = 4
+  search.silent.set('d', 9)
+  search.seenSince.set('e@2', 1)
+  search.enterKey('leftovers')
+  assert.equal(search.groupKey, 'leftovers')
+  assert.equal(search.homeKey, 'key')
+  assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, null, 0])
+  assert.deepEqual([search.followers.size, search.silent.get('d'), search.seenSince.get('e@2')], [1, 9, 1])
+})

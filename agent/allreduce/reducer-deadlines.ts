@@ -15,6 +15,8 @@ export interface ReducerCutOff {
   readonly silentSender: boolean
   /** Cut off for not accepting our stream while most reducers had (ReducerDeadlines.accepted): `wait` is over acceptance times. */
   readonly unaccepted: boolean
+  /** Cut off at once, no majority waited for: as a sender it had not answered a liveness check (ReducerDeadlines.silent); `wait` and `samples` say nothing then. */
+  readonly unanswered: boolean
 }
 
 export interface ReducerDeadlineOptions {
@@ -61,6 +63,8 @@ export class ReducerDeadlines {
   private readonly gone: boolean[]
   /** Members we cut off as senders for silence: as reducers they get no second slack (silent()). */
   private readonly silentSenders: boolean[]
+  /** Of those, the ones that did not answer a liveness check either: as reducers they are not waited for at all (silent()). */
+  private readonly unansweredSenders: boolean[]
   /** When each reducer accepted our stream (ms after the round's start; ours at 0), undefined while it has not. */
   private readonly acceptedAt: Array<number | undefined>
   private readonly start: number
@@ -80,6 +84,7 @@ export class ReducerDeadlines {
     this.waitingSince = options.spanParts.map(() => start)
     this.gone = options.spanParts.map(n => n === 0)
     this.silentSenders = options.spanParts.map(() => false)
+    this.unansweredSenders = options.spanParts.map(() => false)
   }
 
   /**
@@ -90,10 +95,17 @@ export class ReducerDeadlines {
    * its part before they could answer): it is cut off as soon as a majority of the reducers returned
    * that mean. A member stopped with SIGSTOP just before its round had held the others ~2 slacks
    * (cut off as a sender at median + slack, then as a reducer at twice the new median).
+   *
+   * `unanswered`: it did not answer a liveness check either (or sent nothing for the whole fixed sender
+   * timeout). That is proof it is gone, not a statistic: as a reducer it is cut off now, majority or
+   * not. A round's reducers are often two (a small tensor's few parts, or bandwidth-sized spans), and
+   * one of two is never a majority: in the chaos harness's freezes a frozen reducer held members that
+   * had already found it silent as a sender to the fixed reducer timeout (5.4 s against 2.0 s).
    */
-  silent (r: number): void {
-    if (this.silentSenders[r]) return
+  silent (r: number, unanswered = false): void {
+    if (this.silentSenders[r] && (this.unansweredSenders[r] || !unanswered)) return
     this.silentSenders[r] = true
+    this.unansweredSenders[r] ||= unanswered
     this.update()
   }
 
@@ -132,6 +144,7 @@ export class ReducerDeadlines {
     const due = this.laggards()
     const unaccepted = this.unaccepted()
     const times = [
+      ...this.unansweredOwing().map(() => this.now()),
       ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.checks.judgedAt(r, this.waitingSince[r], due!.wait.limitMs)),
       ...(unaccepted?.late ?? []).map(r => this.checks.judgedAt(r, this.start, unaccepted!.wait.limitMs))
     ]
@@ -145,13 +158,18 @@ export class ReducerDeadlines {
 
   private expire (): void {
     if (this.stopped) return
+    for (const r of this.unansweredOwing()) {
+      this.gone[r] = true
+      const wait = { limitMs: 0, medianMs: 0, madMs: 0 }
+      this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs: this.now() - this.waitingSince[r], wait, samples: 0, silentSender: true, unaccepted: this.acceptedAt[r] === undefined, unanswered: true })
+    }
     const unaccepted = this.unaccepted()
     if (unaccepted !== undefined) {
       const waitedMs = this.now() - this.start
       for (const r of unaccepted.late) {
         if (!this.checks.cutNow(r, this.start, unaccepted.wait.limitMs)) continue
         this.gone[r] = true
-        this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs, wait: unaccepted.wait, samples: unaccepted.samples, silentSender: false, unaccepted: true })
+        this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs, wait: unaccepted.wait, samples: unaccepted.samples, silentSender: false, unaccepted: true, unanswered: false })
       }
     }
     const due = this.laggards()
@@ -161,11 +179,21 @@ export class ReducerDeadlines {
         const waitedMs = now - this.waitingSince[r]
         if (this.silentSenders[r] || this.checks.cutNow(r, this.waitingSince[r], due.wait.limitMs)) {
           this.gone[r] = true
-          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r], unaccepted: false })
+          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r], unaccepted: false, unanswered: false })
         }
       }
     }
     this.update()
+  }
+
+  /** Reducers still owing us acceptance or a mean that, as senders, did not answer a liveness check (silent()). */
+  private unansweredOwing (): number[] {
+    const owing: number[] = []
+    for (let r = 0; r < this.gone.length; r++) {
+      if (!this.unansweredSenders[r] || this.gone[r] || r === this.options.me) continue
+      if (this.acceptedAt[r] === undefined || this.received[r] < this.options.spanParts[r]) owing.push(r)
+    }
+    return owing
   }
 
   /** The reducers still expected that have not accepted our stream, and the limit from the acceptance times of the others; undefined before a majority accepted. */
@@ -177,9 +205,19 @@ export class ReducerDeadlines {
     const expected = this.options.spanParts.flatMap((n, r) => n > 0 && !(this.gone[r] && this.acceptedAt[r] === undefined) ? [r] : [])
     const times = expected.flatMap(r => this.acceptedAt[r] !== undefined ? [this.acceptedAt[r]!] : [])
     const late = expected.filter(r => this.acceptedAt[r] === undefined && !this.gone[r])
-    if (late.length === 0 || !quorumReached(times.length, expected.length)) return undefined
+    if (late.length === 0 || !(quorumReached(times.length, expected.length) || this.pairJudged(times.length, expected.length))) return undefined
     const wait = adaptiveWait(times, this.options.floorMs, this.options.capMs)
     return wait === undefined ? undefined : { wait, samples: times.length, late }
+  }
+
+  /**
+   * Two reducers, one accepted: never a majority, yet acceptance says nothing of load (a live reducer
+   * accepts as soon as it reads our header), so with liveness checks the other is judged on the one
+   * time: past the floor it is checked, and cut off only if it does not answer. A member that reduces
+   * no span, sending to two reducers one of which froze, waited the fixed reducer timeout for it.
+   */
+  private pairJudged (accepted: number, expected: number): boolean {
+    return this.options.checks !== undefined && expected === 2 && accepted === 1
   }
 
   /** The oldest mean still owed, its adaptive limit and the reducers owing it; undefined before a quorum. */

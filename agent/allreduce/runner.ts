@@ -338,8 +338,10 @@ export class AllReduceRunner {
       this.options.log?.warn(`leaving sender ${peer} out of the rest of our span: ${reason}`)
       this.reducer.ban(slot)
       this.deadlines?.update()
-      // Silent past a deadline as a sender: as a reducer it gets no second slack (ReducerDeadlines.silent).
-      if (deadline !== undefined && !this.abort.signal.aborted) this.reducerDeadlines?.silent(this.plan.senders[slot])
+      // Silent past a deadline as a sender: as a reducer it gets no second slack (ReducerDeadlines.silent),
+      // and none at all when it did not answer a liveness check either (the adaptive deadline with
+      // checks cuts off no other sender) or sent nothing for the whole fixed sender timeout.
+      if (deadline !== undefined && !this.abort.signal.aborted) this.reducerDeadlines?.silent(this.plan.senders[slot], deadline === 'fixed' || this.options.alive !== undefined)
     }
     const link = this.links.get(slot)
     if (link != null && !link.released) link.framed.abort(new ProtocolError(reason))
@@ -369,10 +371,12 @@ export class AllReduceRunner {
   // ---------------------------------------------------------------- sender side
 
   /** Exactly what a reducer timeout does, only sooner: the rest of its span stays local. */
-  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples, silentSender, unaccepted }: ReducerCutOff): void {
+  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples, silentSender, unaccepted, unanswered }: ReducerCutOff): void {
     const peer = this.options.group.peerIds[reducer]
     const ms = (x: number): number => Math.round(x)
-    const why = new ProtocolError(unaccepted
+    const why = new ProtocolError(unanswered
+      ? `reducer ${peer} owes us ${unaccepted ? 'its acceptance of our stream' : `the mean of part ${this.plan.spanStart[reducer] + part}`}, and as a sender it was silent and did not answer a liveness check: not waited for`
+      : unaccepted
       ? `reducer ${peer} did not accept our stream within the adaptive deadline: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
         `(median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the times ${samples} reducer(s) took to accept)`
       : silentSender
@@ -400,7 +404,7 @@ export class AllReduceRunner {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
-    const progress = { accepted: false, received: 0 }
+    const progress = { accepted: false, refused: false, received: 0 }
     const opening = new AbortController()
     this.openings.set(r, opening)
     const channelOptions = {
@@ -421,8 +425,10 @@ export class AllReduceRunner {
         // A direct channel that broke before the reducer accepted it carried nothing: once more,
         // on a new direct channel where it was a kept one (the reducer closed it while idle, or
         // restarted), else over libp2p (the reducer gave up on a TLS handshake slowed by load
-        // after our side had finished it).
-        if (framed.kind !== 'direct' || progress.accepted || this.abort.signal.aborted || this.reducersCutOff.has(r)) throw err
+        // after our side had finished it). Not after a refusal: the reducer answered, and a new
+        // channel gets the same answer later (a member that left our group refused only after its
+        // router's wait for the group, and a second channel doubled that: 2.5 → 5 s in chaos runs).
+        if (framed.kind !== 'direct' || progress.accepted || progress.refused || this.abort.signal.aborted || this.reducersCutOff.has(r)) throw err
         this.options.log?.debug(`the ${reused ? 'kept' : 'direct'} channel to ${peer} closed before the reducer accepted it (${describeError(err)}); ${reused ? 'opening a new one' : 'sending over libp2p'}`)
         framed.abort(asError(err))
         framed = reused
@@ -445,7 +451,7 @@ export class AllReduceRunner {
   }
 
   /** Our parts of reducer r's span out, its means back in; progress says how far it got. */
-  private async exchangeWith (r: number, framed: FrameChannel, progress: { accepted: boolean, received: number }, reused: boolean): Promise<void> {
+  private async exchangeWith (r: number, framed: FrameChannel, progress: { accepted: boolean, refused: boolean, received: number }, reused: boolean): Promise<void> {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
@@ -463,6 +469,7 @@ export class AllReduceRunner {
     if (first == null) throw new ProtocolError(`reducer ${peer} closed the stream before answering`)
     const reply = AggregateReply.decode(first)
     if (reply.code !== MatchCode.ACCEPTED) {
+      progress.refused = true
       // A member that runs no such round (it left it, or runs no repair of it) sends us nothing either.
       if (reply.code === MatchCode.NOT_LOOKING_FOR_GROUP) this.leaveOutAbsentSender(r, reply.reason)
       throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)

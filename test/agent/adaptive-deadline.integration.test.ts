@@ -217,8 +217,11 @@ test('a member frozen right after its group formed is cut off as sender and as r
       assert.deepEqual(r.allreduce.cutOffReducers, { adaptive: [frozenId], fixed: [] }, `peer ${p} cut it off as a reducer adaptively; logs: ${logs[p].join(' | ')}`)
       assert.deepEqual(r.allreduce.failedReducers, [frozenId], `peer ${p} gave up on the frozen reducer and only on it`)
       assert.ok(r.allreduce.durationMs < reducerTimeoutMs / 2, `peer ${p} finished long before the fixed reducer timeout (${reducerTimeoutMs} ms): ${r.allreduce.durationMs} ms`)
-      // Whichever adaptive deadline came first: its stream not accepted while the others had (ReducerDeadlines.accepted), or no mean once they had answered.
-      assert.ok(logs[p].some(l => l.includes(`reducer ${frozenId} did not accept our stream within the adaptive deadline`) || (l.includes(`reducer ${frozenId} sent no mean`) && l.includes('adaptive deadline'))), `peer ${p} logged why it gave up on the frozen reducer: ${logs[p].join(' | ')}`)
+      // Whichever came first: its stream not accepted while the others had (ReducerDeadlines.accepted), no mean
+      // once they had answered, or (for a member that reduces a span) its silence as a sender, unanswered checks included.
+      assert.ok(logs[p].some(l => l.includes(`reducer ${frozenId} did not accept our stream within the adaptive deadline`) ||
+        (l.includes(`reducer ${frozenId} sent no mean`) && l.includes('adaptive deadline')) ||
+        l.includes(`reducer ${frozenId} owes us its acceptance of our stream, and as a sender it was silent and did not answer a liveness check`)), `peer ${p} logged why it gave up on the frozen reducer: ${logs[p].join(' | ')}`)
     }
     // Every element holds the honest mean: the spans the honest peers reduced in the round, the frozen
     // peer's span (about a quarter of the parts, equal bandwidths) in the repair after it.

@@ -152,14 +152,14 @@ test('acceptance: with ours at 0 and two others at 5 and 8 ms, the fourth is cut
 })
 
 /** Deadlines with a liveness check whose answers the test gives, one promise per check. */
-function setupProbed (spanParts: number[]): { deadlines: ReducerDeadlines, cutOffs: ReducerCutOff[], at: (ms: number) => void, checks: Array<{ r: number, startedAt: number, answer: (alive: boolean) => void }> } {
+function setupProbed (spanParts: number[], me = 0): { deadlines: ReducerDeadlines, cutOffs: ReducerCutOff[], at: (ms: number) => void, checks: Array<{ r: number, startedAt: number, answer: (alive: boolean) => void }> } {
   mock.timers.enable({ apis: ['setTimeout', 'setImmediate'] })
   let now = 0
   const cutOffs: ReducerCutOff[] = []
   const checks: Array<{ r: number, startedAt: number, answer: (alive: boolean) => void }> = []
   const deadlines = new ReducerDeadlines({
     spanParts,
-    me: 0,
+    me,
     floorMs: 2000,
     capMs: 20_000,
     onCutOff: (c) => { cutOffs.push(c) },
@@ -244,4 +244,60 @@ test('acceptance: a reducer late to accept our stream that answers its liveness 
   frozen.at(2005)
   assert.deepEqual(frozen.cutOffs.map(c => [c.reducer, c.unaccepted]), [[3, true]], 'cut off at the limit itself: a frozen reducer costs no more than before')
   frozen.deadlines.stop()
+})
+
+test('a reducer that as a sender was silent and did not answer a liveness check is cut off at once, majority or not; one only silent is not', (t) => {
+  t.after(() => { mock.timers.reset() })
+  // Two reducers, ours and its: one of two is never a majority.
+  const pair = setup([2, 2])
+  pair.at(10); pair.deadlines.delivered(0)
+  pair.at(2010); pair.deadlines.silent(1)
+  pair.at(30_000)
+  assert.equal(pair.cutOffs.length, 0, 'silent without a check: the pair rule stands')
+  pair.deadlines.silent(1, true)
+  pair.at(30_001)
+  assert.deepEqual(pair.cutOffs.map(c => [c.reducer, c.part, c.unanswered, c.unaccepted, c.samples]), [[1, 0, true, true, 0]])
+  pair.at(60_000)
+  assert.equal(pair.cutOffs.length, 1, 'cut off once')
+  pair.deadlines.stop()
+  mock.timers.reset()
+  // It had accepted and sent one of its two means: the second is not waited for either.
+  const four = setup([2, 2, 2, 2])
+  four.at(5); four.deadlines.accepted(3)
+  four.at(20); four.deadlines.delivered(3)
+  four.at(2010); four.deadlines.silent(3, true)
+  four.at(2011)
+  assert.deepEqual(four.cutOffs.map(c => [c.reducer, c.part, c.unanswered, c.unaccepted]), [[3, 1, true, false]])
+  four.deadlines.stop()
+})
+
+test('two reducers, one accepted: with liveness checks the other is checked past the floor and cut off only if it does not answer', async (t) => {
+  t.after(() => { mock.timers.reset() })
+  // We reduce no span (index 1); reducers 0 and 2. Reducer 0 accepts at 20 ms: limit 20 + max(20, floor 2000) = 2020, its check 1000 ms before.
+  const frozen = setupProbed([2, 0, 2, 0], 1)
+  frozen.at(20); frozen.deadlines.accepted(0)
+  frozen.at(1019)
+  assert.equal(frozen.checks.length, 0, 'no check before limit - probe')
+  frozen.at(1021)
+  assert.deepEqual(frozen.checks.map(c => c.r), [2])
+  frozen.checks[0].answer(false); await settled()
+  frozen.at(2019)
+  assert.equal(frozen.cutOffs.length, 0, 'silent, but not before its limit')
+  frozen.at(2021)
+  assert.deepEqual(frozen.cutOffs.map(c => [c.reducer, c.unaccepted, c.unanswered]), [[2, true, false]])
+  frozen.deadlines.stop()
+  mock.timers.reset()
+  const slow = setupProbed([2, 0, 2, 0], 1)
+  slow.at(20); slow.deadlines.accepted(0)
+  slow.at(1021); slow.checks[0].answer(true); await settled()
+  slow.at(3000)
+  assert.equal(slow.cutOffs.length, 0, 'alive: waited for')
+  slow.deadlines.stop()
+  mock.timers.reset()
+  // Without checks the pair is never judged (no proof either way).
+  const unchecked = setup([2, 0, 2, 0], 1)
+  unchecked.at(20); unchecked.deadlines.accepted(0)
+  unchecked.at(19_000)
+  assert.equal(unchecked.cutOffs.length, 0)
+  unchecked.deadlines.stop()
 })

@@ -81,3 +81,44 @@ test('a member that answers it runs no such round is left out as a sender at onc
   }
   assert.equal(kept, ELEMENTS / 4, 'the absent member\'s span (a quarter) stayed local, the rest was averaged')
 })
+
+test('a refusal over a kept direct channel is an answer: no new channel is opened to ask again', { timeout: 60_000 }, async () => {
+  // One sender alone runs the round; every other member answers it runs no such round. The channels
+  // to them are kept direct channels from an earlier round, the case in which a channel that broke
+  // before the reducer accepted is replaced by a new one (the reducer may have restarted).
+  const groupId = new Uint8Array(20).fill(4)
+  const opened: string[] = []
+  const refusing = (peer: string, direct: boolean): FrameChannel => {
+    const [mine, theirs] = MemoryChannel.pair(IDS[0], peer)
+    if (direct) (mine as { kind: string }).kind = 'direct'
+    void (async () => {
+      if (await theirs.read(10_000) == null) return
+      await theirs.write(AggregateReply.encode({ code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: 'unknown group' }))
+      await theirs.closeWrite()
+    })().catch(() => {})
+    return mine
+  }
+  const dialer = {
+    takeKept: (peer: string) => refusing(peer, true),
+    open: async (peer: string) => { opened.push(peer); return refusing(peer, true) },
+    openOverLibp2p: async (peer: string) => { opened.push(`${peer} over libp2p`); return refusing(peer, false) },
+    keep: () => false
+  } as unknown as AggregateDialer
+  const runner = new AllReduceRunner({
+    dialer,
+    group: { groupId, peerIds: IDS, infos: IDS.map(info), myIndex: 0, leader: IDS[0] },
+    tensors: [values(0)],
+    codec: codecFor('none'),
+    partSizeBytes: PART_BYTES,
+    alpha: 1,
+    timeoutMs: 40_000,
+    senderTimeoutMs: 10_000,
+    deadlineSlackMs: SLACK_MS,
+    reducerTimeoutMs: 20_000,
+    kernels: 'js'
+  })
+  const result = await runner.run()
+  assert.deepEqual(opened, [], 'no channel opened after the refusals')
+  assert.deepEqual([...result.failedReducers].sort(), IDS.slice(1).sort())
+  assert.deepEqual([...result.bannedSenders].sort(), IDS.slice(1).sort(), 'each refuser is left out as a sender at once')
+})

@@ -6,6 +6,7 @@ import { atOwnAddress, ownAddrBytes, rememberAddrs } from '../net/rpc.js'
 import { MatchmakingError, describeError } from '../errors.js'
 import { Mutex } from '../util/mutex.js'
 import { Wakeup } from '../util/wakeable-sleep.js'
+import { lateTolerance } from '../util/awake-timeout.js'
 import type { Rendezvous } from '../rendezvous/rendezvous.js'
 import type { StoredEntry } from '../rendezvous/store.js'
 import { Search } from './search.js'
@@ -39,6 +40,8 @@ export interface MatchmakerConfig {
 }
 
 const POLL_MIN_MS = 20
+/** How long a leader whose expiry came late (a stall of ours) lets the I/O that came in meanwhile be read before it assembles (assembleOnExpiry). */
+const IO_TURN_MS = 50
 const POLL_MAX_MS = 500
 
 /**
@@ -162,7 +165,7 @@ export class Matchmaker {
       return group
     } finally {
       signal?.removeEventListener('abort', onAbort)
-      clearTimeout(search.expiryTimer)
+      search.cancelExpiry()
       this.search = null
       this.stoppedLookingAt = this.now()
       search.disband(null, 'search ended')
@@ -179,6 +182,11 @@ export class Matchmaker {
     while (!search.assembled && signal?.aborted !== true) {
       const now = this.now()
       if (now >= search.deadline) return null
+      if (!isClient && search.declaredExpiration != null && now >= search.declaredExpiration && search.expiryPending) {
+        // The expiry timer decides whether we assemble at the expiration (assembleOnExpiry); it runs in a moment.
+        await this.wakeup.sleep(IO_TURN_MS)
+        continue
+      }
       if (!isClient && (search.declaredExpiration == null || now >= search.declaredExpiration)) {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
@@ -253,7 +261,7 @@ export class Matchmaker {
           ? `alone under ${search.groupKey} ${(ranking.now - search.declaredAt!).toFixed(1)} s after declaring, past the usual arrival time`
           : `one too many under ${search.groupKey} (its groups formed without us, nobody else looks there)`)
         // Declared there at once, with a fresh expiration: the short leaders that come for us outrank us, and we ask them.
-        clearTimeout(search.expiryTimer)
+        search.cancelExpiry()
         search.declaredExpiration = null
         continue
       }
@@ -273,14 +281,29 @@ export class Matchmaker {
    * A leader assembles at its expiration on a timer, not when the search loop next comes round:
    * a rendezvous lookup stuck on slow replicas held a leader 6 s past its expiration, its
    * followers gave up on it meanwhile, and it listed them in a group they never ran in.
+   *
+   * A timer that fires late means our process stalled (SIGSTOP, a CPU-starved pod, a long pause),
+   * and node runs timers before it reads the I/O that came in meanwhile: followers that gave up on
+   * us reset their join streams (follower-side.ts), but we would not know yet. So a late expiry
+   * waits IO_TURN_MS for that I/O first: in the chaos harness's freezes a leader that woke assembled
+   * at once with the follower that had left, and ran a group of two with a ghost (2.5-5 s more).
    */
   private assembleOnExpiry (search: Search): void {
-    clearTimeout(search.expiryTimer)
+    search.cancelExpiry()
     const expiration = search.declaredExpiration
     if (expiration == null) return
-    search.expiryTimer = setTimeout(() => {
+    search.expiryPending = true
+    let readAfterStall = false
+    const onExpiry = (): void => {
       if (search.declaredExpiration !== expiration) return
-      if (search.assembleIfEnough(this.config.minGroupSize) != null) { this.wakeup.notify(); return }
+      if (!readAfterStall && (this.now() - expiration) * 1000 > lateTolerance(this.config.requestTimeout * 1000)) {
+        readAfterStall = true
+        search.expiryTimer = setTimeout(onExpiry, IO_TURN_MS)
+        return
+      }
+      search.expiryPending = false
+      this.wakeup.notify()
+      if (search.assembleIfEnough(this.config.minGroupSize) != null) return
       if (!search.waitingForAsk) return
       // Waiting for the answer to our own join request (Search.assembleIfEnough): our followers wait
       // for us until our expiration plus a request timeout, so we assemble by half of it whatever
@@ -288,7 +311,8 @@ export class Matchmaker {
       search.expiryTimer = setTimeout(() => {
         if (search.declaredExpiration === expiration && search.assembleDespiteAsk(this.config.minGroupSize) != null) this.wakeup.notify()
       }, this.config.requestTimeout * 500)
-    }, Math.max(0, (expiration - this.now()) * 1000))
+    }
+    search.expiryTimer = setTimeout(onExpiry, Math.max(0, (expiration - this.now()) * 1000))
   }
 
   /**
@@ -459,7 +483,7 @@ export class Matchmaker {
     const arrived = othersLooking(home, this.selfId, now).filter(e => !search.seenSince.has(triedKey(e.peerId, e.expiration)))
     if (arrived.length === 0 || search.assembled || search.currentLeader != null || search.followers.size > 0 || search.groupKey !== search.leftoverKey) return false
     void this.withdraw(search)
-    clearTimeout(search.expiryTimer)
+    search.cancelExpiry()
     search.declaredExpiration = null
     search.enterKey(search.homeKey)
     search.gridKey = undefined

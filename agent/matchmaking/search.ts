@@ -71,6 +71,8 @@ export class Search {
   private broughtUntil = -Infinity
   /** Assembles at our declared expiration, whatever the search loop is waiting on then. */
   expiryTimer: NodeJS.Timeout | undefined
+  /** The expiry timer of the current declaration has not run yet: the search loop leaves the assembly at the expiration to it (Matchmaker.assembleOnExpiry). */
+  expiryPending = false
   /** A join request of ours is out to a better-ranked leader, not yet answered (beginAsk, endAsk). */
   private asking = false
   /** Our expiration came while asking: we assemble, if still leading, once the answer is in. */
@@ -107,6 +109,12 @@ export class Search {
     this.seenLooking.clear()
     this.visibleSince = null
     this.aloneSeconds = 0
+  }
+
+  /** No assembly at the current declaration's expiration by the timer (it ended, or a new one follows). */
+  cancelExpiry (): void {
+    clearTimeout(this.expiryTimer)
+    this.expiryPending = false
   }
 
   get assembled (): boolean { return this.outcome != null }

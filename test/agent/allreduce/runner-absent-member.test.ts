@@ -39,6 +39,24 @@ function dialerFor (from: string, runners: Map<string, AllReduceRunner>): Aggreg
 }
 
 const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 })
+/** Member `me` of the group IDS (led by the first), averaging `tensor` with fixed timeouts. */
+function runnerOf (dialer: AggregateDialer, groupId: Uint8Array, me: number, tensor: Float32Array): AllReduceRunner {
+  const group: GroupInfo = { groupId, peerIds: IDS, infos: IDS.map(info), myIndex: me, leader: IDS[0] }
+  return new AllReduceRunner({
+    dialer,
+    group,
+    tensors: [tensor],
+    codec: codecFor('none'),
+    partSizeBytes: PART_BYTES,
+    alpha: 1,
+    timeoutMs: 40_000,
+    senderTimeoutMs: 10_000,
+    deadlineSlackMs: SLACK_MS,
+    reducerTimeoutMs: 20_000,
+    kernels: 'js'
+  })
+}
+
 const values = (p: number): Float32Array => Float32Array.from({ length: ELEMENTS }, (_, i) => p * 10 + (i % 7))
 
 test('a member that answers it runs no such round is left out as a sender at once: no deadline waited, its span local, the rest the exact mean', { timeout: 60_000 }, async () => {
@@ -46,20 +64,7 @@ test('a member that answers it runs no such round is left out as a sender at onc
   const runners = new Map<string, AllReduceRunner>()
   const tensors = [0, 1, 2].map(values)
   for (let p = 0; p < 3; p++) {
-    const group: GroupInfo = { groupId, peerIds: IDS, infos: IDS.map(info), myIndex: p, leader: IDS[0] }
-    runners.set(IDS[p], new AllReduceRunner({
-      dialer: dialerFor(IDS[p], runners),
-      group,
-      tensors: [tensors[p]],
-      codec: codecFor('none'),
-      partSizeBytes: PART_BYTES,
-      alpha: 1,
-      timeoutMs: 40_000,
-      senderTimeoutMs: 10_000,
-      deadlineSlackMs: SLACK_MS,
-      reducerTimeoutMs: 20_000,
-      kernels: 'js'
-    }))
+    runners.set(IDS[p], runnerOf(dialerFor(IDS[p], runners), groupId, p, tensors[p]))
   }
   const started = Date.now()
   const results: AllReduceResult[] = await Promise.all([...runners.values()].map(async r => await r.run()))
@@ -104,20 +109,7 @@ test('a refusal over a kept direct channel is an answer: no new channel is opene
     openOverLibp2p: async (peer: string) => { opened.push(`${peer} over libp2p`); return refusing(peer, false) },
     keep: () => false
   } as unknown as AggregateDialer
-  const runner = new AllReduceRunner({
-    dialer,
-    group: { groupId, peerIds: IDS, infos: IDS.map(info), myIndex: 0, leader: IDS[0] },
-    tensors: [values(0)],
-    codec: codecFor('none'),
-    partSizeBytes: PART_BYTES,
-    alpha: 1,
-    timeoutMs: 40_000,
-    senderTimeoutMs: 10_000,
-    deadlineSlackMs: SLACK_MS,
-    reducerTimeoutMs: 20_000,
-    kernels: 'js'
-  })
-  const result = await runner.run()
+  const result = await runnerOf(dialer, groupId, 0, values(0)).run()
   assert.deepEqual(opened, [], 'no channel opened after the refusals')
   assert.deepEqual([...result.failedReducers].sort(), IDS.slice(1).sort())
   assert.deepEqual([...result.bannedSenders].sort(), IDS.slice(1).sort(), 'each refuser is left out as a sender at once')

@@ -480,7 +480,9 @@ export class Matchmaker {
     search.peekedHomeAt = this.now()
     const home = await this.rendezvous.find(search.homeKey).catch(() => [])
     const now = this.now()
-    const arrived = othersLooking(home, this.selfId, now).filter(e => !search.seenSince.has(triedKey(e.peerId, e.expiration)))
+    const looking = othersLooking(home, this.selfId, now)
+    const arrived = looking.filter(e => !search.seenSince.has(triedKey(e.peerId, e.expiration)))
+    if (arrived.length === 0) this.config.log?.debug(`alone under the leftover key ${(now - search.visibleSince!).toFixed(1)} s: ${looking.length} peer(s) looking under ${search.homeKey}, none declared since we left; staying`)
     if (arrived.length === 0 || search.assembled || search.currentLeader != null || search.followers.size > 0 || search.groupKey !== search.leftoverKey) return false
     void this.withdraw(search)
     search.cancelExpiry()

@@ -264,9 +264,9 @@ test('aloneEarly: alone under its key past the followers\' usual arrival time, a
 })
 
 test('peekHomeDue: alone under the leftover key past the usual arrival time, on a fresh view, once a request timeout: look home again', () => {
-  const search = { groupKey: 'avs.leftovers', homeKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>(), peekedHomeAt: -Infinity }
-  // Declared under the leftover key at 100; followers usually come within 2 s.
-  const view = { declaredAt: 100, cutoff: 2, readAt: 102.3, requestTimeout: 0.5 }
+  // Visible under the leftover key since 100; followers usually come within 2 s.
+  const search = { groupKey: 'avs.leftovers', homeKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>(), peekedHomeAt: -Infinity, visibleSince: 100 }
+  const view = { cutoff: 2, readAt: 102.3, requestTimeout: 0.5 }
   assert.equal(peekHomeDue(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
   assert.equal(peekHomeDue(search, [], 'me', 101.9, view), false, 'before the cutoff: extras and short groups may still come')
   assert.equal(peekHomeDue(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet')
@@ -277,6 +277,11 @@ test('peekHomeDue: alone under the leftover key past the usual arrival time, on 
   assert.equal(peekHomeDue({ ...search, followers: new Map([['f', {}]]) }, [], 'me', 102.5, view), false, 'we lead a group there')
   assert.equal(peekHomeDue({ ...search, groupKey: KEY }, [], 'me', 102.5, view), false, 'at home already')
   assert.equal(peekHomeDue({ ...search, homeKey: 'avs.leftovers' }, [], 'me', 102.5, view), false, 'the search began under the leftover key')
+  assert.equal(peekHomeDue({ ...search, visibleSince: null }, [], 'me', 102.5, view), false, 'not stored there yet: nobody could have come for us')
+  // The arrival time as long as a declaration (3 s): due once a declaration has passed there, whatever
+  // declaration we are in now (we re-declared at 103, 0.5 s ago).
+  assert.equal(peekHomeDue(search, [], 'me', 103.5, { ...view, cutoff: 3, readAt: 103.4 }), true, 'counted from when we were first seen there')
+  assert.equal(peekHomeDue(search, [], 'me', 102.9, { ...view, cutoff: 3, readAt: 102.8 }), false, 'within the arrival time')
 })
 
 

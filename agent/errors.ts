@@ -24,3 +24,18 @@ export function describeError (err: unknown): string {
   if (err instanceof Error) return err.message
   return String(err)
 }
+
+/**
+ * Whether a dial failed because the peer's address answered with another identity: the peer we
+ * knew there is gone, as when an agent restarts at its old address with a new key. Noise throws
+ * UnexpectedPeerError, and libp2p's upgrader (libp2p 3) passes on only its message, in an
+ * EncryptionFailedError; both are recognised, alone or among an AggregateError's. Another release
+ * that words it otherwise loses only this recognition: such a peer stays suspected, as before.
+ */
+export function isAnotherPeerAtAddress (err: unknown): boolean {
+  if (err instanceof AggregateError && err.errors.length > 0) return err.errors.some(isAnotherPeerAtAddress)
+  if (!(err instanceof Error)) return false
+  if (err.name === 'UnexpectedPeerError') return true
+  if (err.name === 'EncryptionFailedError' && /does not match expected remote identity key/.test(err.message)) return true
+  return err.cause !== undefined && isAnotherPeerAtAddress(err.cause)
+}

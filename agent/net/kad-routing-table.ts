@@ -3,12 +3,14 @@ import type { KadDHT } from '@libp2p/kad-dht'
 
 /**
  * What we use of kad-dht's routing table: its size (gauges, waiting for a table to fill), the peers
- * it holds closest to a key (the rendezvous's replicas) and adding a contact (tests).
+ * it holds closest to a key (the rendezvous's replicas), adding a contact (tests) and removing one
+ * whose address now answers as another peer (the rendezvous: kad-dht evicts only from full buckets).
  */
 export interface KadRoutingTable {
   readonly size: number
   closestPeers (kadId: Uint8Array, options: { count: number }): PeerId[]
   add (peer: PeerId): Promise<void>
+  remove (peer: PeerId): Promise<void>
 }
 
 /** The @libp2p/kad-dht release this adapter was written against (package.json pins ^16.4.5). */
@@ -22,8 +24,8 @@ const WRITTEN_FOR = '@libp2p/kad-dht 16.4.5'
  */
 export function kadRoutingTable (dht: KadDHT): KadRoutingTable {
   const table = (dht as unknown as { routingTable?: Partial<KadRoutingTable> }).routingTable
-  if (table == null || typeof table.size !== 'number' || typeof table.closestPeers !== 'function' || typeof table.add !== 'function') {
-    throw new Error(`the kad-dht service has no routingTable with size, closestPeers and add, as ${WRITTEN_FOR} had: check agent/net/kad-routing-table.ts against the installed @libp2p/kad-dht`)
+  if (table == null || typeof table.size !== 'number' || typeof table.closestPeers !== 'function' || typeof table.add !== 'function' || typeof table.remove !== 'function') {
+    throw new Error(`the kad-dht service has no routingTable with size, closestPeers, add and remove, as ${WRITTEN_FOR} had: check agent/net/kad-routing-table.ts against the installed @libp2p/kad-dht`)
   }
   return table as KadRoutingTable
 }

@@ -492,7 +492,10 @@ export class DecentralizedAverager {
       // A late member that echoes matchmaking's liveness check is waited for, up to the fixed
       // timeouts: on a congested link one TCP flow can stall for seconds. No verdict (a client-mode
       // member serves no check) proves nothing: it is cut off as before.
-      alive: async (peer, withinMs, signal) => await this.matchmaker.liveness.check(peerIdFromString(peer), withinMs, signal) === 'echoed',
+      alive: async (peer, withinMs, signal) => {
+        const verdict = await this.matchmaker.liveness.check(peerIdFromString(peer), withinMs, signal)
+        return verdict === 'no verdict' ? 'unknown' : verdict === 'echoed'
+      },
       aliveCheckMs: config.requestTimeout * 1000,
       kernels: config.kernels,
       ...(repair !== undefined ? { repairOf: repair.repairOf } : {}),

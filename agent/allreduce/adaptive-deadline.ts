@@ -81,6 +81,8 @@ export function quorumReached (delivered: number, expected: number): boolean {
 export interface AdaptiveWait {
   /** Milliseconds a sender may wait for this part before it is cut off. */
   readonly limitMs: number
+  /** Milliseconds into its wait a sender still owing the part is late by the statistics alone (median + max(k·σ̂, median), no floor, at most limitMs): its liveness is checked from then (late-checks.ts). */
+  readonly checkMs: number
   readonly medianMs: number
   readonly madMs: number
 }
@@ -96,6 +98,7 @@ export function adaptiveWait (samples: readonly number[], floorMs: number, capMs
   if (samples.length === 0) return undefined
   const medianMs = median(samples)
   const madMs = mad(samples)
-  const slack = Math.max(MAD_K * MAD_TO_SIGMA * madMs, MEDIAN_FRACTION * medianMs, floorMs)
-  return { limitMs: Math.min(medianMs + slack, capMs), medianMs, madMs }
+  const statistical = Math.max(MAD_K * MAD_TO_SIGMA * madMs, MEDIAN_FRACTION * medianMs)
+  const limitMs = Math.min(medianMs + Math.max(statistical, floorMs), capMs)
+  return { limitMs, checkMs: Math.min(medianMs + statistical, limitMs), medianMs, madMs }
 }

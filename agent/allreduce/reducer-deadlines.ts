@@ -17,6 +17,8 @@ export interface ReducerCutOff {
   readonly unaccepted: boolean
   /** Cut off at once, no majority waited for: as a sender it had not answered a liveness check (ReducerDeadlines.silent); `wait` and `samples` say nothing then. */
   readonly unanswered: boolean
+  /** Cut off as its own liveness check, late as a reducer, went unanswered (before the limit, possibly: late-checks.ts). */
+  readonly checkUnanswered: boolean
 }
 
 export interface ReducerDeadlineOptions {
@@ -145,8 +147,8 @@ export class ReducerDeadlines {
     const unaccepted = this.unaccepted()
     const times = [
       ...this.unansweredOwing().map(() => this.now()),
-      ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.checks.judgedAt(r, this.waitingSince[r], due!.wait.limitMs)),
-      ...(unaccepted?.late ?? []).map(r => this.checks.judgedAt(r, this.start, unaccepted!.wait.limitMs))
+      ...(due?.late ?? []).map(r => this.silentSenders[r] ? this.now() : this.checks.judgedAt(r, this.waitingSince[r], due!.wait.limitMs, due!.wait.checkMs)),
+      ...(unaccepted?.late ?? []).map(r => this.checks.judgedAt(r, this.start, unaccepted!.wait.limitMs, unaccepted!.wait.checkMs))
     ]
     // A reducer whose liveness check runs is judged when the check ends, not by the timer.
     const next = Math.min(...times)
@@ -160,16 +162,17 @@ export class ReducerDeadlines {
     if (this.stopped) return
     for (const r of this.unansweredOwing()) {
       this.gone[r] = true
-      const wait = { limitMs: 0, medianMs: 0, madMs: 0 }
-      this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs: this.now() - this.waitingSince[r], wait, samples: 0, silentSender: true, unaccepted: this.acceptedAt[r] === undefined, unanswered: true })
+      const wait = { limitMs: 0, checkMs: 0, medianMs: 0, madMs: 0 }
+      this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs: this.now() - this.waitingSince[r], wait, samples: 0, silentSender: true, unaccepted: this.acceptedAt[r] === undefined, unanswered: true, checkUnanswered: false })
     }
     const unaccepted = this.unaccepted()
     if (unaccepted !== undefined) {
       const waitedMs = this.now() - this.start
       for (const r of unaccepted.late) {
-        if (!this.checks.cutNow(r, this.start, unaccepted.wait.limitMs)) continue
+        const cut = this.checks.cutNow(r, this.start, unaccepted.wait.limitMs, unaccepted.wait.checkMs)
+        if (cut === false) continue
         this.gone[r] = true
-        this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs, wait: unaccepted.wait, samples: unaccepted.samples, silentSender: false, unaccepted: true, unanswered: false })
+        this.options.onCutOff({ reducer: r, part: this.received[r], waitedMs, wait: unaccepted.wait, samples: unaccepted.samples, silentSender: false, unaccepted: true, unanswered: false, checkUnanswered: cut === 'unanswered' })
       }
     }
     const due = this.laggards()
@@ -177,9 +180,10 @@ export class ReducerDeadlines {
       const now = this.now()
       for (const r of due.late) {
         const waitedMs = now - this.waitingSince[r]
-        if (this.silentSenders[r] || this.checks.cutNow(r, this.waitingSince[r], due.wait.limitMs)) {
+        const cut = this.silentSenders[r] || this.checks.cutNow(r, this.waitingSince[r], due.wait.limitMs, due.wait.checkMs)
+        if (cut !== false) {
           this.gone[r] = true
-          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r], unaccepted: false, unanswered: false })
+          this.options.onCutOff({ reducer: r, part: due.part, waitedMs, wait: due.wait, samples: due.samples, silentSender: this.silentSenders[r], unaccepted: false, unanswered: false, checkUnanswered: cut === 'unanswered' })
         }
       }
     }

@@ -40,7 +40,7 @@ export interface AllReduceOptions {
    * Given, a reducer late with its means is checked before the adaptive deadline cuts it off, and
    * one that answers is waited for (ReducerDeadlines.probe): alive, its flow to us only stalled.
    */
-  readonly alive?: (peer: string, withinMs: number, signal: AbortSignal) => Promise<boolean>
+  readonly alive?: (peer: string, withinMs: number, signal: AbortSignal) => Promise<boolean | 'unknown'>
   /** The liveness check's bound (the averager passes a request timeout). */
   readonly aliveCheckMs?: number
   /** Which kernels check and sum parts (default: WebAssembly SIMD where the runtime has it). */
@@ -361,28 +361,30 @@ export class AllReduceRunner {
   }
 
   /** Exactly what a sender timeout does, only sooner: the part it owes goes on without it. */
-  private cutOffAdaptively ({ slot, part, waitedMs, wait, samples }: CutOff): void {
+  private cutOffAdaptively ({ slot, part, waitedMs, wait, samples, checkUnanswered }: CutOff): void {
     const what = this.links.has(slot) ? `sent no part ${this.plan.spanStart[this.me] + part}` : 'never connected'
     const ms = (x: number): number => Math.round(x)
-    this.banSender(slot, `${what} within the adaptive deadline: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
+    const when = checkUnanswered ? `and did not answer a liveness check within ${ms(this.aliveCheckMs)} ms` : 'within the adaptive deadline'
+    this.banSender(slot, `${what} ${when}: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
       `(median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the waits of ${samples} sender(s) that delivered it)`, 'adaptive')
   }
 
   // ---------------------------------------------------------------- sender side
 
   /** Exactly what a reducer timeout does, only sooner: the rest of its span stays local. */
-  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples, silentSender, unaccepted, unanswered }: ReducerCutOff): void {
+  private cutOffReducerAdaptively ({ reducer, part, waitedMs, wait, samples, silentSender, unaccepted, unanswered, checkUnanswered }: ReducerCutOff): void {
     const peer = this.options.group.peerIds[reducer]
     const ms = (x: number): number => Math.round(x)
+    const when = checkUnanswered ? `and did not answer a liveness check within ${ms(this.aliveCheckMs)} ms` : 'within the adaptive deadline'
     const why = new ProtocolError(unanswered
       ? `reducer ${peer} owes us ${unaccepted ? 'its acceptance of our stream' : `the mean of part ${this.plan.spanStart[reducer] + part}`}, and as a sender it was silent and did not answer a liveness check: not waited for`
       : unaccepted
-      ? `reducer ${peer} did not accept our stream within the adaptive deadline: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
+      ? `reducer ${peer} did not accept our stream ${when}: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
         `(median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the times ${samples} reducer(s) took to accept)`
       : silentSender
       ? `reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} by the time ${samples} reducer(s) had (waited ${ms(waitedMs)} ms), ` +
         'and we had cut it off as a sender for silence within the adaptive deadline'
-      : `reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} within the adaptive deadline: ` +
+      : `reducer ${peer} sent no mean of part ${this.plan.spanStart[reducer] + part} ${when}: ` +
         `waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms (median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the waits of ${samples} reducer(s) that answered it)`)
     this.cutOffReducers.adaptive.push(peer)
     this.reducersCutOff.set(reducer, why)
@@ -393,10 +395,12 @@ export class AllReduceRunner {
   private get aliveCheckMs (): number { return this.options.aliveCheckMs ?? this.options.deadlineSlackMs / 2 }
 
   /** Whether member m (group index), late as a sender or with its means as a reducer, answers a liveness check (late-checks.ts). */
-  private async checkAlive (m: number, role: 'sender' | 'reducer'): Promise<boolean> {
+  private async checkAlive (m: number, role: 'sender' | 'reducer'): Promise<boolean | 'unknown'> {
     const peer = this.options.group.peerIds[m]
     const answered = await this.options.alive!(peer, this.aliveCheckMs, this.abort.signal)
-    if (!this.abort.signal.aborted) this.options.log?.debug(`${role} ${peer}, late, ${answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
+    if (!this.abort.signal.aborted) {
+      this.options.log?.debug(`${role} ${peer}, late, ${answered === 'unknown' ? 'gave no verdict to a liveness check: judged at its limit' : answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
+    }
     return answered
   }
 

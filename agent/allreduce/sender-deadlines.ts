@@ -11,6 +11,8 @@ export interface CutOff {
   readonly wait: AdaptiveWait
   /** How many delivered waits the limit came from. */
   readonly samples: number
+  /** Cut off as its liveness check went unanswered (before the limit, possibly: late-checks.ts), not at the limit. */
+  readonly checkUnanswered: boolean
 }
 
 export interface SenderDeadlineOptions {
@@ -80,7 +82,7 @@ export class SenderDeadlines {
     const due = this.laggards()
     if (due === undefined || due.late.length === 0) return
     let first = Infinity
-    for (const l of due.late) first = Math.min(first, this.checks.judgedAt(l.slot, l.since, due.wait.limitMs))
+    for (const l of due.late) first = Math.min(first, this.checks.judgedAt(l.slot, l.since, due.wait.limitMs, due.wait.checkMs))
     // A sender whose liveness check runs is judged when the check ends, not by the timer.
     if (!Number.isFinite(first)) return
     // One turn of the event loop after the timer before judging (DeadlineTimer): data that arrived
@@ -100,7 +102,8 @@ export class SenderDeadlines {
       const now = this.now()
       for (const { slot, since } of due.late) {
         const waitedMs = now - since
-        if (this.checks.cutNow(slot, since, due.wait.limitMs)) this.options.onCutOff({ slot, part: due.part, waitedMs, wait: due.wait, samples: due.samples })
+        const cut = this.checks.cutNow(slot, since, due.wait.limitMs, due.wait.checkMs)
+        if (cut !== false) this.options.onCutOff({ slot, part: due.part, waitedMs, wait: due.wait, samples: due.samples, checkUnanswered: cut === 'unanswered' })
       }
     }
     this.update()

@@ -11,10 +11,10 @@ test('without a liveness check a late member is cut off at its limit', () => {
   now = 2099
   assert.equal(checks.cutNow(1, 100, 2000), false)
   now = 2100
-  assert.equal(checks.cutNow(1, 100, 2000), true)
+  assert.equal(checks.cutNow(1, 100, 2000), 'limit')
 })
 
-test('the check starts probeMs before the limit; an answer grants a new limit from the answer, silence cuts at the limit', async () => {
+test('the check starts probeMs before the limit; an answer grants a new limit from the answer, silence cuts as the check ends', async () => {
   let now = 0
   const asked: Array<{ i: number, answer: (alive: boolean) => void }> = []
   let verdicts = 0
@@ -35,11 +35,43 @@ test('the check starts probeMs before the limit; an answer grants a new limit fr
   now = 3200
   assert.equal(checks.cutNow(1, 100, 2000), false)
   assert.equal(asked.length, 2)
-  asked[1].answer(false); await settled()
-  now = 3699
-  assert.equal(checks.cutNow(1, 100, 2000), false, 'silent, but its limit is 3700')
-  now = 3700
-  assert.equal(checks.cutNow(1, 100, 2000), true)
+  now = 3600; asked[1].answer(false); await settled()
+  assert.equal(checks.judgedAt(1, 100, 2000), 3600, 'silent: judged at once')
+  assert.equal(checks.cutNow(1, 100, 2000), 'unanswered', 'cut off as its check ends, before its limit (3700)')
+})
+
+test('a member late by the statistics is checked then, once a round: silent, it is cut off a check later, not at the limit', async () => {
+  let now = 0
+  const asked: Array<{ i: number, answer: (alive: boolean | 'unknown') => void }> = []
+  const checks = new LateChecks({ probe: async (i) => await new Promise<boolean | 'unknown'>(resolve => { asked.push({ i, answer: resolve }) }), probeMs: 500 }, () => now, () => {})
+  // Waiting since 100 under a limit of 2000 ms; late by the statistics 60 ms into its wait.
+  assert.equal(checks.judgedAt(1, 100, 2000, 60), 160)
+  now = 159
+  assert.equal(checks.cutNow(1, 100, 2000, 60), false)
+  assert.equal(asked.length, 0)
+  now = 160
+  assert.equal(checks.cutNow(1, 100, 2000, 60), false)
+  assert.equal(asked.length, 1, 'checked 60 ms into its wait, not 1500')
+  now = 660; asked[0].answer(false); await settled()
+  assert.equal(checks.cutNow(1, 100, 2000, 60), 'unanswered', 'silent: cut off at 660, not at 2100')
+  // A member that answers is not checked early again this round, whatever part it is late with.
+  checks.reset(2)
+  assert.equal(checks.judgedAt(2, 700, 2000, 60), 760)
+  now = 760; checks.cutNow(2, 700, 2000, 60)
+  now = 770; asked[1].answer(true); await settled()
+  checks.reset(2)
+  assert.equal(checks.judgedAt(2, 800, 2000, 60), 2300, 'its next part\'s wait: checked probeMs before the limit only')
+  // No verdict (a client-mode agent serves no check): proof of nothing, cut off at the limit as without checks.
+  checks.reset(4)
+  now = 3000; checks.cutNow(4, 2940, 2000, 60)
+  now = 3010; asked[2].answer('unknown'); await settled()
+  assert.equal(checks.cutNow(4, 2940, 2000, 60), false, 'no verdict: not cut off before its limit')
+  assert.equal(checks.judgedAt(4, 2940, 2000, 60), 4940)
+  now = 4940
+  assert.equal(checks.cutNow(4, 2940, 2000, 60), 'limit')
+  // Without checks the statistics change nothing: cut off at the limit.
+  const unchecked = new LateChecks(undefined, () => now, () => {})
+  assert.equal(unchecked.judgedAt(3, 100, 2000, 60), 2100)
 })
 
 test('a member that delivered while its check ran is judged afresh: the stale answer is dropped', async () => {

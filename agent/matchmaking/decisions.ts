@@ -340,24 +340,25 @@ export function aloneEarly (search: KeyView, known: readonly StoredEntry[], self
 
 /**
  * Whether a peer alone under the leftover key looks under its Moshpit key again (`homeKey`) for peers
- * that declared there since it left: nobody follows it, the followers' usual arrival time has passed
- * since others could first see it under the leftover key (`visibleSince`: the extras and short groups
- * of its round would have come by then), nobody else looks there in a view read within a request
- * timeout, and it last looked home a request timeout ago or more. The time counts from the first
- * declaration there, not the current one: each declaration lasts averagingExpiration, and where the
- * arrival time reached it (a swarm whose followers often come late: freezes, own-paced trainers,
- * capped at the declaration) no look was ever due within one; a peer sat 14 s under the leftover key
- * of an 8-agent churn run until its step failed while its key grouped at home every second. Where peers step at their own pace (the chaos swarm: 8 agents, each
- * trainer on its own cadence), one turned away under its key (extraUnderKey) went to the leftover key,
- * where nobody comes in a swarm without short keys, and sat out its 16 s step while the others' next
- * steps formed some 50 groups under the Moshpit keys; in a swarm stepping in rounds nobody new declares
- * under its key, and it stays. (Reverted once with another change that failed the 256-peer test in CI, not
- * for a fault of its own; back with formedWithoutUs: an extra that came as a wave left, found nobody at
- * the leftover key and sat out its 16 s step in 2 of ~1300 steps of a churn run.)
+ * that declared there since it left: nobody follows it, the followers' usual arrival time (a whole
+ * declaration while it has none) has passed since others could first see it under the leftover key
+ * (`visibleSince`: the extras and short groups of its round would have come by then), nobody else looks
+ * there in a view read within a request timeout, and it last looked home a request timeout ago or more.
+ *
+ * Where peers step at their own pace (the chaos swarm: 8 agents, each trainer on its own cadence), one
+ * turned away under its key (extraUnderKey) went to the leftover key, where nobody comes in a swarm
+ * without short keys, and sat out its 16 s step while the others' next steps formed some 50 groups under
+ * the Moshpit keys; in a swarm stepping in rounds nobody new declares under its key, and it stays. The
+ * time counts from the first declaration there, not the current one: each lasts averagingExpiration,
+ * and where the arrival time reached that cap (followers often late: freezes, own-paced trainers) no
+ * look was ever due within one (a peer sat 14 s there in a churn run until its step failed).
  */
-export function peekHomeDue (search: KeyView & { readonly homeKey: string, readonly peekedHomeAt: number, readonly visibleSince: number | null }, known: readonly StoredEntry[], selfId: string, now: number, view: Pick<AloneView, 'cutoff' | 'readAt' | 'requestTimeout'>): boolean {
+export function peekHomeDue (search: KeyView & { readonly homeKey: string, readonly peekedHomeAt: number, readonly visibleSince: number | null }, known: readonly StoredEntry[], selfId: string, now: number, view: Pick<AloneView, 'cutoff' | 'readAt' | 'requestTimeout'> & { readonly averagingExpiration: number }): boolean {
   if (search.leftoverKey == null || search.groupKey !== search.leftoverKey || search.homeKey === search.leftoverKey || search.followers.size > 0) return false
-  if (view.cutoff === undefined || search.visibleSince == null || now - search.visibleSince < view.cutoff || now - view.readAt > view.requestTimeout) return false
+  // No arrival times yet (an agent's first steps): a whole declaration there. A fault-free run of the
+  // chaos swarm lost an agent's second step so: one too many under its key, then 16 s alone here.
+  const arrivalTime = view.cutoff ?? view.averagingExpiration
+  if (search.visibleSince == null || now - search.visibleSince < arrivalTime || now - view.readAt > view.requestTimeout) return false
   if (now - search.peekedHomeAt < view.requestTimeout) return false
   return othersLooking(known, selfId, now).length === 0
 }

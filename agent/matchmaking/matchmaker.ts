@@ -475,7 +475,7 @@ export class Matchmaker {
    * afresh. Returns whether it went back.
    */
   private async peekHome (search: Search, pool: readonly StoredEntry[], readAt: number): Promise<boolean> {
-    const view = this.aloneView(search, search.declaredAt!, readAt)
+    const view = { ...this.aloneView(search, search.declaredAt!, readAt), averagingExpiration: this.config.averagingExpiration }
     if (!peekHomeDue(search, pool, this.selfId, this.now(), view)) return false
     search.peekedHomeAt = this.now()
     const home = await this.rendezvous.find(search.homeKey).catch(() => [])

@@ -266,10 +266,11 @@ test('aloneEarly: alone under its key past the followers\' usual arrival time, a
 test('peekHomeDue: alone under the leftover key past the usual arrival time, on a fresh view, once a request timeout: look home again', () => {
   // Visible under the leftover key since 100; followers usually come within 2 s.
   const search = { groupKey: 'avs.leftovers', homeKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>(), peekedHomeAt: -Infinity, visibleSince: 100 }
-  const view = { cutoff: 2, readAt: 102.3, requestTimeout: 0.5 }
+  const view = { cutoff: 2, readAt: 102.3, requestTimeout: 0.5, averagingExpiration: 3 }
   assert.equal(peekHomeDue(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
   assert.equal(peekHomeDue(search, [], 'me', 101.9, view), false, 'before the cutoff: extras and short groups may still come')
-  assert.equal(peekHomeDue(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet')
+  assert.equal(peekHomeDue(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet: a whole declaration there first')
+  assert.equal(peekHomeDue(search, [], 'me', 103, { ...view, cutoff: undefined, readAt: 102.9 }), true, 'no arrivals seen yet, a declaration (3 s) since we were seen there')
   assert.equal(peekHomeDue(search, [], 'me', 103, view), false, 'a view older than a request timeout')
   assert.equal(peekHomeDue(search, [entry('p-short', 116)], 'me', 102.5, view), false, 'someone else looking under the leftover key')
   assert.equal(peekHomeDue({ ...search, peekedHomeAt: 102.2 }, [], 'me', 102.5, view), false, 'looked home less than a request timeout ago')

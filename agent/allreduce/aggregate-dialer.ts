@@ -25,6 +25,8 @@ export interface ChannelOptions {
 
 /** Idle kept channels held to one reducer: a round to it takes one, a second covers two rounds overlapping. */
 const IDLE_PER_PEER = 2
+/** Reducers whose working direct host is remembered (the oldest forgotten first): a swarm's worth. */
+const REMEMBERED_HOSTS = 4096
 
 /**
  * Opens the channel that carries our parts to a reducer: the direct TLS data channel when the
@@ -41,6 +43,8 @@ export class AggregateDialer {
   private readonly live = new Set<DirectFrameChannel>()
   /** Kept channels waiting for the next round, by reducer peer id and data port (poolKey), each with its idle timer. */
   private readonly idle = new Map<string, Map<DirectFrameChannel, NodeJS.Timeout>>()
+  /** The host each reducer's last direct channel opened at, by poolKey: tried first next time. */
+  private readonly goodHosts = new Map<string, string>()
 
   constructor (
     private readonly node: SwarmNode,
@@ -62,7 +66,8 @@ export class AggregateDialer {
       await this.node.dial(peerId, { signal: bounded(options) }).catch((err: unknown) => {
         throw options.signal?.aborted === true ? options.signal.reason : err
       })
-      for (const host of await directHostsOf(this.node, peerId)) {
+      const key = poolKey(peer, port)
+      for (const host of await directHostsOf(this.node, peerId, this.goodHosts.get(key))) {
         try {
           const channel = await unlessAborted(this.transport.dial({
             identity: this.identity,
@@ -75,14 +80,16 @@ export class AggregateDialer {
             maxQueuedFrames: options.maxQueuedFrames
           }), options.signal)
           this.opened.direct++
+          this.remember(key, host)
           this.live.add(channel)
           void channel.closed.then(() => {
             this.live.delete(channel)
-            this.unkeep(poolKey(peer, port), channel)
+            this.unkeep(key, channel)
           })
           return channel
         } catch (err) {
           if (options.signal?.aborted === true) throw options.signal.reason
+          if (this.goodHosts.get(key) === host) this.goodHosts.delete(key)
           this.log.debug(`no direct channel to ${peer} at ${host}:${port} (${describeError(err)}); trying the next way`)
         }
       }
@@ -138,6 +145,12 @@ export class AggregateDialer {
     this.idle.clear()
     for (const channel of this.live) channel.abort(reason)
     this.live.clear()
+  }
+
+  private remember (key: string, host: string): void {
+    this.goodHosts.delete(key)
+    this.goodHosts.set(key, host)
+    if (this.goodHosts.size > REMEMBERED_HOSTS) this.goodHosts.delete(this.goodHosts.keys().next().value as string)
   }
 
   private unkeep (key: string, channel: DirectFrameChannel): void {

@@ -3,28 +3,58 @@ import type { Multiaddr } from '@multiformats/multiaddr'
 import type { SwarmNode } from '../node.js'
 import { isCircuit } from '../reach.js'
 
+/** Where a peer's direct data channel may be, by how we know each address. */
+export interface DirectHostSources {
+  /** Remote addresses of connections we opened: the peer listens there and we reached it. */
+  readonly outbound: readonly string[]
+  /** Addresses the peer announces (the peer store, filled by identify and by the messages it sent). */
+  readonly announced: readonly string[]
+  /**
+   * Remote addresses of connections the peer opened to us: where its packets come from, which is
+   * where it listens only when it has one address and no NAT in between.
+   */
+  readonly inbound: readonly string[]
+}
+
 /**
- * Hosts at which we can reach a peer's direct data channel: the address of our open libp2p
- * connection to it first (proven reachable), then the TCP addresses the peer store knows.
+ * The order to try a peer's hosts in, each once: the host its last direct channel opened at, then
+ * addresses proven by our own dial, then announced ones, then inbound connections' source addresses.
+ * A source address first cost a refused dial (or, where SYNs are dropped, the dial's whole bound)
+ * before every channel to a peer that had dialled us from another address than it listens at: a
+ * node with several addresses, or a peer exposed at a load balancer whose egress is SNATed.
  */
-export async function directHostsOf (node: SwarmNode, peer: PeerId): Promise<string[]> {
+export function orderDirectHosts (sources: DirectHostSources, lastGood?: string): string[] {
   const hosts: string[] = []
-  const add = (ma: Multiaddr): void => {
-    const host = ipOf(ma)
+  for (const host of [lastGood, ...sources.outbound, ...sources.announced, ...sources.inbound]) {
     if (host != null && !hosts.includes(host)) hosts.push(host)
   }
-  const connections = node.getConnections(peer)
-  // A relayed connection's address is the relay's, not the peer's; and a peer we reach only
-  // through a relay sits behind NAT: its stored (private) addresses would cost a connect
-  // timeout per round. Its parts travel over libp2p streams on the relayed connection.
-  const direct = connections.filter(c => !isCircuit(c.remoteAddr))
-  for (const connection of direct) add(connection.remoteAddr)
-  if (hosts.length === 0 && direct.length === connections.length) {
-    try {
-      for (const { multiaddr } of (await node.peerStore.get(peer)).addresses) add(multiaddr)
-    } catch { /* an unknown peer has no stored addresses */ }
-  }
   return hosts
+}
+
+/**
+ * Hosts at which we can reach a peer's direct data channel, in orderDirectHosts's order.
+ */
+export async function directHostsOf (node: SwarmNode, peer: PeerId, lastGood?: string): Promise<string[]> {
+  const connections = node.getConnections(peer)
+  const direct = connections.filter(c => !isCircuit(c.remoteAddr))
+  const hostsOf = (addrs: Multiaddr[]): string[] => addrs.map(ipOf).filter(host => host != null)
+  // A relayed connection's address is the relay's, not the peer's; and a peer we reach through a
+  // relay sits behind NAT: its stored (private) addresses would cost a connect timeout per round.
+  // Only a direct connection to it (a hole punched) says where it can be reached.
+  if (direct.length === 0 && connections.length > 0) return []
+  let announced: string[] = []
+  if (direct.length === connections.length) {
+    try {
+      announced = hostsOf((await node.peerStore.get(peer)).addresses.map(a => a.multiaddr).filter(a => !isCircuit(a)))
+    } catch { /* an unknown peer has no stored addresses */ }
+    // A peer on another machine announces its loopback address too: there, our own ports answer.
+    if (direct.some(c => !isLoopback(ipOf(c.remoteAddr)))) announced = announced.filter(host => !isLoopback(host))
+  }
+  return orderDirectHosts({
+    outbound: hostsOf(direct.filter(c => c.direction === 'outbound').map(c => c.remoteAddr)),
+    announced,
+    inbound: hostsOf(direct.filter(c => c.direction === 'inbound').map(c => c.remoteAddr))
+  }, lastGood)
 }
 
 function ipOf (ma: Multiaddr): string | null {
@@ -34,4 +64,8 @@ function ipOf (ma: Multiaddr): string | null {
     }
   }
   return null
+}
+
+function isLoopback (host: string | null): boolean {
+  return host != null && (host.startsWith('127.') || host === '::1')
 }

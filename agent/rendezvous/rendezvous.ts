@@ -41,6 +41,11 @@ const LEARNED_KEYS = 1024
  * and still answers too late (256 agents in one process: more exchanges reached no replica).
  */
 const SUSPECT_REQUEST_TIMEOUTS = 5
+/**
+ * Once a majority of a hop's replicas answered, the others get as long again as the majority took,
+ * and at least this long (answers on one machine come within a few ms of each other).
+ */
+const QUORUM_GRACE_MIN_MS = 25
 /** A settled find waits this many request timeouts at most for the key's network lookup. */
 const SETTLE_REQUEST_TIMEOUTS = 3
 /** Addresses kept per entry, and the longest one accepted. */
@@ -169,7 +174,7 @@ export class Rendezvous implements Startable {
       if (chosen.length === 0) break
       for (const p of chosen) asked.add(p.toString())
       hops++
-      const round = await this.askReplicas(key, entry, request, chosen)
+      const round = await this.askReplicas(key, entry, request, chosen, !(wide && hop === 0))
       replicas += chosen.length
       failed += round.failed
       lists.push(...round.lists)
@@ -183,13 +188,29 @@ export class Rendezvous implements Startable {
     return mergeEntries(lists)
   }
 
-  /** One hop: every chosen replica asked at once. */
-  private async askReplicas (key: string, entry: StoredEntry | undefined, request: Uint8Array, chosen: readonly PeerId[]): Promise<{ lists: StoredEntry[][], closer: RendezvousPeer[], failed: number }> {
+  /**
+   * One hop: every chosen replica asked at once, answered when a majority answered and the rest
+   * answered too or took as long again (QUORUM_GRACE_MIN_MS at least). Waiting for all of them cost a request
+   * timeout wherever one replica was frozen: in the chaos harness's freeze runs ~90 such waits,
+   * each holding a declaration or a lookup a whole second. A majority of the replicas, read after a
+   * majority stored, holds every entry stored since (two majorities of one set share a member); the
+   * others' calls run on, so they still store our entry and fall under suspicion if they fail.
+   * A wide hop (ExchangeOptions.wide) waits for all: it looks for entries that only a few of the
+   * peers it asks may hold.
+   */
+  private async askReplicas (key: string, entry: StoredEntry | undefined, request: Uint8Array, chosen: readonly PeerId[], majority = true): Promise<{ lists: StoredEntry[][], closer: RendezvousPeer[], failed: number }> {
     const answers: Array<{ entries: StoredEntry[], closer: RendezvousPeer[] } | undefined> = chosen.map(() => undefined)
+    const quorum = majority ? Math.floor(chosen.length / 2) + 1 : chosen.length
+    const started = performance.now()
     let failed = 0
+    let answered = 0
+    let grace: NodeJS.Timeout | undefined
+    let enough = (): void => {}
+    const settledEnough = new Promise<void>(resolve => { enough = resolve })
     const calls = chosen.map(async (peer, i) => {
       try {
         answers[i] = await this.ask(peer, key, entry, request)
+        answered++
         this.suspects.delete(peer.toString())
       } catch (err) {
         failed++
@@ -197,8 +218,19 @@ export class Rendezvous implements Startable {
         else if (!isUnsupported(err)) this.suspect(peer)
         this.log.debug(`replica ${peer.toString()} failed: ${describeError(err)}`)
       }
+      if (answered + failed === chosen.length) enough()
+      else if (answered >= quorum && grace === undefined) {
+        const waited = performance.now() - started
+        grace = setTimeout(() => {
+          const late = chosen.filter((_, j) => answers[j] === undefined).map(p => p.toString().slice(-6))
+          this.log.debug(`${key}: ${answered} of ${chosen.length} replicas answered in ${waited.toFixed(0)} ms; not waiting for ${late.join(', ')}`)
+          enough()
+        }, Math.max(QUORUM_GRACE_MIN_MS, waited))
+      }
     })
-    await Promise.all(calls)
+    void Promise.all(calls)
+    await settledEnough
+    clearTimeout(grace)
     const done = answers.filter((a): a is { entries: StoredEntry[], closer: RendezvousPeer[] } => a != null)
     return { lists: done.map(a => a.entries), closer: done.flatMap(a => a.closer), failed }
   }

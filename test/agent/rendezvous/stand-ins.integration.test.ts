@@ -8,6 +8,8 @@ import { sha256 } from 'multiformats/hashes/sha2'
 import { startConnectedNodes } from '../swarm-fixture.js'
 import { RENDEZVOUS_PROTOCOL, rankByDistance } from '../../../agent/rendezvous/rendezvous.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
+import type { SwarmNode } from '../../../agent/net/node.js'
+import { linesLog } from '../../../agent/log.js'
 
 test('when a key\'s three closest peers hold every request unanswered, a declaration and a lookup still meet on the next closest', { timeout: 120_000 }, async () => {
   const nodes = await startConnectedNodes(8, () => ({ rendezvous: { requestTimeoutMs: 1000 } }))
@@ -58,6 +60,35 @@ test('replicas that answer again are asked again within a request timeout, not w
     const holding = replicas.filter(r => r.services.rendezvous.store.get(key, Date.now() / 1000).some(e => e.peerId === declarer.peerId.toString()))
     assert.ok(elapsed < 5 * requestTimeoutMs, `the test outran the suspicion it checks (${elapsed} ms)`)
     assert.equal(holding.length, 3, `${holding.length} of the key's 3 replicas hold the declaration ${elapsed} ms after they were suspected`)
+  } finally {
+    await Promise.allSettled(nodes.map(async n => { await n.stop() }))
+  }
+})
+
+test('a declaration answers once a majority of the key\'s replicas did, without waiting out a frozen one, and reads what the others stored', { timeout: 120_000 }, async () => {
+  const requestTimeoutMs = 5000
+  const logs: string[][] = Array.from({ length: 8 }, () => [])
+  const nodes = await startConnectedNodes(8, (i) => ({ rendezvous: { requestTimeoutMs, log: linesLog(line => logs[i].push(line), 'debug') } }))
+  try {
+    const key = 'quorum-test'
+    const target = (await sha256.digest(new TextEncoder().encode(key))).digest
+    const byRank = (await rankByDistance(nodes.map(n => n.peerId), target)).map(id => nodes.find(n => n.peerId.equals(id))!)
+    // One replica frozen: requests arrive, answers never leave.
+    const frozen = byRank[0]
+    Object.assign(frozen.services.rendezvous, { serve: async () => await new Promise(() => {}) })
+    const entry = (node: SwarmNode): StoredEntry => ({ peerId: node.peerId.toString(), expiration: Date.now() / 1000 + 60, looking: true, priority: 0, addrs: [] })
+    const [first, second] = [byRank[3], byRank[4]]
+    const lines = logs[nodes.indexOf(second)]
+    await first.services.rendezvous.declare(key, entry(first))
+    const seen = await second.services.rendezvous.declare(key, entry(second))
+    const frozenFailed = (): boolean => lines.some(l => l.includes(`replica ${frozen.peerId.toString()} failed`))
+    assert.equal(frozenFailed(), false, 'the declaration answered before the frozen replica\'s request timed out')
+    assert.deepEqual(seen.map(e => e.peerId).sort(), [first, second].map(n => n.peerId.toString()).sort(), 'the majority that answered holds the earlier declaration')
+    assert.ok(lines.some(l => l.includes(`not waiting for ${frozen.peerId.toString().slice(-6)}`)), lines.join('\n'))
+    // The frozen replica's call runs on to its timeout, so the replica is suspected as before.
+    const deadline = Date.now() + 3 * requestTimeoutMs
+    while (!frozenFailed() && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 100))
+    assert.ok(frozenFailed(), 'the frozen replica\'s request still ran to its timeout')
   } finally {
     await Promise.allSettled(nodes.map(async n => { await n.stop() }))
   }

@@ -168,6 +168,17 @@ export function silentUntil (now: number, expiration: number | undefined, averag
 }
 
 /**
+ * Whether a declaration seen looking was made before its peer last failed to answer us
+ * (`silentAt`, unix seconds; Silences), as far as its expiration tells (a declaration lasts
+ * averagingExpiration, or less when its step's deadline comes first: then it was made later than
+ * this reckons). Such a declaration is a frozen or dead peer's leftover: asking it to lead us costs a
+ * request timeout. One made after the silence is the peer back: asked as any other.
+ */
+export function declaredBeforeSilence (expiration: number, averagingExpiration: number, silentAt: number | undefined): boolean {
+  return silentAt !== undefined && expiration - averagingExpiration < silentAt
+}
+
+/**
  * Whether to follow a redirect (NOT_A_LEADER's or GROUP_DISBANDED's suggested leader) to `target`:
  * not to ourselves, not twice in a search, and not to a leader that did not answer us within a
  * request timeout (a frozen leader's followers keep naming it until its declaration ends).

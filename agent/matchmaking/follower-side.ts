@@ -132,6 +132,7 @@ export class FollowerSide {
           return null
         }
         const reply = first != null ? MessageFromLeader.decode(first) : null
+        if (reply != null) this.liveness.silences.noteAlive(leaderId, this.now())
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(describeReply(reply))
           if (formedWithoutUs(reply, this.now(), search.visibleSince)) search.turnedAway++
@@ -342,6 +343,7 @@ export class FollowerSide {
   /** A leader we asked or followed did not answer within a request timeout: not asked again (nor followed there by a redirect) while it counts as gone. */
   private markSilent (search: Search, leaderId: string, leaderExpiration: number): void {
     search.silent.set(leaderId, silentUntil(this.now(), leaderExpiration, this.config.averagingExpiration))
+    this.liveness.silences.noteSilent(leaderId, this.now())
     search.rejections.push('leader stopped answering')
     this.config.log?.debug(`leader ${leaderId.slice(-6)} did not answer within ${this.config.requestTimeout} s: not asked again until ${search.silent.get(leaderId)!.toFixed(3)}`)
   }

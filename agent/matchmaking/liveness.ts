@@ -4,6 +4,7 @@ import { MatchmakingError, describeError } from '../errors.js'
 import type { Log } from '../log.js'
 import { aliveProtocol, MAX_ALIVE_STREAMS_PER_CONNECTION } from './join-protocol.js'
 import { awakeTimeout } from '../util/awake-timeout.js'
+import { Silences } from './silences.js'
 
 /** A liveness check that failed at once (a dial refused, a stream limit) is tried again after this, within its request timeout. */
 const CHECK_RETRY_MS = 50
@@ -19,10 +20,15 @@ function aborted (signal: AbortSignal | undefined): boolean { return signal?.abo
  * stream per connection is shared with libp2p's connection monitor (RELIABILITY.md).
  */
 export class Liveness {
+  /** What the checks found (and what other requests found: Silences), for later searches. */
+  readonly silences = new Silences()
+
   constructor (
     private readonly node: SwarmNode,
     private readonly prefix: string,
-    private readonly log?: Log
+    private readonly log?: Log,
+    /** Unix seconds, the matchmaker's clock (Silences). */
+    private readonly now: () => number = () => Date.now() / 1000
   ) {}
 
   /** Answers others' checks; a stream still open `requestTimeoutMs` after it came is aborted. */
@@ -64,6 +70,13 @@ export class Liveness {
    * agent that serves nothing; a failure at once while connected; `signal` aborted).
    */
   async check (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<'echoed' | 'silent' | 'no verdict'> {
+    const verdict = await this.verdict(peer, withinMs, signal)
+    if (verdict === 'silent') this.silences.noteSilent(peer.toString(), this.now())
+    else if (verdict === 'echoed') this.silences.noteAlive(peer.toString(), this.now())
+    return verdict
+  }
+
+  private async verdict (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<'echoed' | 'silent' | 'no verdict'> {
     const started = Date.now()
     for (;;) {
       if (aborted(signal)) return 'no verdict'

@@ -16,7 +16,7 @@ import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.js'
 import type { GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneEarly, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
+  MAX_HEARD, aloneEarly, declaredBeforeSilence, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
   reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, silentUntil, triedKey, withHeard, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -74,7 +74,7 @@ export class Matchmaker {
     this.selfId = node.peerId.toString()
     this.stoppedLookingAt = this.now()
     this.arrivals = config.arrivals ?? new ArrivalClock()
-    this.liveness = new Liveness(node, config.prefix, config.log)
+    this.liveness = new Liveness(node, config.prefix, config.log, () => this.now())
     this.follower = new FollowerSide({
       node,
       config,
@@ -121,6 +121,7 @@ export class Matchmaker {
         // we had marked silent asked us in turn, and was skipped; its key split in two), and looking
         // for us now, whatever it answered when we asked it at this declaration (the silent leader
         // above had been asked: skipped as tried, the two met only when a declaration ran out).
+        this.liveness.silences.noteAlive(peerId, this.now())
         if (search.silent.delete(peerId)) this.config.log?.debug(`${peerId.slice(-6)} asked us, so it is alive: no longer counted silent`)
         search.tried.delete(triedKey(peerId, expiration))
         search.heard.set(peerId, entry)
@@ -222,6 +223,7 @@ export class Matchmaker {
       if (search.assembled) break
       // Our view: the replicas' answer, and the declarations heard of otherwise (Search.heard).
       let pool = withHeard(known, search.heard, this.now())
+      this.carrySilences(search, pool)
       if (await this.widenIfShort(search, known, pool)) {
         pool = withHeard(known, search.heard, this.now())
         noteSeen(search, pool, this.now(), this.config.requestTimeout / 2)
@@ -442,6 +444,22 @@ export class Matchmaker {
     if (meet) search.holdUntil = this.now() + (this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration) ?? 0)
     await this.declare(search, expiration)
     return true
+  }
+
+  /**
+   * Declarations in our view made before their peer last failed to answer us (in an earlier search,
+   * an all-reduce's liveness check, a rendezvous request: Silences, Rendezvous.silentSince) count as
+   * silent in this search, as if we had asked them here and waited out the request timeout.
+   */
+  private carrySilences (search: Search, pool: readonly StoredEntry[]): void {
+    const now = this.now()
+    for (const e of pool) {
+      if (!e.looking || e.peerId === this.selfId || e.expiration <= now || isSilent(search.silent, e.peerId, now)) continue
+      const silentAt = this.liveness.silences.silentAt(e.peerId, this.rendezvous.silentSince(e.peerId))
+      if (silentAt === undefined || !declaredBeforeSilence(e.expiration, this.config.averagingExpiration, silentAt)) continue
+      search.silent.set(e.peerId, silentUntil(now, e.expiration, this.config.averagingExpiration))
+      this.config.log?.debug(`${e.peerId.slice(-6)} (exp ${e.expiration.toFixed(3)}) did not answer us ${(now - silentAt).toFixed(1)} s ago, after it declared: counted silent, not asked`)
+    }
   }
 
   /**

@@ -145,6 +145,15 @@ export class Rendezvous implements Startable {
   }
 
   /**
+   * When `peerId` last failed a request of ours (unix seconds), while it is still suspected: a
+   * refused dial or no answer within a request timeout. A later answer clears it.
+   */
+  silentSince (peerId: string): number | undefined {
+    const suspicion = this.suspects.get(peerId)
+    return suspicion != null && suspicion.until > Date.now() ? suspicion.failedAt : undefined
+  }
+
+  /**
    * What the key's replicas hold. `settled` waits (a bounded while) for the network lookup of the
    * key's closest peers first: for a one-off question of a peer that just joined, whose routing
    * table may hold only its bootstrap peers, which need not be the key's replicas (seen: a
@@ -375,6 +384,7 @@ export class Rendezvous implements Startable {
     const now = Date.now()
     this.suspects.set(id, {
       until: now + SUSPECT_REQUEST_TIMEOUTS * this.options.requestTimeoutMs,
+      failedAt: this.now(),
       probeAt: now + this.options.requestTimeoutMs,
       probing: this.suspects.get(id)?.probing ?? false
     })
@@ -460,6 +470,8 @@ export class Rendezvous implements Startable {
 interface Suspicion {
   /** Skipped as a replica until then (ms since the epoch). */
   until: number
+  /** When it last failed us (unix seconds, the rendezvous clock). */
+  failedAt: number
   /** Asked in the background from then on. */
   probeAt: number
   probing: boolean

@@ -183,6 +183,11 @@ export class DecentralizedAverager {
   private readonly shutdownController = new AbortController()
   private readonly log: Log
   private running = false
+  /** The all-reduce under way (a round's, then its repair's): the one a leave notice hands off. */
+  private allReduceRunner: AllReduceRunner | undefined
+  /** When a leave notice says to hand off (epoch ms; leaveBy), and its timer. */
+  private leaveAt: number | undefined
+  private leaveTimer: NodeJS.Timeout | undefined
   /** How to unregister each protocol start() registered, in the order registered. */
   private readonly started: Array<() => Promise<void>> = []
 
@@ -423,6 +428,7 @@ export class DecentralizedAverager {
       if (i !== group.myIndex) await rememberAddrs(this.node, peerIdFromString(peer), group.infos[i].addrs).catch(() => {})
     }))
     this.router.register(group.groupId, runner)
+    this.runUnderLeaveNotice(runner)
     // Our link's rate: the kernel's byte counters, else the parts' bytes (agent/adapt/link-rate.ts).
     const rx: ByteSample[] = []; const tx: ByteSample[] = []
     const sample = (): void => {
@@ -446,11 +452,13 @@ export class DecentralizedAverager {
     } finally {
       clearInterval(sampler)
       this.router.unregister(group.groupId)
+      this.allReduceRunner = undefined
     }
     // The repair shares the round's allreduceTimeout (every bound on a step stays as it was); with
     // less than two request timeouts of it left, the failed spans stay local as before.
     const left = this.config.allreduceTimeout * 1000 - result.durationMs
-    const repair = left >= 2 * this.config.requestTimeout * 1000 ? planRepair(group, runner.plan, tensors, result) : null
+    // A member that handed off is leaving: the repair is the others'.
+    const repair = left >= 2 * this.config.requestTimeout * 1000 && !runner.left ? planRepair(group, runner.plan, tensors, result) : null
     return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec, left), repair.parts)
   }
 
@@ -458,6 +466,7 @@ export class DecentralizedAverager {
   private async repairSpans (repair: SpanRepair, codec: Codec, timeoutMs: number): Promise<AllReduceResult> {
     const runner = this.newRunner(repair.group, repair.tensors, codec, { repairOf: repair.repairOf, timeoutMs })
     this.router.register(repair.group.groupId, runner)
+    this.runUnderLeaveNotice(runner)
     try {
       const result = await runner.run()
       const kept = result.partsKeptLocal
@@ -467,7 +476,44 @@ export class DecentralizedAverager {
       return result
     } finally {
       this.router.unregister(repair.group.groupId)
+      this.allReduceRunner = undefined
     }
+  }
+
+  /** Parts of our span reduced so far in the all-reduce under way, and how many it has; undefined between all-reduces. */
+  get spanProgress (): { reduced: number, span: number } | undefined {
+    return this.allReduceRunner?.spanProgress
+  }
+
+  /**
+   * A leave notice (SIGTERM, and the kill that follows it after the pod's grace period): a round
+   * still under way at `atMs` (epoch ms) stops there, hands the rest of our span to the group, which
+   * averages it among the members left (AllReduceRunner.handOff, repair.ts), and ends; one that ends
+   * sooner finishes as any round does. Without it a round longer than the grace period ends in the
+   * kill, and the group keeps the rest of our span local (a reducer that answered in part).
+   */
+  leaveBy (atMs: number): void {
+    if (this.leaveAt !== undefined && this.leaveAt <= atMs) return
+    this.leaveAt = atMs
+    clearTimeout(this.leaveTimer)
+    // Due already (a grace period shorter than the margin): now, not after the timers of a busy loop.
+    if (atMs <= Date.now()) {
+      this.handOffIfRunning()
+      return
+    }
+    this.leaveTimer = setTimeout(() => { this.handOffIfRunning() }, Math.max(0, atMs - Date.now()))
+    this.leaveTimer.unref()
+  }
+
+  private runUnderLeaveNotice (runner: AllReduceRunner): void {
+    this.allReduceRunner = runner
+    if (this.leaveAt !== undefined && Date.now() >= this.leaveAt) this.handOffIfRunning()
+  }
+
+  private handOffIfRunning (): void {
+    const handed = this.allReduceRunner?.handOff('the leave notice ran out before our round ended')
+    if (handed == null) return
+    this.log.warn(`leaving before our round ended: handed ${handed.span - handed.reduced} of the ${handed.span} parts of our span to the group (${handed.reduced} reduced)`)
   }
 
   /** `repair`: a span repair's runner, with the round it repairs and what is left of the round's allreduceTimeout. */
@@ -509,6 +555,7 @@ export class DecentralizedAverager {
     this.running = false
     this.shutdownController.abort()
     await this.stepLock.run(async () => {})
+    clearTimeout(this.leaveTimer)
     await this.release()
   }
 }

@@ -51,6 +51,8 @@ export interface AgentConfig {
   readonly completionDeadline?: number
   /** AVS_COMPLETION_ON_TRAINER_EXIT: the run ends once the sidecar's trainer says it has finished. */
   readonly completionOnTrainerExit: boolean
+  /** AVS_TERMINATION_GRACE_SECONDS: how long after SIGTERM the agent is killed (a round still running hands its span off before). */
+  readonly terminationGraceSeconds: number
 }
 
 export type Reachability = 'auto' | 'public' | 'private'
@@ -245,7 +247,8 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     ...(checkpoint === undefined ? {} : { checkpoint }),
     ...(completionRounds === undefined ? {} : { completionRounds }),
     ...(completionDeadline === undefined ? {} : { completionDeadline }),
-    completionOnTrainerExit: parse('completionOnTrainerExit', (s) => oneOf('true', 'false')(s) === 'true', false)
+    completionOnTrainerExit: parse('completionOnTrainerExit', (s) => oneOf('true', 'false')(s) === 'true', false),
+    terminationGraceSeconds: parse('terminationGrace', integer(0, 3600), 30)
   }
   if (problems.length > 0) throw new AveragingError(problems.join('\n'))
   return config

@@ -11,6 +11,7 @@ import { AnnounceFile } from './net/announce-file.js'
 import { P2P_CODE } from './net/rpc.js'
 import { connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
 import { DecentralizedAverager } from './averager.js'
+import { handOffOnNotice, LeaveNotice } from './leave-notice.js'
 import { AgentMetrics } from './metrics/agent-metrics.js'
 import { startMetricsServer } from './metrics/http-server.js'
 import { loadTensorBackend } from './tensors/backend.js'
@@ -103,13 +104,17 @@ async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean
   return { reach, averager: { ...config.averager, mode } }
 }
 
-/** SIGTERM and SIGINT: the current round finishes, then the agent leaves. */
-function abortOnSignals (log: Log): AbortController {
+/**
+ * SIGTERM and SIGINT: the current round finishes, then the agent leaves; a round still running
+ * shortly before the kill (the grace period after the signal) hands our span off (leave-notice.ts).
+ */
+function abortOnSignals (log: Log, graceSeconds: number): AbortController {
   const shutdown = new AbortController()
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.once(signal, () => {
-      log.info(`${signal}: finishing the current round, then leaving`)
-      shutdown.abort()
+      const notice = new LeaveNotice(signal, Date.now(), graceSeconds * 1000)
+      log.info(`${notice.message} (a round still running in ${((notice.handOffAt - notice.at) / 1000).toFixed(1)} s hands our span to the group: the kill comes ${graceSeconds} s after the signal)`)
+      shutdown.abort(notice)
     })
   }
   return shutdown
@@ -262,7 +267,7 @@ async function main (): Promise<number> {
   const backend = config.workload === 'builtin' ? (await loadTensorBackend()).name : 'trainer'
   const gauges = startGauges(node, metrics)
   trackConnectionKinds(node, metrics)
-  const shutdown = abortOnSignals(log)
+  const shutdown = abortOnSignals(log, config.terminationGraceSeconds)
   const { joined, routed, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, log))
   void routed.then(() => { settled = true })
   config = { ...config, averager: reached.averager }
@@ -271,7 +276,11 @@ async function main (): Promise<number> {
   const ctx: WorkloadContext = {
     node, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
     checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline, completionOnTrainerExit: config.completionOnTrainerExit,
-    createAverager: async (tensors, hooks) => await createAverager(node, config, metrics, log, tensors, { ...hooks, routed }),
+    createAverager: async (tensors, hooks) => {
+      const averager = await createAverager(node, config, metrics, log, tensors, { ...hooks, routed })
+      handOffOnNotice(shutdown.signal, averager)
+      return averager
+    },
     setReady: (value) => { ready = value && joined }
   }
   const stateSharing = stateSharingFor(node, config, metrics, log)

@@ -15,9 +15,11 @@ import type { AllReduceResult } from './runner.js'
  * among themselves, with the same runner: a group of the members that did not fail, spans spread
  * over them by their bandwidth as any round's are, each part's mean the weighted mean of the
  * survivors. A member takes part only when every reducer it lost sent it nothing (no mean of the
- * span is mixed with a mean of another set of senders); the repair's group id is derived from the
- * round's and from the failed reducers, so members that saw different reducers fail never meet in
- * one repair: a member whose round ended without a repair answers a repair's stream at once that it
+ * span is mixed with a mean of another set of senders), or left mid-span and said where it stopped
+ * (a preemption notice shorter than the round: AllReduceRunner.handOff sends every sender the same
+ * means and then the same part index, so the rest of its span is repaired); the repair's group id is
+ * derived from the round's, the failed reducers and where each stopped, so members that saw
+ * different reducers fail, or stop at different parts, never meet in one repair: a member whose round ended without a repair answers a repair's stream at once that it
  * runs none (agent/allreduce/aggregate-handler.ts), and the asker keeps those parts local, as before,
  * and leaves it out as a sender of its own sub-span (runner.ts) instead of waiting for it.
  */
@@ -32,29 +34,45 @@ export interface SpanRepair {
   readonly parts: number
 }
 
-/** The repair's group id: the round's, and which members failed (sorted group indices). */
-export function repairGroupId (groupId: Uint8Array, failed: readonly number[]): Uint8Array {
+/**
+ * The repair's group id: the round's, which members failed (sorted group indices), and for a
+ * reducer that handed off mid-span the part of its span it stopped at (`from`; a reducer that
+ * answered nothing hashes as it always has, so agents without hand-offs still meet in its repair).
+ */
+export function repairGroupId (groupId: Uint8Array, failed: readonly number[], from?: ReadonlyMap<number, number>): Uint8Array {
   const hash = createHash('sha256').update('avs span repair\n').update(groupId)
-  for (const r of [...failed].sort((a, b) => a - b)) hash.update(`${r}\n`)
+  for (const r of [...failed].sort((a, b) => a - b)) {
+    const k = from?.get(r) ?? 0
+    hash.update(k === 0 ? `${r}\n` : `${r}@${k}\n`)
+  }
   return new Uint8Array(hash.digest().subarray(0, 20))
 }
 
-/** The repair our round calls for, or null: nothing failed, a failed reducer had answered in part, or too few are left. */
-export function planRepair (group: GroupInfo, plan: AllReducePlan, tensors: readonly Float32Array[], result: Pick<AllReduceResult, 'failedReducers' | 'unansweredReducers'>): SpanRepair | null {
+/**
+ * The repair our round calls for, or null: nothing failed, a failed reducer had answered in part
+ * without handing the rest off, or too few are left.
+ */
+export function planRepair (group: GroupInfo, plan: AllReducePlan, tensors: readonly Float32Array[], result: Pick<AllReduceResult, 'failedReducers' | 'unansweredReducers' | 'handedOffReducers'>): SpanRepair | null {
   if (result.failedReducers.length === 0) return null
-  if (result.failedReducers.some(peer => !result.unansweredReducers.includes(peer))) return null
-  const failed = result.failedReducers.map(peer => group.peerIds.indexOf(peer))
-  if (failed.some(r => r < 0)) return null
+  // Where each failed reducer's span is still ours, relative to its start.
+  const from = new Map<number, number>()
+  for (const peer of result.failedReducers) {
+    const r = group.peerIds.indexOf(peer)
+    const k = result.unansweredReducers.includes(peer) ? 0 : result.handedOffReducers[peer]
+    if (r < 0 || k === undefined) return null
+    from.set(r, k)
+  }
+  const failed = [...from.keys()]
   const out = new Set(failed)
   const members = group.peerIds.map((_, i) => i).filter(i => !out.has(i) && group.infos[i].mode !== PeerMode.AUXILIARY)
   // Two to average, and someone to reduce: clients send only.
   if (members.length < 2 || !members.includes(group.myIndex) || !members.some(i => group.infos[i].mode === PeerMode.NODE)) return null
-  const parts = failed.sort((a, b) => a - b).flatMap(r => plan.parts.slice(plan.spanStart[r], plan.spanEnd[r]))
+  const parts = failed.sort((a, b) => a - b).flatMap(r => plan.parts.slice(plan.spanStart[r] + (from.get(r) ?? 0), plan.spanEnd[r]))
   if (parts.length === 0) return null
   return {
     repairOf: group.groupId,
     group: {
-      groupId: repairGroupId(group.groupId, failed),
+      groupId: repairGroupId(group.groupId, failed, from),
       peerIds: members.map(i => group.peerIds[i]),
       infos: members.map(i => group.infos[i]),
       myIndex: members.indexOf(group.myIndex),
@@ -75,6 +93,7 @@ export function withRepair (round: AllReduceResult, repair: AllReduceResult, par
     bytesReceived: round.bytesReceived + repair.bytesReceived,
     failedReducers: union(round.failedReducers, repair.failedReducers),
     unansweredReducers: union(round.unansweredReducers, repair.unansweredReducers),
+    handedOffReducers: { ...repair.handedOffReducers, ...round.handedOffReducers },
     bannedSenders: union(round.bannedSenders, repair.bannedSenders),
     cutOffSenders: { adaptive: union(round.cutOffSenders.adaptive, repair.cutOffSenders.adaptive), fixed: union(round.cutOffSenders.fixed, repair.cutOffSenders.fixed) },
     cutOffReducers: { adaptive: union(round.cutOffReducers.adaptive, repair.cutOffReducers.adaptive), fixed: union(round.cutOffReducers.fixed, repair.cutOffReducers.fixed) },

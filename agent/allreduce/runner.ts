@@ -2,7 +2,7 @@ import { payloadBytes, type DataChannelKind, type FrameChannel } from '../net/fr
 import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.js'
 import { decodeInto, type Codec } from '../compression/index.js'
 import type { GroupInfo } from '../matchmaking/group-info.js'
-import { ProtocolError, TimeoutError, describeError } from '../errors.js'
+import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
 import { Timeline } from './timeline.js'
@@ -59,6 +59,12 @@ export interface AllReduceResult {
   readonly failedReducers: readonly string[]
   /** Those of failedReducers that sent us no mean at all: their whole span is still ours (agent/allreduce/repair.ts). */
   readonly unansweredReducers: readonly string[]
+  /**
+   * Those of failedReducers that left mid-span and said so (TensorPart.handed_off), with how many
+   * parts of their span they had answered: the rest is still ours, and every member they told
+   * holds the same means before it (agent/allreduce/repair.ts).
+   */
+  readonly handedOffReducers: Readonly<Record<string, number>>
   /** Senders our span was averaged without (for the parts they did not deliver). */
   readonly bannedSenders: readonly string[]
   /**
@@ -88,6 +94,9 @@ export interface AllReduceResult {
 
 export type Deadline = 'adaptive' | 'fixed'
 
+/** How far our exchange with one reducer got: accepted or refused, means received, handed off (it left mid-span and said where). */
+interface ExchangeProgress { accepted: boolean, refused: boolean, received: number, handedOff: boolean }
+
 interface SenderLink {
   framed: FrameChannel
   pendingWrites: number
@@ -110,6 +119,17 @@ export class AllReduceRunner {
   private readonly links = new Map<number, SenderLink>()
   private readonly failedReducers = new Set<string>()
   private readonly unansweredReducers = new Set<string>()
+  private readonly handedOffReducers = new Map<string, number>()
+  /** Parts of our span reduced when we handed the rest off (handOff), and the hand-off frames' writes. */
+  private handedOffAt: number | undefined
+  private handingOff: Promise<unknown> = Promise.resolve()
+  private leaving = false
+  /** handOff was called: we are leaving, and this round's repair, if any, is the others'. */
+  get left (): boolean { return this.leaving }
+  /** Parts of our span reduced so far, and how many it has. */
+  get spanProgress (): { reduced: number, span: number } {
+    return { reduced: this.reducer?.completedParts ?? 0, span: this.spanParts.length }
+  }
   private readonly bannedSenders = new Set<string>()
   private readonly cutOff: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
   private readonly cutOffReducers: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
@@ -196,6 +216,8 @@ export class AllReduceRunner {
         }
       }
       await Promise.all(tasks)
+      // A leaving reducer's last frames (handOff) are out before the round returns and the agent leaves.
+      await this.handingOff
       this.options.log?.debug(`all-reduce timeline (ms; peers by group index): ${this.timeline.toString()}, end`)
     } finally {
       clearTimeout(timer)
@@ -209,6 +231,7 @@ export class AllReduceRunner {
       bytesReceived: this.bytesReceived,
       failedReducers: [...this.failedReducers],
       unansweredReducers: [...this.unansweredReducers],
+      handedOffReducers: Object.fromEntries(this.handedOffReducers),
       bannedSenders: [...this.bannedSenders],
       cutOffSenders: { adaptive: [...this.cutOff.adaptive], fixed: [...this.cutOff.fixed] },
       cutOffReducers: { adaptive: [...this.cutOffReducers.adaptive], fixed: [...this.cutOffReducers.fixed] },
@@ -232,6 +255,12 @@ export class AllReduceRunner {
     const peerIndex = this.options.group.peerIds.indexOf(from)
     const slot = this.plan.senders.indexOf(peerIndex)
     const reducer = this.reducer
+    if (this.handedOffAt !== undefined && slot >= 0) {
+      // It missed the means the others got before the hand-off: for it, our span answered nothing.
+      await framed.write(AggregateReply.encode({ code: MatchCode.NOT_LOOKING_FOR_GROUP, reason: 'this member is leaving and handed its span off' }))
+      await framed.closeWrite()
+      return false
+    }
     if (reducer == null || slot < 0 || slot === this.mySlot || this.links.has(slot) || reducer.isBanned(slot)) {
       const reason = reducer == null ? 'this peer reduces no span' : slot < 0 ? 'not a sender of this group' : 'duplicate or late stream'
       await framed.write(AggregateReply.encode({ code: MatchCode.PROTOCOL_VIOLATION, reason }))
@@ -250,8 +279,10 @@ export class AllReduceRunner {
         // they drain, so flow control reaches it instead of our memory growing.
         while (link.pendingWrites > PART_WINDOW && !reducer.isBanned(slot)) await link.chain
         if (reducer.isBanned(slot)) return false
+        if (this.handedOffAt !== undefined) break
         this.deadlines?.reading(slot, k)
         const bytes = await framed.readPieces(this.options.senderTimeoutMs)
+        if (this.handedOffAt !== undefined) break
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
         this.bytesReceived += bytes.byteLength
         const part = decodeTensorPartPieces(bytes)
@@ -268,7 +299,7 @@ export class AllReduceRunner {
       await this.reducerFinished
       await link.chain
       // Every mean written (a failed write banned the sender and aborted the channel).
-      if (reducer.isBanned(slot)) return false
+      if (reducer.isBanned(slot) || this.handedOffAt !== undefined) return false
       if (isKeptChannel(framed)) {
         link.released = true
         return true
@@ -276,10 +307,55 @@ export class AllReduceRunner {
       await framed.closeWrite()
       return false
     } catch (err) {
+      // Handed off, the sender closes the channel once it has read where we stopped: its last frames are ours to drop.
+      if (this.handedOffAt !== undefined) {
+        await link.chain
+        return false
+      }
       // A read past the sender timeout is the fixed deadline; any other error is no deadline at all.
       this.banSender(slot, describeError(err), err instanceof TimeoutError ? 'fixed' : undefined)
       return false
     }
+  }
+
+  /**
+   * We are leaving before the round ends (a preemption notice shorter than the round). Our span
+   * stops at the parts already reduced, whose means are queued to every sender first; then each
+   * sender learns where it stopped (TensorPart.handed_off), and the group averages the rest among
+   * themselves (repair.ts) instead of keeping it local, as it must when a reducer dies mid-span.
+   * Our own parts stop too: our channels to the other reducers are torn down, so they leave us out
+   * of what we had not sent at once, not at a deadline. Returns the parts of our span reduced and
+   * its length, or null when we reduce nothing or had finished our span (nothing to hand off).
+   */
+  handOff (why: string): { reduced: number, span: number } | null {
+    this.leaving = true
+    const reducer = this.reducer
+    let handed: { reduced: number, span: number } | null = null
+    if (this.handedOffAt === undefined && reducer != null && !reducer.done && !this.abort.signal.aborted) {
+      const reduced = reducer.stop()
+      this.handedOffAt = reduced
+      const frame = encodeTensorPartPieces({
+        partIndex: this.plan.spanStart[this.me] + reduced,
+        compression: COMPRESSION_WIRE[this.options.codec.name],
+        data: new Uint8Array(0),
+        handedOff: true
+      })
+      const writes: Array<Promise<void>> = []
+      for (const [slot, link] of this.links) {
+        if (reducer.isBanned(slot) || link.released) continue
+        link.chain = link.chain.then(async () => {
+          await link.framed.write(frame)
+          await link.framed.closeWrite()
+        }).catch(() => {})
+        writes.push(link.chain)
+      }
+      this.handingOff = Promise.all(writes)
+      handed = { reduced, span: this.spanParts.length }
+      this.timeline.mark(`handed off after ${reduced} parts`)
+      this.reducerDone()
+    }
+    if (!this.abort.signal.aborted) this.abort.abort(new AveragingError(`we are leaving: ${why}`))
+    return handed
   }
 
   private async contributeLocally (): Promise<void> {
@@ -287,7 +363,7 @@ export class AllReduceRunner {
     if (reducer == null || this.mySlot < 0) return
     for (let k = 0; k < this.spanParts.length; k++) {
       await reducer.waitUntilWithin(k, PART_WINDOW)
-      if (reducer.isBanned(this.mySlot)) return
+      if (reducer.isBanned(this.mySlot) || this.handedOffAt !== undefined) return
       const values = partView(this.options.tensors, this.plan, this.spanParts[k])
       this.kernels.staging.set(values)
       // Our own values are not checked here: a NaN of ours makes the part's mean NaN, which
@@ -408,7 +484,7 @@ export class AllReduceRunner {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
-    const progress = { accepted: false, refused: false, received: 0 }
+    const progress: ExchangeProgress = { accepted: false, refused: false, received: 0, handedOff: false }
     const opening = new AbortController()
     this.openings.set(r, opening)
     const channelOptions = {
@@ -448,6 +524,7 @@ export class AllReduceRunner {
       if (err instanceof TimeoutError && !this.reducersCutOff.has(r)) this.cutOffReducers.fixed.push(peer)
       this.failedReducers.add(peer)
       if (progress.received === 0) this.unansweredReducers.add(peer)
+      if (progress.handedOff) this.handedOffReducers.set(peer, progress.received)
       this.partsKeptLocal += (end - start) - progress.received
       this.options.log?.warn(`keeping ${end - start - progress.received} parts of reducer ${peer}'s span local: ${describeError(err)}`)
       framed?.abort(err instanceof Error ? err : new ProtocolError(describeError(err)))
@@ -455,7 +532,7 @@ export class AllReduceRunner {
   }
 
   /** Our parts of reducer r's span out, its means back in; progress says how far it got. */
-  private async exchangeWith (r: number, framed: FrameChannel, progress: { accepted: boolean, refused: boolean, received: number }, reused: boolean): Promise<void> {
+  private async exchangeWith (r: number, framed: FrameChannel, progress: ExchangeProgress, reused: boolean): Promise<void> {
     const peer = this.options.group.peerIds[r]
     const start = this.plan.spanStart[r]
     const end = this.plan.spanEnd[r]
@@ -488,6 +565,10 @@ export class AllReduceRunner {
       this.bytesReceived += bytes.byteLength
       const result = decodeTensorPartPieces(bytes)
       if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
+      if (result.handedOff) {
+        progress.handedOff = true
+        throw new AveragingError(`reducer ${peer} is leaving: it answered ${index - start} of the ${end - start} parts of its span and handed the rest to the group`)
+      }
       progress.received++
       this.reducerDeadlines?.delivered(r)
       if (index === start || index === end - 1) this.timeline.mark(`${index === start ? 'first' : 'last'} mean from ${r}`)

@@ -17,6 +17,8 @@ export class SpanReducer {
   private readonly delivered: Int32Array
   private readonly banned: Uint8Array
   private completed = 0
+  /** Set by stop(): no further part finishes, whatever arrives. */
+  private stopped = false
   private progressWaiters: Array<() => void> = []
 
   constructor (
@@ -31,7 +33,8 @@ export class SpanReducer {
     this.banned = new Uint8Array(senderWeights.length)
   }
 
-  get done (): boolean { return this.completed >= this.parts.length }
+  /** Every part finished, or the reducer stopped (stop()): nothing more will finish. */
+  get done (): boolean { return this.completed >= this.parts.length || this.stopped }
   get completedParts (): number { return this.completed }
   nextPartOf (slot: number): number { return this.delivered[slot] }
   isBanned (slot: number): boolean { return this.banned[slot] === 1 }
@@ -42,7 +45,7 @@ export class SpanReducer {
    * nothing is added; the caller bans the sender. Late or out-of-order parts are ignored.
    */
   contribute (slot: number, k: number, check: boolean): boolean {
-    if (this.banned[slot] === 1 || k !== this.delivered[slot] || k >= this.parts.length) return true
+    if (this.banned[slot] === 1 || k !== this.delivered[slot] || k >= this.parts.length || this.stopped) return true
     if (k - this.completed >= this.window) throw new RangeError(`part ${k} is more than ${this.window} parts ahead of part ${this.completed}`)
     const weight = this.senderWeights[slot]
     const n = this.parts[k].length
@@ -70,6 +73,21 @@ export class SpanReducer {
     this.advance()
   }
 
+  /**
+   * Finishes no further part, and wakes everyone waiting on progress: a leaving reducer hands the
+   * rest of its span to its senders (AllReduceRunner.handOff). Returns the parts finished, whose
+   * means have all gone to onPartDone.
+   */
+  stop (): number {
+    if (!this.stopped) {
+      this.stopped = true
+      const waiters = this.progressWaiters
+      this.progressWaiters = []
+      for (const wake of waiters) wake()
+    }
+    return this.completed
+  }
+
   /** Resolves once the reducer finished part k-window or better: bounds how far a fast sender runs ahead. */
   async waitUntilWithin (k: number, window: number): Promise<void> {
     while (k - this.completed >= window && !this.done) {
@@ -78,6 +96,7 @@ export class SpanReducer {
   }
 
   private advance (): void {
+    if (this.stopped) return
     let progressed = false
     while (this.completed < this.parts.length && this.isComplete(this.completed)) {
       const k = this.completed

@@ -7,17 +7,20 @@ const DATA_TAG = (3 << 3) | 2
 /** TensorPart.part_index (field 1) and compression (field 2), both varints. */
 const PART_INDEX_TAG = (1 << 3) | 0
 const COMPRESSION_TAG = (2 << 3) | 0
+/** TensorPart.handed_off (field 4), a varint: a leaving reducer's last frame. */
+const HANDED_OFF_TAG = (4 << 3) | 0
 /** Compression by its number on the wire (averaging.proto). */
 const COMPRESSION_BY_NUMBER: readonly Compression[] = [Compression.NONE, Compression.FLOAT16, Compression.UNIFORM_8BIT, Compression.BLOCKWISE_8BIT]
 
 /**
  * TensorPart's encoding as [head, data]: the generated encoder writes the small fields, then the
  * data field's tag and length, and the data itself goes to the channel as it is. The concatenation
- * is byte for byte TensorPart.encode(part) (protons writes fields in order, data last), without
- * copying a part's values into a new message first.
+ * is byte for byte TensorPart.encode(part) (protons writes fields in order; the one field after
+ * data, handed_off, comes only in a frame without data), without copying a part's values into a
+ * new message first.
  */
-export function encodeTensorPartPieces (part: TensorPart): Uint8Array[] {
-  const fields = TensorPart.encode({ partIndex: part.partIndex, compression: part.compression })
+export function encodeTensorPartPieces (part: Omit<TensorPart, 'handedOff'> & { readonly handedOff?: boolean }): Uint8Array[] {
+  const fields = TensorPart.encode({ partIndex: part.partIndex, compression: part.compression, handedOff: part.handedOff === true })
   if (part.data.byteLength === 0) return [fields]
   const head = new Uint8Array(fields.byteLength + 1 + varintLength(part.data.byteLength))
   head.set(fields)
@@ -41,6 +44,8 @@ export interface TensorPartPieces {
   readonly compression: TensorPart['compression']
   /** The data field's bytes, still in the transport's chunks. */
   readonly data: Uint8ArrayList
+  /** A leaving reducer reduces nothing from partIndex on (averaging.proto, TensorPart.handed_off). */
+  readonly handedOff: boolean
 }
 
 /**
@@ -67,6 +72,7 @@ export function decodeTensorPartPieces (frame: Uint8ArrayList): TensorPartPieces
   let compression = Compression.NONE
   let dataStart = -1
   let dataEnd = -1
+  let handedOff = false
   while (at < end) {
     const tag = varint()
     const wireType = tag % 8
@@ -78,7 +84,7 @@ export function decodeTensorPartPieces (frame: Uint8ArrayList): TensorPartPieces
         const known = COMPRESSION_BY_NUMBER[value]
         if (known === undefined) throw new ProtocolError(`a tensor part names compression ${value}, which this agent does not know`)
         compression = known
-      }
+      } else if (tag === HANDED_OFF_TAG) handedOff = value !== 0
     } else if (wireType === 1) at += 8
     else if (wireType === 5) at += 4
     else if (wireType === 2) {
@@ -93,5 +99,5 @@ export function decodeTensorPartPieces (frame: Uint8ArrayList): TensorPartPieces
     } else throw new ProtocolError(`a tensor part holds a field of wire type ${wireType}`)
     if (at > end) throw new ProtocolError('a tensor part ends inside a field')
   }
-  return { partIndex, compression, data: dataStart < 0 ? new Uint8ArrayList() : frame.sublist(dataStart, dataEnd) }
+  return { partIndex, compression, data: dataStart < 0 ? new Uint8ArrayList() : frame.sublist(dataStart, dataEnd), handedOff }
 }

@@ -1834,6 +1834,7 @@ export interface TensorPart {
   partIndex: number
   compression: Compression
   data: Uint8Array
+  handedOff: boolean
 }
 
 export namespace TensorPart {
@@ -1861,6 +1862,11 @@ export namespace TensorPart {
           w.bytes(obj.data)
         }
 
+        if ((obj.handedOff != null && obj.handedOff !== false)) {
+          w.uint32(32)
+          w.bool(obj.handedOff)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1868,7 +1874,8 @@ export namespace TensorPart {
         const obj: any = {
           partIndex: 0,
           compression: Compression.NONE,
-          data: uint8ArrayAlloc(0)
+          data: uint8ArrayAlloc(0),
+          handedOff: false
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1887,6 +1894,10 @@ export namespace TensorPart {
             }
             case 3: {
               obj.data = reader.bytes()
+              break
+            }
+            case 4: {
+              obj.handedOff = reader.bool()
               break
             }
             default: {
@@ -1925,6 +1936,13 @@ export namespace TensorPart {
               }
               break
             }
+            case 4: {
+              yield {
+                field: `${prefix}.handedOff`,
+                value: reader.bool()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -1952,6 +1970,11 @@ export namespace TensorPart {
     value: Uint8Array
   }
 
+  export interface TensorPartHandedOffFieldEvent {
+    field: '$.handedOff'
+    value: boolean
+  }
+
   export function encode (obj: Partial<TensorPart>): Uint8Array {
     return encodeMessage(obj, TensorPart.codec())
   }
@@ -1960,7 +1983,7 @@ export namespace TensorPart {
     return decodeMessage(buf, TensorPart.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<TensorPart>): Generator<TensorPartPartIndexFieldEvent | TensorPartCompressionFieldEvent | TensorPartDataFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<TensorPart>): Generator<TensorPartPartIndexFieldEvent | TensorPartCompressionFieldEvent | TensorPartDataFieldEvent | TensorPartHandedOffFieldEvent> {
     return streamMessage(buf, TensorPart.codec(), opts)
   }
 }

@@ -106,6 +106,10 @@ export function agentEnv (s: AveragingSwarm, p: PodInputs): EnvVar[] {
   env.push(value(AGENT_ENV.workload.name, s.spec.workload.type))
   if (s.spec.workload.type === 'sidecar') env.push(value(AGENT_ENV.sidecarPort.name, s.spec.workload.sidecarPort), value(AGENT_ENV.shmDir.name, SHM_MOUNT_DIR))
   env.push(value(AGENT_ENV.logLevel.name, s.spec.logLevel))
+  // The kill comes this long after SIGTERM: a round still running just before it hands its span off.
+  // Absent when the spec leaves the grace period to Kubernetes (30 s, the agent's default), so existing swarms do not roll.
+  const grace = s.spec.podTemplate?.terminationGracePeriodSeconds
+  if (grace !== undefined) env.push(value(AGENT_ENV.terminationGrace.name, grace))
   // User variables come last and cannot shadow the contract's variables.
   const ours = new Set(env.map(e => e.name))
   for (const e of (s.spec.podTemplate?.env ?? []) as unknown as EnvVar[]) if (!ours.has(e.name)) env.push(e)

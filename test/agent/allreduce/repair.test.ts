@@ -18,7 +18,7 @@ const planFor = (group: GroupInfo) => makePlan(group.infos, [40, 24], 32, codecF
 
 function result (over: Partial<AllReduceResult> = {}): AllReduceResult {
   return {
-    groupSize: 4, durationMs: 100, bytesSent: 1000, bytesReceived: 900, failedReducers: [], unansweredReducers: [], bannedSenders: [],
+    groupSize: 4, durationMs: 100, bytesSent: 1000, bytesReceived: 900, failedReducers: [], unansweredReducers: [], handedOffReducers: {}, bannedSenders: [],
     cutOffSenders: { adaptive: [], fixed: [] }, cutOffReducers: { adaptive: [], fixed: [] }, partsTotal: 8, partsReduced: 2, partsKeptLocal: 0,
     repairedParts: 0, channels: { direct: 3, libp2p: 0 }, reusedChannels: 0, ...over
   }
@@ -51,6 +51,31 @@ test('a reducer that answered nothing: the others, without it, average its span;
   assert.deepEqual(repair.group.groupId, repairGroupId(group.groupId, [2]))
 })
 
+test('a reducer that left mid-span and handed off: the others average the rest of its span, from where it stopped, under an id that says where', () => {
+  // Parts of 2 elements (8 bytes): 32 parts, eight per member, so c's span can stop part-way.
+  const group = groupOf([PeerMode.NODE, PeerMode.NODE, PeerMode.NODE, PeerMode.NODE], 0)
+  const plan = makePlan(group.infos, [40, 24], 8, codecFor('none'))
+  const span = plan.spanEnd[2] - plan.spanStart[2]
+  assert.ok(span >= 4, `c reduces ${span} parts`)
+  const ours = tensors()
+  const repair = planRepair(group, plan, ours, result({ failedReducers: ['c'], unansweredReducers: [], handedOffReducers: { c: 3 } }))
+  assert.ok(repair != null)
+  assert.equal(repair.parts, span - 3)
+  const firstLeft = plan.parts[plan.spanStart[2] + 3]
+  assert.equal(repair.tensors[0][0], ours[firstLeft.tensorIndex][firstLeft.offset - plan.tensorBases[firstLeft.tensorIndex]], 'the first part it did not answer')
+  assert.deepEqual(repair.group.groupId, repairGroupId(group.groupId, [2], new Map([[2, 3]])))
+  // Members that saw it stop elsewhere, or answer nothing, meet in another repair; stopping at 0 is answering nothing.
+  assert.notDeepEqual(repair.group.groupId, repairGroupId(group.groupId, [2], new Map([[2, 4]])))
+  assert.notDeepEqual(repair.group.groupId, repairGroupId(group.groupId, [2]))
+  assert.deepEqual(repairGroupId(group.groupId, [2], new Map([[2, 0]])), repairGroupId(group.groupId, [2]))
+  // With a second reducer that answered nothing: both spans' rest, in span order.
+  const both = planRepair(group, plan, ours, result({ failedReducers: ['d', 'c'], unansweredReducers: ['d'], handedOffReducers: { c: 3 } }))
+  assert.equal(both?.parts, span - 3 + plan.spanEnd[3] - plan.spanStart[3])
+  assert.deepEqual(both?.group.peerIds, ['a', 'b'])
+  // Answered in part without saying where it stopped: nothing to agree on, kept local.
+  assert.equal(planRepair(group, plan, ours, result({ failedReducers: ['c'], unansweredReducers: [], handedOffReducers: { d: 2 } })), null)
+})
+
 test('the repair\'s group id depends on the round and on who failed, not on the order we saw them fail', () => {
   const g = new Uint8Array(20).fill(7)
   assert.deepEqual(repairGroupId(g, [3, 1]), repairGroupId(g, [1, 3]))
@@ -80,6 +105,7 @@ test('withRepair: repaired parts are no longer kept local; counts, bytes and fai
   assert.equal(merged.bytesSent, 1200)
   assert.equal(merged.partsReduced, 3)
   assert.deepEqual(merged.failedReducers, ['c', 'd'])
+  assert.deepEqual(withRepair(result({ handedOffReducers: { c: 2 } }), result({ handedOffReducers: { d: 1 } }), 0).handedOffReducers, { c: 2, d: 1 })
   assert.deepEqual(merged.bannedSenders, ['c'])
   assert.deepEqual(merged.cutOffReducers, { adaptive: ['c'], fixed: [] })
   assert.deepEqual(merged.channels, { direct: 4, libp2p: 1 })

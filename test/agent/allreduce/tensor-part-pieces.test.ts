@@ -67,3 +67,16 @@ test('malformed TensorPart frames throw a protocol error, never allocate what th
     assert.throws(() => decodeTensorPartPieces(chunked(bytes, [2])), (err: Error) => err.name === 'ProtocolError' || /tensor part|index out of range|invalid wire type/i.test(err.message), what)
   }
 })
+
+test('a leaving reducer\'s hand-off frame: part index and flag, no data; other frames are not handed off', () => {
+  const pieces = encodeTensorPartPieces({ partIndex: 300, compression: Compression.FLOAT16, data: new Uint8Array(0), handedOff: true })
+  const joined = new Uint8Array(Buffer.concat(pieces))
+  assert.deepEqual(joined, TensorPart.encode({ partIndex: 300, compression: Compression.FLOAT16, data: new Uint8Array(0), handedOff: true }))
+  const decoded = decodeTensorPartPieces(new Uint8ArrayList(joined))
+  assert.deepEqual([decoded.partIndex, decoded.compression, decoded.data.byteLength, decoded.handedOff], [300, Compression.FLOAT16, 0, true])
+  const mean = Buffer.concat(encodeTensorPartPieces({ partIndex: 300, compression: Compression.NONE, data: new Uint8Array(8) }))
+  assert.equal(decodeTensorPartPieces(new Uint8ArrayList(mean)).handedOff, false)
+  // An agent that does not know the field skips it: to it the frame is an empty part, which it keeps local.
+  const fieldless = TensorPart.decode(joined.subarray(0, joined.byteLength - 2))
+  assert.deepEqual([fieldless.partIndex, fieldless.data.byteLength, fieldless.handedOff], [300, 0, false])
+})

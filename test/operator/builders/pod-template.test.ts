@@ -154,3 +154,13 @@ test('a private network mounts the PSK Secret and points AVS_PSK_FILE at it', as
   assert.equal(envOf(t.spec.containers[0]).AVS_PSK_FILE.value, '/etc/averaging-swarm/psk/swarm.key')
   assert.match(newSwarmKey(), /^\/key\/swarm\/psk\/1\.0\.0\/\n\/base16\/\n[0-9a-f]{64}\n$/)
 })
+
+test('the pod\'s grace period reaches the agent as AVS_TERMINATION_GRACE_SECONDS; unset, neither is written (Kubernetes\' 30 s, the agent\'s default)', async () => {
+  const set = find((await desiredFor(swarm({ podTemplate: { terminationGracePeriodSeconds: 12 } }))).objects, 'StatefulSet', 'demo-agent').spec.template
+  assert.equal(set.spec.terminationGracePeriodSeconds, 12)
+  assert.equal(envOf(set.spec.containers[0])[AGENT_ENV.terminationGrace.name].value, '12')
+  const unset = find((await desiredFor(swarm({}))).objects, 'StatefulSet', 'demo-agent').spec.template
+  assert.equal(unset.spec.terminationGracePeriodSeconds, undefined)
+  assert.equal(envOf(unset.spec.containers[0])[AGENT_ENV.terminationGrace.name], undefined)
+  assert.equal(AGENT_ENV.terminationGrace.default, '30')
+})

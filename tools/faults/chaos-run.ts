@@ -43,6 +43,11 @@ export interface ChaosOptions {
   readonly outDir: string
   /** The agents' log level (default info). */
   readonly logLevel?: string
+  /**
+   * Seconds from SIGTERM to the kill in a term fault: the swarm's terminationGracePeriodSeconds,
+   * which the agents hear of (default 30, Kubernetes' when the spec sets none).
+   */
+  readonly graceSeconds?: number
   readonly log: (line: string) => void
 }
 
@@ -121,7 +126,8 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const { agents } = await buildSidecarSwarm({
     name: 'chaos', replicas: o.agents, bootstrapReplicas: o.bootstrap, timing: o.timing, ips,
     sidecarPorts: await freePorts(o.agents), p2pPort: 31337, metricsPort: 9400, dnsServer: dns.address, membersDir: join(o.outDir, 'members'),
-    logLevel: o.logLevel
+    logLevel: o.logLevel,
+    ...(o.graceSeconds !== undefined ? { terminationGraceSeconds: o.graceSeconds } : {})
   }).then(r => { for (const [k, v] of r.dnsRecords) records.set(k, v); return r })
   const procs = agents.map(a => new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir }))
   const t = o.timing
@@ -221,7 +227,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
           await procs[victim].killAndWait()
         } else {
           const leaving = Date.now()
-          await procs[victim].stop(30_000)
+          await procs[victim].stop((o.graceSeconds ?? 30) * 1000)
           fault.leaveMs = Date.now() - leaving
         }
         latest.delete(victim)

@@ -60,6 +60,7 @@ function commandLine (): Command {
     .option('--allreduce-timeout <s>', 'the swarm\'s allreduceTimeout', '10')
     .option('--slack <ms>', 'allowance over each step\'s bound for HTTP and JSON on a loaded machine', '2000')
     .option('--out <dir>', 'agent logs', 'runs')
+    .option('--grace <s>', 'seconds from SIGTERM to SIGKILL in a term fault: the swarm\'s terminationGracePeriodSeconds, which the agents hear of (a round still running near the kill hands its span off)')
     .option('--log-level <level>', 'the agents\' log level (debug: matchmaking\'s and the all-reduce\'s decisions, to tell what a slow step waited for)', 'info')
 }
 
@@ -76,7 +77,8 @@ async function main (): Promise<void> {
     periodMs: Number(o.period), faults, warmupLimitMs: 120_000, faultGapMs: Number(o.faultGap), fixedCadence: o.fixedCadence !== undefined, overlap: o.overlap !== undefined,
     freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: Number(o.allreduceTimeout) },
-    subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, logLevel: o.logLevel, log: (l) => { console.log(l) }
+    subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, logLevel: o.logLevel,
+    ...(o.grace !== undefined ? { graceSeconds: Number(o.grace) } : {}), log: (l) => { console.log(l) }
   }
   let baseline: ChaosResult | undefined
   if (o.baseline !== undefined) {

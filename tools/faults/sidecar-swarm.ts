@@ -44,6 +44,8 @@ export interface SidecarSwarmOptions {
   readonly membersDir: string
   /** The swarm's spec.logLevel (default: the CRD's, info): debug shows matchmaking's and the all-reduce's decisions. */
   readonly logLevel?: string
+  /** spec.podTemplate.terminationGracePeriodSeconds (default: unset, Kubernetes' 30 s). */
+  readonly terminationGraceSeconds?: number
 }
 
 /**
@@ -60,6 +62,7 @@ export async function buildSidecarSwarm (o: SidecarSwarmOptions): Promise<{ swar
     spec: {
       replicas: o.replicas,
       ...(o.logLevel !== undefined ? { logLevel: o.logLevel } : {}),
+      ...(o.terminationGraceSeconds !== undefined ? { podTemplate: { terminationGracePeriodSeconds: o.terminationGraceSeconds } } : {}),
       network: { port: o.p2pPort },
       metrics: { port: o.metricsPort },
       averaging: {

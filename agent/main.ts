@@ -9,7 +9,7 @@ import { loadAgentConfig, type AgentConfig } from './config.js'
 import { createSwarmNode, type SwarmNode } from './net/node.js'
 import { AnnounceFile } from './net/announce-file.js'
 import { P2P_CODE } from './net/rpc.js'
-import { connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
+import { awaitFirstPeer, connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
 import { DecentralizedAverager } from './averager.js'
 import { handOffOnNotice, LeaveNotice } from './leave-notice.js'
 import { AgentMetrics } from './metrics/agent-metrics.js'
@@ -24,7 +24,7 @@ import { Checkpointer } from './checkpoint/checkpointer.js'
 import { establishReachability, circuitAddrs, modeFor, reserveRelaySlot, type Reachability } from './net/reach.js'
 import { ConnectionKinds, CONNECTION_KINDS } from './net/connection-kinds.js'
 import type { AveragerConfig } from './averager.js'
-import { GridLayout } from './moshpit/grid-layout.js'
+import { GridLayout, readMembership } from './moshpit/grid-layout.js'
 
 const VERSION = '0.1.0'
 /** How often AVS_ANNOUNCE_FILE is reread; a kubelet takes up to a minute to update a mounted ConfigMap anyway. */
@@ -180,10 +180,15 @@ async function createAverager (node: SwarmNode, config: AgentConfig, metrics: Ag
  * then offers its own. Auxiliary and client peers hold no state worth sharing.
  */
 function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log): StateSharing | undefined {
+  // A bootstrap agent with no bootstrap peers of its own is dialled by the others: restarted, it
+  // waits for them before it looks for the swarm's state (unless the membership says it is alone).
+  const membership = config.membersDir !== undefined ? readMembership(config.membersDir) : undefined
+  const lone = config.bootstrapPeers.length === 0 && (membership === undefined || membership.members > 1)
   return config.averager.mode === 'node'
     ? new StateSharing(node, {
       prefix: config.averager.prefix,
       requestTimeoutMs: config.averager.requestTimeout * 1000,
+      ...(lone ? { peersFirst: async () => await awaitFirstPeer(node) } : {}),
       log: log.child({ component: 'state' }),
       onUpload: (outcome) => { if (outcome === 'served') metrics.stateUploads.inc() },
       onDownload: (outcome) => { metrics.stateDownloads.labels(outcome).inc() }

@@ -1,5 +1,6 @@
 import { Resolver } from 'node:dns/promises'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
+import { KEEP_ALIVE } from '@libp2p/interface'
 import type { SwarmNode } from './node.js'
 import { describeError } from '../errors.js'
 import { kadRoutingTable } from './kad-routing-table.js'
@@ -30,7 +31,10 @@ export interface BootstrapOptions {
 /**
  * Dials every bootstrap peer (ourselves excluded) until at least one answers, retrying with
  * back-off while none does: bootstrap pods may start in any order. Resolves true once connected
- * (or when there is nobody to dial), false if aborted first.
+ * (or when there is nobody to dial), false if aborted first. The bootstrap peers reached are kept
+ * alive (libp2p's KEEP_ALIVE tag): a restarted bootstrap agent is dialled again within seconds
+ * (libp2p retries 5 times, 1 to 16 s apart), where it would otherwise be met only when some
+ * lookup picked it; a lone bootstrap agent has nobody else to dial, and the swarm's state to load.
  */
 export async function connectBootstrap (node: SwarmNode, options: BootstrapOptions): Promise<boolean> {
   const self = node.peerId.toString()
@@ -42,7 +46,8 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
     attempt++
     const results = await Promise.allSettled(targets.map(async (text) => {
       const addr = await resolveMultiaddr(text, options.dnsServers)
-      await node.dial(addr, { signal: AbortSignal.timeout(5000) })
+      const connection = await node.dial(addr, { signal: AbortSignal.timeout(5000) })
+      await node.peerStore.merge(connection.remotePeer, { tags: { [KEEP_ALIVE]: { value: 1 } } }).catch(() => {})
       return text
     }))
     const ok = results.filter(r => r.status === 'fulfilled').length
@@ -107,4 +112,22 @@ export async function rejoinWhileIsolated (node: SwarmNode, options: BootstrapOp
     size = await settleRoutingTable(node)
   }
   return size
+}
+
+/** The longest a lone bootstrap agent waits for the swarm's agents to reconnect before it looks for the swarm's state. */
+export const FIRST_PEER_WAIT_MS = 10_000
+
+/**
+ * Resolves once the node's routing table holds a peer (a connection whose Identify told kad-dht
+ * about it: the rendezvous asks the table's peers), or after maxMs: a bootstrap agent with no
+ * bootstrap peers of its own, restarted, has nobody to ask for the swarm's state until the others
+ * dial it again (they keep it alive: connectBootstrap). Resolves whether it got one.
+ */
+export async function awaitFirstPeer (node: SwarmNode, maxMs = FIRST_PEER_WAIT_MS): Promise<boolean> {
+  const deadline = Date.now() + maxMs
+  while (routingTableSize(node) === 0) {
+    if (Date.now() >= deadline) return false
+    await new Promise(resolve => setTimeout(resolve, Math.min(50, deadline - Date.now())))
+  }
+  return true
 }

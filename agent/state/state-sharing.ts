@@ -8,6 +8,7 @@ import { AveragingError, describeError } from '../errors.js'
 import { StateHandler, type StateSource, type UploadOutcome } from './state-handler.js'
 import { downloadFrom } from './state-download.js'
 import { orderDonors } from './donor-order.js'
+import { routingTableSize } from '../net/bootstrap.js'
 import { DEFAULT_MAX_STATE_BYTES, donorKey, stateProtocol, type ExpectedTensor } from './state-protocol.js'
 import type { Log } from '../log.js'
 
@@ -27,6 +28,11 @@ export interface StateSharingOptions {
   /** Rounds over the donors that answered busy before giving up (default 3). */
   readonly busyRetries?: number
   readonly log?: Log
+  /**
+   * Awaited before looking for donors (agent/main.ts: a lone bootstrap agent waits for the swarm's
+   * agents to dial it again, agent/net/bootstrap.ts awaitFirstPeer); resolves whether peers are there.
+   */
+  readonly peersFirst?: () => Promise<boolean>
   /** For averaging_state_uploads_total: once per upload request, with how it ended. */
   readonly onUpload?: (outcome: UploadOutcome) => void
   /** For averaging_state_downloads_total{outcome}: once per download() call. */
@@ -108,6 +114,11 @@ export class StateSharing {
    */
   async download (expected?: readonly ExpectedTensor[]): Promise<DownloadResult | null> {
     let entries: StoredEntry[]
+    if (this.options.peersFirst !== undefined && routingTableSize(this.node) === 0) {
+      this.options.log?.info('no peer connected yet: waiting for the swarm\'s agents to dial us before looking for its state')
+      const connected = await this.options.peersFirst()
+      this.options.log?.info(connected ? 'a peer connected: looking for the swarm\'s state' : 'no peer connected: nothing to download the swarm\'s state from')
+    }
     try {
       entries = await this.findDonors()
     } catch (err) {

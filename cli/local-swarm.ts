@@ -162,7 +162,9 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
     stop: async () => {
       stopping = true
       await stopTrainers(run.trainerChildren)
-      await stopAgents(run.agents, 15_000)
+      // As the kubelet does: SIGTERM, then SIGKILL after the pod's grace period (Kubernetes' 30 s when the
+      // spec sets none), the time the agents were told (AVS_TERMINATION_GRACE_SECONDS) to hand a round off by.
+      await stopAgents(run.agents, (swarm.spec.podTemplate?.terminationGracePeriodSeconds ?? 30) * 1000)
       plan.dns.close()
       if (shmRoot !== undefined) rmSync(shmRoot, { recursive: true, force: true })
     }

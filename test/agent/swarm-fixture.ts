@@ -1,6 +1,7 @@
 import { multiaddr } from '@multiformats/multiaddr'
 import { createSwarmNode, type SwarmNode, type SwarmNodeOptions } from '../../agent/net/node.js'
 import { routingTableSize } from '../../agent/net/bootstrap.js'
+import { kadRoutingTable } from '../../agent/net/kad-routing-table.js'
 import assert from 'node:assert/strict'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type AveragerConfig, type AveragerHooks, type NamedTensor, type StepResult } from '../../agent/averager.js'
 import type { Log } from '../../agent/log.js'
@@ -125,6 +126,7 @@ export async function meshSmallSwarm (nodes: SwarmNode[]): Promise<void> {
   await dialAll()
   const started = Date.now()
   let redialled = false
+  let offeredAt = 0
   for (;;) {
     // Checked after every wait and dial, the last one included: redialling a 16-peer mesh on busy
     // cores can outlast the deadline, and a CI run failed with every table already full (15 × 15).
@@ -139,6 +141,15 @@ export async function meshSmallSwarm (nodes: SwarmNode[]): Promise<void> {
         await Promise.all(nodes.filter(o => o !== node).map(async o => { await node.hangUp(o.peerId).catch(() => {}) }))
       }
       await dialAll()
+    } else if (redialled && Date.now() - offeredAt > 2000) {
+      // Under two CPU burners and other work one table still lacked 2 peers 15 s after the redial
+      // (the groups test's 4x4 grid, once in its first 7 runs there): kad-dht adds a contact once identify
+      // says it speaks kad, and on those cores that had not happened. The contacts are connected: offer
+      // them to kad-dht's table directly every 2 s, as a swarm that ran a while holds them.
+      offeredAt = Date.now()
+      await Promise.allSettled(nodes.flatMap((node, i) => sizes[i] >= nodes.length - 1
+        ? []
+        : nodes.filter(o => o !== node).map(async o => { await kadRoutingTable(node.services.dht).add(o.peerId) })))
     }
     await new Promise(resolve => setTimeout(resolve, 100))
   }

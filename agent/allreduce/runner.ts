@@ -124,12 +124,6 @@ export class AllReduceRunner {
   private handedOffAt: number | undefined
   private handingOff: Promise<unknown> = Promise.resolve()
   private leaving = false
-  /** handOff was called: we are leaving, and this round's repair, if any, is the others'. */
-  get left (): boolean { return this.leaving }
-  /** Parts of our span reduced so far, and how many it has. */
-  get spanProgress (): { reduced: number, span: number } {
-    return { reduced: this.reducer?.completedParts ?? 0, span: this.spanParts.length }
-  }
   private readonly bannedSenders = new Set<string>()
   private readonly cutOff: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
   private readonly cutOffReducers: Record<Deadline, string[]> = { adaptive: [], fixed: [] }
@@ -154,6 +148,12 @@ export class AllReduceRunner {
   private bytesReceived = 0
   /** Bytes of parts received so far this round: the averager samples it to measure our link's rate. */
   get receivedBytes (): number { return this.bytesReceived }
+  /** handOff was called: we are leaving, and this round's repair, if any, is the others'. */
+  get left (): boolean { return this.leaving }
+  /** Parts of our span reduced so far, and how many it has. */
+  get spanProgress (): { reduced: number, span: number } {
+    return { reduced: this.reducer?.completedParts ?? 0, span: this.spanParts.length }
+  }
   private partsKeptLocal = 0
   private readonly channels = { direct: 0, libp2p: 0 }
   private reusedChannels = 0

@@ -423,11 +423,14 @@ export class AllReduceRunner {
     if (link != null && !link.released) link.framed.abort(new ProtocolError(reason))
   }
 
-  /** Member r answered that it runs no such round: as a sender it is left out now, not at a deadline (unless it did connect to us). */
-  private leaveOutAbsentSender (r: number, reason: string): void {
+  /**
+   * Member r told us, as a reducer, that it runs no such round or that it is leaving: as a sender it
+   * is left out now, not at a deadline (unless it did connect to us: then its stream says when it stops).
+   */
+  private leaveOutAbsentSender (r: number, why: string): void {
     const slot = this.plan.senders.indexOf(r)
     if (this.reducer == null || slot < 0 || slot === this.mySlot || this.links.has(slot)) return
-    this.banSender(slot, `it answered that it runs no such round (${reason})`)
+    this.banSender(slot, why)
   }
 
   private banAbsentSenders (): void {
@@ -552,7 +555,7 @@ export class AllReduceRunner {
     if (reply.code !== MatchCode.ACCEPTED) {
       progress.refused = true
       // A member that runs no such round (it left it, or runs no repair of it) sends us nothing either.
-      if (reply.code === MatchCode.NOT_LOOKING_FOR_GROUP) this.leaveOutAbsentSender(r, reply.reason)
+      if (reply.code === MatchCode.NOT_LOOKING_FOR_GROUP) this.leaveOutAbsentSender(r, `it answered that it runs no such round (${reply.reason})`)
       throw new ProtocolError(`reducer ${peer} refused: ${reply.code} ${reply.reason}`)
     }
     progress.accepted = true
@@ -567,6 +570,8 @@ export class AllReduceRunner {
       if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
       if (result.handedOff) {
         progress.handedOff = true
+        // It stopped sending too: had it not reached us yet, it never will (seen under load: a wait of the sender timeout).
+        this.leaveOutAbsentSender(r, 'it is leaving: it handed its span off before it sent us anything')
         throw new AveragingError(`reducer ${peer} is leaving: it answered ${index - start} of the ${end - start} parts of its span and handed the rest to the group`)
       }
       progress.received++

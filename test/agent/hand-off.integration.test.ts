@@ -11,7 +11,8 @@ import type { AveragerConfig, NamedTensor, StepResult } from '../../agent/averag
 // among themselves. Killed there instead, it would leave that rest local to each member, who then
 // disagree on it (a reducer that answered in part cannot be repaired without knowing where it stopped).
 
-const ELEMENTS = 1 << 20
+// A span of 1024 parts: a burst of parts already in a socket is reduced in one go, and the notice must still come mid-span.
+const ELEMENTS = 1 << 22
 const PART_BYTES = 4096
 const tensorsFor = (seed: number): NamedTensor[] => [{ name: 'w', shape: [ELEMENTS], data: fill(ELEMENTS, seed) }]
 const CONFIG: Partial<AveragerConfig> = { targetGroupSize: 4, minGroupSize: 4, allreduceTimeout: 30, requestTimeout: 2, averagingExpiration: 8, partSizeBytes: PART_BYTES }
@@ -29,7 +30,7 @@ for (const path of DATA_CHANNELS) {
       for (;;) {
         progress = leaver.spanProgress
         if (progress !== undefined && progress.reduced >= 2) break
-        await new Promise(resolve => setTimeout(resolve, 1))
+        await new Promise(resolve => setImmediate(resolve))
       }
       leaver.leaveBy(Date.now())
       const results = await stepping

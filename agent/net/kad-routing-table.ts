@@ -29,3 +29,31 @@ export function kadRoutingTable (dht: KadDHT): KadRoutingTable {
   }
   return table as KadRoutingTable
 }
+
+/**
+ * Removes a contact, and resolves once kad-dht has also untagged it in the peer store: its table
+ * does that after the removal without waiting, through a peerStore.merge that re-creates a record we
+ * deleted meanwhile (the rendezvous's forget). Waits for the table's 'peer:remove' of that peer, at
+ * most maxMs (a peer that was not in the table fires none).
+ */
+export async function removeContact (dht: KadDHT, peer: PeerId, maxMs = 500): Promise<void> {
+  const table = kadRoutingTable(dht)
+  const events = (dht as unknown as { routingTable?: { addEventListener?: EventTarget['addEventListener'], removeEventListener?: EventTarget['removeEventListener'] } }).routingTable
+  if (typeof events?.addEventListener !== 'function' || typeof events.removeEventListener !== 'function') {
+    await table.remove(peer)
+    return
+  }
+  let onRemove: (evt: Event) => void = () => {}
+  const untagged = new Promise<void>(resolve => {
+    onRemove = (evt: Event) => { if ((evt as CustomEvent<PeerId>).detail?.equals?.(peer) === true) resolve() }
+    events.addEventListener!('peer:remove', onRemove)
+  })
+  let timer: NodeJS.Timeout | undefined
+  try {
+    await table.remove(peer)
+    await Promise.race([untagged, new Promise<void>(resolve => { timer = setTimeout(resolve, maxMs) })])
+  } finally {
+    clearTimeout(timer)
+    events.removeEventListener!('peer:remove', onRemove)
+  }
+}

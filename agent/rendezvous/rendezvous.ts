@@ -3,7 +3,7 @@ import { serviceDependencies, type Connection, type PeerId, type PeerRouting, ty
 import type { KadDHT } from '@libp2p/kad-dht'
 import { RendezvousRequest, RendezvousResponse, type RendezvousEntry, type RendezvousPeer } from '../proto/averaging.js'
 import { callUnary, handleUnary, ownAddrBytes, peerIdFromBytes, peerIdToBytes, rememberAddrs, rpcNodeOf, type RpcComponents, type RpcNode } from '../net/rpc.js'
-import { kadRoutingTable } from '../net/kad-routing-table.js'
+import { kadRoutingTable, removeContact } from '../net/kad-routing-table.js'
 import { AVERAGING_PARAMETERS } from '../../api/averaging-parameters.js'
 import { toAgent } from '../../api/parameter-bounds.js'
 import { DictionaryStore, mergeEntries, type StoredEntry } from './store.js'
@@ -32,6 +32,13 @@ const CLOSEST_CACHE_MS = 60_000
 const MAX_HOPS = 3
 /** Keys whose learned closer peers are kept (a few per round per peer). */
 const LEARNED_KEYS = 1024
+/**
+ * A forgotten peer (its address answers as another: an agent restarted there with a new key) is not
+ * learned again from other replicas' answers for this long, at most this many of them: their tables
+ * keep the old id until they ask it themselves, and naming it put it back into our peer store.
+ */
+const FORGOTTEN_MS = 10 * 60_000
+const FORGOTTEN_MAX = 1024
 /**
  * A replica that failed is skipped for this many request timeouts (a dead peer lingers in routing
  * tables). In request timeouts, not a fixed 30 s: after a network cut heals, each side still
@@ -106,6 +113,8 @@ export class Rendezvous implements Startable {
   private readonly learned = new Map<string, PeerId[]>()
   /** Replicas that just failed (a dead peer lingers in routing tables): skipped until `until`, probed from `probeAt`. */
   private readonly suspects = new Map<string, Suspicion>()
+  /** Peers forgotten (forget()), by when: not learned again from others' answers for FORGOTTEN_MS. */
+  private readonly forgotten = new Map<string, number>()
   private readonly now: () => number
   private readonly log: Log
   private pruneTimer: NodeJS.Timeout | undefined
@@ -221,9 +230,11 @@ export class Rendezvous implements Startable {
         answers[i] = await this.ask(peer, key, entry, request)
         answered++
         this.suspects.delete(peer.toString())
+        this.forgotten.delete(peer.toString())
       } catch (err) {
         failed++
-        if (isAnotherPeerAtAddress(err)) await this.forget(peer)
+        // Not awaited: forgetting waits for kad-dht's table, and the answers are counted now.
+        if (isAnotherPeerAtAddress(err)) void this.forget(peer)
         else if (!isUnsupported(err)) this.suspect(peer)
         this.log.debug(`replica ${peer.toString()} failed: ${describeError(err)}`)
       }
@@ -254,7 +265,7 @@ export class Rendezvous implements Startable {
     for (const c of closer.slice(0, REPLICAS * REPLICAS * 2)) {
       let peer: PeerId
       try { peer = peerIdFromBytes(c.peerId) } catch { continue }
-      if (peer.equals(this.node.peerId) || known.some(p => p.equals(peer)) || fresh.some(p => p.equals(peer))) continue
+      if (peer.equals(this.node.peerId) || known.some(p => p.equals(peer)) || fresh.some(p => p.equals(peer)) || this.isForgotten(peer)) continue
       await rememberAddrs(this.node, peer, c.addrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_ADDRS)).catch(() => {})
       fresh.push(peer)
     }
@@ -369,12 +380,21 @@ export class Rendezvous implements Startable {
    * probed as their replica again and again (the chaos harness, 8 agents, 14 kills 15 s apart: ~140
    * failed probes per agent in 4 minutes). A peer that comes back under that id is added again when it connects.
    */
+  private isForgotten (peer: PeerId): boolean {
+    const at = this.forgotten.get(peer.toString())
+    return at !== undefined && Date.now() - at < FORGOTTEN_MS
+  }
+
   private async forget (peer: PeerId): Promise<void> {
     const id = peer.toString()
     this.suspects.delete(id)
+    this.forgotten.delete(id)
+    if (this.forgotten.size >= FORGOTTEN_MAX) this.forgotten.delete(this.forgotten.keys().next().value as string)
+    this.forgotten.set(id, Date.now())
     for (const [key, peers] of this.learned) this.learned.set(key, peers.filter(p => !p.equals(peer)))
     for (const cached of this.closestCache.values()) cached.peers = cached.peers.filter(p => !p.equals(peer))
-    await kadRoutingTable(this.components.dht).remove(peer).catch(() => {})
+    // After kad-dht's own untagging of it in the peer store, which would re-create the record.
+    await removeContact(this.components.dht, peer).catch(() => {})
     await this.node.peerStore.delete(peer).catch(() => {})
     this.log.debug(`forgot ${id}: its address answers as another peer`)
   }

@@ -17,6 +17,7 @@ import { routingTableSize } from '../agent/net/bootstrap.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type StepResult } from '../agent/averager.js'
 import { numberList } from './lib/cli.js'
 import { parseElements, formatElements } from './lib/report.js'
+import { fillTensor } from './lib/protocol.js'
 
 type Variant = 'hand-off' | 'kill'
 
@@ -31,17 +32,6 @@ interface RunResult {
   readonly disagreement: number
   readonly afterLeaveMs: number
   readonly cpuMs: number
-}
-
-/** Values of peer p in run r: distinct per peer, so a span kept local shows as disagreement. */
-function valuesOf (elements: number, p: number, r: number): Float32Array {
-  const out = new Float32Array(elements)
-  let x = ((p + 1) * 2654435761 + r) >>> 0
-  for (let i = 0; i < elements; i++) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0
-    out[i] = (x / 4294967296) * 2 - 1 + p
-  }
-  return out
 }
 
 /** n nodes on loopback TCP, every pair connected, every routing table full. */
@@ -59,12 +49,15 @@ async function startMesh (n: number): Promise<SwarmNode[]> {
   return nodes
 }
 
-async function runOnce (variant: Variant, at: number, run: number, o: { peers: number, elements: number, partBytes: number }): Promise<RunResult> {
+async function runOnce (variant: Variant, at: number, o: { peers: number, elements: number, partBytes: number }): Promise<RunResult> {
   const nodes = await startMesh(o.peers)
   const averagers: DecentralizedAverager[] = []
   try {
     for (let p = 0; p < o.peers; p++) {
-      averagers.push(await DecentralizedAverager.create(nodes[p], [{ name: 'x', shape: [o.elements], data: valuesOf(o.elements, p, run) }], {
+      // The bench peers' values (rank + 1 + a ramp): distinct per peer, so a span kept local shows as disagreement.
+      const data = new Float32Array(o.elements)
+      fillTensor(data, p)
+      averagers.push(await DecentralizedAverager.create(nodes[p], [{ name: 'x', shape: [o.elements], data }], {
         ...DEFAULT_AVERAGER_CONFIG, prefix: 'hand-off', targetGroupSize: o.peers, minGroupSize: o.peers,
         averagingExpiration: 8, requestTimeout: 2, allreduceTimeout: 120, partSizeBytes: o.partBytes, dataHost: '127.0.0.1'
       }))
@@ -131,7 +124,7 @@ async function main (): Promise<void> {
   for (const at of fractions) {
     for (let run = 1; run <= runs; run++) {
       for (const variant of ['hand-off', 'kill'] as const) {
-        const r = await runOnce(variant, at, run, { peers, elements, partBytes })
+        const r = await runOnce(variant, at, { peers, elements, partBytes })
         console.log(`| ${r.variant} | ${at} | ${run} | ${r.reduced} of ${r.span} | ${r.keptLocal.join(', ')} | ${r.repaired.join(', ')} | ${r.disagreement.toExponential(1)} | ${r.afterLeaveMs} | ${(r.cpuMs / 1000).toFixed(2)} |`)
       }
     }

@@ -225,7 +225,8 @@ export class Rendezvous implements Startable {
     let grace: NodeJS.Timeout | undefined
     let enough = (): void => {}
     const settledEnough = new Promise<void>(resolve => { enough = resolve })
-    const calls = chosen.map(async (peer, i) => {
+    // Each call settles by itself (it catches its own failure); they run on after `enough`.
+    const askOne = async (peer: PeerId, i: number): Promise<void> => {
       try {
         answers[i] = await this.ask(peer, key, entry, request)
         answered++
@@ -247,8 +248,8 @@ export class Rendezvous implements Startable {
           enough()
         }, Math.max(QUORUM_GRACE_MIN_MS, waited))
       }
-    })
-    void Promise.all(calls)
+    }
+    chosen.forEach((peer, i) => { void askOne(peer, i) })
     await settledEnough
     clearTimeout(grace)
     const done = answers.filter((a): a is { entries: StoredEntry[], closer: RendezvousPeer[] } => a != null)

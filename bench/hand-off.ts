@@ -11,13 +11,12 @@
  * steps. One process on this machine's cores: times are the protocol's on loopback, not a link's.
  */
 import { Command } from 'commander'
-import { multiaddr } from '@multiformats/multiaddr'
-import { createSwarmNode, type SwarmNode } from '../agent/net/node.js'
-import { routingTableSize } from '../agent/net/bootstrap.js'
+import type { SwarmNode } from '../agent/net/node.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type StepResult } from '../agent/averager.js'
 import { numberList } from './lib/cli.js'
 import { parseElements, formatElements } from './lib/report.js'
 import { fillTensor } from './lib/protocol.js'
+import { startConnectedNodes } from './lib/loopback-nodes.js'
 
 type Variant = 'hand-off' | 'kill'
 
@@ -34,23 +33,9 @@ interface RunResult {
   readonly cpuMs: number
 }
 
-/** n nodes on loopback TCP, every pair connected, every routing table full. */
-async function startMesh (n: number): Promise<SwarmNode[]> {
-  const nodes: SwarmNode[] = []
-  for (let i = 0; i < n; i++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: 2000 } }))
-  for (let i = 1; i < n; i++) {
-    await Promise.all(nodes.slice(0, i).map(async other => { await nodes[i].dial(multiaddr(other.getMultiaddrs()[0].toString())) }))
-  }
-  const deadline = Date.now() + 20_000
-  while (!nodes.every(node => routingTableSize(node) >= n - 1)) {
-    if (Date.now() > deadline) throw new Error(`the routing tables of ${n} fully connected nodes still lacked peers after 20 s`)
-    await new Promise(resolve => setTimeout(resolve, 50))
-  }
-  return nodes
-}
-
 async function runOnce (variant: Variant, at: number, o: { peers: number, elements: number, partBytes: number }): Promise<RunResult> {
-  const nodes = await startMesh(o.peers)
+  // Every pair connected, every routing table full (a swarm of at most 21 is meshed).
+  const nodes = await startConnectedNodes(o.peers, () => ({ rendezvous: { requestTimeoutMs: 2000 } }))
   const averagers: DecentralizedAverager[] = []
   try {
     for (let p = 0; p < o.peers; p++) {

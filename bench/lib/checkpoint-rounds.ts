@@ -7,14 +7,13 @@
  */
 import { mkdtemp, rm } from 'node:fs/promises'
 import { join } from 'node:path'
-import { multiaddr } from '@multiformats/multiaddr'
-import { createSwarmNode, type SwarmNode } from '../../agent/net/node.js'
-import { routingTableSize } from '../../agent/net/bootstrap.js'
+import type { SwarmNode } from '../../agent/net/node.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../../agent/averager.js'
 import { Checkpointer, type CompletedRound } from '../../agent/checkpoint/checkpointer.js'
 import type { TensorSource } from '../../agent/checkpoint/safetensors.js'
 import { sharedCopy } from '../../agent/checkpoint/sha256-off-thread.js'
 import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
+import { startConnectedNodes } from './loopback-nodes.js'
 
 export const SWARM = 'bench'
 /** Tensors of at most 16M values, like a transformer's layers (and bench/checkpoint-write.ts). */
@@ -40,7 +39,7 @@ export interface Pair {
   stop(): Promise<void>
 }
 
-/** Two connected nodes (Kademlia tables filled, as swarm-fixture's startConnectedNodes) with an averager each. */
+/** Two connected nodes (Kademlia tables filled) with an averager each. */
 export async function startPair (elements: number): Promise<Pair> {
   const nodes: SwarmNode[] = []
   const averagers: DecentralizedAverager[] = []
@@ -49,13 +48,7 @@ export async function startPair (elements: number): Promise<Pair> {
     await Promise.allSettled(nodes.map(async n => { await n.stop() }))
   }
   try {
-    for (let p = 0; p < 2; p++) nodes.push(await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: 2000 } }))
-    await nodes[1].dial(multiaddr(nodes[0].getMultiaddrs()[0].toString()))
-    const deadline = Date.now() + 20_000
-    while (!nodes.every(n => routingTableSize(n) > 0)) {
-      if (Date.now() > deadline) throw new Error('the two nodes\' routing tables were still empty after 20 s')
-      await new Promise(resolve => setTimeout(resolve, 100))
-    }
+    nodes.push(...await startConnectedNodes(2, () => ({ rendezvous: { requestTimeoutMs: 2000 } })))
     for (let p = 0; p < 2; p++) {
       const tensors: NamedTensor[] = tensorSizes(elements).map((n, t) => {
         const data = new Float32Array(n)

@@ -8,7 +8,7 @@ import { AgentMetrics } from '../../agent/metrics/agent-metrics.js'
 import type { WorkloadContext } from '../../agent/workloads/context.js'
 import { sidecarWorkload } from '../../agent/workloads/sidecar/workload.js'
 import { StateSharing } from '../../agent/state/state-sharing.js'
-import { startConnectedNodes } from './swarm-fixture.js'
+import { startConnectedNodes } from '../../bench/lib/loopback-nodes.js'
 import { Checkpointer } from '../../agent/checkpoint/checkpointer.js'
 import type { CheckpointPolicy } from '../../agent/config.js'
 

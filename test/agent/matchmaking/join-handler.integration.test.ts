@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startConnectedNodes } from '../swarm-fixture.js'
+import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
 import { createJoinHandler } from '../../../agent/matchmaking/join-handler.js'
 import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from '../../../agent/matchmaking/join-protocol.js'
 import { Search } from '../../../agent/matchmaking/search.js'

@@ -4,7 +4,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { Stream } from '@libp2p/interface'
-import { startConnectedNodes } from '../swarm-fixture.js'
+import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
 import { Liveness } from '../../../agent/matchmaking/liveness.js'
 import { aliveProtocol } from '../../../agent/matchmaking/join-protocol.js'
 import { stall } from '../stall.js'

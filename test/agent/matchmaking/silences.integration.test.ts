@@ -4,7 +4,7 @@
 // seconds before). A declaration made after the silence (the peer back) is asked as any other.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startConnectedNodes } from '../swarm-fixture.js'
+import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
 import { Matchmaker } from '../../../agent/matchmaking/matchmaker.js'
 import { aliveProtocol, joinProtocol } from '../../../agent/matchmaking/join-protocol.js'
 import { Silences } from '../../../agent/matchmaking/silences.js'

@@ -5,7 +5,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { multiaddr } from '@multiformats/multiaddr'
-import { startConnectedNodes } from '../swarm-fixture.js'
+import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
 import { connectPatiently, ConnectingError } from '../../../agent/rendezvous/connect.js'
 import { createSwarmNode } from '../../../agent/net/node.js'
 import { stall } from '../stall.js'

@@ -8,7 +8,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { sha256 } from 'multiformats/hashes/sha2'
-import { startConnectedNodes } from '../swarm-fixture.js'
+import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
 import { createSwarmNode, type SwarmNode } from '../../../agent/net/node.js'
 import { kadRoutingTable } from '../../../agent/net/kad-routing-table.js'
 import { rankByDistance } from '../../../agent/rendezvous/rendezvous.js'

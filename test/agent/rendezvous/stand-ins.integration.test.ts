@@ -5,7 +5,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { sha256 } from 'multiformats/hashes/sha2'
-import { startConnectedNodes } from '../swarm-fixture.js'
+import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
 import { RENDEZVOUS_PROTOCOL, rankByDistance } from '../../../agent/rendezvous/rendezvous.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import type { SwarmNode } from '../../../agent/net/node.js'

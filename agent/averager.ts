@@ -273,7 +273,11 @@ export class DecentralizedAverager {
   private async startDirectChannel (): Promise<void> {
     const identity = await this.node.services.dataIdentity.create()
     const threads = this.config.dataThreads ?? 0
-    if (threads > 0) this.transport = DataThreads.start(threads, this.log.child({ component: 'data-threads' }))
+    if (threads > 0) {
+      const pool = DataThreads.start(threads, this.log.child({ component: 'data-threads' }))
+      this.transport = pool
+      await pool.ready()
+    }
     // The data channel lives and dies with the node, as if they were one transport.
     this.node.addEventListener('stop', this.onNodeStop, { once: true })
     // Client-mode peers reduce nothing, so nobody dials them: they only dial out.

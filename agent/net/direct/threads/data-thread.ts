@@ -195,5 +195,6 @@ function receive (message: ToDataThread): void {
       break
     }
     case 'stop': void stop(message.req); break
+    case 'ready': post({ t: 'done', req: message.req }); break
   }
 }

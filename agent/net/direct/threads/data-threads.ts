@@ -95,6 +95,11 @@ class DataThread implements ThreadLink {
     await this.request(req => ({ t: 'closeListener', req, listener })).catch(() => {})
   }
 
+  /** Resolves once the thread runs (its modules loaded) or has failed. */
+  async ready (): Promise<void> {
+    await this.request(req => ({ t: 'ready', req })).catch(() => {})
+  }
+
   async stop (): Promise<void> {
     await this.request(req => ({ t: 'stop', req })).catch(() => {})
     this.failure ??= new ProtocolError('the data thread stopped')
@@ -185,6 +190,16 @@ export class DataThreads implements DirectTransport {
   }
 
   get threads (): number { return this.pool.length }
+
+  /**
+   * Resolves once every thread has loaded its modules (or failed: the others carry its share). A
+   * thread loads them when it starts, and a listener waits for that; a client-mode agent listens
+   * nowhere, so without this its first round's dials waited for it: 3.5 s under two CPU burners
+   * and a build, and its group cut it off as a sender that never connected.
+   */
+  async ready (): Promise<void> {
+    await Promise.all(this.pool.map(async thread => { await thread.ready() }))
+  }
 
   /** Dials from the next live thread in turn: a failed thread's share goes to the others. */
   async dial (options: DirectDialOptions): Promise<DirectFrameChannel> {

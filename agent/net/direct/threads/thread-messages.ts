@@ -31,6 +31,8 @@ export type ToDataThread =
   | { readonly t: 'closeWrite', readonly id: number }
   | { readonly t: 'abort', readonly id: number, readonly message: string }
   | { readonly t: 'stop', readonly req: number }
+  /** Answered with done once the thread's modules are loaded: the agent waits for it at start (DataThreads.ready). */
+  | { readonly t: 'ready', readonly req: number }
 
 export type FromDataThread =
   | { readonly t: 'listening', readonly req: number, readonly listener: number, readonly port: number }

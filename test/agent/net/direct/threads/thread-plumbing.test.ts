@@ -2,6 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { BufferPool } from '../../../../../agent/net/direct/threads/buffer-pool.js'
 import { Outbox } from '../../../../../agent/net/direct/threads/outbox.js'
+import { DataThreads } from '../../../../../agent/net/direct/threads/data-threads.js'
 
 const nextTurn = async (): Promise<void> => { await new Promise(resolve => setImmediate(resolve)) }
 
@@ -37,4 +38,16 @@ test('outbox: messages of one turn leave in one batch, with their transfer lists
   outbox.post(4)
   await nextTurn()
   assert.deepEqual(sent[1].messages, [4], 'the next turn is a new batch')
+})
+
+test('data threads: ready resolves once every thread has loaded, and still resolves after they stopped', async () => {
+  const pool = DataThreads.start(2)
+  try {
+    await pool.ready()
+    assert.equal(pool.threads, 2)
+  } finally {
+    await pool.close()
+  }
+  // A stopped (or failed) thread answers nothing: ready must not wait for it.
+  await pool.ready()
 })

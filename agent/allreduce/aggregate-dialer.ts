@@ -8,7 +8,7 @@ import { directHostsOf } from '../net/direct/endpoints.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { PeerInfo } from '../proto/averaging.js'
-import { KEPT_IDLE_MS, aggregateProtocol, directAggregateProtocols, isKeptChannel } from './aggregate-protocol.js'
+import { AGGREGATE_RECEIVE_WINDOW, KEPT_IDLE_MS, aggregateProtocol, directAggregateProtocols, isKeptChannel } from './aggregate-protocol.js'
 import { silentLog, type Log } from '../log.js'
 
 export interface ChannelOptions {
@@ -164,7 +164,7 @@ export class AggregateDialer {
 
   private async openLibp2p (peerId: PeerId, options: ChannelOptions): Promise<FrameChannel> {
     options.signal?.throwIfAborted()
-    const channel = await openFramed(this.node, peerId, aggregateProtocol(this.prefix), options).catch((err: unknown) => {
+    const channel = await openFramed(this.node, peerId, aggregateProtocol(this.prefix), { ...options, receiveWindowBytes: AGGREGATE_RECEIVE_WINDOW }).catch((err: unknown) => {
       throw options.signal?.aborted === true ? options.signal.reason : err
     })
     this.opened.libp2p++

@@ -5,7 +5,8 @@ import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.j
 import { groupIdHex } from '../matchmaking/group-info.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { AllReduceRunner } from './runner.js'
-import { KEPT_HEADER_WAIT_MS, PART_WINDOW } from './aggregate-protocol.js'
+import { AGGREGATE_RECEIVE_WINDOW, KEPT_HEADER_WAIT_MS, PART_WINDOW } from './aggregate-protocol.js'
+import { capReceiveWindow } from '../net/stream-window.js'
 import { PerPeerStreamLimit } from '../net/rpc.js'
 
 /** Concurrent aggregate channels one peer may hold (one per round, a few rounds overlapping, kept ones idle between rounds). */
@@ -62,6 +63,7 @@ export class AggregateRouter {
 
   /** The libp2p stream handler of the aggregate protocol. */
   readonly handler = (stream: Stream, connection: Connection): void => {
+    capReceiveWindow(stream, AGGREGATE_RECEIVE_WINDOW)
     this.accept(new FramedStream(stream, { maxFrameBytes: this.maxFrameBytes, maxQueuedFrames: PART_WINDOW }), connection.remotePeer.toString())
   }
 

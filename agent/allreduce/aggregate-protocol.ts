@@ -56,3 +56,16 @@ export function maxPartFrameBytes (encodedLength: number): number {
 
 /** Parts a sender may run ahead of the reducer's slowest part: bounds reducer memory per sender. */
 export const PART_WINDOW = 16
+
+/**
+ * The yamux receive window of an aggregate stream on the libp2p data path (both ends cap their own).
+ * Every byte a window lets out waits in the connection ahead of the control messages sent after it
+ * on the same connection: a stream's opening, the reducer's acceptance, a liveness check, rendezvous
+ * answers. A direction of a connection holds up to two aggregate streams (our parts to the peer, our
+ * means to it). With the windows grown to 16 MiB, four agents × 25M floats over libp2p on 100 Mbit/s
+ * links failed every round (acceptances 2-5 s late, checks unanswered, healthy members cut off); at
+ * 512 KiB the same round took 14.5 s (the direct channel's 13.3-13.5; BENCHMARKS.md). The cost: a
+ * stream carries at most a window per round trip (512 KiB at 100 ms is 42 Mbit/s; a member of a group
+ * of g runs 2(g - 1) such streams at once). Other streams (state transfer) grow to the node's maximum.
+ */
+export const AGGREGATE_RECEIVE_WINDOW = 512 * 1024

@@ -146,6 +146,8 @@ export class AllReduceRunner {
   private readonly timeline = new Timeline()
   private bytesSent = 0
   private bytesReceived = 0
+  /** When bytes of this round last came from each member (group index), in either role: proof it is alive (checkAlive). */
+  private readonly lastHeard = new Map<number, number>()
   /** Bytes of parts received so far this round: the averager samples it to measure our link's rate. */
   get receivedBytes (): number { return this.bytesReceived }
   /** handOff was called: we are leaving, and this round's repair, if any, is the others'. */
@@ -285,6 +287,7 @@ export class AllReduceRunner {
         if (this.handedOffAt !== undefined) break
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
         this.bytesReceived += bytes.byteLength
+        this.lastHeard.set(peerIndex, performance.now())
         const part = decodeTensorPartPieces(bytes)
         const expected = this.spanParts[k]
         if (part.partIndex !== base + k) throw new ProtocolError(`sender ${from} sent part ${part.partIndex} where ${base + k} was due`)
@@ -473,9 +476,20 @@ export class AllReduceRunner {
 
   private get aliveCheckMs (): number { return this.options.aliveCheckMs ?? this.options.deadlineSlackMs / 2 }
 
-  /** Whether member m (group index), late as a sender or with its means as a reducer, answers a liveness check (late-checks.ts). */
+  /**
+   * Whether member m (group index), late as a sender or with its means as a reducer, answers a
+   * liveness check (late-checks.ts). Bytes from it in its other role within the check's bound answer
+   * for it: on the libp2p data path the check travels the connection that carries its parts and
+   * means, behind them (four agents × 25M over libp2p on 100 Mbit/s links cut healthy members off
+   * for checks unanswered in 2 s while their parts were arriving).
+   */
   private async checkAlive (m: number, role: 'sender' | 'reducer'): Promise<boolean | 'unknown'> {
     const peer = this.options.group.peerIds[m]
+    const heard = this.lastHeard.get(m)
+    if (heard !== undefined && performance.now() - heard <= this.aliveCheckMs) {
+      this.options.log?.debug(`${role} ${peer}, late, sent us bytes ${Math.round(performance.now() - heard)} ms ago: alive, waiting on`)
+      return true
+    }
     const answered = await this.options.alive!(peer, this.aliveCheckMs, this.abort.signal)
     if (!this.abort.signal.aborted) {
       this.options.log?.debug(`${role} ${peer}, late, ${answered === 'unknown' ? 'gave no verdict to a liveness check: judged at its limit' : answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
@@ -566,6 +580,7 @@ export class AllReduceRunner {
       const bytes = await framed.readPieces(this.options.reducerTimeoutMs)
       if (bytes == null) throw new ProtocolError(`reducer ${peer} stopped after ${index - start} of ${end - start} parts`)
       this.bytesReceived += bytes.byteLength
+      this.lastHeard.set(r, performance.now())
       const result = decodeTensorPartPieces(bytes)
       if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
       if (result.handedOff) {

@@ -102,7 +102,7 @@ export interface NodeInternals {
  */
 export type SwarmNode = Libp2p<{ dht: KadDHT, identify: Identify, ping: Ping, internals: NodeInternals, rendezvous: Rendezvous, dataIdentity: DataChannelIdentities }>
 
-/** A libp2p node tuned for averaging: large yamux windows, a private DHT that serves on LANs, generous connection limits. */
+/** A libp2p node tuned for averaging: yamux windows that grow, a private DHT that serves on LANs, generous connection limits. */
 export async function createSwarmNode (options: SwarmNodeOptions): Promise<SwarmNode> {
   const privateKey = options.privateKey ?? await generateKeyPair('Ed25519')
   const encrypters: Array<(components: any) => ConnectionEncrypter> = []
@@ -138,7 +138,10 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     streamMuxers: [guardedYamux({
       enableKeepAlive: true,
       streamOptions: {
-        initialStreamWindowSize: 2 * 1024 * 1024,
+        // yamux's own starting window, grown while the reader keeps up (a state transfer's stream
+        // to 16 MiB, for long round trips); the aggregate streams cap theirs lower
+        // (AGGREGATE_RECEIVE_WINDOW in agent/allreduce/aggregate-protocol.ts says why).
+        initialStreamWindowSize: 256 * 1024,
         maxStreamWindowSize: 16 * 1024 * 1024,
         maxReadBufferLength: 64 * 1024 * 1024
       }

@@ -1,4 +1,5 @@
 import { peerIdFromString } from '@libp2p/peer-id'
+import { capReceiveWindow } from './stream-window.js'
 import { multiaddr } from '@multiformats/multiaddr'
 import type { AbortOptions, PeerId, PeerStore, Stream, Connection, StreamHandler, StreamHandlerOptions } from '@libp2p/interface'
 import type { Multiaddr } from '@multiformats/multiaddr'
@@ -112,6 +113,8 @@ export interface OpenOptions {
   readonly connection?: Connection
   /** Gives up on the opening before the timeout (the caller no longer wants the stream). */
   readonly signal?: AbortSignal
+  /** Caps the stream's yamux receive window (stream-window.ts); default: the node's setting. */
+  readonly receiveWindowBytes?: number
 }
 
 /** Opens a framed stream to a peer on a protocol, bounded by a timeout (and the caller's signal, if any). */
@@ -121,6 +124,7 @@ export async function openFramed (node: RpcNode, peer: PeerId, protocol: string,
   const signal = options.signal != null ? AbortSignal.any([timeout.signal, options.signal]) : timeout.signal
   try {
     const stream = options.connection != null ? await options.connection.newStream(protocol, { signal }) : await node.dialProtocol(peer, protocol, { signal })
+    if (options.receiveWindowBytes !== undefined) capReceiveWindow(stream, options.receiveWindowBytes)
     return new FramedStream(stream, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames })
   } finally {
     timeout.clear()

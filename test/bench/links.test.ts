@@ -36,6 +36,26 @@ test('bench:links: 4 peers over shaped links average exactly, and the namespaces
   }
 })
 
+// The libp2p data path (relayed members' only one, and the fallback where a direct channel cannot
+// connect) on slow links: there the acceptances, liveness checks and rendezvous answers share each
+// connection with the parts and means. With yamux windows grown to megabytes they waited seconds
+// behind them, healthy members were cut off and every such run failed ("N parts were not averaged").
+test('bench:links: 4 peers with parts on libp2p streams over 10 Mbit/s links average exactly', { skip: unsupported, timeout: 120_000 }, async () => {
+  const tag = `lp${process.pid % 10000}`
+  try {
+    const row = await runLinksRow({
+      profile: '10m', rates: [10, 10, 10, 10], impl: 'ours-libp2p', codec: 'none', elements: 2 << 20, rounds: 1, warmup: 1,
+      changes: [], timeoutS: 100, logs: 'bench/results/logs/links-test', tag
+    })
+    assert.equal(row.outcome.status, 'ok', row.outcome.message)
+    assert.equal(row.stats?.maxAbsError, 0, 'every peer holds the exact mean')
+    assert.ok(row.stats!.roundMs / 1000 >= row.floorBestS, `round ${row.stats!.roundMs} ms, floor ${row.floorBestS} s: the shaping is real`)
+  } finally {
+    const left = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter(l => l.startsWith(tag))
+    assert.deepEqual(left, [], 'the test\'s network namespaces are gone')
+  }
+})
+
 // bench:tbf-goodput's measurement, so it cannot rot: one TCP flow through a 100 Mbit/s tbf link.
 // Above 0.5 of line rate: it measures payload, not a stall; at most 1.0: the shaping is real.
 test('bench:tbf-goodput: one TCP flow through a 100 Mbit/s tbf link, and the namespaces are gone after', { skip: unsupported, timeout: 30_000 }, async () => {

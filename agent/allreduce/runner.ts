@@ -146,8 +146,8 @@ export class AllReduceRunner {
   private readonly timeline = new Timeline()
   private bytesSent = 0
   private bytesReceived = 0
-  /** When bytes of this round last came from each member (group index), in either role: proof it is alive (checkAlive). */
-  private readonly lastHeard = new Map<number, number>()
+  /** Liveness checks waiting for bytes from each member (group index), in either role (checkAlive). */
+  private readonly awaitingBytes = new Map<number, Array<() => void>>()
   /** Bytes of parts received so far this round: the averager samples it to measure our link's rate. */
   get receivedBytes (): number { return this.bytesReceived }
   /** handOff was called: we are leaving, and this round's repair, if any, is the others'. */
@@ -287,7 +287,7 @@ export class AllReduceRunner {
         if (this.handedOffAt !== undefined) break
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${this.spanParts.length} parts`)
         this.bytesReceived += bytes.byteLength
-        this.lastHeard.set(peerIndex, performance.now())
+        this.heardFrom(peerIndex)
         const part = decodeTensorPartPieces(bytes)
         const expected = this.spanParts[k]
         if (part.partIndex !== base + k) throw new ProtocolError(`sender ${from} sent part ${part.partIndex} where ${base + k} was due`)
@@ -476,21 +476,36 @@ export class AllReduceRunner {
 
   private get aliveCheckMs (): number { return this.options.aliveCheckMs ?? this.options.deadlineSlackMs / 2 }
 
+  /** A frame from member m arrived: the liveness checks waiting on it have their answer. */
+  private heardFrom (m: number): void {
+    const waiting = this.awaitingBytes.get(m)
+    if (waiting === undefined) return
+    this.awaitingBytes.delete(m)
+    for (const resolve of waiting) resolve()
+  }
+
   /**
    * Whether member m (group index), late as a sender or with its means as a reducer, answers a
-   * liveness check (late-checks.ts). Bytes from it in its other role within the check's bound answer
-   * for it: on the libp2p data path the check travels the connection that carries its parts and
-   * means, behind them (four agents × 25M over libp2p on 100 Mbit/s links cut healthy members off
-   * for checks unanswered in 2 s while their parts were arriving).
+   * liveness check (late-checks.ts), or sends us a frame in its other role while the check runs: on
+   * the libp2p data path the check travels the connection that carries its parts and means, behind
+   * them (four agents × 25M over libp2p on 100 Mbit/s links cut healthy members off for checks
+   * unanswered in 2 s while their parts were arriving). Only bytes sent after the check began count:
+   * a member frozen mid-transfer still delivers what was in flight.
    */
   private async checkAlive (m: number, role: 'sender' | 'reducer'): Promise<boolean | 'unknown'> {
     const peer = this.options.group.peerIds[m]
-    const heard = this.lastHeard.get(m)
-    if (heard !== undefined && performance.now() - heard <= this.aliveCheckMs) {
-      this.options.log?.debug(`${role} ${peer}, late, sent us bytes ${Math.round(performance.now() - heard)} ms ago: alive, waiting on`)
+    let heard = (): void => {}
+    const bytes = new Promise<'bytes'>(resolve => { heard = () => { resolve('bytes') } })
+    this.awaitingBytes.set(m, [...(this.awaitingBytes.get(m) ?? []), heard])
+    const verdict = await Promise.race([bytes, this.options.alive!(peer, this.aliveCheckMs, this.abort.signal)])
+    const waiting = this.awaitingBytes.get(m)?.filter(w => w !== heard)
+    if (waiting !== undefined && waiting.length > 0) this.awaitingBytes.set(m, waiting)
+    else this.awaitingBytes.delete(m)
+    if (verdict === 'bytes') {
+      if (!this.abort.signal.aborted) this.options.log?.debug(`${role} ${peer}, late, sent us bytes while we checked: alive, waiting on`)
       return true
     }
-    const answered = await this.options.alive!(peer, this.aliveCheckMs, this.abort.signal)
+    const answered = verdict
     if (!this.abort.signal.aborted) {
       this.options.log?.debug(`${role} ${peer}, late, ${answered === 'unknown' ? 'gave no verdict to a liveness check: judged at its limit' : answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
     }
@@ -580,7 +595,7 @@ export class AllReduceRunner {
       const bytes = await framed.readPieces(this.options.reducerTimeoutMs)
       if (bytes == null) throw new ProtocolError(`reducer ${peer} stopped after ${index - start} of ${end - start} parts`)
       this.bytesReceived += bytes.byteLength
-      this.lastHeard.set(r, performance.now())
+      this.heardFrom(r)
       const result = decodeTensorPartPieces(bytes)
       if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
       if (result.handedOff) {

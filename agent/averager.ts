@@ -427,13 +427,10 @@ export class DecentralizedAverager {
   private async allReduce (group: GroupInfo, codec: Codec, subset?: readonly number[]): Promise<AllReduceResult> {
     const tensors = subset === undefined ? this.tensors.map(t => t.data) : subset.map(i => this.tensors[i].data)
     const runner = this.newRunner(group, tensors, codec)
-    // Members usually know only the leader: learn everyone's addresses so no span waits on a DHT lookup.
-    await Promise.all(group.peerIds.map(async (peer, i) => {
-      if (i !== group.myIndex) await rememberAddrs(this.node, peerIdFromString(peer), group.infos[i].addrs).catch(() => {})
-    }))
-    this.router.register(group.groupId, runner)
-    this.runUnderLeaveNotice(runner)
     // Our link's rate: the kernel's byte counters, else the parts' bytes (agent/adapt/link-rate.ts).
+    // Sampled from the runner's start, as its durationMs counts: a round long enough to measure by its
+    // duration is one its samples span. Started after the address merges below, they spanned less than
+    // the 300 ms window of a 339 ms round under load (its first part came 191 ms into it).
     const rx: ByteSample[] = []; const tx: ByteSample[] = []
     const sample = (): void => {
       const t = performance.now()
@@ -445,6 +442,12 @@ export class DecentralizedAverager {
     const sampler = setInterval(sample, SAMPLE_MS)
     let result: AllReduceResult
     try {
+      // Members usually know only the leader: learn everyone's addresses so no span waits on a DHT lookup.
+      await Promise.all(group.peerIds.map(async (peer, i) => {
+        if (i !== group.myIndex) await rememberAddrs(this.node, peerIdFromString(peer), group.infos[i].addrs).catch(() => {})
+      }))
+      this.router.register(group.groupId, runner)
+      this.runUnderLeaveNotice(runner)
       result = await runner.run()
       sample()
       // A round that lost members measured their failure, not our link; one shorter than a

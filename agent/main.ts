@@ -39,18 +39,27 @@ type Log = Logger
 
 /** The libp2p node on the pod's address, its metrics in the agent's registry. */
 async function startNode (config: AgentConfig, metrics: AgentMetrics, log: Log, announce?: AnnounceFile): Promise<SwarmNode> {
-  return await createSwarmNode({
-    announceExtra: announce === undefined ? undefined : () => announce.addrs,
-    privateKey: config.identityKey != null ? privateKeyFromProtobuf(config.identityKey) : undefined,
-    listen: [`/ip4/${config.podIP}/tcp/${config.p2pPort}`],
-    announce: config.announceAddrs.length > 0 ? config.announceAddrs : undefined,
-    psk: config.psk,
-    allowPeers: config.allowPeers,
-    dhtServerLater: true,
-    relay: config.relay != null ? { ...config.relay, onRelayed: (bytes) => { metrics.relayedBytes.inc(bytes) } } : undefined,
-    metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false }),
-    rendezvous: { requestTimeoutMs: config.averager.requestTimeout * 1000, log }
-  })
+  try {
+    return await createSwarmNode({
+      announceExtra: announce === undefined ? undefined : () => announce.addrs,
+      privateKey: config.identityKey != null ? privateKeyFromProtobuf(config.identityKey) : undefined,
+      listen: [`/ip4/${config.podIP}/tcp/${config.p2pPort}`],
+      announce: config.announceAddrs.length > 0 ? config.announceAddrs : undefined,
+      psk: config.psk,
+      allowPeers: config.allowPeers,
+      dhtServerLater: true,
+      relay: config.relay != null ? { ...config.relay, onRelayed: (bytes) => { metrics.relayedBytes.inc(bytes) } } : undefined,
+      metrics: prometheusMetrics({ registry: metrics.registry, preserveExistingMetrics: true, collectDefaultMetrics: false }),
+      rendezvous: { requestTimeoutMs: config.averager.requestTimeout * 1000, log }
+    })
+  } catch (err) {
+    // libp2p's own message for a listen failure is a paragraph with the listener's stack trace in it.
+    const text = describeError(err)
+    if (text.includes('EADDRINUSE')) throw new Error(`the p2p port ${config.podIP}:${config.p2pPort} is already in use`)
+    const cause = /failed to be listened on[\s\S]*?Error: ([^\n]+)/.exec(text)?.[1]
+    if (cause !== undefined) throw new Error(`the p2p port ${config.podIP}:${config.p2pPort} cannot be opened: ${cause}`)
+    throw err
+  }
 }
 
 /** Peers and routing-table gauges, refreshed every 2 s. */

@@ -1,5 +1,6 @@
 import { createServer, type Server } from 'node:http'
 import type { Registry } from 'prom-client'
+import { listenOn } from '../util/ports.js'
 
 export interface HealthState {
   /** The process works (event loop turning, node started). */
@@ -23,9 +24,6 @@ export async function startMetricsServer (host: string, port: number, registry: 
     if (path === '/readyz') { const ok = health.ready(); res.writeHead(ok ? 200 : 503).end(ok ? 'ready\n' : 'not ready\n'); return }
     res.writeHead(404).end('not found\n')
   })
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(port, host, () => { server.off('error', reject); resolve() })
-  })
+  await listenOn(server, 'metrics', host, port)
   return server
 }

@@ -5,6 +5,7 @@ import type { DataChannelIdentity } from './identity.js'
 import { authenticatedPeer, DATA_CHANNEL_CIPHERS } from './identity.js'
 import { SocketFrameChannel } from './socket-channel.js'
 import type { Log } from '../../log.js'
+import { listenOn } from '../../util/ports.js'
 
 /** Open connections (handshaking or not) from one IP address; a group member needs one per round. */
 const MAX_CONNECTIONS_PER_ADDRESS = 64
@@ -91,10 +92,7 @@ export class DirectServer {
         }
       })()
     })
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject)
-      server.listen({ port: options.port, host: options.host, reusePort: options.reusePort === true }, () => { server.off('error', reject); resolve() })
-    })
+    await listenOn(server, 'data channel', options.host, options.port, { reusePort: options.reusePort === true })
     return new DirectServer(server, sockets)
   }
 

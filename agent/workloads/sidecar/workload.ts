@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { Workload, WorkloadContext } from '../context.js'
 import { SidecarApi, type SidecarStateSharing } from './sidecar-api.js'
+import { listenOn } from '../../util/ports.js'
 
 export interface SidecarOptions {
   /** Loopback by default: the trainer shares the pod's network namespace, nobody else should reach it. */
@@ -33,7 +34,7 @@ export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions):
       fatal.catch(() => {})
       const api = new SidecarApi(ctx, options.stateSharing, { shmDir: options.shmDir, memoryBytes: options.memoryBytes, onFatal: (err) => { fail(err) } })
       const server = createServer(api.handle)
-      await listen(server, options.host, options.port)
+      await listenOn(server, 'sidecar', options.host, options.port)
       const { port } = server.address() as AddressInfo
       const host = options.host.includes(':') ? `[${options.host}]` : options.host
       const baseUrl = `http://${host}:${port}`
@@ -52,17 +53,6 @@ export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions):
       if (error !== undefined) throw error
     }
   }
-}
-
-async function listen (server: Server, host: string, port: number): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (err: NodeJS.ErrnoException) => {
-      reject(new Error(err.code === 'EADDRINUSE'
-        ? `the sidecar port ${host}:${port} is already in use`
-        : `the sidecar API cannot listen on ${host}:${port}: ${err.message}`))
-    })
-    server.listen(port, host, () => { resolve() })
-  })
 }
 
 async function aborted (signal: AbortSignal): Promise<void> {

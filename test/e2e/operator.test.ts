@@ -73,21 +73,31 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.deepEqual(wrong, [])
   })
 
-  test('the API server and the local validator agree on the averaging bounds: random sections and their edges pass, values just outside fail naming the field', async () => {
+  test('the API server and the local validator agree on the averaging bounds and on bootstrap peers: random sections and their edges pass, values just outside fail naming the field', async () => {
     reseed(1616)
-    const cases: Array<{ averaging: Record<string, unknown>, what: string }> = []
-    for (let i = 0; i < 40; i++) cases.push({ averaging: randomAveraging(), what: `random ${i}` })
+    const cases: Array<{ spec: Record<string, unknown>, what: string }> = []
+    for (let i = 0; i < 40; i++) cases.push({ spec: { averaging: randomAveraging() }, what: `random ${i}` })
     for (const k of AVERAGING_KEYS) {
       for (const v of OUTSIDE[k]) {
         const averaging: Record<string, unknown> = { [k]: v }
         if (k === 'requestTimeout') averaging.averagingExpiration = '1h'
         if (k === 'minGroupSize') averaging.targetGroupSize = 256
-        cases.push({ averaging, what: `${k}=${JSON.stringify(v)}` })
+        cases.push({ spec: { averaging }, what: `${k}=${JSON.stringify(v)}` })
       }
     }
+    // The multiaddr pattern must compile in the API server's regular expressions (RE2) and draw the
+    // same line there as locally: its edges on both sides.
+    const id = '12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA'
+    for (const peer of [
+      `/ip4/255.255.255.255/tcp/65535/p2p/${id}`, `/ip4/0.0.0.0/tcp/0/p2p/${id}`, `/ip6/::1/tcp/4001/p2p/${id}`, `/ip6/2001:db8::8a2e:370:7334/tcp/4001/p2p/${id}`,
+      `/dns4/swarm-0.example.com/tcp/31337/p2p/${id}`, `/dnsaddr/a/tcp/1/p2p/${id}`, `/dns/x/tcp/1/p2p/Qm${'a'.repeat(44)}`, `/dns6/x/tcp/1/p2p/16Uiu2HA${'b'.repeat(45)}`,
+      `/ip4/10.0.0.256/tcp/4001/p2p/${id}`, `/ip4/10.0.0.1/tcp/65536/p2p/${id}`, `/ip4/10.0.0.1/tcp/0080/p2p/${id}`, `/ip6/2001:db8::g/tcp/1/p2p/${id}`,
+      `/dns4/bad_host/tcp/1/p2p/${id}`, `/ip4/10.0.0.1/tcp/4001/ws/p2p/${id}`, `/ip4/10.0.0.1/tcp/4001/p2p/${id.slice(0, -1)}`
+    ]) cases.push({ spec: { bootstrap: { replicas: 1, peers: [peer] } }, what: `bootstrap peer ${peer}` })
     const wrong: string[] = []
     for (const [i, c] of cases.entries()) {
-      const body = { ...swarmObject(`edge-${i}`, c.averaging), metadata: { name: `edge-${i}`, namespace: NS } }
+      const base = swarmObject(`edge-${i}`, {})
+      const body = { ...base, metadata: { name: `edge-${i}`, namespace: NS }, spec: { ...base.spec, ...c.spec } }
       const local = validateSwarm(body)
       let server: string | undefined
       try {
@@ -299,6 +309,9 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     const secret = await waitFor('the identity Secret', async () => (await list('Secret', 'restart'))[0], 30_000, 50)
     await op.kill('SIGKILL')
     op = await startOperator(kubeconfig, cluster.logDir, 'operator-c', ['--no-leader-elect'])
+    // The next test reads this operator's metrics: it must be serving them, not merely started (a
+    // clean-clone CI run read them 8 s after the start, loaded, and got "fetch failed").
+    await waitFor('the restarted operator-c ready', async () => await op.ready(), 60_000)
     await waitFor('all objects of restart', async () => (await list('StatefulSet', 'restart')).length === 3 && (await list('PodDisruptionBudget', 'restart')).length === 1, 60_000)
     assert.equal((await list('Secret', 'restart')).length, 1)
     assert.deepEqual((await list('Secret', 'restart'))[0].data, secret.data, 'keys generated before the restart are kept')

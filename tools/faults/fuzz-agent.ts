@@ -41,6 +41,11 @@ export interface FuzzOptions {
   readonly aggregateFlood?: number
   /** Stop sending after this many seconds even if fewer messages went out (the report says so). */
   readonly maxSeconds?: number
+  /**
+   * Chooses n ports for the agents (default freePorts). A test hands out one already taken, so the
+   * restart of an agent whose port was taken is exercised on every run.
+   */
+  readonly choosePorts?: (n: number) => Promise<number[]>
   readonly log?: (line: string) => void
 }
 
@@ -76,6 +81,8 @@ export interface FuzzReport {
   readonly targetRoundsDuring: number
   readonly crashes: number
   readonly targetAlive: boolean
+  /** Agents started again on new ports because one chosen for them was taken before they bound it. */
+  readonly portRestarts: number
   readonly flood?: { readonly streams: number, readonly opened: number, readonly mibSent: number, readonly rssMaxMiB: number, readonly targetSurvived: boolean }
   readonly logDir: string
 }
@@ -110,17 +117,16 @@ interface Agent {
   exited: boolean
 }
 
-async function startAgents (n: number, logDir: string): Promise<{ agents: Agent[], targetId: PeerId }> {
+/** Starts of one agent whose chosen port another socket took before the agent bound it. */
+const PORT_ATTEMPTS = 3
+
+async function startAgents (n: number, logDir: string, choosePorts: (n: number) => Promise<number[]>, log: (line: string) => void): Promise<{ agents: Agent[], targetId: PeerId, portRestarts: number }> {
   const key = await generateKeyPair('Ed25519')
   const targetId = peerIdFromPrivateKey(key)
   const agents: Agent[] = []
   let bootstrap = ''
-  // Every agent's ports at once: chosen per agent, a port the agent before had been given but not
-  // yet bound was free to hand out again, and the next agent failed to start (EADDRINUSE in a
-  // clean-clone CI run: three honest agents of four, no round in 300 s).
-  const ports = await freePorts(3 * n)
-  for (let i = 0; i < n; i++) {
-    const [p2pPort, metricsPort, sidecarPort] = ports.slice(3 * i, 3 * i + 3)
+  let portRestarts = 0
+  const launch = (i: number, [p2pPort, metricsPort, sidecarPort]: readonly number[]): Agent => {
     const p2pAddr = `/ip4/127.0.0.1/tcp/${p2pPort}/p2p/${i === 0 ? targetId.toString() : ''}`
     if (i === 0) bootstrap = p2pAddr
     const env = agentEnv({
@@ -151,16 +157,39 @@ async function startAgents (n: number, logDir: string): Promise<{ agents: Agent[
       exited: false
     }
     agent.process.start()
-    agents.push(agent)
-    // The bootstrap agent must listen before the others dial it (minutes on a machine loaded to tens).
-    if (i === 0) {
-      await waitFor(async () => (await scrape(agent)) != null, 300_000, 'the target agent did not serve /metrics within 300 s').catch(async (err: unknown) => {
-        await stopAgents(agents.map(a => a.process))
-        throw err
-      })
+    return agent
+  }
+  // The ports are chosen by binding port 0 and released before the agent binds them, and every
+  // outbound connection on this machine (this harness's own scrapes too) takes its local port from
+  // the same ephemeral range, so one can be taken meanwhile (a run under load lost fuzz-1 to "listen
+  // EADDRINUSE"). An agent that exits so is started again on ports chosen anew.
+  const serving = async (i: number): Promise<void> => {
+    for (let attempt = 1; ; attempt++) {
+      const agent = agents[i]
+      await waitFor(async () => agent.exited || (await scrape(agent)) != null, 300_000, `agent fuzz-${i} did not serve /metrics within 300 s`)
+      if (!agent.exited) return
+      const why = lastLine(agent.process.logPath)
+      if (!why.includes('is already in use') || attempt === PORT_ATTEMPTS) throw new Error(`agent fuzz-${i} exited before it served /metrics: ${why}`)
+      log(`fuzz-${i}: a port chosen for it was taken before it bound it (${why}); starting it again on new ports`)
+      agent.process.close()
+      portRestarts++
+      agents[i] = launch(i, await choosePorts(3))
     }
   }
-  return { agents, targetId }
+  try {
+    // Every agent's ports at once: chosen per agent, a port the agent before had been given but not
+    // yet bound was free to hand out again.
+    const ports = await choosePorts(3 * n)
+    agents.push(launch(0, ports.slice(0, 3)))
+    // The bootstrap agent must listen before the others dial it (minutes on a machine loaded to tens).
+    await serving(0)
+    for (let i = 1; i < n; i++) agents.push(launch(i, ports.slice(3 * i, 3 * i + 3)))
+    await Promise.all(agents.map(async (_, i) => { if (i > 0) await serving(i) }))
+  } catch (err) {
+    await stopAgents(agents.map(a => a.process))
+    throw err
+  }
+  return { agents, targetId, portRestarts }
 }
 
 const TENSOR_ELEMENTS = 16_384
@@ -564,7 +593,7 @@ export async function runFuzz (options: FuzzOptions): Promise<FuzzReport> {
   const n = options.agents ?? 4
   const logDir = mkdtempSync(join(tmpdir(), 'avs-fuzz-'))
   log(`agent logs in ${logDir}`)
-  const { agents, targetId } = await startAgents(n, logDir)
+  const { agents, targetId, portRestarts } = await startAgents(n, logDir, options.choosePorts ?? (async (k) => await freePorts(k)), log)
   const target = agents[0]
   const stopDriving = new AbortController()
   const driving = driveRounds(agents, stopDriving.signal).catch((err: unknown) => { log(`honest trainers stopped: ${err instanceof Error ? err.message : String(err)}`) })
@@ -648,6 +677,7 @@ export async function runFuzz (options: FuzzOptions): Promise<FuzzReport> {
       targetRoundsDuring: targetDuring,
       crashes,
       targetAlive: healthy,
+      portRestarts,
       flood,
       logDir
     }
@@ -675,6 +705,7 @@ export function formatReport (r: FuzzReport): string {
     `target RSS           baseline ${r.rssBaselineMiB.toFixed(0)} MiB, min ${r.rssMinMiB.toFixed(0)}, max ${r.rssMaxMiB.toFixed(0)}, after ${r.rssAfterMiB.toFixed(0)}, VmHWM ${r.hwmMiB.toFixed(0)} (bound ${r.rssBoundMiB.toFixed(0)} = 2 x baseline + 100)`,
     `honest rounds        before ${phase(r.rounds.before)}; during ${phase(r.rounds.during)} (target ${r.targetRoundsDuring}); after ${phase(r.rounds.after)}`,
     `crashes              ${r.crashes}${r.targetAlive ? '' : ' (target not healthy at the end)'}`,
+    `port restarts        ${r.portRestarts} (agents started again because a port chosen for them was taken before they bound it)`,
     ...(r.flood != null ? [`aggregate flood      ${r.flood.opened}/${r.flood.streams} streams held with a valid header for an unknown group, ${r.flood.mibSent.toFixed(0)} MiB sent: target RSS max ${r.flood.rssMaxMiB.toFixed(0)} MiB, ${r.flood.targetSurvived ? 'target alive' : 'TARGET EXITED'} (not asserted: agent/allreduce is the lead's)`] : []),
     `agent logs           ${r.logDir}`
   ].join('\n')

@@ -1,4 +1,5 @@
 import { peerIdFromString } from '@libp2p/peer-id'
+import { multiaddr } from '@multiformats/multiaddr'
 import { decodeSwarmKey } from './net/pnet/swarm-key.js'
 import { readFileSync } from 'node:fs'
 import { AGENT_ENV, type AgentEnvKey } from '../api/agent-env.js'
@@ -113,6 +114,7 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     return n
   }
   const list = (s: string): string[] => s.split(',').map(x => x.trim()).filter(x => x.length > 0)
+  const multiaddrs = (field: string) => (s: string): string[] => list(s).map(a => { checkMultiaddr(a, field); return a })
   const oneOf = <T extends string>(...allowed: T[]) => (s: string): T => {
     if (!(allowed as string[]).includes(s)) throw new Error(`"${s}" is not one of ${allowed.join(', ')}`)
     return s as T
@@ -227,10 +229,10 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
     podIP: raw('podIP') ?? '0.0.0.0',
     identityKey,
     p2pPort: parse('p2pPort', integer(0, 65535), 31337),
-    announceAddrs: parse('announceAddrs', list, []),
+    announceAddrs: parse('announceAddrs', multiaddrs('derived by the operator from spec.network.expose'), []),
     announceFile: raw('announceFile'),
     membersDir: raw('membersDir'),
-    bootstrapPeers: parse('bootstrapPeers', list, []),
+    bootstrapPeers: parse('bootstrapPeers', multiaddrs('spec.bootstrap.peers, or the swarm\'s own bootstrap agents'), []),
     dnsServers: parse('dnsServers', list, []),
     psk,
     allowPeers: parse('allowPeers', (s) => list(s).map(id => { try { return peerIdFromString(id).toString() } catch { throw new Error(`"${id}" is not a libp2p peer id`) } }), []),
@@ -252,6 +254,23 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
   }
   if (problems.length > 0) throw new AveragingError(problems.join('\n'))
   return config
+}
+
+/**
+ * A multiaddr the agent can dial or announce as given, with the peer id it names (if any) a real
+ * one; otherwise why not, naming where the value came from. Without this check a typo (a port
+ * above 65535, a bad IPv4 address) kept the agent retrying its bootstrap peers forever, with a
+ * warning, and AVS_ANNOUNCE_ADDRS failed the agent with "Value must be an integer".
+ */
+function checkMultiaddr (text: string, from: string): void {
+  let peer: string | undefined
+  try {
+    peer = multiaddr(text).getComponents().findLast(c => c.name === 'p2p')?.value
+  } catch (err) {
+    throw new Error(`"${text}" is not a libp2p multiaddr (${describeError(err)}; ${from})`)
+  }
+  if (peer === undefined) return
+  try { peerIdFromString(peer) } catch { throw new Error(`"${text}" does not end in a valid libp2p peer id (${from})`) }
 }
 
 /**

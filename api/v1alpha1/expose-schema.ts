@@ -6,13 +6,12 @@
 import { obj, int, str, stringMap, type CelRule, type Schema } from './schema-builders.js'
 import type { SpecRule } from '../checkpoint-parameters.js'
 import { DEFAULTS } from './defaults.js'
+import { HOSTNAME, IPV6 } from './address-patterns.js'
 
 export const EXPOSE_TYPES = ['None', 'HostPort', 'NodePort', 'LoadBalancer'] as const
 export const EXTERNAL_TRAFFIC_POLICIES = ['Cluster', 'Local'] as const
-const LABEL = '[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?'
-const IPV6 = '([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|:((:[0-9a-fA-F]{1,4}){1,7}|:)'
 /** A DNS name (which includes dotted IPv4 addresses) or an IPv6 address, as it goes into /dns4/, /ip4/ or /ip6/. */
-export const ANNOUNCE_HOST_PATTERN = `^(${LABEL}(\\.${LABEL})*|${IPV6})$`
+export const ANNOUNCE_HOST_PATTERN = `^(${HOSTNAME}|${IPV6})$`
 
 export const expose: Schema = obj('How the agents are reached from outside the cluster. The operator derives each agent\'s reachable multiaddrs from the API (Node addresses, node ports, load-balancer ingress), hands them to the agent and publishes the bootstrap agents\' in status.bootstrapPeers.', {
   type: str('None: pod addresses only (the default). HostPort: the libp2p and data ports on the node\'s address (ExternalIP, else InternalIP), at most one agent of the swarm per node. NodePort: a NodePort Service per agent, reached at a node\'s address. LoadBalancer: a LoadBalancer Service per bootstrap agent, NodePort Services for the other agents.', { enum: EXPOSE_TYPES, default: 'None' }),

@@ -10,10 +10,10 @@ import { backoffLimit, checkpoint, checkpointStatus, completion, restoreFrom, sp
 import { expose, exposeRules } from './expose-schema.js'
 import { reachability, relay, relayRules } from './relay-schema.js'
 import { DEFAULT_REACHABILITY } from '../relay-parameters.js'
+import { MULTIADDR_PATTERN } from './address-patterns.js'
 
 export { DURATION_PATTERN, COMPRESSIONS } from '../averaging-parameters.js'
-/** A dialable libp2p TCP multiaddr ending in /p2p/<peer id>. */
-export const MULTIADDR_PATTERN = '^/(ip4|ip6|dns|dns4|dns6|dnsaddr)/[^/\\s]+/tcp/[0-9]{1,5}(/[a-z0-9-]+)*/p2p/[1-9A-HJ-NP-Za-km-z]{46,60}$'
+export { MULTIADDR_PATTERN } from './address-patterns.js'
 export const WORKLOAD_TYPES = ['builtin', 'sidecar'] as const
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const
 /** Longest swarm name whose derived object names all stay valid. */

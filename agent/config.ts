@@ -1,4 +1,5 @@
 import { peerIdFromString } from '@libp2p/peer-id'
+import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { multiaddr } from '@multiformats/multiaddr'
 import { decodeSwarmKey } from './net/pnet/swarm-key.js'
 import { readFileSync } from 'node:fs'
@@ -157,7 +158,12 @@ export function loadAgentConfig (env: NodeJS.ProcessEnv): AgentConfig {
   let identityKey: Uint8Array | undefined
   if (identity !== undefined) {
     identityKey = new Uint8Array(Buffer.from(identity, 'base64'))
-    if (identityKey.byteLength < 32 || identityKey.byteLength > 256) problems.push(`${AGENT_ENV.identityKey.name} is not a base64 protobuf private key`)
+    // An agent's peer id is what other agents name it by in spec.bootstrap.peers, whose pattern
+    // admits Ed25519 peer ids only (api/v1alpha1/address-patterns.ts).
+    let type: string | undefined
+    try { type = identityKey.byteLength <= 256 ? privateKeyFromProtobuf(identityKey).type : undefined } catch {}
+    if (type === undefined) problems.push(`${AGENT_ENV.identityKey.name} is not a base64 protobuf libp2p private key`)
+    else if (type !== 'Ed25519') problems.push(`${AGENT_ENV.identityKey.name} is a key of type ${type}; an agent's key is Ed25519`)
   }
   // Bounds from api/relay-parameters.ts, the CRD's (spec.network.relay).
   const relay: RelayServeLimits | undefined = parse('relay', oneOf('serve', 'off'), 'off') === 'serve'

@@ -34,7 +34,7 @@ const averaging = averagingSchema()
 const bootstrap = obj('Bootstrap agents: agents with stable libp2p identities (kept in a Secret) that every other agent dials first.', {
   replicas: int('Number of bootstrap agents; they count toward spec.replicas.', { minimum: 0, maximum: 16, default: DEFAULTS.bootstrapReplicas }),
   peers: arr('Extra bootstrap multiaddrs outside this swarm, e.g. a swarm in another cluster: /dns4/<host>/tcp/<port>/p2p/<peer id>.',
-    str('A libp2p multiaddr ending in /p2p/<peer id>.', { pattern: MULTIADDR_PATTERN, maxLength: 512 }), { maxItems: 64, default: [] })
+    str('A libp2p TCP multiaddr ending in /p2p/<peer id>, the id of an agent (12D3KooW…: agents have Ed25519 keys).', { pattern: MULTIADDR_PATTERN, maxLength: 512 }), { maxItems: 64, default: [] })
 }, {
   default: { replicas: DEFAULTS.bootstrapReplicas, peers: [] },
   'x-kubernetes-validations': [

@@ -42,11 +42,15 @@ export function peerIdOf (data: SecretData, i: number): string {
   const k = names.identityKey(i)
   const v = data[k]
   if (v === undefined) throw new Error(`identity Secret has no key ${k}`)
+  let key: ReturnType<typeof privateKeyFromProtobuf>
   try {
-    return peerIdFromPrivateKey(privateKeyFromProtobuf(Buffer.from(unb64(v), 'base64'))).toString()
+    key = privateKeyFromProtobuf(Buffer.from(unb64(v), 'base64'))
   } catch {
     throw new Error(`identity Secret key ${k} is not a base64 protobuf libp2p private key`)
   }
+  // The agent runs with Ed25519 keys only (AVS_IDENTITY_KEY), the peer ids spec.bootstrap.peers admits.
+  if (key.type !== 'Ed25519') throw new Error(`identity Secret key ${k} is a key of type ${key.type}; an agent's key is Ed25519`)
+  return peerIdFromPrivateKey(key).toString()
 }
 
 /** The bootstrap agent's DNS name through the headless Service. */

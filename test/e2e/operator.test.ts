@@ -15,6 +15,7 @@ import { MALFORMED, malformedSwarm } from '../operator/malformed/cases.js'
 import { OUTSIDE, randomAveraging, reseed, swarmObject } from '../operator/api/averaging-samples.js'
 import { AVERAGING_KEYS } from '../../api/averaging-parameters.js'
 import { validateSwarm } from '../../api/v1alpha1/validate.js'
+import { base58 } from '../../api/v1alpha1/address-patterns.js'
 import { withDefaults } from '../../api/v1alpha1/defaults.js'
 import { startOperator, type OperatorProcess } from '../operator/e2e/operator-process.js'
 import { peerIdOf } from '../../operator/builders/identity.js'
@@ -88,9 +89,12 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     // The multiaddr pattern must compile in the API server's regular expressions (RE2) and draw the
     // same line there as locally: its edges on both sides.
     const id = '12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA'
+    // The Ed25519 peer ids' range (address-patterns.ts), and one past each end.
+    const key = (prefixEnd: number, fill: number): string => base58([0x00, 0x24, 0x08, 0x01, 0x12, prefixEnd, ...new Array(32).fill(fill)])
     for (const peer of [
       `/ip4/255.255.255.255/tcp/65535/p2p/${id}`, `/ip4/0.0.0.0/tcp/0/p2p/${id}`, `/ip6/::1/tcp/4001/p2p/${id}`, `/ip6/2001:db8::8a2e:370:7334/tcp/4001/p2p/${id}`,
-      `/dns4/swarm-0.example.com/tcp/31337/p2p/${id}`, `/dnsaddr/a/tcp/1/p2p/${id}`, `/dns/x/tcp/1/p2p/Qm${'a'.repeat(44)}`, `/dns6/x/tcp/1/p2p/16Uiu2HA${'b'.repeat(45)}`,
+      `/dns4/swarm-0.example.com/tcp/31337/p2p/${id}`, `/dnsaddr/a/tcp/1/p2p/${id}`, `/dns/x/tcp/1/p2p/${key(0x20, 0)}`, `/dns6/x/tcp/1/p2p/${key(0x20, 0xff)}`,
+      `/dns/x/tcp/1/p2p/${key(0x1f, 0xff)}`, `/dns/x/tcp/1/p2p/${key(0x21, 0)}`, `/dns/x/tcp/1/p2p/Qm${'a'.repeat(44)}`, `/dns6/x/tcp/1/p2p/16Uiu2HA${'b'.repeat(45)}`,
       `/ip4/10.0.0.256/tcp/4001/p2p/${id}`, `/ip4/10.0.0.1/tcp/65536/p2p/${id}`, `/ip4/10.0.0.1/tcp/0080/p2p/${id}`, `/ip6/2001:db8::g/tcp/1/p2p/${id}`,
       `/dns4/bad_host/tcp/1/p2p/${id}`, `/ip4/10.0.0.1/tcp/4001/ws/p2p/${id}`, `/ip4/10.0.0.1/tcp/4001/p2p/${id.slice(0, -1)}`
     ]) cases.push({ spec: { bootstrap: { replicas: 1, peers: [peer] } }, what: `bootstrap peer ${peer}` })

@@ -4,11 +4,12 @@
  * that the agent's config loader accepts with the same addresses; an address just outside (an
  * octet above 255, a port above 65535, a transport the agent cannot dial, a truncated peer id) is
  * refused by the CRD naming the field, and by the agent naming its variable. Before, the pattern
- * admitted such typos and the agent retried them forever, with a warning.
+ * admitted such typos and the agent retried them forever, with a warning. Peer ids are Ed25519 on
+ * both sides: the pattern admits exactly those (peer-id-pattern.test.ts), and an agent's own key is one.
  */
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { generateKeyPair } from '@libp2p/crypto/keys'
+import { generateKeyPair, privateKeyFromProtobuf, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { seededRandom } from '../../../agent/util/random.js'
 import { MULTIADDR_PATTERN } from '../../../api/v1alpha1/schema.js'
@@ -17,7 +18,7 @@ import { validateSwarm } from '../../../api/v1alpha1/validate.js'
 import type { AveragingSwarm } from '../../../api/v1alpha1/types.js'
 import { DEFAULT_BUILDER_CONFIG } from '../../../operator/builders/config.js'
 import { buildDesired } from '../../../operator/builders/desired.js'
-import { ensureIdentityKeys } from '../../../operator/builders/identity.js'
+import { ensureIdentityKeys, newIdentityKey, peerIdOf } from '../../../operator/builders/identity.js'
 import { expandPods } from '../../../cli/local/pods.js'
 import { loadAgentConfig } from '../../../agent/config.js'
 
@@ -71,15 +72,44 @@ test('a bootstrap peer just outside the pattern is refused by the CRD naming the
     `/ip4/10.0.0.1/tcp/4001/ws/p2p/${id}`,
     `/ip4/10.0.0.1/udp/4001/quic-v1/p2p/${id}`,
     `/ip4/10.0.0.1/tcp/4001/p2p/${id.slice(0, -1)}`,
-    `/ip4/10.0.0.1/tcp/4001/p2p/${id}0`
+    `/ip4/10.0.0.1/tcp/4001/p2p/${id}0`,
+    // The peer id's form, but no Ed25519 key inside (peer-id-pattern.test.ts), and other key types.
+    `/ip4/10.0.0.1/tcp/4001/p2p/12D3KooW${'z'.repeat(44)}`,
+    `/ip4/10.0.0.1/tcp/4001/p2p/Qm${'a'.repeat(44)}`
   ]) {
     const problems = validateSwarm(swarm([bad]))
     assert.ok(problems.some(p => p.startsWith('spec.bootstrap.peers[0]')), `${bad} admitted: ${JSON.stringify(problems)}`)
   }
-  // The agent's own check, for what reaches it another way (AVS_BOOTSTRAP_PEERS set by hand, or
-  // a peer id of the right form whose bytes are no key: a pattern cannot see that).
-  for (const bad of [`/ip4/10.0.0.256/tcp/4001/p2p/${id}`, `/ip4/10.0.0.1/tcp/65536/p2p/${id}`, '10.0.0.1:4001', `/ip4/10.0.0.1/tcp/4001/p2p/${id.slice(0, -6)}`]) {
+  // The agent's own check, for what reaches it another way (AVS_BOOTSTRAP_PEERS set by hand).
+  for (const bad of [`/ip4/10.0.0.256/tcp/4001/p2p/${id}`, `/ip4/10.0.0.1/tcp/65536/p2p/${id}`, '10.0.0.1:4001', `/ip4/10.0.0.1/tcp/4001/p2p/${id.slice(0, -6)}`, `/ip4/10.0.0.1/tcp/4001/p2p/12D3KooW${'z'.repeat(44)}`]) {
     assert.throws(() => loadAgentConfig({ AVS_SWARM: 'peers', AVS_POD_NAME: 'peers-agent-0', AVS_PREFIX: 'team-a_peers', AVS_BOOTSTRAP_PEERS: bad }),
       (err: Error) => err.message.includes('AVS_BOOTSTRAP_PEERS') && err.message.includes(bad) && err.message.includes('spec.bootstrap.peers'), bad)
   }
+})
+
+test('an agent runs with an Ed25519 key only, the kind of peer id the CRD admits: another key type, or bytes that are no key, stop it naming its variable', async () => {
+  const env = (key: string): Record<string, string> => ({ AVS_SWARM: 'peers', AVS_POD_NAME: 'peers-agent-0', AVS_PREFIX: 'team-a_peers', AVS_IDENTITY_KEY: key })
+  const re = new RegExp(MULTIADDR_PATTERN)
+  // The operator's keys (one per bootstrap agent) load, and their peer ids are within the pattern.
+  const identityData = await ensureIdentityKeys(undefined, 2)
+  for (const i of [0, 1]) {
+    const config = loadAgentConfig(env(await newIdentityKey()))
+    assert.match(`/dns4/a/tcp/1/p2p/${peerIdFromPrivateKey(privateKeyFromProtobuf(config.identityKey!)).toString()}`, re)
+    assert.match(`/dns4/a/tcp/1/p2p/${peerIdOf(identityData, i)}`, re)
+  }
+  for (const [key, why] of [
+    [Buffer.from(privateKeyToProtobuf(await generateKeyPair('secp256k1'))).toString('base64'), 'is a key of type secp256k1; an agent\'s key is Ed25519'],
+    [Buffer.from(new Uint8Array(64).fill(7)).toString('base64'), 'is not a base64 protobuf libp2p private key'],
+    ['not base64 at all', 'is not a base64 protobuf libp2p private key']
+  ]) {
+    assert.throws(() => loadAgentConfig(env(key)), (err: Error) => err.message.includes(`AVS_IDENTITY_KEY ${why}`), why)
+  }
+})
+
+test('the operator refuses an identity Secret whose key is not Ed25519, naming the key', async () => {
+  const secp = Buffer.from(Buffer.from(privateKeyToProtobuf(await generateKeyPair('secp256k1'))).toString('base64'), 'utf8').toString('base64')
+  const data = { ...(await ensureIdentityKeys(undefined, 1)) }
+  const k = Object.keys(data)[0]
+  data[k] = secp
+  assert.throws(() => peerIdOf(data, 0), new RegExp(`identity Secret key ${k} is a key of type secp256k1; an agent's key is Ed25519`))
 })

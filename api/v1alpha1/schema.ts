@@ -11,13 +11,12 @@ import { expose, exposeRules } from './expose-schema.js'
 import { reachability, relay, relayRules } from './relay-schema.js'
 import { DEFAULT_REACHABILITY } from '../relay-parameters.js'
 import { MULTIADDR_PATTERN } from './address-patterns.js'
+import { NAME_RULE, swarmRules } from './spec-rules.js'
 
 export { DURATION_PATTERN, COMPRESSIONS } from '../averaging-parameters.js'
 export { MULTIADDR_PATTERN } from './address-patterns.js'
 export const WORKLOAD_TYPES = ['builtin', 'sidecar'] as const
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error'] as const
-/** Longest swarm name whose derived object names all stay valid. */
-export const MAX_NAME_LENGTH = 39
 const PULL_POLICIES = ['Always', 'IfNotPresent', 'Never'] as const
 export const PHASES = ['Pending', 'Progressing', 'Ready', 'Degraded', 'Suspended', 'Succeeded', 'Failed'] as const
 
@@ -35,12 +34,7 @@ const bootstrap = obj('Bootstrap agents: agents with stable libp2p identities (k
   replicas: int('Number of bootstrap agents; they count toward spec.replicas.', { minimum: 0, maximum: 16, default: DEFAULTS.bootstrapReplicas }),
   peers: arr('Extra bootstrap multiaddrs outside this swarm, e.g. a swarm in another cluster: /dns4/<host>/tcp/<port>/p2p/<peer id>.',
     str('A libp2p TCP multiaddr ending in /p2p/<peer id>, the id of an agent (12D3KooW…: agents have Ed25519 keys).', { pattern: MULTIADDR_PATTERN, maxLength: 512 }), { maxItems: 64, default: [] })
-}, {
-  default: { replicas: DEFAULTS.bootstrapReplicas, peers: [] },
-  'x-kubernetes-validations': [
-    { rule: 'self.replicas > 0 || size(self.peers) > 0', message: 'a swarm needs at least one bootstrap agent or one entry in bootstrap.peers', fieldPath: '.replicas' }
-  ]
-})
+}, { default: { replicas: DEFAULTS.bootstrapReplicas, peers: [] } })
 
 const auxiliary = obj('Auxiliary agents: CPU-only helpers that take a share of the reduction but hold no tensors of their own (weight 0).', {
   replicas: int('Number of auxiliary agents.', { minimum: 0, maximum: 10000, default: DEFAULTS.auxiliaryReplicas }),
@@ -72,12 +66,7 @@ const workload = obj('What produces the tensors the agents average.', {
   type: str('builtin: the agent trains a small tfjs model on its own data shard; sidecar: a trainer container hands tensors to the agent through its loopback API.', { enum: WORKLOAD_TYPES, default: DEFAULTS.workloadType }),
   sidecarPort: port('Loopback TCP port of the agent\'s API for the trainer (sidecar workload).', DEFAULTS.sidecarPort),
   trainer
-}, {
-  default: { type: DEFAULTS.workloadType, sidecarPort: DEFAULTS.sidecarPort },
-  'x-kubernetes-validations': [
-    { rule: 'self.type !=  \'sidecar\' || has(self.trainer)', message: 'workload.trainer is required when workload.type is sidecar', fieldPath: '.trainer' }
-  ]
-})
+}, { default: { type: DEFAULTS.workloadType, sidecarPort: DEFAULTS.sidecarPort } })
 
 const metrics = obj('Prometheus metrics of the agents.', {
   port: port('HTTP port serving /metrics, /healthz and /readyz on every agent.', DEFAULTS.metricsPort),
@@ -136,9 +125,7 @@ export const specSchema: Schema = obj('Desired state of the swarm.', {
     ...specRules(),
     ...exposeRules(),
     ...relayRules(),
-    { rule: 'self.replicas == 0 || self.bootstrap.replicas <= self.replicas', message: 'bootstrap.replicas must not exceed replicas', fieldPath: '.bootstrap.replicas' },
-    { rule: 'self.network.port != self.metrics.port', message: 'metrics.port must differ from network.port', fieldPath: '.metrics.port' },
-    { rule: 'self.workload.sidecarPort != self.metrics.port && self.workload.sidecarPort != self.network.port', message: 'workload.sidecarPort must differ from network.port and metrics.port', fieldPath: '.workload.sidecarPort' }
+    ...swarmRules()
   ]
 })
 
@@ -180,9 +167,5 @@ export const swarmSchema: Schema = obj('AveragingSwarm runs a swarm of agents th
   status: statusSchema
 }, {
   required: ['spec'],
-  'x-kubernetes-validations': [
-    // The longest derived name, <name>-bootstrap-15, must leave room for the StatefulSet's
-    // controller-revision-hash label (63 characters in all).
-    { rule: 'size(self.metadata.name) <= ' + String(MAX_NAME_LENGTH), message: `metadata.name must be at most ${MAX_NAME_LENGTH} characters: agent, StatefulSet and DNS names are built from it` }
-  ]
+  'x-kubernetes-validations': [{ rule: NAME_RULE.cel, message: NAME_RULE.message }]
 })

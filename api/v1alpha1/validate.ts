@@ -7,6 +7,7 @@ import { DEFAULT_AVERAGING } from './defaults.js'
 import { SPEC_RULES } from '../checkpoint-parameters.js'
 import { EXPOSE_RULES } from './expose-schema.js'
 import { RELAY_RULES } from '../relay-parameters.js'
+import { NAME_RULE, SWARM_RULES } from './spec-rules.js'
 
 /**
  * The CRD's OpenAPI schema as plain JSON Schema, so the same schema that the API server
@@ -34,9 +35,8 @@ let compiled: ReturnType<Ajv['compile']> | null = null
 /**
  * The CRD's CEL rules on the averaging section, evaluated by their JavaScript twins from the
  * parameter table (duration ranges, minGroupSize <= targetGroupSize, requestTimeout below
- * averagingExpiration), on the section as the API server's defaulting completes it. The
- * completion rules have twins too (specRuleProblems); the other CEL rules of the CRD (ports,
- * bootstrap counts, name length) only a real API server evaluates.
+ * averagingExpiration), on the section as the API server's defaulting completes it. The CRD's
+ * other CEL rules have twins too (specRuleProblems, and the name's in validateSwarm).
  */
 export function averagingRuleProblems (averaging: unknown): string[] {
   if (averaging === null || typeof averaging !== 'object') return []
@@ -56,17 +56,17 @@ export function averagingRuleProblems (averaging: unknown): string[] {
   return out
 }
 
-/** The CRD's CEL rules between spec fields (checkpoint's store, restoreFrom, completion, ttlSecondsAfterFinished, the exposed data port), by their JavaScript twins. */
+/** The CRD's CEL rules between spec fields (checkpoint's store, restoreFrom, completion, ttlSecondsAfterFinished, ports, bootstrap counts), by their JavaScript twins. */
 export function specRuleProblems (spec: unknown): string[] {
   if (spec === null || typeof spec !== 'object') return []
-  return [...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES].filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
+  return [...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES, ...SWARM_RULES].filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
 }
 
 /** Problems with a swarm object, each one sentence naming the field; empty when valid. */
 export function validateSwarm (obj: unknown): string[] {
   compiled ??= new Ajv({ strict: false, allErrors: true, validateFormats: false }).compile(toJsonSchema(swarmSchema))
   const spec = (obj as { spec?: { averaging?: unknown } } | null)?.spec
-  const cel = [...averagingRuleProblems(spec?.averaging), ...specRuleProblems(spec)]
+  const cel = [...averagingRuleProblems(spec?.averaging), ...specRuleProblems(spec), ...(NAME_RULE.holds(obj) ? [] : [NAME_RULE.message])]
   if (compiled(obj)) return cel
   return [...cel, ...(compiled.errors ?? []).map(e => {
     const path = e.instancePath.slice(1).split('/').filter(p => p !== '').map(p => /^\d+$/.test(p) ? `[${p}]` : `.${p}`).join('').replace(/^\./, '')

@@ -52,6 +52,11 @@ test('local runtime: malformed YAML, an unknown field and a taken port each end 
   const unknown = await run(CLI, [join(dir, 'unknown.yaml')])
   assert.equal(unknown.code, 1)
   assert.match(unknown.err, /spec has an unknown field "colour"/)
+  // A rule the API server checks in CEL is checked here too (api/v1alpha1/spec-rules.ts): the sidecar port on the metrics port.
+  writeFileSync(join(dir, 'clash.yaml'), swarm('  workload: {sidecarPort: 9400}\n'))
+  const clash = await run(CLI, [join(dir, 'clash.yaml')])
+  assert.equal(clash.code, 1)
+  assert.match(clash.err, /spec\.workload\.sidecarPort: workload\.sidecarPort must differ from network\.port and metrics\.port/)
   // Hold the first pod's metrics port (the runtime gives pods 127.0.0.4 onwards).
   const blocker = createServer()
   await new Promise<void>(resolve => blocker.listen(9400, '127.0.0.4', resolve))
@@ -60,7 +65,7 @@ test('local runtime: malformed YAML, an unknown field and a taken port each end 
     const taken = await run(CLI, [join(dir, 'ok.yaml'), '--duration', '5'])
     assert.equal(taken.code, 1, taken.out + taken.err)
     assert.match(taken.err, /port 9400 on 127\.0\.0\.4 is already in use/)
-    for (const r of [broken, unknown, taken]) assert.doesNotMatch(r.err, /\n\s+at /, 'no stack trace')
+    for (const r of [broken, unknown, clash, taken]) assert.doesNotMatch(r.err, /\n\s+at /, 'no stack trace')
   } finally {
     blocker.close()
   }

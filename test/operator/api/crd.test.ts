@@ -5,6 +5,13 @@ import { parse } from 'yaml'
 import { CRD_FILE, renderCrdYaml } from '../../../api/v1alpha1/crd-yaml.js'
 import { swarmSchema, DURATION_PATTERN, MULTIADDR_PATTERN } from '../../../api/v1alpha1/schema.js'
 import type { Schema } from '../../../api/v1alpha1/schema-builders.js'
+import { validateSwarm } from '../../../api/v1alpha1/validate.js'
+import { NAME_RULE, SWARM_RULES } from '../../../api/v1alpha1/spec-rules.js'
+import { EXPOSE_RULES } from '../../../api/v1alpha1/expose-schema.js'
+import { SPEC_RULES } from '../../../api/checkpoint-parameters.js'
+import { RELAY_RULES } from '../../../api/relay-parameters.js'
+import { AVERAGING_KEYS, AVERAGING_PARAMETERS, AVERAGING_RULES } from '../../../api/averaging-parameters.js'
+import { MALFORMED, malformedSwarm } from '../malformed/cases.js'
 
 test('the committed CRD YAML is exactly what npm run generate:crd writes', () => {
   const committed = readFileSync(CRD_FILE, 'utf8')
@@ -50,6 +57,30 @@ test('CEL rules name the field they reject', () => {
   assert.ok(rules.length >= 8, `only ${rules.length} CEL rules`)
   // The root rule cannot point into metadata (the schema declares no fields there): its message names the field.
   for (const r of rules) assert.ok(r.fieldPath?.startsWith('.') || (r.path === '' && r.message.startsWith('metadata.name ')), `rule at ${r.path} names no field`)
+})
+
+test('every CEL rule of the CRD has a JavaScript twin the local validator runs', () => {
+  const rules = new Map<string, string[]>()
+  walk(swarmSchema, '', (s, path) => { for (const r of s['x-kubernetes-validations'] ?? []) rules.set(path, [...(rules.get(path) ?? []), r.rule]) })
+  assert.deepEqual([...rules.keys()].sort(), ['', '.spec', '.spec.averaging'])
+  assert.deepEqual(rules.get(''), [NAME_RULE.cel])
+  assert.deepEqual(new Set(rules.get('.spec')), new Set([...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES, ...SWARM_RULES].map(r => r.cel)))
+  // The averaging section's: a range per duration row (validate.ts checks each with the row's bound) and the table's rules.
+  const averaging = rules.get('.spec.averaging')!
+  const durations = AVERAGING_KEYS.filter(k => AVERAGING_PARAMETERS[k].bound.kind === 'duration')
+  assert.equal(averaging.length, durations.length + AVERAGING_RULES.length)
+  for (const k of durations) assert.ok(averaging.some(r => r.startsWith(`!has(self.${k}) ||`)), k)
+  for (const r of AVERAGING_RULES) assert.ok(averaging.includes(r.cel), r.field)
+})
+
+test('the local validator refuses every malformed swarm, naming the field as the API server does', () => {
+  for (const [i, c] of MALFORMED.entries()) {
+    const problems = validateSwarm(malformedSwarm(c, i))
+    // A missing field is named by its parent and its own name: 'spec.checkpoint is missing the field "volume"'.
+    const parent = c.field.slice(0, c.field.lastIndexOf('.'))
+    const names = (p: string): boolean => p.startsWith(c.field) || p === `${parent} is missing the field "${c.field.slice(parent.length + 1)}"`
+    assert.ok(problems.some(names), `${c.what}: ${JSON.stringify(problems)}`)
+  }
 })
 
 test('the duration pattern accepts Go durations and rejects bare numbers', () => {

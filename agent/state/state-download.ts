@@ -17,6 +17,8 @@ export interface DownloadFromOptions {
   readonly expected?: readonly ExpectedTensor[]
   /** Slowest transfer accepted, so a donor trickling one chunk per timeout cannot hold us for hours (default 1 MiB/s). */
   readonly minBytesPerSecond?: number
+  /** Called after every chunk with the bytes received so far and the state's size from the header. */
+  readonly onProgress?: (receivedBytes: number, totalBytes: number) => void
 }
 
 const DEFAULT_MIN_BYTES_PER_SECOND = 1024 * 1024
@@ -41,6 +43,7 @@ export async function downloadFrom (node: SwarmNode, donor: string, protocol: st
     if (header.busy) return 'busy'
     const layout = validateHeader(header, options.expected, options.maxStateBytes)
     const arrays = layout.tensors.map(t => new Float32Array(t.elements))
+    let received = 0
     const deadline = Date.now() + 2 * options.requestTimeoutMs + 1000 * layout.totalBytes / (options.minBytesPerSecond ?? DEFAULT_MIN_BYTES_PER_SECOND)
     const nextWait = (): number => {
       const left = deadline - Date.now()
@@ -68,6 +71,8 @@ export async function downloadFrom (node: SwarmNode, donor: string, protocol: st
           if (!Number.isFinite(values[i])) throw new ProtocolError(`donor ${donor} sent a non-finite value in tensor ${tensor.name}`)
         }
         offset += count
+        received += bytes
+        options.onProgress?.(received, layout.totalBytes)
       }
     }
     const trailing = await framed.read(nextWait())

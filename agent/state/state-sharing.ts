@@ -6,6 +6,7 @@ import type { NamedTensor } from '../averager.js'
 import { atOwnAddress, ownAddrBytes, rememberAddrs } from '../net/rpc.js'
 import { AveragingError, describeError } from '../errors.js'
 import { StateHandler, type StateSource, type UploadOutcome } from './state-handler.js'
+import { formatBytes, TransferProgress } from '../util/transfer-progress.js'
 import { downloadFrom } from './state-download.js'
 import { orderDonors } from './donor-order.js'
 import { routingTableSize } from '../net/bootstrap.js'
@@ -27,6 +28,8 @@ export interface StateSharingOptions {
   readonly minDownloadBytesPerSecond?: number
   /** Rounds over the donors that answered busy before giving up (default 3). */
   readonly busyRetries?: number
+  /** Least time between two progress lines of a download (default 5 s; none for a download done sooner). */
+  readonly progressIntervalMs?: number
   readonly log?: Log
   /**
    * Awaited before looking for donors (agent/main.ts: a lone bootstrap agent waits for the swarm's
@@ -140,19 +143,26 @@ export class StateSharing {
       const busy: string[] = []
       for (const donor of order) {
         const started = Date.now()
+        let progress: TransferProgress | undefined
         try {
           const state = await downloadFrom(this.node, donor, this.protocol, {
             requestTimeoutMs: this.options.requestTimeoutMs,
             maxStateBytes: this.options.maxStateBytes ?? DEFAULT_MAX_STATE_BYTES,
             minBytesPerSecond: this.options.minDownloadBytesPerSecond,
-            expected
+            expected,
+            onProgress: (received, total) => {
+              progress ??= new TransferProgress(`downloading the swarm's state from ${donor}`, total, line => { this.options.log?.info(line) }, this.options.progressIntervalMs)
+              progress.update(received)
+            }
           })
           if (state === 'busy') {
             this.options.log?.debug(`state donor ${donor} is busy, trying the next one`)
             busy.push(donor)
             continue
           }
-          this.options.log?.info(`downloaded state from ${donor} in ${Date.now() - started} ms`)
+          const ms = Date.now() - started
+          const bytes = state.tensors.reduce((n, t) => n + t.data.byteLength, 0)
+          this.options.log?.info(`downloaded state from ${donor} in ${ms} ms (${formatBytes(bytes)}, ${(bytes / Math.max(ms, 1) / 1000).toFixed(1)} MB/s)`)
           this.options.onDownload?.('success')
           return { ...state, donor }
         } catch (err) {

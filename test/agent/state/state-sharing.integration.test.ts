@@ -109,10 +109,16 @@ test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and i
       await s.start(async () => ({ tensors: local[i], metadata: { step: 1, groupBits: '', donor: i } }))
       await s.setPriority(1)
     }
-    const newcomer = sharing(peers, 2)
+    // A progress line after every chunk (5 s apart by default), so the test sees them.
+    const lines: string[] = []
+    const newcomer = sharing(peers, 2, { progressIntervalMs: 0, log: linesLog((msg) => { lines.push(msg) }) })
     sharings.push(newcomer)
     const result = await newcomer.download(local[0].map(t => ({ name: t.name, shape: t.shape })))
     assert.ok(result != null, 'the newcomer downloaded a state')
+    const progress = lines.filter(l => l.startsWith(`info downloading the swarm's state from ${result.donor}: `))
+    assert.ok(progress.length >= 3, lines.join('\n'))
+    assert.match(progress[0], /: 64\.0 KiB of 301 KiB \(21 %\), [0-9.]+ MB\/s, about [0-9]+ s left$/)
+    assert.ok(lines.some(l => /^info downloaded state from \S+ in [0-9]+ ms \(301 KiB, [0-9.]+ MB\/s\)$/.test(l)), lines.join('\n'))
     const donorIndex = peers.nodes.findIndex(n => n.peerId.toString() === result.donor)
     assert.ok(donorIndex === 0 || donorIndex === 1, 'the state came from one of the donors')
     assert.deepEqual(result.metadata, { step: 1, groupBits: '', donor: donorIndex })

@@ -81,7 +81,7 @@ export class Checkpointer {
     private readonly now: () => number = Date.now
   ) {
     this.durableAt = now()
-    this.store = openCheckpointStore(policy.store)
+    this.store = openCheckpointStore(policy.store, { line: (line) => { this.log.info(line) } })
     // Every outcome's series exists from the start at 0, so "failed writes" reads 0, not "no data".
     for (const outcome of ['written', 'refused', 'failed']) metrics.checkpointWrites.labels(outcome).inc(0)
   }

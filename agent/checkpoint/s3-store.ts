@@ -22,6 +22,7 @@ import {
   ListObjectsV2Command, PutObjectCommand, S3Client, UploadPartCommand, type GetObjectCommandOutput
 } from '@aws-sdk/client-s3'
 import { SafetensorsReader, writeSafetensors } from './safetensors.js'
+import { TransferProgress } from '../util/transfer-progress.js'
 import {
   CheckpointError, CheckpointTakenError, DEFAULT_KEEP, MAX_MANIFEST_BYTES, checkSwarmName, checkWriteOptions, dataName, describeWrite, isDataOf,
   manifestName, oneLine, parseManifest, pruneBound, refuseTaken, roundsOf, schemaMismatch, verifyData, type CheckpointSchema,
@@ -43,6 +44,13 @@ export interface S3StoreOptions {
   readonly partBytes?: number
 }
 
+/** Where a long upload or download of a data object reports its progress (agent/util/transfer-progress.ts). */
+export interface TransferReport {
+  readonly line: (line: string) => void
+  /** Least time between two lines (default 5 s; none for a transfer done sooner). */
+  readonly intervalMs?: number
+}
+
 export type S3WriteOptions = Omit<import('./checkpoint.js').WriteCheckpointOptions, 'dir'>
 
 const MIN_PART_BYTES = 5 << 20
@@ -62,11 +70,12 @@ function s3Code (err: unknown): { name: string, status: number | undefined } {
 }
 
 /** Counts bytes through, failing once more than `limit` arrive (the object's declared size is not trusted). */
-function limiter (limit: number, what: string): Transform {
+function limiter (limit: number, what: string, progress?: TransferProgress): Transform {
   let seen = 0
   return new Transform({
     transform (chunk: Buffer, _enc, done) {
       seen += chunk.length
+      progress?.update(seen)
       if (seen > limit) done(new CheckpointError(`The ${what} is longer than the ${limit} bytes expected.`))
       else done(null, chunk)
     }
@@ -80,7 +89,7 @@ export class S3CheckpointStore {
   private readonly where: string
   private readonly partBytes: number
 
-  constructor (readonly options: S3StoreOptions) {
+  constructor (readonly options: S3StoreOptions, private readonly report?: TransferReport) {
     if (options.bucket === '') throw new CheckpointError('The S3 bucket name is empty.')
     this.bucket = options.bucket
     this.prefix = (options.prefix ?? '').replace(/^\/+|\/+$/g, '')
@@ -175,6 +184,7 @@ export class S3CheckpointStore {
       }
       const partBytes = Math.max(this.partBytes, Math.ceil(bytes / MAX_PARTS))
       const { UploadId } = await this.client.send(new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: key }))
+      const progress = this.progress(`uploading ${this.url(key)}`, bytes)
       try {
         const parts: Array<{ ETag?: string, PartNumber: number }> = []
         for (let start = 0, n = 1; start < bytes; start += partBytes, n++) {
@@ -183,6 +193,7 @@ export class S3CheckpointStore {
             Bucket: this.bucket, Key: key, UploadId, PartNumber: n, ContentLength: length, Body: createReadStream(path, { start, end: start + length - 1 })
           }))
           parts.push({ ETag, PartNumber: n })
+          progress?.update(start + length)
         }
         await this.client.send(new CompleteMultipartUploadCommand({ Bucket: this.bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }))
       } catch (err) {
@@ -293,7 +304,7 @@ export class S3CheckpointStore {
     const m = manifest
     return await withTempFile(async path => {
       try {
-        await pipeline(body, limiter(m.file.bytes, 'data object'), createWriteStream(path, { flags: 'wx', mode: 0o600 }))
+        await pipeline(body, limiter(m.file.bytes, 'data object', this.progress(`downloading ${this.url(folder + file)}`, m.file.bytes)), createWriteStream(path, { flags: 'wx', mode: 0o600 }))
       } catch (err) {
         return { ok: false, file, reason: `reading the data object failed: ${oneLine(err)}` }
       }
@@ -337,6 +348,10 @@ export class S3CheckpointStore {
   }
 
   destroy (): void { this.client.destroy() }
+
+  private progress (what: string, bytes: number): TransferProgress | undefined {
+    return this.report === undefined ? undefined : new TransferProgress(what, bytes, this.report.line, this.report.intervalMs)
+  }
 }
 
 /** Runs `fn` with a path in a fresh private folder under os.tmpdir(), removed afterwards. */

@@ -7,7 +7,7 @@
  */
 import { join } from 'node:path'
 import { listCheckpoints, loadNewestCheckpoint, readManifest, swarmDir, verifyCheckpoint, writeCheckpoint, type WriteCheckpointOptions } from './checkpoint.js'
-import { S3CheckpointStore, type S3StoreOptions } from './s3-store.js'
+import { S3CheckpointStore, type S3StoreOptions, type TransferReport } from './s3-store.js'
 import type { CheckpointSchema, LoadedCheckpoint, Manifest, RoundEntry, Skipped } from './manifest.js'
 
 export type StoreWriteOptions = Omit<WriteCheckpointOptions, 'dir'>
@@ -70,7 +70,7 @@ export class FolderStore implements CheckpointStore {
 export class BucketStore implements CheckpointStore {
   readonly s3: S3CheckpointStore
 
-  constructor (options: S3StoreOptions) { this.s3 = new S3CheckpointStore(options) }
+  constructor (options: S3StoreOptions, report?: TransferReport) { this.s3 = new S3CheckpointStore(options, report) }
 
   where (swarm: string): string { return this.s3.url(this.s3.folderKey(swarm)) }
 
@@ -96,8 +96,9 @@ export class BucketStore implements CheckpointStore {
   close (): void { this.s3.destroy() }
 }
 
-export function openCheckpointStore (config: CheckpointStoreConfig): CheckpointStore {
+/** `report`: progress of a bucket's long uploads and downloads (a folder's are local copies). */
+export function openCheckpointStore (config: CheckpointStoreConfig, report?: TransferReport): CheckpointStore {
   if (config.kind === 'folder') return new FolderStore(config.dir)
   const { kind: _, ...options } = config
-  return new BucketStore(options)
+  return new BucketStore(options, report)
 }

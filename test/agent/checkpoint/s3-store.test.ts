@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { CreateBucketCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3'
 import { CheckpointError, CheckpointTakenError, type CheckpointSchema } from '../../../agent/checkpoint/index.js'
-import { S3CheckpointStore, type S3StoreOptions } from '../../../agent/checkpoint/s3-store.js'
+import { S3CheckpointStore, type S3StoreOptions, type TransferReport } from '../../../agent/checkpoint/s3-store.js'
 import type { StorageDtype } from '../../../agent/workloads/sidecar/dtypes.js'
 import { roundTensors, storedValues } from './tensors.js'
 import { startVersitygw, versitygwBinary, versitygwBuilt, type Versitygw } from './versitygw.js'
@@ -34,8 +34,8 @@ describe('S3 checkpoint store on a real S3-compatible server (versitygw)', { ski
     credentials: { accessKeyId: gw.accessKeyId, secretAccessKey: gw.secretAccessKey },
     ...extra
   })
-  const store = (extra: Partial<S3StoreOptions> = {}): S3CheckpointStore => {
-    const s = new S3CheckpointStore(options(extra))
+  const store = (extra: Partial<S3StoreOptions> = {}, report?: TransferReport): S3CheckpointStore => {
+    const s = new S3CheckpointStore(options(extra), report)
     stores.push(s)
     return s
   }
@@ -85,13 +85,18 @@ describe('S3 checkpoint store on a real S3-compatible server (versitygw)', { ski
     assert.deepEqual(await listing('rt'), ['latest', 'round-4-*.safetensors', 'round-4.json'])
   })
 
-  test('a data object larger than partBytes goes up as a multipart upload and restores bit for bit', async () => {
+  test('a data object larger than partBytes goes up as a multipart upload and restores bit for bit, both showing progress', async () => {
     const sizes: Array<[string, StorageDtype, number[]]> = [['big', 'float32', [1600, 1000]], ['half', 'bfloat16', [700, 1000]]]
-    const s = store({ partBytes: 5 << 20 })
+    // A progress line whenever there is news (every 5 s by default), so the test sees them.
+    const lines: string[] = []
+    const s = store({ partBytes: 5 << 20 }, { line: (l) => { lines.push(l) }, intervalMs: 0 })
     const { manifest } = await s.write({ swarm: 'mp', round: 1, samples: 1, tensors: roundTensors(1, sizes) })
     assert.ok(manifest.file.bytes > 5 << 20)
+    assert.match(lines.join('\n'), new RegExp(`^uploading s3://${BUCKET}/team-a/checkpoints/mp/round-1-[0-9a-f]{12}\\.safetensors: 5\\.00 MiB of 7\\.[0-9]+ MiB \\(6[0-9] %\\), [0-9.]+ MB/s, about [0-9]+ s left$`))
+    lines.length = 0
     const { checkpoint } = await s.loadNewest('mp', undefined, quiet)
     assert.ok(checkpoint !== null)
+    assert.ok(lines.length > 0 && lines.every(l => l.startsWith(`downloading s3://${BUCKET}/team-a/checkpoints/mp/round-1-`)), lines.join('\n'))
     for (const src of roundTensors(1, sizes)) {
       assert.deepEqual(new Uint32Array(checkpoint.tensors.get(src.name)!.buffer), new Uint32Array(storedValues(src.dtype, src.data as Float32Array).buffer))
     }

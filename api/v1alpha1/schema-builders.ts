@@ -29,6 +29,7 @@ export interface Schema {
   maxLength?: number
   minItems?: number
   maxItems?: number
+  maxProperties?: number
   anyOf?: Schema[]
   'x-kubernetes-int-or-string'?: boolean
   'x-kubernetes-preserve-unknown-fields'?: boolean
@@ -58,9 +59,16 @@ export const obj = (description: string, properties: Record<string, Schema>, ext
 export const arr = (description: string, items: Schema, extra: Extra = {}): Schema =>
   ({ type: 'array', description, items, ...extra })
 
-/** A string-to-string map such as labels or a node selector. */
+/** A string-to-string map (annotations); its keys are checked by spec-rules.ts. */
 export const stringMap = (description: string, extra: Extra = {}): Schema =>
-  ({ type: 'object', description, additionalProperties: { type: 'string', maxLength: 4096 }, ...extra })
+  ({ type: 'object', description, additionalProperties: { type: 'string', maxLength: 4096 }, maxProperties: 64, ...extra })
+
+/** A label value: up to 63 letters, digits, "-", "_" and ".", beginning and ending with a letter or digit, or empty. */
+export const LABEL_VALUE = '^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'
+
+/** Labels or a node selector: label values here, label keys by spec-rules.ts (CEL alone sees a map's keys). */
+export const labelMap = (description: string): Schema =>
+  ({ type: 'object', description, additionalProperties: { type: 'string', maxLength: 63, pattern: LABEL_VALUE }, maxProperties: 64 })
 
 /** An object the API server keeps verbatim (a Kubernetes core type the operator only copies). */
 export const opaque = (description: string, extra: Extra = {}): Schema =>
@@ -73,6 +81,7 @@ export const opaque = (description: string, extra: Extra = {}): Schema =>
 const quantityMap = (description: string): Schema => ({
   type: 'object',
   description,
+  maxProperties: 16,
   additionalProperties: {
     anyOf: [{ type: 'integer' }, { type: 'string' }],
     minimum: 0,

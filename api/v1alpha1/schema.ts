@@ -5,7 +5,7 @@
  */
 import { DEFAULTS } from './defaults.js'
 import { averagingSchema } from './averaging-schema.js'
-import { arr, bool, int, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
+import { arr, bool, int, labelMap, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
 import { backoffLimit, checkpoint, checkpointStatus, completion, restoreFrom, specRules, ttlSecondsAfterFinished } from './checkpoint-schema.js'
 import { expose, exposeRules } from './expose-schema.js'
 import { reachability, relay, relayRules } from './relay-schema.js'
@@ -82,7 +82,7 @@ const tolerations = arr('Tolerations of the agent pods, e.g. for tainted GPU nod
 }), { maxItems: 64 })
 
 const podTemplate = obj('Overrides merged into every agent pod.', {
-  labels: stringMap('Extra pod labels.'),
+  labels: labelMap('Extra pod labels.'),
   annotations: stringMap('Extra pod annotations.'),
   env: envVars('Extra environment of the agent container; variables the operator sets cannot be overridden.'),
   containers: arr('Extra containers added to every agent pod (log shippers, proxies).', opaque('A core/v1 Container.', {
@@ -103,7 +103,7 @@ export const specSchema: Schema = obj('Desired state of the swarm.', {
   image: str('Agent image; defaults to the operator\'s configured image.', { maxLength: 512 }),
   imagePullPolicy: str('Pull policy of the agent image.', { enum: PULL_POLICIES, default: DEFAULTS.imagePullPolicy }),
   resources: resourceRequirements('Compute resources of each agent, e.g. {"limits": {"nvidia.com/gpu": 1}}.'),
-  nodeSelector: stringMap('Node labels an agent pod\'s node must have.'),
+  nodeSelector: labelMap('Node labels an agent pod\'s node must have.'),
   tolerations,
   affinity: opaque('A core/v1 Affinity for the agent pods.'),
   podTemplate,

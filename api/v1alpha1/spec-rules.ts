@@ -81,7 +81,46 @@ export const SWARM_RULES: readonly SpecRule[] = [
   }
 ]
 
-export const swarmRules = (): CelRule[] => SWARM_RULES.map(r => ({ rule: r.cel, message: r.message, fieldPath: `.${r.field}` }))
+/**
+ * A Kubernetes qualified name: label and annotation keys, resource names. An optional prefix (a DNS
+ * subdomain of at most 253 characters) and "/", then a name of at most 63 letters, digits, "-", "_"
+ * and ".", beginning and ending with a letter or digit. (A dot is "[.]": CEL's string literals have no "\\." escape.)
+ */
+export const QUALIFIED_NAME = '^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'
+const qualified = new RegExp(QUALIFIED_NAME)
+export const isQualifiedName = (k: string): boolean => k.length <= 317 && qualified.test(k) && (!k.includes('/') || k.indexOf('/') <= 253)
+
+/**
+ * The maps whose keys the pods carry as label keys, annotation keys or resource names: a key the
+ * API server would refuse on the StatefulSet is refused on the swarm, naming the map. Only CEL sees
+ * a map's keys (OpenAPI checks its values).
+ */
+const KEYED_MAPS: ReadonlyArray<{ path: string[], keys: string }> = [
+  { path: ['nodeSelector'], keys: 'label keys' },
+  { path: ['podTemplate', 'labels'], keys: 'label keys' },
+  { path: ['podTemplate', 'annotations'], keys: 'annotation keys' },
+  { path: ['network', 'expose', 'service', 'annotations'], keys: 'annotation keys' },
+  ...[[], ['auxiliary'], ['workload', 'trainer']].flatMap(at => ['limits', 'requests'].map(k => ({ path: [...at, 'resources', k], keys: 'resource names' })))
+]
+
+const keyRule = ({ path, keys }: { path: string[], keys: string }): SpecRule => {
+  const field = path.join('.')
+  const absent = path.map((_, i) => `!has(self.${path.slice(0, i + 1).join('.')})`).join(' || ')
+  return {
+    field,
+    message: `${field} must have ${keys} for keys: an optional DNS subdomain and "/", then at most 63 letters, digits, "-", "_" or ".", beginning and ending with a letter or digit`,
+    cel: `${absent} || self.${field}.all(k, size(k) <= 317 && k.matches('${QUALIFIED_NAME}') && (!k.contains('/') || k.indexOf('/') <= 253))`,
+    holds: s => {
+      let v: unknown = s
+      for (const k of path) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
+      return v === null || typeof v !== 'object' || Array.isArray(v) || Object.keys(v).every(isQualifiedName)
+    }
+  }
+}
+
+export const KEY_RULES: readonly SpecRule[] = KEYED_MAPS.map(keyRule)
+
+export const swarmRules = (): CelRule[] => [...SWARM_RULES, ...KEY_RULES].map(r => ({ rule: r.cel, message: r.message, fieldPath: `.${r.field}` }))
 
 /** On the whole object (the name is in metadata): the longest derived name, <name>-bootstrap-15, must leave room for the StatefulSet's controller-revision-hash label (63 characters in all). */
 export const NAME_RULE = {

@@ -44,6 +44,14 @@ export const MALFORMED: MalformedCase[] = [
   { what: 'negative data threads', field: 'spec.averaging.dataThreads', spec: { averaging: { dataThreads: -1 } } },
   { what: 'suspend is a string', field: 'spec.suspend', spec: { suspend: 'yes' } },
   { what: 'PSK secret without a name', field: 'spec.network.privateNetworkSecret.name', spec: { network: { privateNetworkSecret: { key: 'swarm.key' } } } },
+  // Keys and values the StatefulSet would be refused for, refused on the swarm instead (api/v1alpha1/spec-rules.ts).
+  { what: 'pod label key with a space', field: 'spec.podTemplate.labels', cel: true, spec: { podTemplate: { labels: { 'my label': 'x' } } } },
+  { what: 'pod label value with a space', field: 'spec.podTemplate.labels.app', spec: { podTemplate: { labels: { app: 'has space' } } } },
+  { what: 'pod label value of 64 characters', field: 'spec.podTemplate.labels.app', spec: { podTemplate: { labels: { app: 'v'.repeat(64) } } } },
+  { what: 'pod annotation key starting with a dash', field: 'spec.podTemplate.annotations', cel: true, spec: { podTemplate: { annotations: { '-x': 'free text' } } } },
+  { what: 'node selector key with an upper-case prefix', field: 'spec.nodeSelector', cel: true, spec: { nodeSelector: { 'UPPER.com/x': 'v' } } },
+  { what: 'trainer resource name with a "!"', field: 'spec.workload.trainer.resources.limits', cel: true, spec: { workload: { type: 'sidecar', trainer: { image: 'trainer', resources: { limits: { 'gpu!': 1 } } } } } },
+  { what: 'service annotation key with two slashes', field: 'spec.network.expose.service.annotations', cel: true, spec: { network: { expose: { type: 'NodePort', service: { annotations: { 'a/b/c': 'v' } } } } } },
   { what: 'name too long for the derived object names', field: 'metadata.name', cel: true, name: 'a-swarm-name-that-is-far-too-long-for-its-pods', spec: {} },
   { what: 'GPU count that is not a quantity', field: 'spec.resources.limits', spec: { resources: { limits: { 'nvidia.com/gpu': 'one' } } } },
   // Admitted must mean runnable: each of these once passed the API server and crash-looped every agent.

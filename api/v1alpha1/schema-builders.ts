@@ -84,6 +84,7 @@ const quantityMap = (description: string): Schema => ({
   maxProperties: 16,
   additionalProperties: {
     anyOf: [{ type: 'integer' }, { type: 'string' }],
+    maxLength: 64,
     minimum: 0,
     pattern: '^\\+?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$',
     'x-kubernetes-int-or-string': true

@@ -5,13 +5,14 @@
  */
 import { DEFAULTS } from './defaults.js'
 import { averagingSchema } from './averaging-schema.js'
-import { arr, bool, int, labelMap, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
+import { arr, bool, int, LABEL_VALUE, labelMap, num, obj, opaque, resourceRequirements, str, stringMap, type Schema } from './schema-builders.js'
 import { backoffLimit, checkpoint, checkpointStatus, completion, restoreFrom, specRules, ttlSecondsAfterFinished } from './checkpoint-schema.js'
 import { expose, exposeRules } from './expose-schema.js'
 import { reachability, relay, relayRules } from './relay-schema.js'
 import { DEFAULT_REACHABILITY } from '../relay-parameters.js'
 import { MULTIADDR_PATTERN } from './address-patterns.js'
-import { NAME_RULE, swarmRules } from './spec-rules.js'
+import { NAME_RULE, QUALIFIED_NAME, swarmRules } from './spec-rules.js'
+import { DNS1123_SUBDOMAIN } from '../checkpoint-parameters.js'
 
 export { DURATION_PATTERN, COMPRESSIONS } from '../averaging-parameters.js'
 export { MULTIADDR_PATTERN } from './address-patterns.js'
@@ -73,12 +74,18 @@ const metrics = obj('Prometheus metrics of the agents.', {
   podMonitor: bool('Create a PodMonitor for the agents when the Prometheus Operator\'s CRDs are installed.', { default: DEFAULTS.podMonitor })
 }, { default: { port: DEFAULTS.metricsPort, podMonitor: DEFAULTS.podMonitor } })
 
+/** A DNS label, as Kubernetes names containers and volumes. */
+const DNS1123_LABEL = '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'
+/** A name of another object in the namespace (a ServiceAccount, a PriorityClass): a DNS subdomain. */
+const objectName = (description: string): Schema => str(description, { maxLength: 253, pattern: DNS1123_SUBDOMAIN })
+
+// The rules between a toleration's fields are the pod's own (TOLERATION_RULES in spec-rules.ts).
 const tolerations = arr('Tolerations of the agent pods, e.g. for tainted GPU nodes.', obj('A core/v1 Toleration.', {
-  key: str('Taint key the toleration applies to; empty with operator Exists matches every key.'),
-  operator: str('Exists or Equal.', { enum: ['Exists', 'Equal'] }),
-  value: str('Taint value the toleration matches (operator Equal).'),
+  key: str('Taint key the toleration applies to (a qualified name); empty with operator Exists matches every key.', { maxLength: 317, pattern: `^$|${QUALIFIED_NAME}` }),
+  operator: str('Exists or Equal (the default).', { enum: ['Exists', 'Equal'] }),
+  value: str('Taint value the toleration matches (operator Equal; empty with Exists).', { maxLength: 63, pattern: LABEL_VALUE }),
   effect: str('Taint effect to match: NoSchedule, PreferNoSchedule or NoExecute; empty matches all.', { enum: ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'] }),
-  tolerationSeconds: int('How long a NoExecute taint is tolerated before eviction.')
+  tolerationSeconds: int('How long a NoExecute taint is tolerated before eviction (effect NoExecute only).')
 }), { maxItems: 64 })
 
 const podTemplate = obj('Overrides merged into every agent pod.', {
@@ -86,13 +93,17 @@ const podTemplate = obj('Overrides merged into every agent pod.', {
   annotations: stringMap('Extra pod annotations.'),
   env: envVars('Extra environment of the agent container; variables the operator sets cannot be overridden.'),
   containers: arr('Extra containers added to every agent pod (log shippers, proxies).', opaque('A core/v1 Container.', {
-    required: ['name'], properties: { name: str('Container name; must not be agent or trainer.', { minLength: 1, maxLength: 63 }) }
+    required: ['name', 'image'],
+    properties: {
+      name: str('Container name (a DNS label); must not be agent or trainer.', { minLength: 1, maxLength: 63, pattern: DNS1123_LABEL }),
+      image: str('Image of the container.', { maxLength: 512, pattern: '^\\S(.*\\S)?$' })
+    }
   }), { maxItems: 8 }),
   volumes: arr('Extra volumes, for the extra containers.', opaque('A core/v1 Volume.', {
-    required: ['name'], properties: { name: str('Volume name.', { minLength: 1, maxLength: 63 }) }
+    required: ['name'], properties: { name: str('Volume name (a DNS label).', { minLength: 1, maxLength: 63, pattern: DNS1123_LABEL }) }
   }), { maxItems: 16 }),
-  serviceAccountName: str('Service account of the agent pods.'),
-  priorityClassName: str('Priority class of the agent pods.'),
+  serviceAccountName: objectName('Service account of the agent pods.'),
+  priorityClassName: objectName('Priority class of the agent pods.'),
   schedulerName: str('Scheduler of the agent pods, e.g. a gang scheduler.'),
   imagePullSecrets: arr('Secrets used to pull the images.', obj('A reference to a Secret.', { name: str('Secret name.') }), { maxItems: 16 }),
   terminationGracePeriodSeconds: int('Seconds an agent gets to leave its group after SIGTERM.', { minimum: 0, maximum: 3600 })

@@ -9,6 +9,7 @@
 import type { SpecRule } from '../checkpoint-parameters.js'
 import { DEFAULTS } from './defaults.js'
 import type { CelRule } from './schema-builders.js'
+import { parseQuantity } from './quantity.js'
 
 /** Longest swarm name whose derived object names all stay valid. */
 export const MAX_NAME_LENGTH = 39
@@ -95,32 +96,137 @@ export const isQualifiedName = (k: string): boolean => k.length <= 317 && qualif
  * API server would refuse on the StatefulSet is refused on the swarm, naming the map. Only CEL sees
  * a map's keys (OpenAPI checks its values).
  */
-const KEYED_MAPS: ReadonlyArray<{ path: string[], keys: string }> = [
+const KEYED_MAPS: ReadonlyArray<{ path: string[], keys: keyof typeof KEY_CEL }> = [
   { path: ['nodeSelector'], keys: 'label keys' },
   { path: ['podTemplate', 'labels'], keys: 'label keys' },
   { path: ['podTemplate', 'annotations'], keys: 'annotation keys' },
   { path: ['network', 'expose', 'service', 'annotations'], keys: 'annotation keys' },
-  ...[[], ['auxiliary'], ['workload', 'trainer']].flatMap(at => ['limits', 'requests'].map(k => ({ path: [...at, 'resources', k], keys: 'resource names' })))
+  ...[[], ['auxiliary'], ['workload', 'trainer']].flatMap(at => ['limits', 'requests'].map(k => ({ path: [...at, 'resources', k], keys: 'resource names' as const })))
 ]
 
-const keyRule = ({ path, keys }: { path: string[], keys: string }): SpecRule => {
+/**
+ * A container's resource name: cpu, memory, ephemeral-storage, or an extended resource, a qualified
+ * name with a domain outside kubernetes.io (nvidia.com/gpu). Not hugepages-<size>: a pod's rules for
+ * them (a multiple of the page size, cpu or memory beside, limits equal to requests) are more than
+ * these rules check, and neither agents nor trainers use them.
+ */
+const STANDARD_RESOURCES = ['cpu', 'memory', 'ephemeral-storage']
+/** Extended resources (a "/" in the name) are not overcommitted: whole numbers, a request equal to its limit. */
+const isExtended = (k: string): boolean => k.includes('/')
+export const isResourceName = (k: string): boolean => STANDARD_RESOURCES.includes(k) ||
+  (isQualifiedName(k) && isExtended(k) && !/(^|\.)kubernetes\.io$/.test(k.slice(0, k.indexOf('/'))))
+
+const KEY_CEL = {
+  'label keys': "size(k) <= 317 && k.matches('QN') && (!k.contains('/') || k.indexOf('/') <= 253)",
+  'annotation keys': "size(k) <= 317 && k.matches('QN') && (!k.contains('/') || k.indexOf('/') <= 253)",
+  'resource names': `k in ${JSON.stringify(STANDARD_RESOURCES).replaceAll('"', "'")} || ` +
+    "(size(k) <= 317 && k.matches('QN') && k.contains('/') && k.indexOf('/') <= 253 && !k.substring(0, k.indexOf('/')).matches('(^|[.])kubernetes[.]io$'))"
+} as const
+const KEY_CHECK = { 'label keys': isQualifiedName, 'annotation keys': isQualifiedName, 'resource names': isResourceName } as const
+const KEY_WORDS = {
+  'label keys': 'an optional DNS subdomain and "/", then at most 63 letters, digits, "-", "_" or ".", beginning and ending with a letter or digit',
+  'annotation keys': 'an optional DNS subdomain and "/", then at most 63 letters, digits, "-", "_" or ".", beginning and ending with a letter or digit',
+  'resource names': 'cpu, memory, ephemeral-storage, or an extended resource: a domain outside kubernetes.io, "/" and a name (nvidia.com/gpu)'
+} as const
+
+const keyRule = ({ path, keys }: { path: string[], keys: keyof typeof KEY_CEL }): SpecRule => {
   const field = path.join('.')
   const absent = path.map((_, i) => `!has(self.${path.slice(0, i + 1).join('.')})`).join(' || ')
   return {
     field,
-    message: `${field} must have ${keys} for keys: an optional DNS subdomain and "/", then at most 63 letters, digits, "-", "_" or ".", beginning and ending with a letter or digit`,
-    cel: `${absent} || self.${field}.all(k, size(k) <= 317 && k.matches('${QUALIFIED_NAME}') && (!k.contains('/') || k.indexOf('/') <= 253))`,
+    message: `${field} must have ${keys} for keys: ${KEY_WORDS[keys]}`,
+    cel: `${absent} || self.${field}.all(k, ${KEY_CEL[keys].replaceAll('QN', QUALIFIED_NAME)})`,
     holds: s => {
       let v: unknown = s
       for (const k of path) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
-      return v === null || typeof v !== 'object' || Array.isArray(v) || Object.keys(v).every(isQualifiedName)
+      return v === null || typeof v !== 'object' || Array.isArray(v) || Object.keys(v).every(KEY_CHECK[keys])
     }
   }
 }
 
 export const KEY_RULES: readonly SpecRule[] = KEYED_MAPS.map(keyRule)
 
-export const swarmRules = (): CelRule[] => [...SWARM_RULES, ...KEY_RULES].map(r => ({ rule: r.cel, message: r.message, fieldPath: `.${r.field}` }))
+const RESOURCE_SECTIONS: ReadonlyArray<readonly string[]> = [['resources'], ['auxiliary', 'resources'], ['workload', 'trainer', 'resources']]
+
+const resourceRules = (at: readonly string[]): SpecRule[] => {
+  const r = `self.${at.join('.')}`
+  const field = at.join('.')
+  const absent = at.map((_, i) => `!has(self.${at.slice(0, i + 1).join('.')})`).join(' || ')
+  const q = (side: 'requests' | 'limits'): string => `quantity(string(${r}.${side}[k]))`
+  const section = (s: Obj): { requests: Obj, limits: Obj } => {
+    let v: unknown = s
+    for (const k of at) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
+    const part = (k: string): Obj => { const x = v !== null && typeof v === 'object' ? (v as Obj)[k] : undefined; return x !== null && typeof x === 'object' && !Array.isArray(x) ? x as Obj : {} }
+    return { requests: part('requests'), limits: part('limits') }
+  }
+  // A value the schema refuses (not a quantity) or a name the key rule refuses is theirs to report.
+  const known = (k: string, v: unknown): boolean => isResourceName(k) && parseQuantity(v) !== undefined
+  return [
+    {
+      field: `${field}.requests`,
+      message: `${field}.requests must not exceed ${field}.limits for any resource`,
+      cel: `${absent} || !has(${r}.requests) || !has(${r}.limits) || ${r}.requests.all(k, !(k in ${r}.limits) || !isQuantity(string(${r}.requests[k])) || !isQuantity(string(${r}.limits[k])) || ${q('requests')}.compareTo(${q('limits')}) <= 0)`,
+      holds: s => {
+        const { requests, limits } = section(s)
+        return Object.entries(requests).every(([k, v]) => !(k in limits) || !known(k, v) || !known(k, limits[k]) || parseQuantity(v)! <= parseQuantity(limits[k])!)
+      }
+    },
+    {
+      field: `${field}.limits`,
+      message: `${field}.limits must be whole numbers for extended resources (nvidia.com/gpu: 1, not 0.5)`,
+      cel: `${absent} || !has(${r}.limits) || ${r}.limits.all(k, !k.contains('/') || !isQuantity(string(${r}.limits[k])) || ${q('limits')}.isInteger())`,
+      holds: s => Object.entries(section(s).limits).every(([k, v]) => !isExtended(k) || !known(k, v) || Number.isInteger(parseQuantity(v)))
+    },
+    {
+      field: `${field}.requests`,
+      message: `${field}.requests of an extended resource (nvidia.com/gpu) needs the same amount in ${field}.limits: such resources are not overcommitted`,
+      cel: `${absent} || !has(${r}.requests) || ${r}.requests.all(k, !k.contains('/') || !isQuantity(string(${r}.requests[k])) || (has(${r}.limits) && k in ${r}.limits && isQuantity(string(${r}.limits[k])) && ${q('requests')}.compareTo(${q('limits')}) == 0))`,
+      holds: s => {
+        const { requests, limits } = section(s)
+        return Object.entries(requests).every(([k, v]) => !isExtended(k) || !known(k, v) || (known(k, limits[k]) && parseQuantity(v) === parseQuantity(limits[k])))
+      }
+    }
+  ]
+}
+
+/** Requests and limits as a pod takes them (a StatefulSet breaking one is refused). */
+export const RESOURCE_RULES: readonly SpecRule[] = RESOURCE_SECTIONS.flatMap(resourceRules)
+
+type Toleration = { key?: unknown, operator?: unknown, value?: unknown, effect?: unknown, tolerationSeconds?: unknown }
+const tolerationsOf = (s: Obj): Toleration[] => Array.isArray(s.tolerations) ? s.tolerations.filter((t): t is Toleration => t !== null && typeof t === 'object') : []
+
+/** The pod's rules between a toleration's fields (a StatefulSet breaking one is refused; the swarm is, now, naming the field). */
+export const TOLERATION_RULES: readonly SpecRule[] = [
+  {
+    field: 'tolerations',
+    message: 'tolerations with an empty key must have operator Exists (they match every taint)',
+    cel: "!has(self.tolerations) || self.tolerations.all(t, (has(t.key) && t.key != '') || (has(t.operator) && t.operator == 'Exists'))",
+    holds: s => tolerationsOf(s).every(t => (typeof t.key === 'string' && t.key !== '') || t.operator === 'Exists')
+  },
+  {
+    field: 'tolerations',
+    message: 'tolerations with operator Exists must have no value',
+    cel: "!has(self.tolerations) || self.tolerations.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",
+    holds: s => tolerationsOf(s).every(t => t.operator !== 'Exists' || t.value === undefined || t.value === '')
+  },
+  {
+    field: 'tolerations',
+    message: 'tolerations with tolerationSeconds must have effect NoExecute',
+    cel: "!has(self.tolerations) || self.tolerations.all(t, !has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",
+    holds: s => tolerationsOf(s).every(t => t.tolerationSeconds === undefined || t.effect === 'NoExecute')
+  },
+  {
+    field: 'podTemplate.containers',
+    message: 'podTemplate.containers must not be named agent or trainer: the operator runs those',
+    cel: "!has(self.podTemplate) || !has(self.podTemplate.containers) || self.podTemplate.containers.all(c, c.name != 'agent' && c.name != 'trainer')",
+    holds: s => {
+      const c = section(s, 'podTemplate').containers
+      return !Array.isArray(c) || c.every(x => x === null || typeof x !== 'object' || ((x as Obj).name !== 'agent' && (x as Obj).name !== 'trainer'))
+    }
+  }
+]
+
+export const swarmRules = (): CelRule[] => [...SWARM_RULES, ...KEY_RULES, ...RESOURCE_RULES, ...TOLERATION_RULES].map(r => ({ rule: r.cel, message: r.message, fieldPath: `.${r.field}` }))
 
 /** On the whole object (the name is in metadata): the longest derived name, <name>-bootstrap-15, must leave room for the StatefulSet's controller-revision-hash label (63 characters in all). */
 export const NAME_RULE = {

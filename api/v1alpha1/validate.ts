@@ -7,7 +7,7 @@ import { DEFAULT_AVERAGING } from './defaults.js'
 import { SPEC_RULES } from '../checkpoint-parameters.js'
 import { EXPOSE_RULES } from './expose-schema.js'
 import { RELAY_RULES } from '../relay-parameters.js'
-import { KEY_RULES, NAME_RULE, SWARM_RULES } from './spec-rules.js'
+import { KEY_RULES, NAME_RULE, RESOURCE_RULES, SWARM_RULES, TOLERATION_RULES } from './spec-rules.js'
 
 /**
  * The CRD's OpenAPI schema as plain JSON Schema, so the same schema that the API server
@@ -59,7 +59,7 @@ export function averagingRuleProblems (averaging: unknown): string[] {
 /** The CRD's CEL rules between spec fields (checkpoint's store, restoreFrom, completion, ttlSecondsAfterFinished, ports, bootstrap counts), by their JavaScript twins. */
 export function specRuleProblems (spec: unknown): string[] {
   if (spec === null || typeof spec !== 'object') return []
-  return [...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES, ...SWARM_RULES, ...KEY_RULES].filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
+  return [...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES, ...SWARM_RULES, ...KEY_RULES, ...RESOURCE_RULES, ...TOLERATION_RULES].filter(r => !r.holds(spec as Record<string, unknown>)).map(r => `spec.${r.field}: ${r.message}`)
 }
 
 /** Problems with a swarm object, each one sentence naming the field; empty when valid. */

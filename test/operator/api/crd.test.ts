@@ -6,7 +6,7 @@ import { CRD_FILE, renderCrdYaml } from '../../../api/v1alpha1/crd-yaml.js'
 import { swarmSchema, DURATION_PATTERN, MULTIADDR_PATTERN } from '../../../api/v1alpha1/schema.js'
 import type { Schema } from '../../../api/v1alpha1/schema-builders.js'
 import { validateSwarm } from '../../../api/v1alpha1/validate.js'
-import { KEY_RULES, NAME_RULE, SWARM_RULES } from '../../../api/v1alpha1/spec-rules.js'
+import { KEY_RULES, NAME_RULE, RESOURCE_RULES, SWARM_RULES, TOLERATION_RULES } from '../../../api/v1alpha1/spec-rules.js'
 import { EXPOSE_RULES } from '../../../api/v1alpha1/expose-schema.js'
 import { SPEC_RULES } from '../../../api/checkpoint-parameters.js'
 import { RELAY_RULES } from '../../../api/relay-parameters.js'
@@ -64,7 +64,7 @@ test('every CEL rule of the CRD has a JavaScript twin the local validator runs',
   walk(swarmSchema, '', (s, path) => { for (const r of s['x-kubernetes-validations'] ?? []) rules.set(path, [...(rules.get(path) ?? []), r.rule]) })
   assert.deepEqual([...rules.keys()].sort(), ['', '.spec', '.spec.averaging'])
   assert.deepEqual(rules.get(''), [NAME_RULE.cel])
-  assert.deepEqual(new Set(rules.get('.spec')), new Set([...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES, ...SWARM_RULES, ...KEY_RULES].map(r => r.cel)))
+  assert.deepEqual(new Set(rules.get('.spec')), new Set([...SPEC_RULES, ...EXPOSE_RULES, ...RELAY_RULES, ...SWARM_RULES, ...KEY_RULES, ...RESOURCE_RULES, ...TOLERATION_RULES].map(r => r.cel)))
   // The averaging section's: a range per duration row (validate.ts checks each with the row's bound) and the table's rules.
   const averaging = rules.get('.spec.averaging')!
   const durations = AVERAGING_KEYS.filter(k => AVERAGING_PARAMETERS[k].bound.kind === 'duration')

@@ -86,7 +86,8 @@ const quantityMap = (description: string): Schema => ({
     anyOf: [{ type: 'integer' }, { type: 'string' }],
     maxLength: 64,
     minimum: 0,
-    pattern: '^\\+?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$',
+    // Kubernetes' own OpenAPI pattern admits a fractional exponent ("1e-.3") that its parser refuses.
+    pattern: '^\\+?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$',
     'x-kubernetes-int-or-string': true
   }
 })

@@ -23,9 +23,17 @@ export const PHASES = ['Pending', 'Progressing', 'Ready', 'Degraded', 'Suspended
 
 const port = (description: string, dflt: number): Schema => int(description, { minimum: 1, maximum: 65535, default: dflt })
 
+/** An image reference as a pod takes it: no whitespace at either end. */
+const IMAGE = '^\\S(.*\\S)?$'
+
+// value and valueFrom exclude each other (ENV_RULES in spec-rules.ts).
 const envVars = (description: string): Schema => arr(description, opaque('One environment variable: name plus value or valueFrom, as in a core/v1 container.', {
   required: ['name'],
-  properties: { name: str('Name of the variable.', { minLength: 1 }) }
+  properties: {
+    name: str('Name of the variable: printable ASCII characters other than "=".', { minLength: 1, pattern: '^[ -<>-~]+$' }),
+    value: str('Its value.', { maxLength: 32768 }),
+    valueFrom: opaque('Where its value comes from (a core/v1 EnvVarSource: fieldRef, secretKeyRef, ...), instead of value.')
+  }
 }), { maxItems: 128 })
 
 // Derived from the parameter table (api/averaging-parameters.ts), as are the agent's env and defaults.
@@ -55,7 +63,7 @@ const network = obj('libp2p networking of the agents.', {
 }, { default: { port: DEFAULTS.p2pPort, reachability: DEFAULT_REACHABILITY } })
 
 const trainer = obj('The trainer container that runs next to each agent when workload.type is sidecar.', {
-  image: str('Image of the trainer container.', { minLength: 1, maxLength: 512 }),
+  image: str('Image of the trainer container.', { minLength: 1, maxLength: 512, pattern: IMAGE }),
   imagePullPolicy: str('Pull policy of the trainer image.', { enum: PULL_POLICIES }),
   command: arr('Entrypoint of the trainer container.', str('One argument.', { maxLength: 4096 }), { maxItems: 64 }),
   args: arr('Arguments of the trainer container.', str('One argument.', { maxLength: 4096 }), { maxItems: 256 }),
@@ -96,7 +104,7 @@ const podTemplate = obj('Overrides merged into every agent pod.', {
     required: ['name', 'image'],
     properties: {
       name: str('Container name (a DNS label); must not be agent or trainer.', { minLength: 1, maxLength: 63, pattern: DNS1123_LABEL }),
-      image: str('Image of the container.', { maxLength: 512, pattern: '^\\S(.*\\S)?$' })
+      image: str('Image of the container.', { maxLength: 512, pattern: IMAGE })
     }
   }), { maxItems: 8 }),
   volumes: arr('Extra volumes, for the extra containers.', opaque('A core/v1 Volume.', {
@@ -111,7 +119,7 @@ const podTemplate = obj('Overrides merged into every agent pod.', {
 
 export const specSchema: Schema = obj('Desired state of the swarm.', {
   replicas: int('Number of agents, bootstrap agents included (kubectl scale sets this).', { minimum: 0, maximum: 100000, default: DEFAULTS.replicas }),
-  image: str('Agent image; defaults to the operator\'s configured image.', { maxLength: 512 }),
+  image: str('Agent image; defaults to the operator\'s configured image.', { maxLength: 512, pattern: IMAGE }),
   imagePullPolicy: str('Pull policy of the agent image.', { enum: PULL_POLICIES, default: DEFAULTS.imagePullPolicy }),
   resources: resourceRequirements('Compute resources of each agent, e.g. {"limits": {"nvidia.com/gpu": 1}}.'),
   nodeSelector: labelMap('Node labels an agent pod\'s node must have.'),

@@ -9,7 +9,7 @@
 import type { SpecRule } from '../checkpoint-parameters.js'
 import { DEFAULTS } from './defaults.js'
 import type { CelRule } from './schema-builders.js'
-import { parseQuantity } from './quantity.js'
+import { compareQuantities, parseQuantity } from './quantity.js'
 
 /** Longest swarm name whose derived object names all stay valid. */
 export const MAX_NAME_LENGTH = 39
@@ -161,6 +161,10 @@ const resourceRules = (at: readonly string[]): SpecRule[] => {
   }
   // A value the schema refuses (not a quantity) or a name the key rule refuses is theirs to report.
   const known = (k: string, v: unknown): boolean => isResourceName(k) && parseQuantity(v) !== undefined
+  // Extended resources are counted, not measured: a plain whole number (what pods take, without the
+  // quantity forms whose integrality CEL and the pod's check judge differently at 20 digits).
+  const WHOLE = '^(0|[1-9][0-9]{0,8})$'
+  const whole = new RegExp(WHOLE)
   return [
     {
       field: `${field}.requests`,
@@ -168,22 +172,22 @@ const resourceRules = (at: readonly string[]): SpecRule[] => {
       cel: `${absent} || !has(${r}.requests) || !has(${r}.limits) || ${r}.requests.all(k, !(k in ${r}.limits) || !isQuantity(string(${r}.requests[k])) || !isQuantity(string(${r}.limits[k])) || ${q('requests')}.compareTo(${q('limits')}) <= 0)`,
       holds: s => {
         const { requests, limits } = section(s)
-        return Object.entries(requests).every(([k, v]) => !(k in limits) || !known(k, v) || !known(k, limits[k]) || parseQuantity(v)! <= parseQuantity(limits[k])!)
+        return Object.entries(requests).every(([k, v]) => !(k in limits) || !known(k, v) || !known(k, limits[k]) || compareQuantities(parseQuantity(v)!, parseQuantity(limits[k])!) <= 0)
       }
     },
-    {
-      field: `${field}.limits`,
-      message: `${field}.limits must be whole numbers for extended resources (nvidia.com/gpu: 1, not 0.5)`,
-      cel: `${absent} || !has(${r}.limits) || ${r}.limits.all(k, !k.contains('/') || !isQuantity(string(${r}.limits[k])) || ${q('limits')}.isInteger())`,
-      holds: s => Object.entries(section(s).limits).every(([k, v]) => !isExtended(k) || !known(k, v) || Number.isInteger(parseQuantity(v)))
-    },
+    ...(['limits', 'requests'] as const).map((side): SpecRule => ({
+      field: `${field}.${side}`,
+      message: `${field}.${side} of an extended resource (nvidia.com/gpu) must be a whole number from 0 to 999999999`,
+      cel: `${absent} || !has(${r}.${side}) || ${r}.${side}.all(k, !k.contains('/') || string(${r}.${side}[k]).matches('${WHOLE}'))`,
+      holds: s => Object.entries(section(s)[side]).every(([k, v]) => !isExtended(k) || whole.test(String(v)))
+    })),
     {
       field: `${field}.requests`,
       message: `${field}.requests of an extended resource (nvidia.com/gpu) needs the same amount in ${field}.limits: such resources are not overcommitted`,
-      cel: `${absent} || !has(${r}.requests) || ${r}.requests.all(k, !k.contains('/') || !isQuantity(string(${r}.requests[k])) || (has(${r}.limits) && k in ${r}.limits && isQuantity(string(${r}.limits[k])) && ${q('requests')}.compareTo(${q('limits')}) == 0))`,
+      cel: `${absent} || !has(${r}.requests) || ${r}.requests.all(k, !k.contains('/') || (has(${r}.limits) && k in ${r}.limits && string(${r}.requests[k]) == string(${r}.limits[k])))`,
       holds: s => {
         const { requests, limits } = section(s)
-        return Object.entries(requests).every(([k, v]) => !isExtended(k) || !known(k, v) || (known(k, limits[k]) && parseQuantity(v) === parseQuantity(limits[k])))
+        return Object.entries(requests).every(([k, v]) => !isExtended(k) || (k in limits && String(v) === String(limits[k])))
       }
     }
   ]
@@ -195,7 +199,7 @@ export const RESOURCE_RULES: readonly SpecRule[] = RESOURCE_SECTIONS.flatMap(res
 type Toleration = { key?: unknown, operator?: unknown, value?: unknown, effect?: unknown, tolerationSeconds?: unknown }
 const tolerationsOf = (s: Obj): Toleration[] => Array.isArray(s.tolerations) ? s.tolerations.filter((t): t is Toleration => t !== null && typeof t === 'object') : []
 
-/** The pod's rules between a toleration's fields (a StatefulSet breaking one is refused; the swarm is, now, naming the field). */
+/** The pod's rules between a toleration's or a variable's fields, and the containers the operator names (a StatefulSet breaking one is refused; the swarm is, now, naming the field). */
 export const TOLERATION_RULES: readonly SpecRule[] = [
   {
     field: 'tolerations',
@@ -215,6 +219,20 @@ export const TOLERATION_RULES: readonly SpecRule[] = [
     cel: "!has(self.tolerations) || self.tolerations.all(t, !has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",
     holds: s => tolerationsOf(s).every(t => t.tolerationSeconds === undefined || t.effect === 'NoExecute')
   },
+  ...[['podTemplate', 'env'], ['workload', 'trainer', 'env']].map((path): SpecRule => {
+    const field = path.join('.')
+    const absent = path.map((_, i) => `!has(self.${path.slice(0, i + 1).join('.')})`).join(' || ')
+    return {
+      field,
+      message: `${field} must not give a variable both value and valueFrom`,
+      cel: `${absent} || self.${field}.all(e, !has(e.valueFrom) || !has(e.value) || e.value == '')`,
+      holds: s => {
+        let v: unknown = s
+        for (const k of path) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
+        return !Array.isArray(v) || v.every(e => e === null || typeof e !== 'object' || (e as Obj).valueFrom === undefined || (e as Obj).value === undefined || (e as Obj).value === '')
+      }
+    }
+  }),
   {
     field: 'podTemplate.containers',
     message: 'podTemplate.containers must not be named agent or trainer: the operator runs those',

@@ -3,7 +3,10 @@
  * schema (swarm-samples.ts), and every object the operator builds from an admitted one is one the
  * API server takes: each draw is created on a real API server as drawn (both refuse, or both
  * admit), then trimmed to what the validator admits, then each Service, Secret, ConfigMap,
- * StatefulSet and PodDisruptionBudget the builders make of it, all as dry runs. A value the CRD lets
+ * StatefulSet and PodDisruptionBudget the builders make of it, and a pod of each StatefulSet, all as
+ * dry runs. The core/v1 objects the CRD keeps verbatim (extra containers and volumes, affinity) are
+ * drawn with their required fields only: their other fields are Kubernetes' to check, when the
+ * operator applies the StatefulSet (the swarm's Degraded condition then says why). A value the CRD lets
  * through but a StatefulSet refuses (a container name with a capital, a label key with a space)
  * would otherwise surface only after `kubectl apply`, as the operator's failed apply.
  */
@@ -51,7 +54,8 @@ describe('admitted swarms on a real API server', { skip, timeout: 300_000 }, () 
   }
 
   test('the API server admits every swarm the local validator admits, and takes every object the operator builds from it', async () => {
-    reseedSwarms(2035)
+    // Another seed explores other draws: AVS_SWARM_SEED=7 node --test dist/test/e2e/admitted-objects.test.js
+    reseedSwarms(Number(process.env.AVS_SWARM_SEED ?? 2035))
     const wrong: string[] = []
     let swarms = 0
     let objects = 0
@@ -84,6 +88,15 @@ describe('admitted swarms on a real API server', { skip, timeout: 300_000 }, () 
         if (seen >= 3) continue
         objects++
         await dryRun(resourcePath(o.kind, NS), o, `${o.kind} ${o.metadata.name}`)
+        // A pod of the set: pods are checked further than their template (an image's whitespace).
+        // Admission's 403 for a ServiceAccount or PriorityClass the swarm names but this cluster
+        // lacks is about that object, not the pod: only an invalid pod (422) counts.
+        if (o.kind === 'StatefulSet') {
+          const template = (o.spec as { template: { metadata?: Record<string, unknown>, spec: unknown } }).template
+          const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { ...template.metadata, name: `${o.metadata.name}-0`, namespace: NS }, spec: template.spec }
+          const refused = await verdict(resourcePath('Pod', NS), pod)
+          if (refused?.startsWith('422') === true) wrong.push(`a pod of ${o.metadata.name} of ${spec}: ${refused}`)
+        }
       }
     }
     assert.ok(swarms >= 100, `only ${swarms} of ${DRAWS} draws admitted`)

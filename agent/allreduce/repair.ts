@@ -21,7 +21,7 @@ import type { AllReduceResult } from './runner.js'
  * derived from the round's, the failed reducers and where each stopped, so members that saw
  * different reducers fail, or stop at different parts, never meet in one repair: a member whose round ended without a repair answers a repair's stream at once that it
  * runs none (agent/allreduce/aggregate-handler.ts), and the asker keeps those parts local, as before,
- * and leaves it out as a sender of its own sub-span (runner.ts) instead of waiting for it.
+ * and leaves it out as a sender of its own sub-span (reducer-side.ts, leaveOutAbsentSender) instead of waiting for it.
  */
 export interface SpanRepair {
   /** The id of the round repaired: every stream's header names it, so members that run no repair of it say so at once. */

@@ -121,7 +121,7 @@ test('NaN, Inf and wrong-length parts from a group member never reach the means;
 
 // Finite values can still overflow float32: a member declaring weight 1e10 and sending 1e30 makes
 // weight * value = 1e40 > float32's 3.4e38. Reducers sum in float64 and never apply or send a mean
-// that does not fit float32 (agent/allreduce/span-reducer.ts, runner.ts onPartDone).
+// that does not fit float32 (agent/allreduce/span-reducer.ts, reducer-side.ts onPartDone).
 for (const dataThreads of [0, 2]) {
   test(`finite but huge weighted parts never leave a non-finite value in any honest peer (direct channel on ${dataThreads > 0 ? `${dataThreads} data threads` : 'the main thread'})`, { timeout: 180_000 }, async () => {
     const swarm = await startSwarm(4, {

@@ -42,6 +42,15 @@ export interface StateSharingOptions {
   readonly onDownload?: (outcome: DownloadOutcome) => void
 }
 
+/** How far a download from one donor got: for a caller that shows it (the sidecar's GET /v1/status). */
+export interface DownloadProgress {
+  readonly donor: string
+  readonly receivedBytes: number
+  readonly totalBytes: number
+  /** "downloading the swarm's state from …: 1.2 GiB of 4.0 GiB (30 %), 11.8 MB/s, about 4 min left" */
+  readonly line: () => string
+}
+
 export interface DownloadResult {
   readonly tensors: NamedTensor[]
   readonly metadata: Record<string, unknown>
@@ -115,7 +124,7 @@ export class StateSharing {
    * Downloads the current state from a donor: tries donors in spreading order until one serves
    * it, then goes back to the busy ones a few times. Null when none could.
    */
-  async download (expected?: readonly ExpectedTensor[]): Promise<DownloadResult | null> {
+  async download (expected?: readonly ExpectedTensor[], onProgress?: (progress: DownloadProgress) => void): Promise<DownloadResult | null> {
     let entries: StoredEntry[]
     if (this.options.peersFirst !== undefined && routingTableSize(this.node) === 0) {
       this.options.log?.info('no peer connected yet: waiting for the swarm\'s agents to dial us before looking for its state')
@@ -153,6 +162,7 @@ export class StateSharing {
             onProgress: (received, total) => {
               progress ??= new TransferProgress(`downloading the swarm's state from ${donor}`, total, line => { this.options.log?.info(line) }, this.options.progressIntervalMs)
               progress.update(received)
+              onProgress?.({ donor, receivedBytes: received, totalBytes: total, line: () => progress!.line(received) })
             }
           })
           if (state === 'busy') {

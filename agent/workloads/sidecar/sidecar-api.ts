@@ -5,7 +5,7 @@ import { elementCount } from '../../schema.js'
 import { describeError } from '../../errors.js'
 import { Mutex } from '../../util/mutex.js'
 import type { WorkloadContext } from '../context.js'
-import type { StateSharing } from '../../state/state-sharing.js'
+import type { DownloadProgress, StateSharing } from '../../state/state-sharing.js'
 import { firstNonFinite, jsonWithTensors } from './tensor-codec.js'
 import { readJsonBody, sendJson, sendJsonChunks } from './http-io.js'
 import {
@@ -80,6 +80,8 @@ export class SidecarApi {
   private averager?: DecentralizedAverager
   private region?: Region
   private origin: TensorOrigin = 'initial'
+  /** The state download register waits for, while it runs (GET /v1/status shows it to a trainer waiting on register). */
+  private loading: DownloadProgress | undefined
   private generation = 0
   private scratch?: Scratch
   /** The binary path's float32 staging buffer: allocated at the first binary transfer, then reused. */
@@ -188,10 +190,10 @@ export class SidecarApi {
 
   /** A newcomer starts from a live peer's tensors when one offers them, else from the newest checkpoint. */
   private async loadState (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Promise<void> {
-    const downloaded = await this.sharing?.download(schema.map(t => ({ name: t.name, shape: t.shape }))).catch((err: unknown) => {
+    const downloaded = await this.sharing?.download(schema.map(t => ({ name: t.name, shape: t.shape })), (p) => { this.loading = p }).catch((err: unknown) => {
       this.ctx.log.warn({ err: describeError(err) }, 'state download failed')
       return null
-    })
+    }).finally(() => { this.loading = undefined })
     if (downloaded != null) {
       const byName = new Map(downloaded.tensors.map(t => [t.name, t.data]))
       await averager.withTensors(ts => { ts.forEach(t => { const d = byName.get(t.name); if (d !== undefined && d.length === t.data.length) t.data.set(d) }) })
@@ -521,7 +523,8 @@ export class SidecarApi {
       round: this.rounds,
       complete: this.completion.done,
       lastStep: this.lastStep ?? null,
-      generation: this.generation
+      generation: this.generation,
+      loading: this.loading === undefined ? null : { donor: this.loading.donor, receivedBytes: this.loading.receivedBytes, totalBytes: this.loading.totalBytes, message: this.loading.line() }
     })
   }
 

@@ -2,14 +2,24 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .layout import TensorSpec
+
+
+log = logging.getLogger("averaging_swarm")
+
+#: Seconds between two progress lines while ``register`` waits for the agent's state download.
+REGISTER_PROGRESS_SECONDS = 10.0
+#: A request ``timeout`` that waits as long as the agent takes (it bounds its own work).
+WAIT_FOR_AGENT = -1.0
 
 BINARY_TYPE = "application/vnd.avs.tensors"
 Buffer = Union[bytes, bytearray, memoryview]
@@ -95,11 +105,30 @@ class AgentClient:
         self.timeout = timeout
 
     def register(self, tensors: Sequence[TensorSpec], region: Optional[str] = None) -> Dict[str, Any]:
-        """Declares the tensors (same names, shapes, dtypes and order on every peer) and the region file, if any."""
+        """Declares the tensors (same names, shapes, dtypes and order on every peer) and the region file, if any.
+
+        A newcomer's agent first downloads the swarm's state from a peer (4 GB for 1B float32
+        parameters: minutes on a slow link). This waits as long as that takes (the agent bounds the
+        download itself) and logs the agent's progress every ``REGISTER_PROGRESS_SECONDS``."""
         body: Dict[str, Any] = {"tensors": [t.to_json() for t in tensors]}
         if region is not None:
             body["region"] = region
-        return self.request("POST", "/v1/register", body)[0]
+        done = threading.Event()
+        watcher = threading.Thread(target=self._report_loading, args=(done,), name="averaging-swarm-register", daemon=True)
+        watcher.start()
+        try:
+            return self.request("POST", "/v1/register", body, timeout=WAIT_FOR_AGENT)[0]
+        finally:
+            done.set()
+
+    def _report_loading(self, done: threading.Event) -> None:
+        while not done.wait(REGISTER_PROGRESS_SECONDS):
+            try:
+                loading = self.status().get("loading")
+            except AgentError:
+                continue
+            if loading and not done.is_set():
+                log.info("waiting for the agent: %s", loading.get("message"))
 
     def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
              names: Optional[Sequence[str]] = None) -> StepResult:
@@ -154,7 +183,7 @@ class AgentClient:
             headers["accept"] = BINARY_TYPE
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as res:
+            with urllib.request.urlopen(req, timeout=None if timeout == WAIT_FOR_AGENT else (timeout or self.timeout)) as res:
                 payload = res.read()
                 if res.headers.get_content_type() == BINARY_TYPE:
                     return decode_frame(payload)

@@ -219,3 +219,25 @@ def test_finish_ends_the_run_when_the_swarm_ends_on_trainer_exit_and_is_harmless
         answer = lone.finish()
         assert answer["complete"] is False
         assert "onTrainerExit" in answer["message"]
+
+
+def test_a_newcomer_waits_for_the_swarms_state_however_long_and_logs_the_download(start_swarm, monkeypatch, caplog):
+    """A 64 MiB state: register waits for the download (no client-side bound) and logs the agent's progress."""
+    import logging
+    from averaging_swarm import client as client_module
+    swarm = start_swarm(2)
+    shapes = {"w": ((4096, 4096), "float32")}
+    first = DecentralizedAverager(shapes, url=swarm[0].url, shm_dir=swarm[0].shm_dir)
+    with first.get_tensors() as t:
+        t["w"][...] = np.arange(4096 * 4096, dtype=np.float32).reshape(4096, 4096)
+    first.publish_state()  # the agent serves the trainer's values as the swarm's state
+    monkeypatch.setattr(client_module, "REGISTER_PROGRESS_SECONDS", 0.02)
+    with caplog.at_level(logging.INFO, logger="averaging_swarm"):
+        newcomer = DecentralizedAverager(shapes, url=swarm[1].url, shm_dir=swarm[1].shm_dir)
+    assert newcomer.load_state_from_peers() == "peers"
+    with newcomer.get_tensors() as t:
+        np.testing.assert_array_equal(t["w"].reshape(-1), np.arange(4096 * 4096, dtype=np.float32))
+    lines = [r.getMessage() for r in caplog.records if r.name == "averaging_swarm"]
+    assert any(l.startswith("waiting for the agent: downloading the swarm's state from ") and " of 64.0 MiB (" in l for l in lines), lines
+    first.close()
+    newcomer.close()

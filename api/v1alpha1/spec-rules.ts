@@ -24,6 +24,14 @@ const section = (o: unknown, k: string): Obj => {
  * which the OpenAPI schema reports: the twin then holds, so it adds no second error.
  */
 const defaulted = (v: unknown, dflt: number): number => v === undefined ? dflt : typeof v === 'number' ? v : NaN
+/** The value at a path of objects in input the validator has not checked (undefined where the path breaks). */
+const valueAt = (o: unknown, path: readonly string[]): unknown => {
+  let v = o
+  for (const k of path) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
+  return v
+}
+/** `!has(self.a) || !has(self.a.b) || …`: CEL's guard for an optional path. */
+const absentCel = (path: readonly string[]): string => path.map((_, i) => `!has(self.${path.slice(0, i + 1).join('.')})`).join(' || ')
 const holdsUnlessNaN = (values: number[], test: () => boolean): boolean => values.some(Number.isNaN) || test()
 
 const ports = (s: Obj): { p2p: number, metrics: number, sidecar: number } => ({
@@ -131,14 +139,13 @@ const KEY_WORDS = {
 
 const keyRule = ({ path, keys }: { path: string[], keys: keyof typeof KEY_CEL }): SpecRule => {
   const field = path.join('.')
-  const absent = path.map((_, i) => `!has(self.${path.slice(0, i + 1).join('.')})`).join(' || ')
+  const absent = absentCel(path)
   return {
     field,
     message: `${field} must have ${keys} for keys: ${KEY_WORDS[keys]}`,
     cel: `${absent} || self.${field}.all(k, ${KEY_CEL[keys].replaceAll('QN', QUALIFIED_NAME)})`,
     holds: s => {
-      let v: unknown = s
-      for (const k of path) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
+      const v = valueAt(s, path)
       return v === null || typeof v !== 'object' || Array.isArray(v) || Object.keys(v).every(KEY_CHECK[keys])
     }
   }
@@ -151,11 +158,10 @@ const RESOURCE_SECTIONS: ReadonlyArray<readonly string[]> = [['resources'], ['au
 const resourceRules = (at: readonly string[]): SpecRule[] => {
   const r = `self.${at.join('.')}`
   const field = at.join('.')
-  const absent = at.map((_, i) => `!has(self.${at.slice(0, i + 1).join('.')})`).join(' || ')
+  const absent = absentCel(at)
   const q = (side: 'requests' | 'limits'): string => `quantity(string(${r}.${side}[k]))`
   const section = (s: Obj): { requests: Obj, limits: Obj } => {
-    let v: unknown = s
-    for (const k of at) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
+    const v = valueAt(s, at)
     const part = (k: string): Obj => { const x = v !== null && typeof v === 'object' ? (v as Obj)[k] : undefined; return x !== null && typeof x === 'object' && !Array.isArray(x) ? x as Obj : {} }
     return { requests: part('requests'), limits: part('limits') }
   }
@@ -221,14 +227,13 @@ export const TOLERATION_RULES: readonly SpecRule[] = [
   },
   ...[['podTemplate', 'env'], ['workload', 'trainer', 'env']].map((path): SpecRule => {
     const field = path.join('.')
-    const absent = path.map((_, i) => `!has(self.${path.slice(0, i + 1).join('.')})`).join(' || ')
+    const absent = absentCel(path)
     return {
       field,
       message: `${field} must not give a variable both value and valueFrom`,
       cel: `${absent} || self.${field}.all(e, !has(e.valueFrom) || !has(e.value) || e.value == '')`,
       holds: s => {
-        let v: unknown = s
-        for (const k of path) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj)[k] : undefined
+        const v = valueAt(s, path)
         return !Array.isArray(v) || v.every(e => e === null || typeof e !== 'object' || (e as Obj).valueFrom === undefined || (e as Obj).value === undefined || (e as Obj).value === '')
       }
     }

@@ -56,7 +56,7 @@ export const restoreFrom = obj('Start a fresh swarm from another swarm\'s checkp
   round: bounded('Round of its checkpoint to start from; absent, its newest complete one;', P.restoreFromRound.bound)
 }, { required: ['swarm'] })
 
-export const completion = obj('When the run ends: after rounds rounds, once duration has passed since the swarm was created, or once the trainers finish (onTrainerExit), whichever comes first (one of them is required). The agents stop averaging and write a final checkpoint (with spec.checkpoint); once every Ready agent reports it, the swarm is Complete (condition Complete=True, phase Succeeded), for good. Absent: the swarm averages until it is deleted.', {
+export const completion = obj('When the run ends: after rounds rounds, once duration has passed since the swarm was created, or once the trainers finish (onTrainerExit), whichever comes first (one of them is required). The agents stop averaging and write a final checkpoint (with spec.checkpoint); once every Ready agent reports it, status.completionTime is set, and once the agents are stopped (podPolicy Delete) or at once (Keep) the swarm is Complete (condition Complete=True, phase Succeeded), for good. Absent: the swarm averages until it is deleted.', {
   rounds: bounded('Averaging rounds after which the run ends;', P.completionRounds.bound),
   duration: str(`Time after the swarm's creation at which the run ends, at the end of the round under way (Go duration, ${formatRange(COMPLETION_DURATION)}).`, { pattern: DURATION_PATTERN, maxLength: 32 }),
   onTrainerExit: bool('true: an agent\'s run ends once its trainer says it has finished (workload.type sidecar only); the swarm is Complete once every Ready agent has.', { default: false }),

@@ -6,8 +6,8 @@
  * (non-auxiliary) agent pod report averaging_completed 1, which an agent reports only once it
  * reached completion.rounds and the final checkpoint is durable (or checkpoints are off). Agents
  * that are not Ready (pending, crash-looping) are not waited for: they hold no part of the result.
- * The operator then writes status.completionTime, and from then on Complete=True is derived from
- * that field alone, never again from the agents: it stays True when the agents are scaled to zero
+ * The operator then writes status.completionTime, and from then on Complete is derived from
+ * that field alone (True once the agents are stopped, with podPolicy Delete: status.ts), never again from the agents: it stays True when the agents are scaled to zero
  * (podPolicy Delete), restart, or stop answering, and when the spec changes.
  */
 import type { AveragingSwarm, CheckpointStatus } from '../../api/v1alpha1/types.js'
@@ -59,11 +59,16 @@ function criteria (s: AveragingSwarm): string | undefined {
   return `${parts.slice(0, -1).join(', ')} or ${parts.at(-1) as string}, whichever comes first`
 }
 
-/** Complete, only for a swarm with spec.completion or one that already completed. */
-export function completeCondition (s: AveragingSwarm, completionTime: string | undefined, progress: Progress | undefined): ConditionInput | undefined {
+/**
+ * Complete, only for a swarm with spec.completion or one that already completed. Between
+ * completionTime and the agents' stop (podPolicy Delete) it is False, reason Stopping, with the
+ * message it will have, so a person sees the result is saved and what is still to happen.
+ */
+export function completeCondition (s: AveragingSwarm, completionTime: string | undefined, progress: Progress | undefined, stopping = false): ConditionInput | undefined {
   if (completionTime !== undefined) {
     const saved = s.spec.checkpoint === undefined ? ' (spec.checkpoint is unset: the result was not saved)' : ' with the final checkpoint durable'
     const by = endedBy(s, completionTime, progress?.roundsCompleted ?? s.status?.roundsCompleted ?? 0)
+    if (stopping) return { type: 'Complete', status: 'False', reason: 'Stopping', message: `Every Ready agent ${by.what}${saved}; the agents are being scaled to zero (completion.podPolicy Delete).` }
     return { type: 'Complete', status: 'True', reason: by.reason, message: `Every Ready agent ${by.what}${saved}; ${policyText(s)}.` }
   }
   const until = criteria(s)

@@ -1,8 +1,8 @@
 /**
  * Phase Failed, as a Job's backoffLimit: once the restarts of the swarm's agent and trainer
  * containers, summed over its pods, exceed spec.backoffLimit, the operator writes
- * status.failureTime, and from then on Failed=True (with the message it wrote then) and phase
- * Failed are derived from that field alone: sticky over the scale to zero, operator restarts and
+ * status.failureTime, and from then on Failed (with the message it wrote then) and phase
+ * Failed are derived from that field alone (True once the agents are stopped: status.ts): sticky over the scale to zero, operator restarts and
  * spec edits, as Complete is. A completed run never fails afterwards, nor a failed one completes.
  * Pure.
  */
@@ -46,18 +46,27 @@ export function failureTimeOf (s: AveragingSwarm, restarts: Restarts, completion
   return limit === undefined || completionTime !== undefined || restarts.total <= limit ? undefined : now
 }
 
+const SCALED = '; every agent is scaled to zero.'
+const SCALING = '; every agent is being scaled to zero.'
+
 function failedMessage (s: AveragingSwarm, r: Restarts): string {
   const w = r.worst
   const most = w === undefined ? '' : ` Most: container ${w.container} of ${w.pod} (${w.restarts} restarts)${w.line === undefined ? '' : `, last exit: ${w.line.replace(/[.!?…]$/, '')}`}.`
-  return `${r.total} restarts of agent and trainer containers exceed spec.backoffLimit ${String(s.spec.backoffLimit)}; every agent is scaled to zero.${most}`
+  return `${r.total} restarts of agent and trainer containers exceed spec.backoffLimit ${String(s.spec.backoffLimit)}${SCALED}${most}`
 }
 
-/** Failed, only for a swarm with spec.backoffLimit or one that already failed. */
-export function failedCondition (s: AveragingSwarm, failureTime: string | undefined, restarts: Restarts): ConditionInput | undefined {
+/**
+ * Failed, only for a swarm with spec.backoffLimit or one that already failed. Between failureTime
+ * and the agents' stop it is False, reason Stopping, with the message it will have.
+ */
+export function failedCondition (s: AveragingSwarm, failureTime: string | undefined, restarts: Restarts, stopping = false): ConditionInput | undefined {
   if (failureTime !== undefined) {
     // The message written when it failed: the pods it names are gone once scaled to zero.
-    const prev = s.status?.failureTime !== undefined ? s.status.conditions?.find(c => c.type === 'Failed' && c.status === 'True') : undefined
-    return { type: 'Failed', status: 'True', reason: 'BackoffLimitExceeded', message: prev?.message ?? failedMessage(s, restarts) }
+    const prev = s.status?.failureTime !== undefined ? s.status.conditions?.find(c => c.type === 'Failed' && (c.status === 'True' || c.reason === 'Stopping')) : undefined
+    const message = (prev?.message ?? failedMessage(s, restarts)).replace(SCALING, SCALED)
+    return stopping
+      ? { type: 'Failed', status: 'False', reason: 'Stopping', message: message.replace(SCALED, SCALING) }
+      : { type: 'Failed', status: 'True', reason: 'BackoffLimitExceeded', message }
   }
   const limit = s.spec.backoffLimit
   if (limit === undefined) return undefined

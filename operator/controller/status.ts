@@ -119,6 +119,16 @@ function list (names: string[]): string {
   return names.length <= 3 ? names.join(', ') : `${names.slice(0, 3).join(', ')} and ${names.length - 3} more`
 }
 
+/**
+ * The agents of a finished swarm are stopped: every StatefulSet at 0 replicas and no pod left that
+ * is not terminating (one stuck on a lost node does not hold the swarm's end back), or Complete or
+ * Failed was already written True, which stays so whatever the objects do after.
+ */
+function agentsStopped (s: AveragingSwarm, o: Observed, livePods: number): boolean {
+  if (s.status?.conditions?.some(c => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True') === true) return true
+  return livePods === 0 && o.statefulSets.every((x: any) => (x.spec?.replicas ?? 0) === 0)
+}
+
 export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): AveragingSwarmStatus {
   const pods = o.pods.map(viewPod)
   const live = pods.filter(p => !p.terminating)
@@ -127,12 +137,16 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const restarts = restartsOf(o.pods)
   const completionTime = completionTimeOf(s, o.progress, now)
   const failureTime = failureTimeOf(s, restarts, completionTime, now)
-  // Suspended, Failed, or Complete with podPolicy Delete: every agent is scaled to zero (from the
-  // reconcile after the one that wrote completionTime or failureTime: the objects follow status).
-  const finished = stoppedAfterFinish(s)
-  const stopped = s.spec.suspend || finished
-  const desired = stopped ? 0 : s.spec.replicas
-  const auxDesired = stopped ? 0 : s.spec.auxiliary.replicas
+  // Suspended, Failed, or Complete with podPolicy Delete: every agent is to be scaled to zero. The
+  // objects follow the written status (the reconcile after the one that writes completionTime or
+  // failureTime scales them), so Complete and Failed turn True, and the phase final, only once
+  // the agents are stopped, as a Job's terminal conditions wait for its pods (Kubernetes 1.31):
+  // whoever waits for Complete finds the GPUs being given back, not a run still holding them.
+  const finished = stoppedAfterFinish({ ...s, status: { ...s.status, completionTime, failureTime } })
+  const stopping = finished && !agentsStopped(s, o, live.length)
+  const wantNone = s.spec.suspend || finished
+  const desired = wantNone ? 0 : s.spec.replicas
+  const auxDesired = wantNone ? 0 : s.spec.auxiliary.replicas
   const ready = agents.filter(p => p.ready).length
   const auxReady = aux.filter(p => p.ready).length
   const failing = live.filter(p => p.problem !== undefined)
@@ -150,7 +164,7 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
         : { type: 'Degraded', status: 'False', reason: 'AsExpected', message: 'No agent is failing.' }
 
   let progressing: ConditionInput
-  if (settled) progressing = { type: 'Progressing', status: 'False', reason: 'Complete', message: stopped ? 'All agents are stopped.' : `All ${desired} agents run the current spec.` }
+  if (settled) progressing = { type: 'Progressing', status: 'False', reason: 'Complete', message: wantNone ? 'All agents are stopped.' : `All ${desired} agents run the current spec.` }
   else if (isRolling) progressing = { type: 'Progressing', status: 'True', reason: 'RollingUpdate', message: 'Agents are being replaced with the current spec.' }
   else if (agents.length < desired) progressing = { type: 'Progressing', status: 'True', reason: 'ScalingUp', message: `${agents.length} of ${desired} agents exist.` }
   else if (agents.length > desired || pods.length > live.length) progressing = { type: 'Progressing', status: 'True', reason: 'ScalingDown', message: `${live.length} agents, ${desired} wanted; extra agents are stopping.` }
@@ -159,10 +173,10 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
   const rounds = o.progress?.roundsCompleted ?? s.status?.roundsCompleted
   const readyCond: ConditionInput = s.spec.suspend
     ? { type: 'Ready', status: 'False', reason: 'Suspended', message: 'The swarm is suspended.' }
-    : finished && s.status?.failureTime !== undefined
-      ? { type: 'Ready', status: 'False', reason: 'Failed', message: 'The run failed (spec.backoffLimit exceeded); its agents are scaled to zero.' }
+    : finished && failureTime !== undefined
+      ? { type: 'Ready', status: 'False', reason: 'Failed', message: `The run failed (spec.backoffLimit exceeded); its agents ${stopping ? 'are being' : 'are'} scaled to zero.` }
     : finished
-      ? { type: 'Ready', status: 'False', reason: 'Completed', message: 'The run is complete; its agents are scaled to zero (completion.podPolicy Delete).' }
+      ? { type: 'Ready', status: 'False', reason: 'Completed', message: `The run is complete; its agents ${stopping ? 'are being' : 'are'} scaled to zero (completion.podPolicy Delete).` }
       : desired > 0 && ready === desired && auxReady === auxDesired
       ? { type: 'Ready', status: 'True', reason: 'AllAgentsReady', message: `${ready} of ${desired} agents are Ready${rounds !== undefined ? `; ${rounds} averaging rounds completed` : ''}.` }
       : { type: 'Ready', status: 'False', reason: desired === 0 ? 'NoAgentsWanted' : 'AgentsNotReady', message: `${ready} of ${desired} agents are Ready.` }
@@ -171,10 +185,11 @@ export function deriveStatus (s: AveragingSwarm, o: Observed, now: string): Aver
     ? { type: 'Suspended', status: 'True', reason: 'SuspendedBySpec', message: live.length === 0 ? 'spec.suspend is true; no agent runs.' : `spec.suspend is true; ${live.length} agent(s) still stopping.` }
     : { type: 'Suspended', status: 'False', reason: 'NotSuspended', message: 'spec.suspend is false.' }
 
-  const extra = [completeCondition(s, completionTime, o.progress), failedCondition(s, failureTime, restarts), checkpointsFailingCondition(s, o.progress, o.checkpointProblem)].filter(c => c !== undefined)
+  const extra = [completeCondition(s, completionTime, o.progress, stopping), failedCondition(s, failureTime, restarts, stopping), checkpointsFailingCondition(s, o.progress, o.checkpointProblem)].filter(c => c !== undefined)
 
   let phase: Phase
-  if (completionTime !== undefined) phase = 'Succeeded' // final, as a Job's; Degraded still tells of a failing agent
+  if (stopping) phase = 'Progressing' // the agents are being stopped (Progressing says ScalingDown)
+  else if (completionTime !== undefined) phase = 'Succeeded' // final, as a Job's; Degraded still tells of a failing agent
   else if (failureTime !== undefined) phase = 'Failed' // final too
   else if (s.spec.suspend) phase = 'Suspended'
   else if (degraded.status === 'True') phase = 'Degraded'

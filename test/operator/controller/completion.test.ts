@@ -14,6 +14,7 @@ import { swarm } from '../builders/fixture.js'
 
 const NOW = '2026-11-22T04:00:00Z'
 const LATER = '2026-11-22T05:00:00Z'
+const LATER2 = '2026-11-22T05:00:30Z'
 
 const pod = (name: string, role: string): KubeObj => ({
   apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { 'averaging.swarm.io/role': role } },
@@ -38,21 +39,37 @@ test('not every Ready agent completed: Complete=False with the count, phase Read
   assert.equal(deriveStatus(job(), observed(agents(8), progress(0, 0)), NOW).completionTime, undefined, 'no Ready agent: nothing to call complete')
 })
 
-test('every Ready agent completed: Complete=True, completionTime now, phase Succeeded, a Completed event', () => {
+test('every Ready agent completed: completionTime now, Complete=False Stopping and phase Progressing until the agents are stopped, then Complete=True, phase Succeeded, a Completed event', () => {
   const before = deriveStatus(job(), observed(agents(8), progress(7, 8)), NOW)
-  const st = deriveStatus({ ...job(), status: before }, observed(agents(8), progress(8, 8)), LATER)
+  const stopping = deriveStatus({ ...job(), status: before }, observed(agents(8), progress(8, 8)), LATER)
+  assert.equal(stopping.completionTime, LATER)
+  assert.deepEqual([cond(stopping, 'Complete').status, cond(stopping, 'Complete').reason], ['False', 'Stopping'])
+  assert.match(cond(stopping, 'Complete').message, /^Every Ready agent completed its 500 rounds with the final checkpoint durable; the agents are being scaled to zero \(completion\.podPolicy Delete\)\.$/)
+  assert.equal(stopping.phase, 'Progressing')
+  assert.equal(cond(stopping, 'Progressing').reason, 'ScalingDown')
+  assert.equal(cond(stopping, 'Ready').message, 'The run is complete; its agents are being scaled to zero (completion.podPolicy Delete).')
+  assert.deepEqual(statusEvents(job(), before, stopping).map(e => `${e.type}/${e.reason}`), [], 'no Completed event while the agents still run')
+  // Scaled to zero but a pod not yet terminating: still Stopping. Terminating pods do not hold it back.
+  const s = { ...job(), status: stopping }
+  assert.equal(cond(deriveStatus(s, { statefulSets: [set(0)], pods: agents(1), bootstrapPeers: [] }, LATER), 'Complete').status, 'False')
+  assert.equal(cond(deriveStatus(s, { statefulSets: [set(1)], pods: [], bootstrapPeers: [] }, LATER), 'Complete').status, 'False')
+  const terminating = agents(8).map(p => ({ ...p, metadata: { ...p.metadata, deletionTimestamp: LATER } }))
+  const st = deriveStatus(s, { statefulSets: [set(0)], pods: terminating, bootstrapPeers: [] }, LATER2)
   assert.equal(cond(st, 'Complete').status, 'True')
   assert.equal(cond(st, 'Complete').reason, 'RoundsReached')
-  assert.equal(cond(st, 'Complete').lastTransitionTime, LATER)
-  assert.equal(st.completionTime, LATER)
+  assert.equal(cond(st, 'Complete').lastTransitionTime, LATER2)
+  assert.equal(st.completionTime, LATER, 'when the agents completed, not when they stopped')
   assert.equal(st.phase, 'Succeeded')
-  const events = statusEvents(job(), before, st)
+  assert.equal(cond(st, 'Ready').message, 'The run is complete; its agents are scaled to zero (completion.podPolicy Delete).')
+  const events = statusEvents(job(), stopping, st)
   assert.deepEqual(events.map(e => `${e.type}/${e.reason}`), ['Normal/Completed'])
   assert.match(events[0].message, /final checkpoint durable; the agents are scaled to zero \(completion\.podPolicy Delete\)\.$/)
 })
 
-test('Complete is sticky: once completionTime is written, agents that restart, stop answering or are gone change nothing', () => {
-  const done = deriveStatus(job(), observed(agents(8), progress(8, 8)), NOW)
+test('Complete is sticky: once True, agents that restart, stop answering or are gone change nothing', () => {
+  const written = deriveStatus(job(), observed(agents(8), progress(8, 8)), NOW)
+  const done = deriveStatus({ ...job(), status: written }, observed([]), NOW)
+  assert.equal(cond(done, 'Complete').status, 'True')
   const s = { ...job(), status: done }
   for (const [what, o] of [
     ['an agent restarted and reports 0', observed(agents(8), progress(7, 8))],
@@ -118,10 +135,10 @@ test('Complete says which criterion ended the run: rounds, duration or the train
   const sidecar = { type: 'sidecar' as const, trainer: { image: 't' } }
   const created = { metadata: { name: 'job', namespace: 'ml', uid: 'u', generation: 1, creationTimestamp: '2026-11-22T02:00:00Z' } }
   const byDuration = { ...job({ completion: { rounds: 500, duration: '1h' } }), ...created }
-  const st = deriveStatus(byDuration, observed(agents(2), { ...progress(2, 2), roundsCompleted: 120 }), NOW)
+  const st = deriveStatus(byDuration, observed([], { ...progress(2, 2), roundsCompleted: 120 }), NOW)
   assert.equal(cond(st, 'Complete').reason, 'DurationReached')
   assert.match(cond(st, 'Complete').message, /^Every Ready agent ran for its duration 1h with the final checkpoint durable/)
-  const byTrainer = deriveStatus(job({ workload: sidecar, completion: { onTrainerExit: true } }), observed(agents(2), { ...progress(2, 2), roundsCompleted: 17 }), NOW)
+  const byTrainer = deriveStatus(job({ workload: sidecar, completion: { onTrainerExit: true } }), observed([], { ...progress(2, 2), roundsCompleted: 17 }), NOW)
   assert.equal(cond(byTrainer, 'Complete').reason, 'TrainerFinished')
   assert.match(cond(byTrainer, 'Complete').message, /^Every Ready agent finished with its trainer/)
   const running = deriveStatus(job({ workload: sidecar, completion: { rounds: 500, duration: '2h', onTrainerExit: true } }), observed(agents(2)), NOW)

@@ -46,24 +46,33 @@ test('restarts: agent and trainer containers summed over the pods; the user\'s e
   assert.deepEqual(restartsOf([finished, pod('job-agent-0', [['agent', 1]])]), { total: 1, worst: { pod: 'job-agent-0', container: 'agent', restarts: 1, line: undefined } })
 })
 
-test('at the limit: Failed=False with the count; beyond it: Failed=True BackoffLimitExceeded naming the container, phase Failed, failureTime, an event', () => {
+test('at the limit: Failed=False with the count; beyond it: failureTime, Failed=False Stopping until the agents are stopped, then Failed=True BackoffLimitExceeded naming the container, phase Failed, an event', () => {
   const at = deriveStatus(job(), observed([pod('job-agent-0', [['agent', 0], ['trainer', 2]])]), NOW)
   assert.deepEqual(cond(at, 'Failed'), { type: 'Failed', status: 'False', reason: 'BelowBackoffLimit', message: '2 restarts of agent and trainer containers; the swarm fails beyond spec.backoffLimit 2.', lastTransitionTime: NOW, observedGeneration: 1 })
   assert.notEqual(at.phase, 'Failed')
   assert.equal(at.failureTime, undefined)
-  const failed = deriveStatus({ ...job(), status: at }, observed([pod('job-agent-0', [['agent', 0], ['trainer', 3, 'exit: trainer crashed']])]), LATER)
+  const stopping = deriveStatus({ ...job(), status: at }, observed([pod('job-agent-0', [['agent', 0], ['trainer', 3, 'exit: trainer crashed']])]), LATER)
+  assert.equal(stopping.failureTime, LATER)
+  assert.deepEqual([cond(stopping, 'Failed').status, cond(stopping, 'Failed').reason], ['False', 'Stopping'])
+  assert.equal(cond(stopping, 'Failed').message, '3 restarts of agent and trainer containers exceed spec.backoffLimit 2; every agent is being scaled to zero. Most: container trainer of job-agent-0 (3 restarts), last exit: exit: trainer crashed.')
+  assert.equal(stopping.phase, 'Progressing')
+  assert.ok(!statusEvents(job(), at, stopping).some(e => e.reason === 'BackoffLimitExceeded'), 'no event while the agents still run')
+  // The pods are gone: the message still names the container it was written with.
+  const failed = deriveStatus({ ...job(), status: stopping }, observed([]), LATER)
   const c = cond(failed, 'Failed')
   assert.equal(c.status, 'True')
   assert.equal(c.reason, 'BackoffLimitExceeded')
   assert.equal(c.message, '3 restarts of agent and trainer containers exceed spec.backoffLimit 2; every agent is scaled to zero. Most: container trainer of job-agent-0 (3 restarts), last exit: exit: trainer crashed.')
   assert.equal(failed.phase, 'Failed')
   assert.equal(failed.failureTime, LATER)
-  const events = statusEvents(job(), at, failed)
+  const events = statusEvents(job(), stopping, failed)
   assert.ok(events.some(e => e.type === 'Warning' && e.reason === 'BackoffLimitExceeded' && e.message === c.message), JSON.stringify(events))
 })
 
 test('Failed is sticky: the message it was written with, through the scale to zero, restarts reset by new pods, and spec edits; every role scaled to zero whatever the pod policy', () => {
-  const failed = deriveStatus(job(), observed([pod('job-agent-0', [['trainer', 5, 'boom']])]), NOW)
+  const written = deriveStatus(job(), observed([pod('job-agent-0', [['trainer', 5, 'boom']])]), NOW)
+  const failed = deriveStatus({ ...job(), status: written }, observed([]), NOW)
+  assert.equal(cond(failed, 'Failed').status, 'True')
   for (const [what, s, o] of [
     ['pods gone', { ...job(), status: failed }, observed([])],
     ['fresh pods without restarts', { ...job(), status: failed }, observed([pod('job-agent-0', [['trainer', 0]])])],
@@ -83,8 +92,9 @@ test('Failed is sticky: the message it was written with, through the scale to ze
 test('a completed swarm never fails, a failed one never completes; no backoffLimit, no Failed condition', () => {
   const done = { ...job({ completion: { rounds: 5 } }), status: { completionTime: NOW } }
   const st = deriveStatus(done, observed([pod('job-agent-0', [['trainer', 9]])]), LATER)
-  assert.equal(st.phase, 'Succeeded')
+  assert.equal(st.phase, 'Progressing', 'completed, its agents being stopped')
   assert.equal(st.failureTime, undefined)
+  assert.equal(cond(st, 'Complete').reason, 'Stopping')
   const failed = { ...job({ completion: { rounds: 5 } }), status: { failureTime: NOW } }
   const st2 = deriveStatus(failed, { ...observed([]), progress: { roundsCompleted: 5, completion: { completed: 2, of: 2 } } }, LATER)
   assert.equal(st2.phase, 'Failed')

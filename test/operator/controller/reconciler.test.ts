@@ -214,7 +214,7 @@ function finishingSwarm (completion: { rounds: number, podPolicy?: 'Delete' | 'K
 
 const replicasOf = (c: MemoryCluster) => Object.fromEntries(c.list('StatefulSet').map((o: any) => [o.metadata.name, o.spec.replicas]))
 
-test('completion: Complete once every Ready agent reports it, then the agents scaled to zero (Delete), the status kept, nothing more written', async () => {
+test('completion: completionTime once every Ready agent reports it, then the agents scaled to zero (Delete), then Complete, the status kept, nothing more written', async () => {
   const { cluster, r, later, progress, finish } = finishingSwarm({ rounds: 100 })
   await r.reconcile(KEY)
   cluster.settle()
@@ -232,11 +232,12 @@ test('completion: Complete once every Ready agent reports it, then the agents sc
   cluster.takeEvents()
   later()
   const done = await r.reconcile(KEY)
-  assert.equal(done.status?.phase, 'Succeeded')
-  assert.equal(cond(done.status, 'Complete')?.status, 'True')
+  assert.equal(done.status?.phase, 'Progressing', 'the result is saved; the agents are still to be stopped')
+  assert.equal(cond(done.status, 'Complete')?.status, 'False')
+  assert.equal(cond(done.status, 'Complete')?.reason, 'Stopping')
   const completionTime = cluster.swarmStatus('ml', 'demo')?.completionTime
   assert.equal(completionTime, '2026-11-22T04:03:00Z')
-  assert.deepEqual(reasons(cluster), ['Normal/Completed'])
+  assert.deepEqual(reasons(cluster), [])
 
   // The written completionTime scales every agent to zero (the status write queues this reconcile in production).
   cluster.takeCalls()
@@ -247,7 +248,9 @@ test('completion: Complete once every Ready agent reports it, then the agents sc
   later()
   const stopped = await r.reconcile(KEY)
   assert.equal(stopped.status?.phase, 'Succeeded')
+  assert.equal(cond(stopped.status, 'Complete')?.status, 'True', 'Complete once the agents are stopped, as a Job\'s')
   assert.equal(cond(stopped.status, 'Ready')?.reason, 'Completed')
+  assert.deepEqual(reasons(cluster).filter(x => x !== 'Normal/Scaled'), ['Normal/Completed'])
   assert.equal(stopped.status?.completionTime, completionTime)
   assert.equal(stopped.requeueAfterMs, undefined, 'no TTL: nothing left to wait for')
   assert.deepEqual(stopped.status?.checkpoint?.round, 100)

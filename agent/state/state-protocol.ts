@@ -29,7 +29,7 @@ export const MAX_STATE_STREAMS_PER_CONNECTION = 8
 export const MAX_TENSORS = 4096
 export const MAX_DIMS = 16
 export const MAX_NAME_LENGTH = 512
-/** Default bound on the total float32 bytes a download may allocate when no expected layout is given. */
+/** Bound on the total float32 bytes a download may allocate when no expected layout is given (with one, its own size bounds it). */
 export const DEFAULT_MAX_STATE_BYTES = 2 * 1024 * 1024 * 1024
 
 export interface ExpectedTensor {
@@ -46,7 +46,7 @@ export interface ValidatedLayout {
 /**
  * Checks a donor's header before anything is allocated for it: tensor count, names, shapes
  * (against `expected` when given), element counts and the total size. Throws ProtocolError with
- * a sentence naming what was wrong.
+ * a sentence naming what was wrong. maxStateBytes bounds a layout not known in advance only.
  */
 export function validateHeader (header: StateHeader, expected: readonly ExpectedTensor[] | undefined, maxStateBytes: number): ValidatedLayout {
   if (header.tensors.length > MAX_TENSORS) throw new ProtocolError(`the donor announced ${header.tensors.length} tensors, above the ${MAX_TENSORS} bound`)
@@ -67,7 +67,9 @@ export function validateHeader (header: StateHeader, expected: readonly Expected
     // Multiply in floating point: an absurd shape overflows to a huge number, caught by the bound below.
     const elements = elementCount(shape)
     totalBytes += elements * 4
-    if (!(totalBytes <= maxStateBytes)) throw new ProtocolError(`the donor announced more than ${maxStateBytes} bytes of tensors`)
+    // With an expected layout the shapes are our own (checked above), so their size is what this
+    // process already holds: a 1B-parameter model's 4 GB must not meet the bound for unknown layouts.
+    if (expected == null && !(totalBytes <= maxStateBytes)) throw new ProtocolError(`the donor announced more than ${maxStateBytes} bytes of tensors`)
     tensors.push({ name: meta.name, shape, elements })
   }
   return { tensors, metadata: parseMetadata(header.metadata), totalBytes }

@@ -54,6 +54,10 @@ test('headers are checked before allocation: counts, shapes, sizes and metadata'
   assert.throws(() => validateHeader({ metadata: meta, tensors: [{ name: 'w', shape: [2, 4] }], busy: false }, [{ name: 'w', shape: [2, 3] }], 1024), /expected/)
   assert.throws(() => validateHeader({ metadata: meta, tensors: [], busy: false }, [{ name: 'w', shape: [2, 3] }], 1024), /0 tensors where 1/)
   assert.throws(() => validateHeader({ metadata: meta, tensors: [{ name: 'w', shape: [0xffffffff, 0xffffffff, 0xffffffff] }], busy: false }, undefined, 2 ** 31), /more than/)
+  // A 1B-parameter model (4 GB of float32) as the trainer registered it: its own layout, not the unknown-layout bound.
+  const billion = [{ name: 'embed', shape: [50_000, 4096] }, ...Array.from({ length: 16 }, (_, i) => ({ name: `block.${i}`, shape: [4096, 12_000] }))]
+  assert.equal(validateHeader({ metadata: meta, tensors: billion, busy: false }, billion, 2 ** 31).totalBytes, 4 * (50_000 * 4096 + 16 * 4096 * 12_000))
+  assert.throws(() => validateHeader({ metadata: meta, tensors: billion, busy: false }, undefined, 2 ** 31), /more than 2147483648 bytes/)
   assert.throws(() => validateHeader({ metadata: meta, tensors: Array(5000).fill({ name: 'x', shape: [1] }), busy: false }, undefined, 2 ** 31), /5000 tensors/)
   assert.throws(() => validateHeader({ metadata: new TextEncoder().encode('[1]'), tensors: [], busy: false }, undefined, 1024), /not a JSON object/)
   assert.throws(() => validateHeader({ metadata: new Uint8Array([0xff, 0x7b]), tensors: [], busy: false }, undefined, 1024), /not valid JSON/)

@@ -5,8 +5,9 @@ import { AggregateRouter } from './allreduce/aggregate-handler.js'
 import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
 import { planRepair, withRepair, type SpanRepair } from './allreduce/repair.js'
 import { AggregateDialer } from './allreduce/aggregate-dialer.js'
-import type { DataChannelKind } from './net/frame-channel.js'
-import { mainThreadTransport, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
+import type { DataChannelKind, DirectFrameChannel } from './net/frame-channel.js'
+import { mainThreadTransport, type DirectEndpoint, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
+import { directStateProtocols } from './state/state-protocol.js'
 import { DataThreads } from './net/direct/threads/data-threads.js'
 import { aggregateProtocol, directAggregateProtocols, maxPartFrameBytes, PART_WINDOW } from './allreduce/aggregate-protocol.js'
 import { elementsPerPart } from './allreduce/partition.js'
@@ -176,6 +177,8 @@ export class DecentralizedAverager {
   private readonly router: AggregateRouter
   private dialer: AggregateDialer
   private directServer: DirectListener | null = null
+  /** Handlers of the direct channels of other protocols than the all-reduce's (state sharing's), by ALPN id. */
+  private readonly directHandlers = new Map<string, (channel: DirectFrameChannel) => void>()
   private transport: DirectTransport = mainThreadTransport
   private readonly tensorLock = new Mutex()
   private readonly stepLock = new Mutex()
@@ -287,7 +290,8 @@ export class DecentralizedAverager {
         identity,
         host: this.config.dataHost ?? '0.0.0.0',
         port: this.config.dataPort ?? 0,
-        protocols: directAggregateProtocols(this.config.prefix),
+        // State sharing's too: one port for every direct channel, so a pod exposes one data port.
+        protocols: [...directAggregateProtocols(this.config.prefix), ...directStateProtocols(this.config.prefix)],
         maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
         maxQueuedFrames: PART_WINDOW,
         // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris
@@ -297,8 +301,11 @@ export class DecentralizedAverager {
         // private-network key and the allow list there. Group membership is checked after that.
         allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),
         accept: (channel) => {
-          if (this.node.status === 'started') this.router.accept(channel, channel.remotePeer)
-          else channel.abort(new AveragingError('the libp2p node is stopping'))
+          const other = this.directHandlers.get(channel.protocol)
+          if (this.node.status !== 'started') channel.abort(new AveragingError('the libp2p node is stopping'))
+          else if (other !== undefined) other(channel)
+          else if (directAggregateProtocols(this.config.prefix).includes(channel.protocol)) this.router.accept(channel, channel.remotePeer)
+          else channel.abort(new AveragingError(`nothing is served over ${channel.protocol} here now`))
         },
         log: this.log.child({ component: 'data-channel' })
       }
@@ -319,6 +326,24 @@ export class DecentralizedAverager {
   private readonly onNodeStop = (): void => {
     this.dialer.closeAll(new AveragingError('the libp2p node stopped'))
     void this.directServer?.close().then(async () => { await this.transport.close() })
+  }
+
+  /**
+   * The direct data channel server for other protocols than the all-reduce's (state sharing serves
+   * newcomers on it); undefined without one (AVS_DATA_CHANNEL libp2p, or a client-mode peer).
+   */
+  directEndpoint (): DirectEndpoint | undefined {
+    const server = this.directServer
+    if (server == null) return undefined
+    const offered = directStateProtocols(this.config.prefix)
+    return {
+      port: server.port,
+      serve: (protocol, accept) => {
+        if (!offered.includes(protocol)) throw new AveragingError(`the data channel server does not offer ${protocol}`)
+        this.directHandlers.set(protocol, accept)
+        return () => { if (this.directHandlers.get(protocol) === accept) this.directHandlers.delete(protocol) }
+      }
+    }
   }
 
   get groupBits (): string { return this.bits }

@@ -197,6 +197,7 @@ function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMe
     ? new StateSharing(node, {
       prefix: config.averager.prefix,
       requestTimeoutMs: config.averager.requestTimeout * 1000,
+      directChannel: (config.averager.dataChannel ?? 'direct') === 'direct',
       ...(lone ? { peersFirst: async () => await awaitFirstPeer(node) } : {}),
       log: log.child({ component: 'state' }),
       onUpload: (outcome) => { if (outcome === 'served') metrics.stateUploads.inc() },

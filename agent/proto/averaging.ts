@@ -318,6 +318,7 @@ export interface RendezvousEntry {
   looking: boolean
   priority: number
   addrs: Uint8Array[]
+  dataPort?: number
 }
 
 export namespace RendezvousEntry {
@@ -355,6 +356,11 @@ export namespace RendezvousEntry {
             w.uint32(42)
             w.bytes(value)
           }
+        }
+
+        if (obj.dataPort != null) {
+          w.uint32(48)
+          w.uint32(obj.dataPort)
         }
 
         if (opts.lengthDelimited !== false) {
@@ -397,6 +403,10 @@ export namespace RendezvousEntry {
               }
 
               obj.addrs.push(reader.bytes())
+              break
+            }
+            case 6: {
+              obj.dataPort = reader.uint32()
               break
             }
             default: {
@@ -461,6 +471,13 @@ export namespace RendezvousEntry {
 
               break
             }
+            case 6: {
+              yield {
+                field: `${prefix}.dataPort`,
+                value: reader.uint32()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -499,6 +516,11 @@ export namespace RendezvousEntry {
     value: Uint8Array
   }
 
+  export interface RendezvousEntryDataPortFieldEvent {
+    field: '$.dataPort'
+    value: number
+  }
+
   export function encode (obj: Partial<RendezvousEntry>): Uint8Array {
     return encodeMessage(obj, RendezvousEntry.codec())
   }
@@ -507,7 +529,7 @@ export namespace RendezvousEntry {
     return decodeMessage(buf, RendezvousEntry.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousEntry>): Generator<RendezvousEntryPeerIdFieldEvent | RendezvousEntryExpirationFieldEvent | RendezvousEntryLookingFieldEvent | RendezvousEntryPriorityFieldEvent | RendezvousEntryAddrsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousEntry>): Generator<RendezvousEntryPeerIdFieldEvent | RendezvousEntryExpirationFieldEvent | RendezvousEntryLookingFieldEvent | RendezvousEntryPriorityFieldEvent | RendezvousEntryAddrsFieldEvent | RendezvousEntryDataPortFieldEvent> {
     return streamMessage(buf, RendezvousEntry.codec(), opts)
   }
 }
@@ -633,6 +655,11 @@ export namespace RendezvousRequest {
     value: Uint8Array
   }
 
+  export interface RendezvousRequestStoreDataPortFieldEvent {
+    field: '$.store.dataPort'
+    value: number
+  }
+
   export function encode (obj: Partial<RendezvousRequest>): Uint8Array {
     return encodeMessage(obj, RendezvousRequest.codec())
   }
@@ -641,7 +668,7 @@ export namespace RendezvousRequest {
     return decodeMessage(buf, RendezvousRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousRequest>): Generator<RendezvousRequestKeyFieldEvent | RendezvousRequestStorePeerIdFieldEvent | RendezvousRequestStoreExpirationFieldEvent | RendezvousRequestStoreLookingFieldEvent | RendezvousRequestStorePriorityFieldEvent | RendezvousRequestStoreAddrsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousRequest>): Generator<RendezvousRequestKeyFieldEvent | RendezvousRequestStorePeerIdFieldEvent | RendezvousRequestStoreExpirationFieldEvent | RendezvousRequestStoreLookingFieldEvent | RendezvousRequestStorePriorityFieldEvent | RendezvousRequestStoreAddrsFieldEvent | RendezvousRequestStoreDataPortFieldEvent> {
     return streamMessage(buf, RendezvousRequest.codec(), opts)
   }
 }
@@ -957,6 +984,12 @@ export namespace RendezvousResponse {
     value: Uint8Array
   }
 
+  export interface RendezvousResponseEntriesDataPortFieldEvent {
+    field: '$.entries[].dataPort'
+    value: number
+    index: number
+  }
+
   export interface RendezvousResponseErrorFieldEvent {
     field: '$.error'
     value: string
@@ -982,7 +1015,7 @@ export namespace RendezvousResponse {
     return decodeMessage(buf, RendezvousResponse.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousResponse>): Generator<RendezvousResponseEntriesPeerIdFieldEvent | RendezvousResponseEntriesExpirationFieldEvent | RendezvousResponseEntriesLookingFieldEvent | RendezvousResponseEntriesPriorityFieldEvent | RendezvousResponseEntriesAddrsFieldEvent | RendezvousResponseErrorFieldEvent | RendezvousResponseCloserPeerIdFieldEvent | RendezvousResponseCloserAddrsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousResponse>): Generator<RendezvousResponseEntriesPeerIdFieldEvent | RendezvousResponseEntriesExpirationFieldEvent | RendezvousResponseEntriesLookingFieldEvent | RendezvousResponseEntriesPriorityFieldEvent | RendezvousResponseEntriesAddrsFieldEvent | RendezvousResponseEntriesDataPortFieldEvent | RendezvousResponseErrorFieldEvent | RendezvousResponseCloserPeerIdFieldEvent | RendezvousResponseCloserAddrsFieldEvent> {
     return streamMessage(buf, RendezvousResponse.codec(), opts)
   }
 }

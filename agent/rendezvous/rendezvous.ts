@@ -536,7 +536,8 @@ function toWire (entry: StoredEntry): RendezvousEntry {
     expiration: entry.expiration,
     looking: entry.looking,
     priority: entry.priority,
-    addrs: entry.addrs.slice(0, MAX_ADDRS) as Array<Uint8Array<ArrayBuffer>>
+    addrs: entry.addrs.slice(0, MAX_ADDRS) as Array<Uint8Array<ArrayBuffer>>,
+    ...(entry.dataPort === undefined ? {} : { dataPort: entry.dataPort })
   }
 }
 
@@ -546,7 +547,8 @@ function fromWire (wire: RendezvousEntry): StoredEntry | null {
     const peer = peerIdFromBytes(wire.peerId)
     // A multiaddr of a real transport is tens of bytes: longer ones only inflate what replicas hold.
     const addrs = wire.addrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_ADDRS)
-    return { peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs }
+    const port = wire.dataPort
+    return { peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs, ...(port !== undefined && port >= 1 && port <= 65535 ? { dataPort: port } : {}) }
   } catch {
     return null
   }

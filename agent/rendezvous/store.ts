@@ -10,6 +10,8 @@ export interface StoredEntry {
   readonly looking: boolean
   readonly priority: number
   readonly addrs: readonly Uint8Array[]
+  /** The peer's direct data channel port, where it serves the key's protocol too (state sharing); absent: libp2p only. */
+  readonly dataPort?: number
 }
 
 export interface DictionaryStoreLimits {

@@ -2,6 +2,8 @@ import type { Connection, Stream } from '@libp2p/interface'
 import type { SwarmNode } from '../net/node.js'
 import type { NamedTensor } from '../averager.js'
 import { FramedStream } from '../net/framed-stream.js'
+import type { FrameChannel } from '../net/frame-channel.js'
+import type { DirectEndpoint } from '../net/direct/direct-transport.js'
 import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
 import { elementCount } from '../schema.js'
 import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
@@ -9,6 +11,11 @@ import { CHUNK_BYTES, MAX_REQUEST_FRAME_BYTES, MAX_STATE_STREAMS_PER_CONNECTION,
 import { PerPeerStreamLimit, refuseStream } from '../net/rpc.js'
 import type { Log } from '../log.js'
 
+/**
+ * What a StateSource returns: tensors the upload may read for as long as it runs, so a copy taken
+ * under the averager's lock (the sidecar's source copies; the builtin model's weights() are fresh
+ * arrays). The handler does not copy them again: a 4 GB state copied twice was 8 GB more on a donor.
+ */
 export interface StateSnapshot {
   readonly tensors: readonly NamedTensor[]
   readonly metadata: Record<string, unknown>
@@ -33,7 +40,8 @@ const CHUNK_ELEMENTS = CHUNK_BYTES / 4
  * hivemind's rpc_download_state: one StateRequest in, then a StateHeader and the tensors as
  * StateChunks of at most 64 KiB, in order. A donor already serving its limit of uploads answers
  * a header marked busy at once, so the newcomer moves to the next donor instead of queueing here
- * (the choke point of hivemind issue #169).
+ * (the choke point of hivemind issue #169). Over a libp2p stream, or over the direct data channel
+ * (serveDirect), the same frames either way.
  */
 export class StateHandler {
   private active = 0
@@ -51,16 +59,27 @@ export class StateHandler {
       const peer = connection.remotePeer.toString()
       const release = this.perPeer.tryAcquire(peer)
       if (release == null) { refuseStream(stream, protocol); return }
-      void this.serve(stream, peer).finally(release)
+      const framed = new FramedStream(stream, { maxFrameBytes: MAX_REQUEST_FRAME_BYTES, maxQueuedFrames: 1, writeHighWaterMark: WRITE_HIGH_WATER_MARK })
+      void this.serve(framed, peer).finally(release)
     }, { maxInboundStreams: MAX_STATE_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
   }
 
-  private async serve (stream: Stream, peer: string): Promise<void> {
-    const framed = new FramedStream(stream, { maxFrameBytes: MAX_REQUEST_FRAME_BYTES, maxQueuedFrames: 1, writeHighWaterMark: WRITE_HIGH_WATER_MARK })
+  /** Serves the same exchange on the direct data channel's protocol; returns what stops it. */
+  serveDirect (endpoint: DirectEndpoint, protocol: string): () => void {
+    return endpoint.serve(protocol, (channel) => {
+      const release = this.perPeer.tryAcquire(channel.remotePeer)
+      if (release == null) { channel.abort(new ProtocolError(`peer ${channel.remotePeer} already has ${MAX_STATE_STREAMS_PER_PEER} state downloads open`)); return }
+      void this.serve(channel, channel.remotePeer).finally(release)
+    })
+  }
+
+  private async serve (framed: FrameChannel, peer: string): Promise<void> {
     let counted = false
     try {
       const request = await framed.read(this.options.requestTimeoutMs)
       if (request == null) throw new ProtocolError(`peer ${peer} closed the state stream without a request`)
+      // The direct channel bounds frames by the all-reduce's part size: a request is far smaller.
+      if (request.byteLength > MAX_REQUEST_FRAME_BYTES) throw new ProtocolError(`peer ${peer} sent a ${request.byteLength}-byte state request`)
       StateRequest.decode(request)
       if (this.active >= this.options.maxConcurrentUploads) {
         await this.write(framed, StateHeader.encode({ busy: true }))
@@ -81,7 +100,8 @@ export class StateHandler {
         for (let offset = 0; offset < data.length; offset += CHUNK_ELEMENTS) {
           const count = Math.min(CHUNK_ELEMENTS, data.length - offset)
           const bytes = new Uint8Array(data.buffer, data.byteOffset + offset * 4, count * 4)
-          await this.write(framed, StateChunk.encode({ tensorIndex: index, offset, data: bytes }))
+          // The message's head and a view of the tensor's bytes, not one new message per 64 KiB.
+          await this.write(framed, [chunkHead(index, offset, bytes.byteLength), bytes])
         }
       }
       await framed.closeWrite()
@@ -96,17 +116,16 @@ export class StateHandler {
     }
   }
 
-  /** A private copy: the averager may change its tensors in place while the upload runs. */
   private async snapshot (): Promise<StateSnapshot> {
     const { tensors, metadata } = await this.source()
     for (const t of tensors) {
       if (elementCount(t.shape) !== t.data.length) throw new AveragingError(`tensor ${t.name} has shape [${t.shape.join(', ')}] but ${t.data.length} values`)
     }
-    return { tensors: tensors.map(t => ({ name: t.name, shape: [...t.shape], data: t.data.slice() })), metadata }
+    return { tensors, metadata }
   }
 
   /** One frame, failing if the newcomer stops reading for longer than the request timeout. */
-  private async write (framed: FramedStream, frame: Uint8Array): Promise<void> {
+  private async write (framed: FrameChannel, frame: Uint8Array | readonly Uint8Array[]): Promise<void> {
     let timer: NodeJS.Timeout | undefined
     try {
       await Promise.race([
@@ -119,4 +138,25 @@ export class StateHandler {
       clearTimeout(timer)
     }
   }
+}
+
+/** Tag of StateChunk's data field (field 3, length-delimited). */
+const DATA_TAG = (3 << 3) | 2
+
+/**
+ * A StateChunk's bytes before its data (the index and offset fields, the data's tag and length):
+ * followed by the data, the very bytes StateChunk.encode writes for the whole message.
+ */
+export function chunkHead (tensorIndex: number, offset: number, dataBytes: number): Uint8Array {
+  const fields = StateChunk.encode({ tensorIndex, offset })
+  const length: number[] = []
+  for (let n = dataBytes; ; n = Math.floor(n / 128)) {
+    if (n < 128) { length.push(n); break }
+    length.push((n % 128) | 128)
+  }
+  const head = new Uint8Array(fields.byteLength + 1 + length.length)
+  head.set(fields)
+  head[fields.byteLength] = DATA_TAG
+  head.set(length, fields.byteLength + 1)
+  return head
 }

@@ -7,6 +7,14 @@ export function stateProtocol (prefix: string): string {
   return `/avs/${prefix}/state/1.0.0`
 }
 
+/**
+ * The same exchange over the direct data channel (TLS ALPN ids, the preferred first): a state is
+ * gigabytes, which libp2p's Noise and yamux in JavaScript carry at ~8 CPU s per GB on each side.
+ */
+export function directStateProtocols (prefix: string): string[] {
+  return [`/avs/${prefix}/state-direct/1.0.0`]
+}
+
 /** Rendezvous key under which donors announce themselves (hivemind's "{prefix}.all_averagers"). */
 export function donorKey (prefix: string): string {
   return `${prefix}.state`

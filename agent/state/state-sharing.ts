@@ -7,10 +7,13 @@ import { atOwnAddress, ownAddrBytes, rememberAddrs } from '../net/rpc.js'
 import { AveragingError, describeError } from '../errors.js'
 import { StateHandler, type StateSource, type UploadOutcome } from './state-handler.js'
 import { formatBytes, TransferProgress } from '../util/transfer-progress.js'
-import { downloadFrom } from './state-download.js'
+import { downloadFrom, openDirectState, openStateStream } from './state-download.js'
+import type { DataChannelKind, FrameChannel } from '../net/frame-channel.js'
+import { mainThreadTransport, type DirectEndpoint, type DirectTransport } from '../net/direct/direct-transport.js'
+import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { orderDonors } from './donor-order.js'
 import { routingTableSize } from '../net/bootstrap.js'
-import { DEFAULT_MAX_STATE_BYTES, donorKey, stateProtocol, type ExpectedTensor } from './state-protocol.js'
+import { DEFAULT_MAX_STATE_BYTES, directStateProtocols, donorKey, stateProtocol, type ExpectedTensor } from './state-protocol.js'
 import type { Log } from '../log.js'
 
 export type DownloadOutcome = 'success' | 'failed' | 'no_donors'
@@ -40,6 +43,13 @@ export interface StateSharingOptions {
   readonly onUpload?: (outcome: UploadOutcome) => void
   /** For averaging_state_downloads_total{outcome}: once per download() call. */
   readonly onDownload?: (outcome: DownloadOutcome) => void
+  /**
+   * Download over a donor's direct data channel when it announces one (default true), else or when
+   * it cannot be reached over a libp2p stream; false (AVS_DATA_CHANNEL libp2p): libp2p streams only.
+   */
+  readonly directChannel?: boolean
+  /** Where a download's direct sockets live (default: this thread). */
+  readonly directTransport?: DirectTransport
 }
 
 /** How far a download from one donor got: for a caller that shows it (the sidecar's GET /v1/status). */
@@ -55,6 +65,8 @@ export interface DownloadResult {
   readonly tensors: NamedTensor[]
   readonly metadata: Record<string, unknown>
   readonly donor: string
+  /** Which channel carried it. */
+  readonly path: DataChannelKind
 }
 
 /** hivemind's declare_state_period: an announcement lives this long... */
@@ -75,6 +87,10 @@ export class StateSharing {
   private timer: NodeJS.Timeout | undefined
   private announcing: Promise<void> = Promise.resolve()
   private stopped = false
+  /** The direct data channel port we serve our state on too (0: none), and what stops serving it. */
+  private dataPort = 0
+  private stopDirect: (() => void) | undefined
+  private identity: Promise<DataChannelIdentity> | undefined
 
   constructor (private readonly node: SwarmNode, private readonly options: StateSharingOptions) {
     // Chunks carry the in-memory float32 bytes as the little-endian bytes the wire defines.
@@ -83,8 +99,11 @@ export class StateSharing {
     this.key = donorKey(options.prefix)
   }
 
-  /** Serves our state to newcomers and announces us as a donor until stop(). */
-  async start (source: StateSource): Promise<void> {
+  /**
+   * Serves our state to newcomers and announces us as a donor until stop(): over libp2p streams, and
+   * over the direct data channel of `direct` (the averager's, when it has one).
+   */
+  async start (source: StateSource, direct?: DirectEndpoint): Promise<void> {
     if (this.handler != null) throw new AveragingError('state sharing is already started')
     this.handler = new StateHandler(source, {
       requestTimeoutMs: this.options.requestTimeoutMs,
@@ -93,6 +112,10 @@ export class StateSharing {
       log: this.options.log
     })
     await this.handler.register(this.node, this.protocol)
+    if (direct !== undefined && direct.port > 0) {
+      this.stopDirect = this.handler.serveDirect(direct, directStateProtocols(this.options.prefix)[0])
+      this.dataPort = direct.port
+    }
     this.timer = setInterval(() => { void this.announce(true) }, ANNOUNCE_PERIOD_MS)
     this.timer.unref()
     await this.announce(true)
@@ -116,6 +139,7 @@ export class StateSharing {
     this.stopped = true
     clearInterval(this.timer)
     if (this.handler == null) return
+    this.stopDirect?.()
     await this.node.unhandle(this.protocol).catch(() => {})
     await this.announce(false)
   }
@@ -142,8 +166,10 @@ export class StateSharing {
       this.options.onDownload?.('no_donors')
       return null
     }
+    const ports = new Map<string, number>()
     for (const entry of entries) {
       await rememberAddrs(this.node, peerIdFromString(entry.peerId), entry.addrs).catch(() => {})
+      if (entry.dataPort !== undefined) ports.set(entry.peerId, entry.dataPort)
     }
     let order = orderDonors(entries, this.options.priorityMargin ?? 2)
     const retries = this.options.busyRetries ?? 3
@@ -154,7 +180,8 @@ export class StateSharing {
         const started = Date.now()
         let progress: TransferProgress | undefined
         try {
-          const state = await downloadFrom(this.node, donor, this.protocol, {
+          const { channel, path } = await this.open(donor, ports.get(donor))
+          const state = await downloadFrom(channel, donor, {
             requestTimeoutMs: this.options.requestTimeoutMs,
             maxStateBytes: this.options.maxStateBytes ?? DEFAULT_MAX_STATE_BYTES,
             minBytesPerSecond: this.options.minDownloadBytesPerSecond,
@@ -172,9 +199,9 @@ export class StateSharing {
           }
           const ms = Date.now() - started
           const bytes = state.tensors.reduce((n, t) => n + t.data.byteLength, 0)
-          this.options.log?.info(`downloaded state from ${donor} in ${ms} ms (${formatBytes(bytes)}, ${(bytes / Math.max(ms, 1) / 1000).toFixed(1)} MB/s)`)
+          this.options.log?.info(`downloaded state from ${donor} in ${ms} ms (${formatBytes(bytes)}, ${(bytes / Math.max(ms, 1) / 1000).toFixed(1)} MB/s, ${path === 'direct' ? 'direct data channel' : 'libp2p stream'})`)
           this.options.onDownload?.('success')
-          return { ...state, donor }
+          return { ...state, donor, path }
         } catch (err) {
           this.options.log?.warn(`state download from ${donor} failed: ${describeError(err)}`)
         }
@@ -183,6 +210,21 @@ export class StateSharing {
     }
     this.options.onDownload?.('failed')
     return null
+  }
+
+  /** A channel to the donor: its direct data channel when it announces one we may use, else a libp2p stream. */
+  private async open (donor: string, port: number | undefined): Promise<{ channel: FrameChannel, path: DataChannelKind }> {
+    if (port !== undefined && this.options.directChannel !== false) {
+      try {
+        this.identity ??= this.node.services.dataIdentity.create()
+        const dialer = { identity: await this.identity, transport: this.options.directTransport ?? mainThreadTransport }
+        const channel = await openDirectState(this.node, donor, port, directStateProtocols(this.options.prefix), dialer, this.options.requestTimeoutMs)
+        return { channel, path: 'direct' }
+      } catch (err) {
+        this.options.log?.debug(`no direct data channel to state donor ${donor} (${describeError(err)}); using a libp2p stream`)
+      }
+    }
+    return { channel: await openStateStream(this.node, donor, this.protocol, this.options.requestTimeoutMs), path: 'libp2p' }
   }
 
   /**
@@ -209,7 +251,8 @@ export class StateSharing {
         expiration: Date.now() / 1000 + ANNOUNCE_TTL_S,
         looking,
         priority: this.priority,
-        addrs: ownAddrBytes(this.node)
+        addrs: ownAddrBytes(this.node),
+        ...(this.dataPort > 0 ? { dataPort: this.dataPort } : {})
       })
     }).catch((err: unknown) => {
       this.options.log?.debug(`announcing state donor failed: ${describeError(err)}`)

@@ -25,6 +25,16 @@ export interface DirectTransport {
   close: () => Promise<void>
 }
 
+/**
+ * An agent's direct data channel server as other protocols than the all-reduce's may use it (state
+ * sharing): its port, and the channels that agreed on one of its ALPN ids handed to a handler.
+ */
+export interface DirectEndpoint {
+  readonly port: number
+  /** Hands channels of this protocol to accept until the returned function is called. */
+  serve: (protocol: string, accept: (channel: DirectFrameChannel) => void) => () => void
+}
+
 /** The direct data channel on the calling thread. */
 export const mainThreadTransport: DirectTransport = {
   threads: 0,

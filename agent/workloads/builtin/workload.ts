@@ -43,7 +43,7 @@ export function builtinWorkload (ctx: WorkloadContext, options: BuiltinOptions):
       let round = await loadState(ctx, model, sharing)
       const averager: DecentralizedAverager = await ctx.createAverager(model.weights())
       let steps = 0
-      await sharing?.start(async () => ({ tensors: model.weights(), metadata: { steps, round } }))
+      await sharing?.start(async () => ({ tensors: model.weights(), metadata: { steps, round } }), averager.directEndpoint())
       ctx.metrics.heldOutLoss.set(model.evaluate(heldOut))
       ctx.setReady(true)
       const slice = options.stepsPerSlice ?? 10

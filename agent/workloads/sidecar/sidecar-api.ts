@@ -270,7 +270,7 @@ export class SidecarApi {
     await this.sharing.start(async () => await averager.withTensors(ts => ({
       tensors: ts.map(t => ({ name: t.name, shape: t.shape, data: t.data.slice() })),
       metadata: { steps: this.stepsOk, origin: this.origin, round: this.rounds }
-    }))).catch((err: unknown) => { this.ctx.log.warn({ err: describeError(err) }, 'sidecar could not start serving its state') })
+    })), averager.directEndpoint()).catch((err: unknown) => { this.ctx.log.warn({ err: describeError(err) }, 'sidecar could not start serving its state') })
   }
 
   private registered (): Registered {

@@ -2,6 +2,8 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { orderDonors } from '../../../agent/state/donor-order.js'
 import { validateHeader } from '../../../agent/state/state-protocol.js'
+import { chunkHead } from '../../../agent/state/state-handler.js'
+import { StateChunk } from '../../../agent/proto/averaging.js'
 
 /** A seeded generator so the spread is reproducible. */
 function seeded (seed: number): () => number {
@@ -61,4 +63,16 @@ test('headers are checked before allocation: counts, shapes, sizes and metadata'
   assert.throws(() => validateHeader({ metadata: meta, tensors: Array(5000).fill({ name: 'x', shape: [1] }), busy: false }, undefined, 2 ** 31), /5000 tensors/)
   assert.throws(() => validateHeader({ metadata: new TextEncoder().encode('[1]'), tensors: [], busy: false }, undefined, 1024), /not a JSON object/)
   assert.throws(() => validateHeader({ metadata: new Uint8Array([0xff, 0x7b]), tensors: [], busy: false }, undefined, 1024), /not valid JSON/)
+})
+
+test('a chunk sent as its head and a view of the tensor is the very message StateChunk.encode writes', () => {
+  for (const [index, offset, bytes] of [[0, 0, 4], [0, 16384, 65536], [3, 0, 124], [4095, 2 ** 32 - 16384, 65536], [127, 128, 16_380]]) {
+    const data = new Uint8Array(bytes).map((_, i) => (i * 7 + index) % 256)
+    const head = chunkHead(index, offset, bytes)
+    const whole = new Uint8Array(head.byteLength + bytes)
+    whole.set(head)
+    whole.set(data, head.byteLength)
+    assert.deepEqual(whole, StateChunk.encode({ tensorIndex: index, offset, data }), `chunk ${index} at ${offset}, ${bytes} bytes`)
+    assert.deepEqual(StateChunk.decode(whole), { tensorIndex: index, offset, data })
+  }
 })

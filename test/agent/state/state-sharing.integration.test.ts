@@ -1,6 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
+import { createServer, type AddressInfo } from 'node:net'
 import { multiaddr } from '@multiformats/multiaddr'
 import type { Stream } from '@libp2p/interface'
 import { createSwarmNode, type SwarmNode } from '../../../agent/net/node.js'
@@ -82,7 +83,7 @@ function bytesOf (data: Float32Array): Buffer {
   return Buffer.from(data.buffer, data.byteOffset, data.byteLength)
 }
 
-test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and its metadata', { timeout: 240_000 }, async () => {
+test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and its metadata, over the donor\'s direct data channel', { timeout: 240_000 }, async () => {
   const peers = await startPeers(3)
   const averagers: DecentralizedAverager[] = []
   const sharings: StateSharing[] = []
@@ -106,7 +107,7 @@ test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and i
     for (let i = 0; i < 2; i++) {
       const s = sharing(peers, i)
       sharings.push(s)
-      await s.start(async () => ({ tensors: local[i], metadata: { step: 1, groupBits: '', donor: i } }))
+      await s.start(async () => ({ tensors: local[i], metadata: { step: 1, groupBits: '', donor: i } }), averagers[i].directEndpoint())
       await s.setPriority(1)
     }
     // A progress line after every chunk (5 s apart by default), so the test sees them.
@@ -118,7 +119,8 @@ test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and i
     const progress = lines.filter(l => l.startsWith(`info downloading the swarm's state from ${result.donor}: `))
     assert.ok(progress.length >= 3, lines.join('\n'))
     assert.match(progress[0], /: 64\.0 KiB of 301 KiB \(21 %\), [0-9.]+ MB\/s, about [0-9]+ s left$/)
-    assert.ok(lines.some(l => /^info downloaded state from \S+ in [0-9]+ ms \(301 KiB, [0-9.]+ MB\/s\)$/.test(l)), lines.join('\n'))
+    assert.ok(lines.some(l => /^info downloaded state from \S+ in [0-9]+ ms \(301 KiB, [0-9.]+ MB\/s, direct data channel\)$/.test(l)), lines.join('\n'))
+    assert.equal(result.path, 'direct')
     const donorIndex = peers.nodes.findIndex(n => n.peerId.toString() === result.donor)
     assert.ok(donorIndex === 0 || donorIndex === 1, 'the state came from one of the donors')
     assert.deepEqual(result.metadata, { step: 1, groupBits: '', donor: donorIndex })
@@ -132,6 +134,54 @@ test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and i
     await peers.stop()
   }
 })
+
+test('a donor\'s direct data channel out of reach, or turned off by the newcomer: the same bytes over a libp2p stream', { timeout: 240_000 }, async () => {
+  const peers = await startPeers(3)
+  const sharings: StateSharing[] = []
+  let averager: DecentralizedAverager | undefined
+  try {
+    const state: NamedTensor[] = [{ name: 'w', shape: [200, 300], data: fill(200 * 300, 3) }]
+    averager = await DecentralizedAverager.create(peers.nodes[0], state, { ...DEFAULT_AVERAGER_CONFIG, prefix: PREFIX, requestTimeout: 1.5 }, {})
+    const endpoint = averager.directEndpoint()
+    assert.ok(endpoint !== undefined && endpoint.port > 0, 'the averager listens for direct channels')
+    // The donor announces a port nobody listens on: the newcomer's TLS dial is refused.
+    const closed = await freePort()
+    const donor = sharing(peers, 0)
+    sharings.push(donor)
+    await donor.start(async () => ({ tensors: state, metadata: {} }), { port: closed, serve: endpoint.serve })
+    const lines: string[] = []
+    const newcomer = sharing(peers, 1, { log: linesLog((msg) => { lines.push(msg) }, 'debug') })
+    sharings.push(newcomer)
+    const fellBack = await newcomer.download([{ name: 'w', shape: [200, 300] }])
+    assert.ok(fellBack != null)
+    assert.equal(fellBack.path, 'libp2p')
+    assert.ok(bytesOf(fellBack.tensors[0].data).equals(bytesOf(state[0].data)))
+    assert.ok(lines.some(l => l.includes(`no direct data channel to state donor ${peers.nodes[0].peerId.toString()}`) && l.includes(`:${closed}`)), lines.join('\n'))
+    await donor.stop()
+
+    // The donor's real port, but the newcomer runs with AVS_DATA_CHANNEL libp2p.
+    const again = sharing(peers, 0)
+    sharings.push(again)
+    await again.start(async () => ({ tensors: state, metadata: {} }), endpoint)
+    const direct = await sharing(peers, 2).download([{ name: 'w', shape: [200, 300] }])
+    assert.equal(direct?.path, 'direct')
+    const off = await sharing(peers, 1, { directChannel: false }).download([{ name: 'w', shape: [200, 300] }])
+    assert.equal(off?.path, 'libp2p')
+    assert.ok(bytesOf(off.tensors[0].data).equals(bytesOf(state[0].data)))
+  } finally {
+    await Promise.allSettled(sharings.map(async s => { await s.stop() }))
+    await averager?.shutdown()
+    await peers.stop()
+  }
+})
+
+async function freePort (): Promise<number> {
+  const server = createServer()
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as AddressInfo).port
+  await new Promise<void>(resolve => server.close(() => { resolve() }))
+  return port
+}
 
 test('six concurrent newcomers spread over three donors, busy donors redirect, all succeed', { timeout: 240_000 }, async () => {
   const peers = await startPeers(9)

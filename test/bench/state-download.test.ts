@@ -1,0 +1,24 @@
+/**
+ * Smoke test of bench:state-download (bench/state-download.ts), so the harness behind BENCHMARKS.md's
+ * state-download table cannot rot: an 8 MiB state from a donor process, once over its direct data
+ * channel and once over a libp2p stream. The bench itself fails when a value differs from the one
+ * sent or the state came over another path than the row names. No timing is asserted.
+ */
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { dirname, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
+
+test('bench:state-download: a donor process serves 8 MiB over the direct data channel and over libp2p, every value checked', { timeout: 120_000 }, async () => {
+  const { stdout } = await promisify(execFile)(process.execPath, ['dist/bench/state-download.js', '--mib', '8', '--paths', 'direct,libp2p'], { cwd: ROOT, maxBuffer: 1 << 22 })
+  for (const path of ['direct', 'libp2p']) {
+    const row = stdout.split('\n').find(line => line.startsWith(`| 8.00 MiB | ${path} |`))
+    assert.ok(row !== undefined, `no ${path} row:\n${stdout}`)
+    const [seconds, rate, newcomerCpu, donorCpu] = row.split('|').slice(3, 7).map(c => Number(c.trim()))
+    assert.ok(seconds > 0 && rate > 0 && newcomerCpu > 0 && donorCpu > 0, row)
+  }
+})

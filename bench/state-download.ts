@@ -8,10 +8,14 @@
  * process of bench/peers/hivemind_state.py (its DecentralizedAverager.load_state_from_peers, hivemind's
  * defaults: no compression, 64 KiB parts), their CPU counting their DHT, averager and p2pd processes.
  *
+ * With --mbit, each side runs in a network namespace of its own, its link shaped to that rate both ways
+ * (tc tbf, as bench:links builds them; root needed; no added delay, this kernel has no netem).
+ *
  *   npm run bench:state-download
  *   node_modules/.bin/node dist/bench/state-download.js --mib 256,1024 --paths direct,libp2p,hivemind --repeats 2
+ *   node_modules/.bin/node dist/bench/state-download.js --mib 256 --mbit 100,1000 --paths direct,libp2p,hivemind
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { once } from 'node:events'
@@ -25,6 +29,7 @@ import { StateSharing } from '../agent/state/state-sharing.js'
 import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG, type NamedTensor } from '../agent/averager.js'
 import type { DataChannelKind } from '../agent/net/frame-channel.js'
 import { formatBytes } from '../agent/util/transfer-progress.js'
+import { createShapedLinks, shapedLinksUnsupported } from './lib/shaped-links.js'
 
 const PREFIX = 'bench'
 /** Elements per tensor: 64 MiB of float32, a large layer's size. */
@@ -55,14 +60,14 @@ function tensorsOf (mib: number): NamedTensor[] {
   })
 }
 
-async function startNode (): Promise<SwarmNode> {
-  return await createSwarmNode({ listen: ['/ip4/127.0.0.1/tcp/0'], rendezvous: { requestTimeoutMs: REQUEST_TIMEOUT_MS } })
+async function startNode (host: string): Promise<SwarmNode> {
+  return await createSwarmNode({ listen: [`/ip4/${host}/tcp/0`], rendezvous: { requestTimeoutMs: REQUEST_TIMEOUT_MS } })
 }
 
-/** The donor: serves its state until its parent writes a line, then prints its CPU time. */
-async function donor (mib: number): Promise<void> {
+/** The donor: serves its state until its parent writes a line, then reports its CPU time. */
+async function donor (mib: number, host: string): Promise<void> {
   const tensors = tensorsOf(mib)
-  const node = await startNode()
+  const node = await startNode(host)
   // A live agent's averager: its direct data channel server is where the state is served directly.
   const averager = await DecentralizedAverager.create(node, tensors, { ...DEFAULT_AVERAGER_CONFIG, prefix: PREFIX, requestTimeout: REQUEST_TIMEOUT_MS / 1000 }, {})
   const sharing = new StateSharing(node, { prefix: PREFIX, requestTimeoutMs: REQUEST_TIMEOUT_MS })
@@ -79,7 +84,51 @@ async function donor (mib: number): Promise<void> {
   process.exit(0)
 }
 
+/** The newcomer: downloads from the donor whose address its parent sends, checks every value, reports time and CPU. */
+async function newcomer (mib: number, host: string, path: DataChannelKind, addr: string): Promise<void> {
+  const node = await startNode(host)
+  await node.dial(multiaddr(addr))
+  const deadline = Date.now() + 60_000
+  while (kadRoutingTable(node.services.dht).size < 1) {
+    if (Date.now() > deadline) throw new Error('the donor never entered the routing table')
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  const sharing = new StateSharing(node, { prefix: PREFIX, requestTimeoutMs: REQUEST_TIMEOUT_MS, directChannel: path === 'direct' })
+  const expected = layout(mib)
+  let state = null
+  let seconds = 0
+  let cpuSeconds = 0
+  for (let attempt = 0; state === null; attempt++) {
+    // The donor's announcement may still be on its way to the key's replica.
+    if (attempt === 20) throw new Error('no donor found in 20 attempts')
+    if (attempt > 0) await new Promise(resolve => setTimeout(resolve, 250))
+    const cpuBefore = process.cpuUsage()
+    const started = performance.now()
+    state = await sharing.download(expected)
+    seconds = (performance.now() - started) / 1000
+    const cpu = process.cpuUsage(cpuBefore)
+    cpuSeconds = (cpu.user + cpu.system) / 1e6
+  }
+  if (state.path !== path) throw new Error(`the state came over ${state.path}, not ${path}`)
+  for (const [t, tensor] of state.tensors.entries()) {
+    for (let i = 0; i < tensor.data.length; i++) {
+      if (tensor.data[i] !== Math.fround(valueAt(t, i))) throw new Error(`value ${i} of ${tensor.name} is ${tensor.data[i]}, sent ${Math.fround(valueAt(t, i))}`)
+    }
+  }
+  process.send?.({ seconds, cpuSeconds })
+  await node.stop()
+  process.exit(0)
+}
+
 interface Row { mib: number, path: Path, seconds: number, newcomerCpu: number, donorCpu: number }
+
+/** Where a side runs: its network namespace (on shaped links) and the address it listens on. */
+interface Place { readonly ns?: string, readonly host: string }
+
+/** A command, inside the place's namespace when it has one. */
+function inPlace (place: Place, command: string, args: string[]): [string, string[]] {
+  return place.ns === undefined ? [command, args] : ['ip', ['netns', 'exec', place.ns, command, ...args]]
+}
 
 /** Waits for a child to exit by itself (so a donor can shut down cleanly), killing it after 10 s. */
 async function exited (child: ChildProcess): Promise<void> {
@@ -89,57 +138,44 @@ async function exited (child: ChildProcess): Promise<void> {
   clearTimeout(timer)
 }
 
-async function measure (mib: number, path: DataChannelKind): Promise<Row> {
-  const child: ChildProcess = fork(new URL(import.meta.url).pathname, ['--donor', String(mib)], { stdio: ['pipe', 'inherit', 'inherit', 'ipc'] })
+/** This file as a child in a role, its messages read one at a time (the IPC channel survives `ip netns exec`). */
+function self (place: Place, args: string[]): { child: ChildProcess, next: () => Promise<any> } {
+  const [command, argv] = inPlace(place, process.execPath, [fileURLToPath(import.meta.url), ...args, '--host', place.host])
+  const child = spawn(command, argv, { stdio: ['pipe', 'inherit', 'inherit', 'ipc'] })
   const messages: any[] = []
+  child.on('message', (m) => { messages.push(m) })
   const next = async (): Promise<any> => {
-    while (messages.length === 0) await once(child, 'message').then(([m]) => messages.push(m))
+    while (messages.length === 0) {
+      const [event] = await Promise.race([once(child, 'message').then(() => ['message']), once(child, 'exit').then(() => ['exit'])])
+      if (event === 'exit' && messages.length === 0) throw new Error(`the ${args[0].slice(2)} process ended without answering (its error is above)`)
+    }
     return messages.shift()
   }
-  const node = await startNode()
+  return { child, next }
+}
+
+async function measure (mib: number, path: DataChannelKind, places: readonly [Place, Place]): Promise<Row> {
+  const donorProcess = self(places[0], ['--donor', String(mib)])
+  let newcomerProcess: ReturnType<typeof self> | undefined
   try {
-    const { addr } = await next()
-    await node.dial(multiaddr(addr as string))
-    const deadline = Date.now() + 60_000
-    while (kadRoutingTable(node.services.dht).size < 1) {
-      if (Date.now() > deadline) throw new Error('the donor never entered the routing table')
-      await new Promise(resolve => setTimeout(resolve, 50))
-    }
-    const sharing = new StateSharing(node, { prefix: PREFIX, requestTimeoutMs: REQUEST_TIMEOUT_MS, directChannel: path === 'direct' })
-    const expected = layout(mib)
-    let state = null
-    let seconds = 0
-    let cpuSeconds = 0
-    for (let attempt = 0; state === null; attempt++) {
-      // The donor's announcement may still be on its way to the key's replica.
-      if (attempt === 20) throw new Error('no donor found in 20 attempts')
-      if (attempt > 0) await new Promise(resolve => setTimeout(resolve, 250))
-      const cpuBefore = process.cpuUsage()
-      const started = performance.now()
-      state = await sharing.download(expected)
-      seconds = (performance.now() - started) / 1000
-      const cpu = process.cpuUsage(cpuBefore)
-      cpuSeconds = (cpu.user + cpu.system) / 1e6
-    }
-    if (state.path !== path) throw new Error(`the state came over ${state.path}, not ${path}`)
-    for (const [t, tensor] of state.tensors.entries()) {
-      for (let i = 0; i < tensor.data.length; i++) {
-        if (tensor.data[i] !== Math.fround(valueAt(t, i))) throw new Error(`value ${i} of ${tensor.name} is ${tensor.data[i]}, sent ${Math.fround(valueAt(t, i))}`)
-      }
-    }
-    child.stdin?.write('stop\n')
-    const { cpuSeconds: donorCpu } = await next()
+    const { addr } = await donorProcess.next()
+    newcomerProcess = self(places[1], ['--newcomer', String(mib), '--path', path, '--addr', addr as string])
+    const { seconds, cpuSeconds } = await newcomerProcess.next()
+    donorProcess.child.stdin?.write('stop\n')
+    const { cpuSeconds: donorCpu } = await donorProcess.next()
     return { mib, path, seconds, newcomerCpu: cpuSeconds, donorCpu }
   } finally {
-    await node.stop()
     // The donor exits by itself once told to stop (so a --cpu-prof run writes its profile).
-    await exited(child)
+    if (donorProcess.child.stdin?.writableEnded === false) donorProcess.child.stdin.end()
+    await exited(donorProcess.child)
+    if (newcomerProcess !== undefined) await exited(newcomerProcess.child)
   }
 }
 
 /** A hivemind_state.py process, read one JSON line at a time; its stderr (warnings, its one-line error) is ours. */
-function hivemindPeer (args: string[]): { child: ChildProcess, next: () => Promise<any> } {
-  const child = spawn(PYTHON, [HIVEMIND_STATE, ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
+function hivemindPeer (place: Place, args: string[]): { child: ChildProcess, next: () => Promise<any> } {
+  const [command, argv] = inPlace(place, PYTHON, [HIVEMIND_STATE, ...args, '--host', place.host])
+  const child = spawn(command, argv, { stdio: ['pipe', 'pipe', 'inherit'] })
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
   const next = async (): Promise<any> => {
     const { value, done } = await lines.next()
@@ -150,13 +186,13 @@ function hivemindPeer (args: string[]): { child: ChildProcess, next: () => Promi
 }
 
 /** The same measurement with hivemind: its donor and newcomer each measure their own side. */
-async function measureHivemind (mib: number): Promise<Row> {
-  const donor = hivemindPeer(['--role', 'donor', '--mib', String(mib)])
+async function measureHivemind (mib: number, places: readonly [Place, Place]): Promise<Row> {
+  const donor = hivemindPeer(places[0], ['--role', 'donor', '--mib', String(mib)])
   let newcomer: ReturnType<typeof hivemindPeer> | undefined
   const timer = setTimeout(() => { donor.child.kill(); newcomer?.child.kill() }, HIVEMIND_TIMEOUT_MS)
   try {
     const { addrs } = await donor.next()
-    newcomer = hivemindPeer(['--role', 'newcomer', '--mib', String(mib), '--peers', JSON.stringify(addrs)])
+    newcomer = hivemindPeer(places[1], ['--role', 'newcomer', '--mib', String(mib), '--peers', JSON.stringify(addrs)])
     const { seconds, cpuSeconds } = await newcomer.next()
     donor.child.stdin?.end('stop\n')
     const { cpuSeconds: donorCpu } = await donor.next()
@@ -170,32 +206,68 @@ async function measureHivemind (mib: number): Promise<Row> {
   }
 }
 
-const { values } = parseArgs({ options: { mib: { type: 'string', default: '256,1024' }, paths: { type: 'string', default: 'direct,libp2p' }, repeats: { type: 'string', default: '1' }, donor: { type: 'string' } } })
+const { values } = parseArgs({
+  options: {
+    mib: { type: 'string', default: '256,1024' },
+    paths: { type: 'string', default: 'direct,libp2p' },
+    repeats: { type: 'string', default: '1' },
+    mbit: { type: 'string' },
+    // The roles this file plays as a child.
+    donor: { type: 'string' },
+    newcomer: { type: 'string' },
+    host: { type: 'string', default: '127.0.0.1' },
+    path: { type: 'string' },
+    addr: { type: 'string' }
+  }
+})
 if (values.donor !== undefined) {
-  await donor(Number(values.donor))
+  await donor(Number(values.donor), values.host)
+} else if (values.newcomer !== undefined) {
+  await newcomer(Number(values.newcomer), values.host, values.path as DataChannelKind, values.addr ?? '').catch((err: unknown) => {
+    console.error(`newcomer: ${err instanceof Error ? err.message : String(err)}`)
+    process.exit(1)
+  })
 } else {
   const sizes = values.mib.split(',').map(Number)
   const repeats = Number(values.repeats)
   const paths = values.paths.split(',')
-  if (!sizes.every(m => Number.isInteger(m) && m >= 1) || !Number.isInteger(repeats) || repeats < 1 || !paths.every(p => ['direct', 'libp2p', 'hivemind'].includes(p))) {
-    console.error('--mib takes whole MiB counts separated by commas, --paths direct, libp2p and/or hivemind, and --repeats a whole number >= 1')
+  const rates = values.mbit === undefined ? [undefined] : values.mbit.split(',').map(Number)
+  if (!sizes.every(m => Number.isInteger(m) && m >= 1) || !Number.isInteger(repeats) || repeats < 1 || !paths.every(p => ['direct', 'libp2p', 'hivemind'].includes(p)) ||
+    !rates.every(r => r === undefined || (Number.isFinite(r) && r > 0))) {
+    console.error('--mib takes whole MiB counts separated by commas, --paths direct, libp2p and/or hivemind, --repeats a whole number >= 1, --mbit link rates in Mbit/s separated by commas')
     process.exit(2)
   }
-  console.log(`state download over loopback, one donor process, one newcomer process; load average ${loadavg()[0].toFixed(1)}`)
-  console.log('| state | path | seconds | MB/s | newcomer CPU s per GB | donor CPU s per GB |')
-  console.log('|---:|---|---:|---:|---:|---:|')
-  for (const mib of sizes) {
-    // Alternating paths within a repeat, so both see the same load.
-    for (let r = 0; r < repeats; r++) {
-      for (const path of paths as Path[]) {
-        if (path === 'hivemind' && !existsSync(PYTHON)) {
-          console.log(`| ${formatBytes(mib * 1024 * 1024)} | hivemind | missing (npm run bench:setup) | | | |`)
-          continue
+  if (values.mbit !== undefined) {
+    const why = await shapedLinksUnsupported()
+    if (why !== undefined) { console.error(`--mbit: ${why}`); process.exit(2) }
+  }
+  console.log(`state download, one donor process, one newcomer process; load average ${loadavg()[0].toFixed(1)}`)
+  console.log('| link | state | path | seconds | MB/s | newcomer CPU s per GB | donor CPU s per GB |')
+  console.log('|---|---:|---|---:|---:|---:|---:|')
+  for (const rate of rates) {
+    // Each side in a namespace of its own, its link shaped to the rate both ways (tc tbf; no added delay: no netem here).
+    const links = rate === undefined ? undefined : await createShapedLinks('avsstate', 240 + (process.pid % 10), [rate, rate])
+    const places: [Place, Place] = links === undefined
+      ? [{ host: '127.0.0.1' }, { host: '127.0.0.1' }]
+      : [{ ns: links.namespaces[0], host: links.addrs[0] }, { ns: links.namespaces[1], host: links.addrs[1] }]
+    const link = rate === undefined ? 'loopback' : `${rate} Mbit/s`
+    try {
+      for (const mib of sizes) {
+        // Alternating paths within a repeat, so both see the same load.
+        for (let r = 0; r < repeats; r++) {
+          for (const path of paths as Path[]) {
+            if (path === 'hivemind' && !existsSync(PYTHON)) {
+              console.log(`| ${link} | ${formatBytes(mib * 1024 * 1024)} | hivemind | missing (npm run bench:setup) | | | |`)
+              continue
+            }
+            const row = path === 'hivemind' ? await measureHivemind(mib, places) : await measure(mib, path, places)
+            const gb = mib * 1024 * 1024 / 1e9
+            console.log(`| ${link} | ${formatBytes(mib * 1024 * 1024)} | ${path} | ${row.seconds.toFixed(2)} | ${(gb / row.seconds * 1000).toFixed(1)} | ${(row.newcomerCpu / gb).toFixed(2)} | ${(row.donorCpu / gb).toFixed(2)} |`)
+          }
         }
-        const row = path === 'hivemind' ? await measureHivemind(mib) : await measure(mib, path)
-        const gb = mib * 1024 * 1024 / 1e9
-        console.log(`| ${formatBytes(mib * 1024 * 1024)} | ${path} | ${row.seconds.toFixed(2)} | ${(gb / row.seconds * 1000).toFixed(1)} | ${(row.newcomerCpu / gb).toFixed(2)} | ${(row.donorCpu / gb).toFixed(2)} |`)
       }
+    } finally {
+      await links?.destroy()
     }
   }
   console.log(`load average after: ${loadavg()[0].toFixed(1)}`)

@@ -28,7 +28,6 @@ import psutil
 
 PREFIX = "avs_bench_state"
 TENSOR_ELEMENTS = 16 * 1024 * 1024  # state-download.ts's TENSOR_ELEMENTS
-HOST_MADDRS = ["/ip4/127.0.0.1/tcp/0"]
 ATTEMPTS = 40  # the donor's all_averagers entry may not have reached the newcomer's DHT yet
 
 
@@ -69,6 +68,7 @@ def main() -> None:
     parser.add_argument("--role", choices=["donor", "newcomer"], required=True)
     parser.add_argument("--mib", type=int, required=True)
     parser.add_argument("--peers", help="the donor's multiaddrs, a JSON list (newcomer only)")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (a network namespace's own, on shaped links)")
     args = parser.parse_args()
     if args.mib < 1:
         raise ValueError("--mib must be >= 1")
@@ -77,14 +77,15 @@ def main() -> None:
     import hivemind
 
     lengths = sizes(args.mib)
+    host_maddrs = [f"/ip4/{args.host}/tcp/0"]
     if args.role == "donor":
         tensors = [torch.from_numpy(values(t, n)) for t, n in enumerate(lengths)]
-        dht = hivemind.DHT(start=True, host_maddrs=HOST_MADDRS)
+        dht = hivemind.DHT(start=True, host_maddrs=host_maddrs)
     else:
         if not args.peers:
             raise ValueError("--role newcomer needs --peers")
         tensors = [torch.zeros(n, dtype=torch.float32) for n in lengths]
-        dht = hivemind.DHT(start=True, host_maddrs=HOST_MADDRS, initial_peers=json.loads(args.peers))
+        dht = hivemind.DHT(start=True, host_maddrs=host_maddrs, initial_peers=json.loads(args.peers))
     averager = None
     try:
         averager = hivemind.averaging.DecentralizedAverager(

@@ -16,9 +16,9 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 test('bench:state-download: a donor process serves 8 MiB over the direct data channel and over libp2p, every value checked', { timeout: 120_000 }, async () => {
   const { stdout } = await promisify(execFile)(process.execPath, ['dist/bench/state-download.js', '--mib', '8', '--paths', 'direct,libp2p'], { cwd: ROOT, maxBuffer: 1 << 22 })
   for (const path of ['direct', 'libp2p']) {
-    const row = stdout.split('\n').find(line => line.startsWith(`| 8.00 MiB | ${path} |`))
+    const row = stdout.split('\n').find(line => line.startsWith(`| loopback | 8.00 MiB | ${path} |`))
     assert.ok(row !== undefined, `no ${path} row:\n${stdout}`)
-    const [seconds, rate, newcomerCpu, donorCpu] = row.split('|').slice(3, 7).map(c => Number(c.trim()))
+    const [seconds, rate, newcomerCpu, donorCpu] = row.split('|').slice(4, 8).map(c => Number(c.trim()))
     assert.ok(seconds > 0 && rate > 0 && newcomerCpu > 0 && donorCpu > 0, row)
   }
 })

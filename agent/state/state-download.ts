@@ -8,7 +8,8 @@ import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { directHostsOf } from '../net/direct/endpoints.js'
 import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
-import { CHUNK_BYTES, MAX_CHUNK_FRAME_BYTES, MAX_HEADER_FRAME_BYTES, validateHeader, type ExpectedTensor } from './state-protocol.js'
+import { CHUNK_BYTES, chunkView, MAX_CHUNK_FRAME_BYTES, MAX_HEADER_FRAME_BYTES, validateHeader, type ChunkView, type ExpectedTensor } from './state-protocol.js'
+import { Uint8ArrayList } from 'uint8arraylist'
 
 export interface DownloadedState {
   readonly tensors: NamedTensor[]
@@ -87,10 +88,10 @@ export async function downloadFrom (framed: FrameChannel, donor: string, options
     for (const [index, tensor] of layout.tensors.entries()) {
       let offset = 0
       while (offset < tensor.elements) {
-        const frame = await framed.read(nextWait())
+        const frame = await framed.readPieces(nextWait())
         if (frame == null) throw new ProtocolError(`donor ${donor} ended the stream at element ${offset} of tensor ${tensor.name}`)
         if (frame.byteLength > MAX_CHUNK_FRAME_BYTES) throw new ProtocolError(`donor ${donor} sent a ${frame.byteLength}-byte chunk, above the ${MAX_CHUNK_FRAME_BYTES}-byte bound`)
-        const chunk = decode(() => StateChunk.decode(frame), 'chunk')
+        const chunk = chunkView(frame) ?? decode(() => wholeChunk(frame), 'chunk')
         if (chunk.tensorIndex !== index || chunk.offset !== offset) {
           throw new ProtocolError(`donor ${donor} sent a chunk for tensor ${chunk.tensorIndex} at ${chunk.offset} where tensor ${index} at ${offset} was next`)
         }
@@ -99,7 +100,11 @@ export async function downloadFrom (framed: FrameChannel, donor: string, options
           throw new ProtocolError(`donor ${donor} sent a ${bytes}-byte chunk that does not fit tensor ${tensor.name} at element ${offset}`)
         }
         const count = bytes / 4
-        new Uint8Array(arrays[index].buffer, offset * 4, bytes).set(chunk.data)
+        // One copy, from the transport's pieces into the tensor.
+        let at = offset * 4
+        const target = new Uint8Array(arrays[index].buffer)
+        for (const piece of chunk.data) { target.set(piece, at); at += piece.byteLength }
+        framed.release?.(frame)
         if (!allFinite(arrays[index].subarray(offset, offset + count))) throw new ProtocolError(`donor ${donor} sent a non-finite value in tensor ${tensor.name}`)
         offset += count
         received += bytes
@@ -127,6 +132,12 @@ export async function downloadFrom (framed: FrameChannel, donor: string, options
 function allFinite (values: Float32Array): boolean {
   for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) return false
   return true
+}
+
+/** A chunk not laid out as our donors write it: decoded whole, as protobuf allows. */
+function wholeChunk (frame: Uint8ArrayList): ChunkView {
+  const chunk = StateChunk.decode(frame.subarray())
+  return { tensorIndex: chunk.tensorIndex, offset: chunk.offset, data: new Uint8ArrayList(chunk.data) }
 }
 
 function decode<T> (fn: () => T, what: string): T {

@@ -4,10 +4,10 @@ import type { NamedTensor } from '../averager.js'
 import { FramedStream } from '../net/framed-stream.js'
 import type { FrameChannel } from '../net/frame-channel.js'
 import type { DirectEndpoint } from '../net/direct/direct-transport.js'
-import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
+import { StateHeader, StateRequest } from '../proto/averaging.js'
 import { elementCount } from '../schema.js'
 import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
-import { CHUNK_BYTES, MAX_REQUEST_FRAME_BYTES, MAX_STATE_STREAMS_PER_CONNECTION, MAX_STATE_STREAMS_PER_PEER } from './state-protocol.js'
+import { CHUNK_BYTES, chunkHead, MAX_REQUEST_FRAME_BYTES, MAX_STATE_STREAMS_PER_CONNECTION, MAX_STATE_STREAMS_PER_PEER } from './state-protocol.js'
 import { PerPeerStreamLimit, refuseStream } from '../net/rpc.js'
 import type { Log } from '../log.js'
 
@@ -140,23 +140,3 @@ export class StateHandler {
   }
 }
 
-/** Tag of StateChunk's data field (field 3, length-delimited). */
-const DATA_TAG = (3 << 3) | 2
-
-/**
- * A StateChunk's bytes before its data (the index and offset fields, the data's tag and length):
- * followed by the data, the very bytes StateChunk.encode writes for the whole message.
- */
-export function chunkHead (tensorIndex: number, offset: number, dataBytes: number): Uint8Array {
-  const fields = StateChunk.encode({ tensorIndex, offset })
-  const length: number[] = []
-  for (let n = dataBytes; ; n = Math.floor(n / 128)) {
-    if (n < 128) { length.push(n); break }
-    length.push((n % 128) | 128)
-  }
-  const head = new Uint8Array(fields.byteLength + 1 + length.length)
-  head.set(fields)
-  head[fields.byteLength] = DATA_TAG
-  head.set(length, fields.byteLength + 1)
-  return head
-}

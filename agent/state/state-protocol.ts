@@ -1,6 +1,7 @@
 import { elementCount } from '../schema.js'
 import { ProtocolError } from '../errors.js'
-import type { StateHeader } from '../proto/averaging.js'
+import { StateChunk, type StateHeader } from '../proto/averaging.js'
+import type { Uint8ArrayList } from 'uint8arraylist'
 
 /** One protocol per swarm prefix, like the other averaging protocols. */
 export function stateProtocol (prefix: string): string {
@@ -96,4 +97,63 @@ function parseMetadata (bytes: Uint8Array): Record<string, unknown> {
   }
   if (value == null || typeof value !== 'object' || Array.isArray(value)) throw new ProtocolError('the donor sent metadata that is not a JSON object')
   return value as Record<string, unknown>
+}
+
+/** Tags of StateChunk's fields: tensor_index and offset (varints), data (length-delimited). */
+const INDEX_TAG = (1 << 3) | 0
+const OFFSET_TAG = (2 << 3) | 0
+const DATA_TAG = (3 << 3) | 2
+
+/**
+ * A StateChunk's bytes before its data (the index and offset fields, the data's tag and length):
+ * followed by the data, the very bytes StateChunk.encode writes for the whole message.
+ */
+export function chunkHead (tensorIndex: number, offset: number, dataBytes: number): Uint8Array {
+  const fields = StateChunk.encode({ tensorIndex, offset })
+  const length: number[] = []
+  for (let n = dataBytes; ; n = Math.floor(n / 128)) {
+    if (n < 128) { length.push(n); break }
+    length.push((n % 128) | 128)
+  }
+  const head = new Uint8Array(fields.byteLength + 1 + length.length)
+  head.set(fields)
+  head[fields.byteLength] = DATA_TAG
+  head.set(length, fields.byteLength + 1)
+  return head
+}
+
+/** A chunk as read: its data a view of the frame's pieces, not joined into one array. */
+export interface ChunkView {
+  readonly tensorIndex: number
+  readonly offset: number
+  readonly data: Uint8ArrayList
+}
+
+/**
+ * A chunk's fields straight from its frame's pieces (the head is at most 16 bytes; the data stays
+ * where the transport put it, for the caller to copy once into the tensor): a 64 KiB array joined
+ * per chunk was most of a newcomer's garbage. Null when the frame is not laid out as chunkHead
+ * writes it (fields in order, data last and to the end): the caller then decodes it whole.
+ */
+export function chunkView (frame: Uint8ArrayList): ChunkView | null {
+  const head = frame.subarray(0, Math.min(frame.byteLength, 16))
+  let at = 0
+  const varint = (): number => {
+    let value = 0
+    for (let scale = 1, i = 0; i < 5 && at < head.length; i++, scale *= 128) {
+      const b = head[at++]
+      value += (b & 127) * scale
+      if (b < 128) return value
+    }
+    return -1
+  }
+  let tensorIndex = 0
+  let offset = 0
+  if (head[at] === INDEX_TAG) { at++; tensorIndex = varint() }
+  if (head[at] === OFFSET_TAG) { at++; offset = varint() }
+  if (head[at] !== DATA_TAG) return null
+  at++
+  const length = varint()
+  if (tensorIndex < 0 || offset < 0 || length < 0 || at + length !== frame.byteLength) return null
+  return { tensorIndex, offset, data: frame.sublist(at) }
 }

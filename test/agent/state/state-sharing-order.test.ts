@@ -1,9 +1,9 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { orderDonors } from '../../../agent/state/donor-order.js'
-import { validateHeader } from '../../../agent/state/state-protocol.js'
-import { chunkHead } from '../../../agent/state/state-handler.js'
+import { chunkHead, chunkView, validateHeader } from '../../../agent/state/state-protocol.js'
 import { StateChunk } from '../../../agent/proto/averaging.js'
+import { Uint8ArrayList } from 'uint8arraylist'
 
 /** A seeded generator so the spread is reproducible. */
 function seeded (seed: number): () => number {
@@ -75,4 +75,27 @@ test('a chunk sent as its head and a view of the tensor is the very message Stat
     assert.deepEqual(whole, StateChunk.encode({ tensorIndex: index, offset, data }), `chunk ${index} at ${offset}, ${bytes} bytes`)
     assert.deepEqual(StateChunk.decode(whole), { tensorIndex: index, offset, data })
   }
+})
+
+test('a chunk read as pieces: its fields parsed from the head wherever the transport split the frame, the data a view of the pieces', () => {
+  const data = new Uint8Array(1000).map((_, i) => (i * 13) % 256)
+  for (const [index, offset] of [[0, 0], [1, 0], [0, 16384], [4095, 2 ** 32 - 16384], [300, 123_456_789]]) {
+    const whole = StateChunk.encode({ tensorIndex: index, offset, data })
+    for (const cuts of [[], [1], [3], [7, 8], [9, 500], [whole.byteLength - 1], [2, 4, 6, 8, 10, 12]]) {
+      const pieces = new Uint8ArrayList()
+      let from = 0
+      for (const cut of [...cuts, whole.byteLength]) { pieces.append(whole.subarray(from, cut)); from = cut }
+      const view = chunkView(pieces)
+      assert.ok(view !== null, `chunk ${index} at ${offset} cut at ${cuts.join(', ')}`)
+      assert.deepEqual([view.tensorIndex, view.offset], [index, offset])
+      assert.deepEqual(view.data.subarray(), data)
+    }
+  }
+  // Not as our donors write it: left to the whole-message decoder (fields out of order, bytes after the data, a truncated head).
+  const reordered = new Uint8Array([0x1a, 4, 1, 2, 3, 4, 0x08, 5])
+  assert.equal(chunkView(new Uint8ArrayList(reordered)), null)
+  assert.deepEqual(StateChunk.decode(reordered), { tensorIndex: 5, offset: 0, data: new Uint8Array([1, 2, 3, 4]) })
+  assert.equal(chunkView(new Uint8ArrayList(new Uint8Array([0x08, 1, 0x1a, 4, 1, 2, 3, 4, 9]))), null)
+  assert.equal(chunkView(new Uint8ArrayList(new Uint8Array([0x08, 0xff, 0xff]))), null)
+  assert.equal(chunkView(new Uint8ArrayList(new Uint8Array([0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x1a, 0]))), null, 'a varint past 5 bytes')
 })

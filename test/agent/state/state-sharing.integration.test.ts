@@ -135,13 +135,14 @@ test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and i
   }
 })
 
-test('a donor\'s direct data channel out of reach, or turned off by the newcomer: the same bytes over a libp2p stream', { timeout: 240_000 }, async () => {
+test('a donor\'s direct data channel out of reach, or turned off by the newcomer: the same bytes over a libp2p stream; served from a data thread: over it', { timeout: 240_000 }, async () => {
   const peers = await startPeers(3)
   const sharings: StateSharing[] = []
   let averager: DecentralizedAverager | undefined
   try {
     const state: NamedTensor[] = [{ name: 'w', shape: [200, 300], data: fill(200 * 300, 3) }]
-    averager = await DecentralizedAverager.create(peers.nodes[0], state, { ...DEFAULT_AVERAGER_CONFIG, prefix: PREFIX, requestTimeout: 1.5 }, {})
+    // Its data channel on a data thread: the state's frames cross to the thread as copies, never the tensor's buffer.
+    averager = await DecentralizedAverager.create(peers.nodes[0], state, { ...DEFAULT_AVERAGER_CONFIG, prefix: PREFIX, requestTimeout: 1.5, dataThreads: 1 }, {})
     const endpoint = averager.directEndpoint()
     assert.ok(endpoint !== undefined && endpoint.port > 0, 'the averager listens for direct channels')
     // The donor announces a port nobody listens on: the newcomer's TLS dial is refused.
@@ -168,6 +169,9 @@ test('a donor\'s direct data channel out of reach, or turned off by the newcomer
     const off = await sharing(peers, 1, { directChannel: false }).download([{ name: 'w', shape: [200, 300] }])
     assert.equal(off?.path, 'libp2p')
     assert.ok(bytesOf(off.tensors[0].data).equals(bytesOf(state[0].data)))
+    assert.ok(direct !== null && bytesOf(direct.tensors[0].data).equals(bytesOf(state[0].data)))
+    assert.equal(averager.dataChannel.threads, 1)
+    assert.equal(state[0].data.byteLength, 200 * 300 * 4, 'the donor\'s tensor was not handed to the thread')
   } finally {
     await Promise.allSettled(sharings.map(async s => { await s.stop() }))
     await averager?.shutdown()

@@ -8,6 +8,7 @@
  * process of bench/peers/hivemind_state.py (its DecentralizedAverager.load_state_from_peers, hivemind's
  * defaults: no compression, 64 KiB parts), their CPU counting their DHT, averager and p2pd processes.
  *
+ * --into: the newcomer downloads into zero tensors it allocated before (the sidecar's way: into its averager's).
  * With --mbit, each side runs in a network namespace of its own, its link shaped to that rate both ways
  * (tc tbf, as bench:links builds them; root needed; no added delay, this kernel has no netem).
  *
@@ -85,7 +86,7 @@ async function donor (mib: number, host: string): Promise<void> {
 }
 
 /** The newcomer: downloads from the donor whose address its parent sends, checks every value, reports time and CPU. */
-async function newcomer (mib: number, host: string, path: DataChannelKind, addr: string): Promise<void> {
+async function newcomer (mib: number, host: string, path: DataChannelKind, addr: string, into: boolean): Promise<void> {
   const node = await startNode(host)
   await node.dial(multiaddr(addr))
   const deadline = Date.now() + 60_000
@@ -95,6 +96,8 @@ async function newcomer (mib: number, host: string, path: DataChannelKind, addr:
   }
   const sharing = new StateSharing(node, { prefix: PREFIX, requestTimeoutMs: REQUEST_TIMEOUT_MS, directChannel: path === 'direct' })
   const expected = layout(mib)
+  // --into: written into zero tensors allocated before, as the sidecar downloads into its averager's.
+  const target = into ? expected.map(t => ({ ...t, data: new Float32Array(t.shape[0]) })) : undefined
   let state = null
   let seconds = 0
   let cpuSeconds = 0
@@ -104,7 +107,7 @@ async function newcomer (mib: number, host: string, path: DataChannelKind, addr:
     if (attempt > 0) await new Promise(resolve => setTimeout(resolve, 250))
     const cpuBefore = process.cpuUsage()
     const started = performance.now()
-    state = await sharing.download(expected)
+    state = await sharing.download(expected, undefined, target)
     seconds = (performance.now() - started) / 1000
     const cpu = process.cpuUsage(cpuBefore)
     cpuSeconds = (cpu.user + cpu.system) / 1e6
@@ -159,7 +162,7 @@ async function measure (mib: number, path: DataChannelKind, places: readonly [Pl
   let newcomerProcess: ReturnType<typeof self> | undefined
   try {
     const { addr } = await donorProcess.next()
-    newcomerProcess = self(places[1], ['--newcomer', String(mib), '--path', path, '--addr', addr as string])
+    newcomerProcess = self(places[1], ['--newcomer', String(mib), '--path', path, '--addr', addr as string, ...(values.into === true ? ['--into'] : [])])
     const { seconds, cpuSeconds } = await newcomerProcess.next()
     donorProcess.child.stdin?.write('stop\n')
     const { cpuSeconds: donorCpu } = await donorProcess.next()
@@ -217,13 +220,14 @@ const { values } = parseArgs({
     newcomer: { type: 'string' },
     host: { type: 'string', default: '127.0.0.1' },
     path: { type: 'string' },
-    addr: { type: 'string' }
+    addr: { type: 'string' },
+    into: { type: 'boolean', default: false }
   }
 })
 if (values.donor !== undefined) {
   await donor(Number(values.donor), values.host)
 } else if (values.newcomer !== undefined) {
-  await newcomer(Number(values.newcomer), values.host, values.path as DataChannelKind, values.addr ?? '').catch((err: unknown) => {
+  await newcomer(Number(values.newcomer), values.host, values.path as DataChannelKind, values.addr ?? '', values.into).catch((err: unknown) => {
     console.error(`newcomer: ${err instanceof Error ? err.message : String(err)}`)
     process.exit(1)
   })

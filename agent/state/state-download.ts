@@ -7,7 +7,7 @@ import type { DirectTransport } from '../net/direct/direct-transport.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { directHostsOf } from '../net/direct/endpoints.js'
 import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
-import { ProtocolError, TimeoutError, describeError } from '../errors.js'
+import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { CHUNK_BYTES, chunkView, MAX_CHUNK_FRAME_BYTES, MAX_HEADER_FRAME_BYTES, validateHeader, type ChunkView, type ExpectedTensor } from './state-protocol.js'
 import { Uint8ArrayList } from 'uint8arraylist'
 
@@ -24,6 +24,11 @@ export interface DownloadFromOptions {
   readonly minBytesPerSecond?: number
   /** Called after every chunk with the bytes received so far and the state's size from the header. */
   readonly onProgress?: (receivedBytes: number, totalBytes: number) => void
+  /**
+   * Arrays of the expected layout to write the state into, in place, instead of new ones: no second
+   * copy of a large state in memory (a failed download leaves them partly written: the caller's to clear).
+   */
+  readonly into?: readonly Float32Array[]
 }
 
 const DEFAULT_MIN_BYTES_PER_SECOND = 1024 * 1024
@@ -77,7 +82,11 @@ export async function downloadFrom (framed: FrameChannel, donor: string, options
     const header = decode(() => StateHeader.decode(headerFrame), 'header')
     if (header.busy) return 'busy'
     const layout = validateHeader(header, options.expected, options.maxStateBytes)
-    const arrays = layout.tensors.map(t => new Float32Array(t.elements))
+    const into = options.into
+    if (into !== undefined && (into.length !== layout.tensors.length || into.some((a, i) => a.length !== layout.tensors[i].elements))) {
+      throw new AveragingError('the arrays to download into do not have the expected layout')
+    }
+    const arrays = into ?? layout.tensors.map(t => new Float32Array(t.elements))
     let received = 0
     const deadline = Date.now() + 2 * options.requestTimeoutMs + 1000 * layout.totalBytes / (options.minBytesPerSecond ?? DEFAULT_MIN_BYTES_PER_SECOND)
     const nextWait = (): number => {
@@ -102,7 +111,7 @@ export async function downloadFrom (framed: FrameChannel, donor: string, options
         const count = bytes / 4
         // One copy, from the transport's pieces into the tensor.
         let at = offset * 4
-        const target = new Uint8Array(arrays[index].buffer)
+        const target = new Uint8Array(arrays[index].buffer, arrays[index].byteOffset, arrays[index].byteLength)
         for (const piece of chunk.data) { target.set(piece, at); at += piece.byteLength }
         framed.release?.(frame)
         if (!allFinite(arrays[index].subarray(offset, offset + count))) throw new ProtocolError(`donor ${donor} sent a non-finite value in tensor ${tensor.name}`)

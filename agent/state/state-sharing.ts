@@ -147,8 +147,24 @@ export class StateSharing {
   /**
    * Downloads the current state from a donor: tries donors in spreading order until one serves
    * it, then goes back to the busy ones a few times. Null when none could.
+   *
+   * `into`: tensors of the expected layout, holding zeros, that the state is written into in place
+   * (the sidecar's averager tensors: a 4 GB state is then not held twice); the result's tensors are
+   * they. When no donor served the state whole they are zeros again.
    */
-  async download (expected?: readonly ExpectedTensor[], onProgress?: (progress: DownloadProgress) => void): Promise<DownloadResult | null> {
+  async download (expected?: readonly ExpectedTensor[], onProgress?: (progress: DownloadProgress) => void, into?: readonly NamedTensor[]): Promise<DownloadResult | null> {
+    if (into !== undefined && expected === undefined) throw new AveragingError('a download into given tensors needs their expected layout')
+    let result: DownloadResult | null = null
+    try {
+      result = await this.tryDonors(expected, onProgress, into)
+      return result
+    } finally {
+      // A donor that failed midway left part of its state there.
+      if (result === null) for (const t of into ?? []) t.data.fill(0)
+    }
+  }
+
+  private async tryDonors (expected: readonly ExpectedTensor[] | undefined, onProgress: ((progress: DownloadProgress) => void) | undefined, into: readonly NamedTensor[] | undefined): Promise<DownloadResult | null> {
     let entries: StoredEntry[]
     if (this.options.peersFirst !== undefined && routingTableSize(this.node) === 0) {
       this.options.log?.info('no peer connected yet: waiting for the swarm\'s agents to dial us before looking for its state')
@@ -186,6 +202,7 @@ export class StateSharing {
             maxStateBytes: this.options.maxStateBytes ?? DEFAULT_MAX_STATE_BYTES,
             minBytesPerSecond: this.options.minDownloadBytesPerSecond,
             expected,
+            ...(into === undefined ? {} : { into: into.map(t => t.data) }),
             onProgress: (received, total) => {
               progress ??= new TransferProgress(`downloading the swarm's state from ${donor}`, total, line => { this.options.log?.info(line) }, this.options.progressIntervalMs)
               progress.update(received)

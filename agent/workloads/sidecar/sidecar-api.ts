@@ -190,13 +190,15 @@ export class SidecarApi {
 
   /** A newcomer starts from a live peer's tensors when one offers them, else from the newest checkpoint. */
   private async loadState (averager: DecentralizedAverager, schema: readonly StoredTensor[]): Promise<void> {
-    const downloaded = await this.sharing?.download(schema.map(t => ({ name: t.name, shape: t.shape })), (p) => { this.loading = p }).catch((err: unknown) => {
+    // Straight into the averager's tensors (zeros until now, and zeros again if no donor serves them):
+    // a state of gigabytes is not held twice.
+    const expected = schema.map(t => ({ name: t.name, shape: t.shape }))
+    // A failed download is logged and the agent goes on without it; a failure of the averager itself fails the register.
+    const downloaded = await averager.withTensors(async ts => await this.sharing?.download(expected, (p) => { this.loading = p }, ts).catch((err: unknown) => {
       this.ctx.log.warn({ err: describeError(err) }, 'state download failed')
       return null
-    }).finally(() => { this.loading = undefined })
+    })).finally(() => { this.loading = undefined })
     if (downloaded != null) {
-      const byName = new Map(downloaded.tensors.map(t => [t.name, t.data]))
-      await averager.withTensors(ts => { ts.forEach(t => { const d = byName.get(t.name); if (d !== undefined && d.length === t.data.length) t.data.set(d) }) })
       this.ctx.log.info({ donor: downloaded.donor }, 'sidecar loaded the swarm state from a peer')
       const round = Number(downloaded.metadata.round)
       this.rounds = Number.isSafeInteger(round) && round > 0 ? round : 0

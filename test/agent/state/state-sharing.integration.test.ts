@@ -240,8 +240,8 @@ function framedOf (stream: Stream): FramedStream {
   return new FramedStream(stream, { maxFrameBytes: 1024 })
 }
 
-test('hostile donors (garbage, absurd shapes, wrong chunks, a trickle, silence) make the newcomer fall back to an honest donor', { timeout: 240_000 }, async () => {
-  const peers = await startPeers(9)
+test('hostile donors (garbage, absurd shapes, wrong chunks, half a state then NaN, a trickle, silence) make the newcomer fall back to an honest donor; a download into given tensors leaves them zeros when only those answer', { timeout: 240_000 }, async () => {
+  const peers = await startPeers(10)
   const sharings: StateSharing[] = []
   try {
     const state: NamedTensor[] = [{ name: 'w', shape: [40000], data: fill(40000, 3) }]
@@ -274,6 +274,13 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, a trickle, silence) 
         await f.write(StateChunk.encode({ tensorIndex: 0, offset: 0, data: new Uint8Array(6) }))
         await f.closeWrite()
       }],
+      ['half a state, then NaN', async (stream) => {
+        const f = framedOf(stream)
+        await f.write(goodHeader)
+        await f.write(StateChunk.encode({ tensorIndex: 0, offset: 0, data: bytesOf(fill(16384, 9)) }))
+        await f.write(StateChunk.encode({ tensorIndex: 0, offset: 16384, data: bytesOf(new Float32Array(16384).fill(NaN)) }))
+        await f.closeWrite()
+      }],
       ['trickle of one value per 300 ms', async (stream) => {
         const f = framedOf(stream)
         await f.write(goodHeader)
@@ -291,20 +298,22 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, a trickle, silence) 
     ]
     const hostileIds = new Map<string, string>()
     for (const [k, [name, behave]] of behaviours.entries()) {
-      // nodes 1..7 are hostile; node 8 is the newcomer
+      // nodes 1..8 are hostile; node 9 is the newcomer
       await hostileDonor(peers, k + 1, behave)
       hostileIds.set(peers.nodes[k + 1].peerId.toString(), name)
     }
-    for (const expected of [[{ name: 'w', shape: [40000] }], undefined]) {
+    const into = [{ name: 'w', shape: [40000], data: new Float32Array(40000) }]
+    for (const [expected, target] of [[[{ name: 'w', shape: [40000] }], undefined], [undefined, undefined], [[{ name: 'w', shape: [40000] }], into]] as const) {
       const failures: string[] = []
-      const newcomer = new StateSharing(peers.nodes[8], {
+      const newcomer = new StateSharing(peers.nodes[9], {
         prefix: PREFIX,
         requestTimeoutMs: 1000,
         log: linesLog((msg) => { if (msg.includes('failed')) failures.push(msg) })
       })
       const started = Date.now()
-      const result = await newcomer.download(expected)
+      const result = await newcomer.download(expected, undefined, target)
       assert.ok(result != null, 'the newcomer fell back to the honest donor')
+      if (target !== undefined) assert.equal(result.tensors[0].data, target[0].data, 'written into the given tensor, not a new one')
       assert.equal(result.donor, peers.nodes[0].peerId.toString())
       assert.deepEqual(result.metadata, { honest: true })
       assert.ok(bytesOf(result.tensors[0].data).equals(bytesOf(state[0].data)))
@@ -314,7 +323,13 @@ test('hostile donors (garbage, absurd shapes, wrong chunks, a trickle, silence) 
       // Silence costs one 1 s read timeout, the trickle its ~2.2 s transfer deadline.
       assert.ok(Date.now() - started < 15_000, `the slow donors were given up on within ${Date.now() - started} ms`)
     }
-    assert.ok(peers.nodes[8].status === 'started', 'the newcomer is still running')
+    assert.ok(peers.nodes[9].status === 'started', 'the newcomer is still running')
+    // Only hostile donors left: the given tensor, half-written by one of them, is zeros again.
+    await honest.stop()
+    into[0].data.fill(0)
+    const none = await new StateSharing(peers.nodes[9], { prefix: PREFIX, requestTimeoutMs: 1000 }).download([{ name: 'w', shape: [40000] }], undefined, into)
+    assert.equal(none, null)
+    assert.ok(into[0].data.every(v => v === 0), 'zeros again after the failed downloads')
   } finally {
     await Promise.allSettled(sharings.map(async s => { await s.stop() }))
     await peers.stop()

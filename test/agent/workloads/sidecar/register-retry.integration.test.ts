@@ -19,7 +19,7 @@ test('a register that fails after its averager started leaves the rendezvous ser
     const first = await Promise.all(clients.slice(0, 2).map(async (c, i) => await c.step(values(i), { timeout: 30 })))
     assert.ok(first.every(r => r.averaged), first.map(r => r.error).join('; '))
 
-    // Agent 2's first averager fails while loading the downloaded state.
+    // Agent 2's first averager fails when its tensors are taken to load the swarm's state into.
     const ctx = swarm.agents[2].ctx
     assert.ok(ctx !== undefined)
     const create = ctx.createAverager.bind(ctx)

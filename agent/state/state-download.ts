@@ -34,7 +34,7 @@ export interface DownloadFromOptions {
 const DEFAULT_MIN_BYTES_PER_SECOND = 1024 * 1024
 
 /** Frames a download reads: the header is the largest, chunks are checked against their own bound. */
-export const DOWNLOAD_FRAME_BOUNDS = { maxFrameBytes: MAX_HEADER_FRAME_BYTES, maxQueuedFrames: 32 } as const
+const DOWNLOAD_FRAME_BOUNDS = { maxFrameBytes: MAX_HEADER_FRAME_BYTES, maxQueuedFrames: 32 } as const
 
 /** A libp2p stream to the donor's state protocol. */
 export async function openStateStream (node: SwarmNode, donor: string, protocol: string, timeoutMs: number): Promise<FrameChannel> {
@@ -95,6 +95,7 @@ export async function downloadFrom (framed: FrameChannel, donor: string, options
       return Math.min(options.requestTimeoutMs, left)
     }
     for (const [index, tensor] of layout.tensors.entries()) {
+      const target = new Uint8Array(arrays[index].buffer, arrays[index].byteOffset, arrays[index].byteLength)
       let offset = 0
       while (offset < tensor.elements) {
         const frame = await framed.readPieces(nextWait())
@@ -111,7 +112,6 @@ export async function downloadFrom (framed: FrameChannel, donor: string, options
         const count = bytes / 4
         // One copy, from the transport's pieces into the tensor.
         let at = offset * 4
-        const target = new Uint8Array(arrays[index].buffer, arrays[index].byteOffset, arrays[index].byteLength)
         for (const piece of chunk.data) { target.set(piece, at); at += piece.byteLength }
         framed.release?.(frame)
         if (!allFinite(arrays[index].subarray(offset, offset + count))) throw new ProtocolError(`donor ${donor} sent a non-finite value in tensor ${tensor.name}`)

@@ -116,6 +116,7 @@ export class ReducerSide {
     }
     const link: SenderLink = { framed, pendingWrites: 0, chain: Promise.resolve(), released: false }
     this.links.set(slot, link)
+    ctx.channelWith(peerIndex, framed.kind)
     try {
       await framed.write(AggregateReply.encode({ code: MatchCode.ACCEPTED, reason: '' }))
       const base = ctx.plan.spanStart[ctx.me]
@@ -131,8 +132,7 @@ export class ReducerSide {
         const bytes = await framed.readPieces(ctx.options.senderTimeoutMs)
         if (this.handedOffAt !== undefined) break
         if (bytes == null) throw new ProtocolError(`sender ${from} stopped after ${k} of ${ctx.spanParts.length} parts`)
-        ctx.bytesReceived += bytes.byteLength
-        ctx.heardFrom(peerIndex)
+        ctx.heardFrom(peerIndex, bytes.byteLength)
         const part = decodeTensorPartPieces(bytes)
         const expected = ctx.spanParts[k]
         if (part.partIndex !== base + k) throw new ProtocolError(`sender ${from} sent part ${part.partIndex} where ${base + k} was due`)
@@ -304,7 +304,7 @@ export class ReducerSide {
     const { ctx } = this
     const what = this.links.has(slot) ? `sent no part ${ctx.plan.spanStart[ctx.me] + part}` : 'never connected'
     const ms = (x: number): number => Math.round(x)
-    const when = checkUnanswered ? `and did not answer a liveness check within ${ms(ctx.aliveCheckMs)} ms` : 'within the adaptive deadline'
+    const when = checkUnanswered ? `and did not answer a liveness check within ${ms(ctx.lastCheckMs(ctx.plan.senders[slot]))} ms` : 'within the adaptive deadline'
     this.banSender(slot, `${what} ${when}: waited ${ms(waitedMs)} ms, limit ${ms(wait.limitMs)} ms ` +
       `(median ${ms(wait.medianMs)} ms, MAD ${ms(wait.madMs)} ms of the waits of ${samples} sender(s) that delivered it)`, 'adaptive')
   }

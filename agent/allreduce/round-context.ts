@@ -2,8 +2,10 @@ import { makePlan, partView, type AllReducePlan } from './plan.js'
 import { Timeline } from './timeline.js'
 import { createReduceKernels, type ReduceKernels } from '../kernels/reduce-kernels.js'
 import { PART_WINDOW } from './aggregate-protocol.js'
+import { aliveCheckBudgetMs } from './check-budget.js'
 import type { AllReduceOptions } from './runner.js'
 import type { Part } from './partition.js'
+import type { DataChannelKind } from '../net/frame-channel.js'
 
 /**
  * What both sides of one all-reduce share (runner.ts): the plan and our place in it, the round's
@@ -34,6 +36,16 @@ export class RoundContext {
   partsKeptLocal = 0
   /** Liveness checks waiting for bytes from each member (group index), in either role (checkAlive). */
   private readonly awaitingBytes = new Map<number, Array<() => void>>()
+  /** Bytes of parts and means read from each member (group index) this round, and when the last of them came (ms into the round). */
+  private readonly bytesFrom: number[]
+  private readonly lastFromMs: number[]
+  private lastAnyMs = 0
+  /** Encoded bytes of each member's span (group index). */
+  private readonly spanBytes: number[]
+  /** Members whose parts or means, either way, take libp2p streams: their checks share that connection (check-budget.ts). */
+  private readonly onLibp2p = new Set<number>()
+  /** The bound each member's latest liveness check ran under (for the cut-off's message). */
+  private readonly checkedWithin = new Map<number, number>()
 
   constructor (readonly options: AllReduceOptions) {
     const { group } = options
@@ -42,12 +54,38 @@ export class RoundContext {
     this.mySlot = this.plan.senders.indexOf(this.me)
     this.spanParts = this.plan.parts.slice(this.plan.spanStart[this.me], this.plan.spanEnd[this.me])
     this.kernels = createReduceKernels(this.spanParts.length > 0 ? PART_WINDOW : 0, Math.max(1, this.plan.maxPartElements), options.kernels)
+    this.bytesFrom = group.peerIds.map(() => 0)
+    this.lastFromMs = group.peerIds.map(() => 0)
+    this.spanBytes = group.peerIds.map((_, i) => {
+      let bytes = 0
+      for (let k = this.plan.spanStart[i]; k < this.plan.spanEnd[i]; k++) bytes += options.codec.encodedLength(this.plan.parts[k].length)
+      return bytes
+    })
   }
 
   /** The peer id of member m (group index). */
   peer (m: number): string { return this.options.group.peerIds[m] }
 
   get aliveCheckMs (): number { return this.options.aliveCheckMs ?? this.options.deadlineSlackMs / 2 }
+
+  /** How long a liveness check of member m may go unanswered (check-budget.ts): more where it shares a connection with parts and means. */
+  aliveCheckMsFor (m: number): number {
+    if (!this.onLibp2p.has(m)) return this.aliveCheckMs
+    return aliveCheckBudgetMs(this.aliveCheckMs, {
+      exchangeBytes: this.spanBytes[m] + this.spanBytes[this.me],
+      fromMember: { bytes: this.bytesFrom[m], activeMs: this.lastFromMs[m] },
+      fromAll: { bytes: this.bytesReceived, activeMs: this.lastAnyMs },
+      members: this.bytesFrom.length - 1
+    })
+  }
+
+  /** The bound member m's latest liveness check ran under. */
+  lastCheckMs (m: number): number { return this.checkedWithin.get(m) ?? this.aliveCheckMs }
+
+  /** A channel to or from member m opened: of its kind depends how long m's liveness checks may take. */
+  channelWith (m: number, kind: DataChannelKind): void {
+    if (kind === 'libp2p') this.onLibp2p.add(m)
+  }
 
   /** local += alpha * (mean - local) on one part of our tensors. */
   applyMean (part: Part, mean: Float32Array): void {
@@ -57,8 +95,11 @@ export class RoundContext {
     else for (let i = 0; i < local.length; i++) local[i] += alpha * (mean[i] - local[i])
   }
 
-  /** A frame from member m arrived: the liveness checks waiting on it have their answer. */
-  heardFrom (m: number): void {
+  /** A frame of `bytes` from member m arrived: counted, and the liveness checks waiting on it have their answer. */
+  heardFrom (m: number, bytes: number): void {
+    this.bytesReceived += bytes
+    this.bytesFrom[m] += bytes
+    this.lastFromMs[m] = this.lastAnyMs = Date.now() - this.started
     const waiting = this.awaitingBytes.get(m)
     if (waiting === undefined) return
     this.awaitingBytes.delete(m)
@@ -71,14 +112,18 @@ export class RoundContext {
    * the libp2p data path the check travels the connection that carries its parts and means, behind
    * them (four agents × 25M over libp2p on 100 Mbit/s links cut healthy members off for checks
    * unanswered in 2 s while their parts were arriving). Only bytes sent after the check began count:
-   * a member frozen mid-transfer still delivers what was in flight.
+   * a member frozen mid-transfer still delivers what was in flight. On that path the check is also
+   * given the time the bytes ahead of it take (aliveCheckMsFor): a flow can starve for seconds
+   * behind its siblings and nothing arrives either way.
    */
   async checkAlive (m: number, role: 'sender' | 'reducer'): Promise<boolean | 'unknown'> {
     const peer = this.peer(m)
     let heard = (): void => {}
     const bytes = new Promise<'bytes'>(resolve => { heard = () => { resolve('bytes') } })
     this.awaitingBytes.set(m, [...(this.awaitingBytes.get(m) ?? []), heard])
-    const verdict = await Promise.race([bytes, this.options.alive!(peer, this.aliveCheckMs, this.abort.signal)])
+    const withinMs = this.aliveCheckMsFor(m)
+    this.checkedWithin.set(m, withinMs)
+    const verdict = await Promise.race([bytes, this.options.alive!(peer, withinMs, this.abort.signal)])
     const waiting = this.awaitingBytes.get(m)?.filter(w => w !== heard)
     if (waiting !== undefined && waiting.length > 0) this.awaitingBytes.set(m, waiting)
     else this.awaitingBytes.delete(m)
@@ -88,7 +133,7 @@ export class RoundContext {
     }
     const answered = verdict
     if (!this.abort.signal.aborted) {
-      this.options.log?.debug(`${role} ${peer}, late, ${answered === 'unknown' ? 'gave no verdict to a liveness check: judged at its limit' : answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'}`)
+      this.options.log?.debug(`${role} ${peer}, late, ${answered === 'unknown' ? 'gave no verdict to a liveness check: judged at its limit' : answered ? 'answered a liveness check: waiting on' : 'did not answer a liveness check'} (bound ${Math.round(withinMs)} ms)`)
     }
     return answered
   }

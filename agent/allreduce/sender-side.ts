@@ -164,6 +164,7 @@ export class SenderSide {
     if (reused) this.reusedChannels++
     else this.channels[framed.kind]++
     this.reducerChannels.set(r, framed)
+    ctx.channelWith(r, framed.kind)
     const cut = this.reducersCutOff.get(r)
     if (cut !== undefined) throw cut
     const onAbort = (): void => { framed.abort(new TimeoutError('all-reduce timed out')) }
@@ -187,8 +188,7 @@ export class SenderSide {
     for (let index = start; index < end; index++) {
       const bytes = await framed.readPieces(options.reducerTimeoutMs)
       if (bytes == null) throw new ProtocolError(`reducer ${peer} stopped after ${index - start} of ${end - start} parts`)
-      ctx.bytesReceived += bytes.byteLength
-      ctx.heardFrom(r)
+      ctx.heardFrom(r, bytes.byteLength)
       const result = decodeTensorPartPieces(bytes)
       if (result.partIndex !== index) throw new ProtocolError(`reducer ${peer} answered part ${result.partIndex} where ${index} was due`)
       if (result.handedOff) {
@@ -237,7 +237,7 @@ export class SenderSide {
     const { ctx } = this
     const peer = ctx.peer(reducer)
     const ms = (x: number): number => Math.round(x)
-    const when = checkUnanswered ? `and did not answer a liveness check within ${ms(ctx.aliveCheckMs)} ms` : 'within the adaptive deadline'
+    const when = checkUnanswered ? `and did not answer a liveness check within ${ms(ctx.lastCheckMs(reducer))} ms` : 'within the adaptive deadline'
     const why = new ProtocolError(unanswered
       ? `reducer ${peer} owes us ${unaccepted ? 'its acceptance of our stream' : `the mean of part ${ctx.plan.spanStart[reducer] + part}`}, and as a sender it was silent and did not answer a liveness check: not waited for`
       : unaccepted

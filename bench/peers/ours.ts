@@ -14,8 +14,11 @@ import { DecentralizedAverager, DEFAULT_AVERAGER_CONFIG } from '../../agent/aver
 import { isCompressionName } from '../../agent/compression/index.js'
 import { linesLog } from '../../agent/log.js'
 
+/** Wall-clock time on every log line: the ranks' logs line up with each other and with outside samples (ss, tc). */
+const clock = (): string => new Date().toISOString().slice(11, 23)
+
 await runBenchPeer(async (env) => {
-  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`], rendezvous: { requestTimeoutMs: 2000, log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) }) } })
+  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`], rendezvous: { requestTimeoutMs: 2000, log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank} ${clock()}] ${msg}\n`) }) } })
   const data = new Float32Array(env.elements)
   const compression = env.compression
   if (!isCompressionName(compression) && compression !== 'auto') throw new Error(`unknown compression ${compression}`)
@@ -49,7 +52,7 @@ await runBenchPeer(async (env) => {
         dataThreads,
         dataHost: benchHost(),
         ...(bandwidth !== undefined ? { bandwidth } : {})
-      }, { log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank}] ${msg}\n`) }) })
+      }, { log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank} ${clock()}] ${msg}\n`) }) })
     },
     prepare () { fillTensor(data, env.rank) },
     async allReduce () {

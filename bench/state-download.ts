@@ -209,21 +209,42 @@ async function measureHivemind (mib: number, places: readonly [Place, Place]): P
   }
 }
 
-const { values } = parseArgs({
-  options: {
-    mib: { type: 'string', default: '256,1024' },
-    paths: { type: 'string', default: 'direct,libp2p' },
-    repeats: { type: 'string', default: '1' },
-    mbit: { type: 'string' },
-    // The roles this file plays as a child.
-    donor: { type: 'string' },
-    newcomer: { type: 'string' },
-    host: { type: 'string', default: '127.0.0.1' },
-    path: { type: 'string' },
-    addr: { type: 'string' },
-    into: { type: 'boolean', default: false }
+const OPTIONS = {
+  mib: { type: 'string', default: '256,1024' },
+  paths: { type: 'string', default: 'direct,libp2p' },
+  repeats: { type: 'string', default: '1' },
+  mbit: { type: 'string' },
+  // The roles this file plays as a child.
+  donor: { type: 'string' },
+  newcomer: { type: 'string' },
+  host: { type: 'string', default: '127.0.0.1' },
+  path: { type: 'string' },
+  addr: { type: 'string' },
+  into: { type: 'boolean', default: false },
+  help: { type: 'boolean', default: false }
+} as const
+
+const USAGE = `npm run bench:state-download -- [options]
+  --mib LIST     state sizes in MiB, comma-separated (default 256,1024)
+  --paths LIST   direct, libp2p and/or hivemind, comma-separated (default direct,libp2p; hivemind: npm run bench:setup first)
+  --repeats N    runs of each row (default 1)
+  --mbit LIST    link rates in Mbit/s, comma-separated: each side in a network namespace, tbf both ways (root); default loopback
+  --into         the newcomer downloads into tensors it allocated before (the sidecar's way)
+  --help         this text`
+
+const { values } = (() => {
+  try {
+    return parseArgs({ options: OPTIONS })
+  } catch (err) {
+    // An unknown or malformed option: one sentence and the usage, no stack.
+    console.error(`bench:state-download: ${err instanceof Error ? err.message : String(err)}\n${USAGE}`)
+    process.exit(2)
   }
-})
+})()
+if (values.help) {
+  console.log(USAGE)
+  process.exit(0)
+}
 if (values.donor !== undefined) {
   await donor(Number(values.donor), values.host)
 } else if (values.newcomer !== undefined) {

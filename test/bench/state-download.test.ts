@@ -22,3 +22,14 @@ test('bench:state-download: a donor process serves 8 MiB over the direct data ch
     assert.ok(seconds > 0 && rate > 0 && newcomerCpu > 0 && donorCpu > 0, row)
   }
 })
+
+test('bench:state-download: --help prints the options; an unknown option is one sentence and the usage, exit 2, no stack', async () => {
+  const run = promisify(execFile)
+  const { stdout } = await run(process.execPath, ['dist/bench/state-download.js', '--help'], { cwd: ROOT })
+  for (const option of ['--mib', '--paths', '--repeats', '--mbit', '--into']) assert.ok(stdout.includes(option), `--help names ${option}:\n${stdout}`)
+  const failed = await run(process.execPath, ['dist/bench/state-download.js', '--mbits', '100'], { cwd: ROOT }).then(() => undefined, (err: { code: number, stderr: string }) => err)
+  assert.ok(failed !== undefined, 'a misspelt option runs nothing')
+  assert.equal(failed.code, 2)
+  assert.match(failed.stderr.split('\n')[0], /^bench:state-download: Unknown option '--mbits'/)
+  assert.ok(!failed.stderr.includes('    at '), `no stack:\n${failed.stderr}`)
+})

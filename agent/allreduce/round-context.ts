@@ -39,7 +39,6 @@ export class RoundContext {
   /** Bytes of parts and means read from each member (group index) this round, and when the last of them came (ms into the round). */
   private readonly bytesFrom: number[]
   private readonly lastFromMs: number[]
-  private lastAnyMs = 0
   /** Encoded bytes of each member's span (group index). */
   private readonly spanBytes: number[]
   /** Members whose parts or means, either way, take libp2p streams: their checks share that connection (check-budget.ts). */
@@ -74,7 +73,7 @@ export class RoundContext {
     return aliveCheckBudgetMs(this.aliveCheckMs, {
       exchangeBytes: this.spanBytes[m] + this.spanBytes[this.me],
       fromMember: { bytes: this.bytesFrom[m], activeMs: this.lastFromMs[m] },
-      fromAll: { bytes: this.bytesReceived, activeMs: this.lastAnyMs },
+      fromAll: { bytes: this.bytesReceived, activeMs: Math.max(...this.lastFromMs) },
       members: this.bytesFrom.length - 1
     })
   }
@@ -99,7 +98,7 @@ export class RoundContext {
   heardFrom (m: number, bytes: number): void {
     this.bytesReceived += bytes
     this.bytesFrom[m] += bytes
-    this.lastFromMs[m] = this.lastAnyMs = Date.now() - this.started
+    this.lastFromMs[m] = Date.now() - this.started
     const waiting = this.awaitingBytes.get(m)
     if (waiting === undefined) return
     this.awaitingBytes.delete(m)

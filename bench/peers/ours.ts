@@ -18,7 +18,8 @@ import { linesLog } from '../../agent/log.js'
 const clock = (): string => new Date().toISOString().slice(11, 23)
 
 await runBenchPeer(async (env) => {
-  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`], rendezvous: { requestTimeoutMs: 2000, log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank} ${clock()}] ${msg}\n`) }) } })
+  const log = linesLog((msg) => { process.stderr.write(`[ours ${env.rank} ${clock()}] ${msg}\n`) })
+  const node = await createSwarmNode({ listen: [`/ip4/${benchHost()}/tcp/0`], rendezvous: { requestTimeoutMs: 2000, log } })
   const data = new Float32Array(env.elements)
   const compression = env.compression
   if (!isCompressionName(compression) && compression !== 'auto') throw new Error(`unknown compression ${compression}`)
@@ -52,7 +53,7 @@ await runBenchPeer(async (env) => {
         dataThreads,
         dataHost: benchHost(),
         ...(bandwidth !== undefined ? { bandwidth } : {})
-      }, { log: linesLog((msg) => { process.stderr.write(`[ours ${env.rank} ${clock()}] ${msg}\n`) }) })
+      }, { log })
     },
     prepare () { fillTensor(data, env.rank) },
     async allReduce () {

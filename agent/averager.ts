@@ -24,6 +24,8 @@ import { untilOrDeadline } from './util/wakeable-sleep.js'
 import { SETTLE_MAX_MS } from './net/bootstrap.js'
 import type { ArrivalClock } from './matchmaking/arrivals.js'
 import { ownAddrBytes, rememberAddrs } from './net/rpc.js'
+import { dataAddrsToWire } from './net/direct/endpoints.js'
+import type { Multiaddr } from '@multiformats/multiaddr'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { defaultKernelBackend, type KernelBackend } from './kernels/reduce-kernels.js'
 import { AVERAGING_PARAMETERS, type AveragingKey, type AveragingParameter } from '../api/averaging-parameters.js'
@@ -155,6 +157,11 @@ export interface AveragerHooks {
   readonly onEarlyAssembly?: (savedSeconds: number) => void
   /** The matchmaker's memory of followers' arrival delays (default: a new one; tests pass one already filled). */
   readonly arrivals?: ArrivalClock
+  /**
+   * Where our data port is reached at another port, by host (AVS_ANNOUNCE_FILE's data entries: a
+   * node port), sent to every group with the port; asked before each step, since the file may change.
+   */
+  readonly dataAddrs?: () => readonly Multiaddr[]
 }
 
 const encoder = new TextEncoder()
@@ -378,6 +385,7 @@ export class DecentralizedAverager {
       mode: wireMode(config.mode), bandwidth: this.declaredBandwidth, weight,
       secondsNone: times.none, secondsFloat16: times.float16, userData: userData as Uint8Array<ArrayBuffer>,
       dataPort: this.directServer?.port ?? 0,
+      dataAddrs: this.directServer == null ? [] : dataAddrsToWire(this.hooks.dataAddrs?.() ?? []),
       addrs: ownAddrBytes(this.node).slice(0, 16) as Array<Uint8Array<ArrayBuffer>>,
       round: options.round ?? 0
     }

@@ -5,6 +5,7 @@ import type { Server } from 'node:http'
 import { pino, type Logger } from 'pino'
 import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { prometheusMetrics } from '@libp2p/prometheus-metrics'
+import type { Multiaddr } from '@multiformats/multiaddr'
 import { loadAgentConfig, type AgentConfig } from './config.js'
 import { createSwarmNode, type SwarmNode } from './net/node.js'
 import { AnnounceFile } from './net/announce-file.js'
@@ -188,7 +189,7 @@ async function createAverager (node: SwarmNode, config: AgentConfig, metrics: Ag
  * Newcomers start from a live peer's tensors (hivemind's load_state_from_peers); every agent
  * then offers its own. Auxiliary and client peers hold no state worth sharing.
  */
-function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log): StateSharing | undefined {
+function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log, announce: AnnounceFile | undefined): StateSharing | undefined {
   // A bootstrap agent with no bootstrap peers of its own is dialled by the others: restarted, it
   // waits for them before it looks for the swarm's state (unless the membership says it is alone).
   const membership = config.membersDir !== undefined ? readMembership(config.membersDir) : undefined
@@ -198,6 +199,7 @@ function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMe
       prefix: config.averager.prefix,
       requestTimeoutMs: config.averager.requestTimeout * 1000,
       directChannel: (config.averager.dataChannel ?? 'direct') === 'direct',
+      ...dataAddrsOf(announce),
       ...(lone ? { peersFirst: async () => await awaitFirstPeer(node) } : {}),
       log: log.child({ component: 'state' }),
       onUpload: (outcome) => { if (outcome === 'served') metrics.stateUploads.inc() },
@@ -223,6 +225,11 @@ function loadConfig (): AgentConfig | undefined {
     process.stderr.write(`${fatalLine('agent configuration is invalid', err)}\n`)
     return undefined
   }
+}
+
+/** Where the announce file says our data port is reached (a node port), for the averager and state sharing. */
+function dataAddrsOf (announce: AnnounceFile | undefined): { dataAddrs?: () => readonly Multiaddr[] } {
+  return announce === undefined ? {} : { dataAddrs: () => announce.dataAddrs }
 }
 
 /** The addresses of AVS_ANNOUNCE_FILE, read once before the node starts; undefined without one. */
@@ -292,13 +299,13 @@ async function main (): Promise<number> {
     node, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
     checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline, completionOnTrainerExit: config.completionOnTrainerExit,
     createAverager: async (tensors, hooks) => {
-      const averager = await createAverager(node, config, metrics, log, tensors, { ...hooks, routed })
+      const averager = await createAverager(node, config, metrics, log, tensors, { ...hooks, routed, ...dataAddrsOf(announce) })
       handOffOnNotice(shutdown.signal, averager)
       return averager
     },
     setReady: (value) => { ready = value && joined }
   }
-  const stateSharing = stateSharingFor(node, config, metrics, log)
+  const stateSharing = stateSharingFor(node, config, metrics, log, announce)
   try {
     if (joined) await workloadOf(config, ctx, stateSharing).run()
   } finally {

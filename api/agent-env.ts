@@ -19,6 +19,12 @@ const AVERAGING_ENV = Object.fromEntries(AVERAGING_KEYS.map(k => {
   return [k, { name: p.env, description: p.description, ...(p.default === undefined ? {} : { default: String(p.default) }), ...(k === 'prefix' ? { required: true } : {}) }]
 })) as Record<AveragingKey, EnvVarSpec>
 
+/**
+ * How an AVS_ANNOUNCE_FILE entry names where the agent's data port is reached at another port (a
+ * node port), instead of a libp2p address: `data=/ip4/<host>/tcp/<port>`. The operator writes it.
+ */
+export const ANNOUNCE_DATA_PREFIX = 'data='
+
 export const AGENT_ENV = {
   swarm: { name: 'AVS_SWARM', description: 'Name of the AveragingSwarm this agent belongs to (metric label).', required: true },
   namespace: { name: 'AVS_NAMESPACE', description: 'Kubernetes namespace of the swarm.', default: 'default' },
@@ -29,7 +35,7 @@ export const AGENT_ENV = {
   p2pPort: { name: 'AVS_P2P_PORT', description: 'TCP port for libp2p.', default: '31337' },
   announceAddrs: { name: 'AVS_ANNOUNCE_ADDRS', description: 'Comma-separated multiaddrs to announce instead of the listen address.' },
   membersDir: { name: 'AVS_MEMBERS_DIR', description: 'A folder holding the swarm\'s member count (`members`) and bootstrap count (`bootstrap`), reread before each round: an agent whose initial group bits are empty places itself on the Moshpit grid by its rank from its pod name. The operator mounts it (the <swarm>-members ConfigMap, rewritten when the swarm is scaled); missing files leave every agent under one key.' },
-  announceFile: { name: 'AVS_ANNOUNCE_FILE', description: 'A file of comma-separated multiaddrs (without /p2p) announced before the other addresses, reread every few seconds; a missing file announces nothing extra. The operator mounts it for swarms with spec.network.expose (a node\'s or a load balancer\'s address, known only after the pod started).' },
+  announceFile: { name: 'AVS_ANNOUNCE_FILE', description: 'A file of comma-separated multiaddrs (without /p2p) announced before the other addresses, reread every few seconds; a missing file announces nothing extra. An entry data=/ip4/<host>/tcp/<port> says where the direct data channel is reached at another port than AVS_DATA_PORT (a node port). The operator mounts it for swarms with spec.network.expose (a node\'s or a load balancer\'s address, known only after the pod started).' },
   bootstrapPeers: { name: 'AVS_BOOTSTRAP_PEERS', description: 'Comma-separated multiaddrs (with /p2p/<peer id>) dialled first; /dns4 names allowed.' },
   dnsServers: { name: 'AVS_DNS_SERVERS', description: 'Comma-separated host:port DNS servers used to resolve /dns4 multiaddrs instead of the system resolver.' },
   pskFile: { name: 'AVS_PSK_FILE', description: 'Path to a libp2p private-network key (swarm.key format); outsiders without it cannot connect.' },

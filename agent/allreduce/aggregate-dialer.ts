@@ -4,7 +4,7 @@ import type { SwarmNode } from '../net/node.js'
 import type { DataChannelKind, DirectFrameChannel, FrameChannel } from '../net/frame-channel.js'
 import { openFramed } from '../net/rpc.js'
 import type { DirectTransport } from '../net/direct/direct-transport.js'
-import { directHostsOf } from '../net/direct/endpoints.js'
+import { dataEndpointsFromWire, directEndpointsOf } from '../net/direct/endpoints.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
 import { ProtocolError, describeError } from '../errors.js'
 import type { PeerInfo } from '../proto/averaging.js'
@@ -67,12 +67,12 @@ export class AggregateDialer {
         throw options.signal?.aborted === true ? options.signal.reason : err
       })
       const key = poolKey(peer, port)
-      for (const host of await directHostsOf(this.node, peerId, this.goodHosts.get(key))) {
+      for (const { host, port: at } of await directEndpointsOf(this.node, peerId, port, dataEndpointsFromWire(info.dataAddrs), this.goodHosts.get(key))) {
         try {
           const channel = await unlessAborted(this.transport.dial({
             identity: this.identity,
             host,
-            port,
+            port: at,
             protocols: directAggregateProtocols(this.prefix),
             expectedPeer: peerId,
             timeoutMs: Math.min(options.timeoutMs, 5000),
@@ -90,7 +90,7 @@ export class AggregateDialer {
         } catch (err) {
           if (options.signal?.aborted === true) throw options.signal.reason
           if (this.goodHosts.get(key) === host) this.goodHosts.delete(key)
-          this.log.debug(`no direct channel to ${peer} at ${host}:${port} (${describeError(err)}); trying the next way`)
+          this.log.debug(`no direct channel to ${peer} at ${host}:${at} (${describeError(err)}); trying the next way`)
         }
       }
     }

@@ -82,10 +82,25 @@ export interface SwarmNodeOptions {
 }
 
 /** What the agent needs of libp2p's internals: listening on a relay at run time (./reach.ts). */
+/** What NodeInternals reaches of libp2p's address manager (libp2p 3's, not in its public types). */
+interface AddressManagerInternals {
+  confirmObservedAddr: (a: Multiaddr, o: { type: 'observed' | 'transport' }) => void
+  getAddressesWithMetadata: () => Array<{ multiaddr: Multiaddr, verified: boolean, type: string }>
+}
+
 export interface NodeInternals {
   readonly transportManager: { listen: (addrs: Multiaddr[]) => Promise<void> }
   /** Marks an address (a NAT's, seen by peers) as ours to announce: for experiments with hole punching. */
   readonly confirmObservedAddr: (addr: Multiaddr) => void
+  /**
+   * Marks our public listen addresses as ours to announce; returns those it marked. libp2p 3
+   * announces a listen address on a public IP only once AutoNAT confirmed it, which we do not run:
+   * an agent on a public interface (a VM with a public IP, a global IPv6 address) announced nothing,
+   * so peers' identify learnt no address, kad-dht left it out of every routing table, and a lone
+   * bootstrap agent it joined waited out its wait for a first peer. Called once we know we are
+   * reached at our own address (./reach.ts).
+   */
+  readonly confirmListenAddrs: () => Multiaddr[]
   /**
    * true: announce only /p2p-circuit and public addresses. An agent reached through a relay sits
    * behind NAT; its private addresses mislead every peer outside its LAN (a dial to one hangs until libp2p's
@@ -180,9 +195,14 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
       // a key's replicas, and the rest of a 4-agent swarm grouped without it (restore test).
       identifyPush: identifyPush(),
       ping: ping(),
-      internals: (components: Pick<NodeInternals, 'transportManager'> & { addressManager: { confirmObservedAddr: (a: Multiaddr, o: { type: 'observed' }) => void } }): NodeInternals => ({
+      internals: (components: Pick<NodeInternals, 'transportManager'> & { addressManager: AddressManagerInternals }): NodeInternals => ({
         transportManager: components.transportManager,
         confirmObservedAddr: (addr) => { components.addressManager.confirmObservedAddr(addr, { type: 'observed' }) },
+        confirmListenAddrs: () => {
+          const pending = components.addressManager.getAddressesWithMetadata().filter(a => a.type === 'transport' && !a.verified).map(a => a.multiaddr)
+          for (const addr of pending) components.addressManager.confirmObservedAddr(addr, { type: 'transport' })
+          return pending
+        },
         announceRelayOnly: (on) => { relayOnly = on }
       }),
       // Upgrades a relayed connection to a direct one where the NATs let it (hole punching).

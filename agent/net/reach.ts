@@ -86,6 +86,16 @@ export function circuitAddrs (node: SwarmNode): string[] {
  * bootstrap peers (we are the one others start from) auto means public.
  */
 export async function establishReachability (node: SwarmNode, setting: 'auto' | 'public' | 'private', context: { announced: boolean, bootstrapped: boolean }, log: Log): Promise<Reachability> {
+  const reach = await decideReachability(node, setting, context, log)
+  if (reach.kind === 'public') {
+    // Reached at our own address: announce it, also where it is a public IP (NodeInternals says why).
+    const confirmed = node.services.internals.confirmListenAddrs()
+    if (confirmed.length > 0) log.info(`announcing our public listen address${confirmed.length > 1 ? 'es' : ''} ${confirmed.map(String).join(', ')}`)
+  }
+  return reach
+}
+
+async function decideReachability (node: SwarmNode, setting: 'auto' | 'public' | 'private', context: { announced: boolean, bootstrapped: boolean }, log: Log): Promise<Reachability> {
   if (setting === 'public') return { kind: 'public', why: 'AVS_REACHABILITY=public' }
   let why = 'AVS_REACHABILITY=private'
   if (setting === 'auto') {

@@ -33,6 +33,7 @@ export interface PeerInfo {
   round: number
   secondsNone?: number
   secondsFloat16?: number
+  dataAddrs: Uint8Array[]
 }
 
 export namespace PeerInfo {
@@ -92,6 +93,13 @@ export namespace PeerInfo {
           w.double(obj.secondsFloat16)
         }
 
+        if (obj.dataAddrs != null && obj.dataAddrs.length > 0) {
+          for (const value of obj.dataAddrs) {
+            w.uint32(82)
+            w.bytes(value)
+          }
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -102,7 +110,8 @@ export namespace PeerInfo {
           userData: uint8ArrayAlloc(0),
           dataPort: 0,
           addrs: [],
-          round: 0
+          round: 0,
+          dataAddrs: []
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -151,6 +160,14 @@ export namespace PeerInfo {
               obj.secondsFloat16 = reader.double()
               break
             }
+            case 10: {
+              if (opts.limits?.dataAddrs != null && obj.dataAddrs.length === opts.limits.dataAddrs) {
+                throw new MaxLengthError('Decode error - repeated field "dataAddrs" had too many elements')
+              }
+
+              obj.dataAddrs.push(reader.bytes())
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -161,7 +178,8 @@ export namespace PeerInfo {
         return obj
       }, function * (reader, length, prefix, opts = {}) {
         const obj = {
-          addrs: 0
+          addrs: 0,
+          dataAddrs: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -241,6 +259,21 @@ export namespace PeerInfo {
               }
               break
             }
+            case 10: {
+              if (opts.limits?.dataAddrs != null && obj.dataAddrs === opts.limits.dataAddrs) {
+                throw new MaxLengthError('Streaming decode error - repeated field "dataAddrs" had too many elements')
+              }
+
+              yield {
+                field: `${prefix}.dataAddrs[]`,
+                index: obj.dataAddrs,
+                value: reader.bytes()
+              }
+
+              obj.dataAddrs++
+
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -299,6 +332,12 @@ export namespace PeerInfo {
     value: number
   }
 
+  export interface PeerInfoDataAddrsFieldEvent {
+    field: '$.dataAddrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<PeerInfo>): Uint8Array {
     return encodeMessage(obj, PeerInfo.codec())
   }
@@ -307,7 +346,7 @@ export namespace PeerInfo {
     return decodeMessage(buf, PeerInfo.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent | PeerInfoDataAddrsFieldEvent> {
     return streamMessage(buf, PeerInfo.codec(), opts)
   }
 }
@@ -319,6 +358,7 @@ export interface RendezvousEntry {
   priority: number
   addrs: Uint8Array[]
   dataPort?: number
+  dataAddrs: Uint8Array[]
 }
 
 export namespace RendezvousEntry {
@@ -363,6 +403,13 @@ export namespace RendezvousEntry {
           w.uint32(obj.dataPort)
         }
 
+        if (obj.dataAddrs != null && obj.dataAddrs.length > 0) {
+          for (const value of obj.dataAddrs) {
+            w.uint32(58)
+            w.bytes(value)
+          }
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -372,7 +419,8 @@ export namespace RendezvousEntry {
           expiration: 0,
           looking: false,
           priority: 0,
-          addrs: []
+          addrs: [],
+          dataAddrs: []
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -409,6 +457,14 @@ export namespace RendezvousEntry {
               obj.dataPort = reader.uint32()
               break
             }
+            case 7: {
+              if (opts.limits?.dataAddrs != null && obj.dataAddrs.length === opts.limits.dataAddrs) {
+                throw new MaxLengthError('Decode error - repeated field "dataAddrs" had too many elements')
+              }
+
+              obj.dataAddrs.push(reader.bytes())
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -419,7 +475,8 @@ export namespace RendezvousEntry {
         return obj
       }, function * (reader, length, prefix, opts = {}) {
         const obj = {
-          addrs: 0
+          addrs: 0,
+          dataAddrs: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -478,6 +535,21 @@ export namespace RendezvousEntry {
               }
               break
             }
+            case 7: {
+              if (opts.limits?.dataAddrs != null && obj.dataAddrs === opts.limits.dataAddrs) {
+                throw new MaxLengthError('Streaming decode error - repeated field "dataAddrs" had too many elements')
+              }
+
+              yield {
+                field: `${prefix}.dataAddrs[]`,
+                index: obj.dataAddrs,
+                value: reader.bytes()
+              }
+
+              obj.dataAddrs++
+
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -521,6 +593,12 @@ export namespace RendezvousEntry {
     value: number
   }
 
+  export interface RendezvousEntryDataAddrsFieldEvent {
+    field: '$.dataAddrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<RendezvousEntry>): Uint8Array {
     return encodeMessage(obj, RendezvousEntry.codec())
   }
@@ -529,7 +607,7 @@ export namespace RendezvousEntry {
     return decodeMessage(buf, RendezvousEntry.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousEntry>): Generator<RendezvousEntryPeerIdFieldEvent | RendezvousEntryExpirationFieldEvent | RendezvousEntryLookingFieldEvent | RendezvousEntryPriorityFieldEvent | RendezvousEntryAddrsFieldEvent | RendezvousEntryDataPortFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousEntry>): Generator<RendezvousEntryPeerIdFieldEvent | RendezvousEntryExpirationFieldEvent | RendezvousEntryLookingFieldEvent | RendezvousEntryPriorityFieldEvent | RendezvousEntryAddrsFieldEvent | RendezvousEntryDataPortFieldEvent | RendezvousEntryDataAddrsFieldEvent> {
     return streamMessage(buf, RendezvousEntry.codec(), opts)
   }
 }
@@ -660,6 +738,12 @@ export namespace RendezvousRequest {
     value: number
   }
 
+  export interface RendezvousRequestStoreDataAddrsFieldEvent {
+    field: '$.store.dataAddrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<RendezvousRequest>): Uint8Array {
     return encodeMessage(obj, RendezvousRequest.codec())
   }
@@ -668,7 +752,7 @@ export namespace RendezvousRequest {
     return decodeMessage(buf, RendezvousRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousRequest>): Generator<RendezvousRequestKeyFieldEvent | RendezvousRequestStorePeerIdFieldEvent | RendezvousRequestStoreExpirationFieldEvent | RendezvousRequestStoreLookingFieldEvent | RendezvousRequestStorePriorityFieldEvent | RendezvousRequestStoreAddrsFieldEvent | RendezvousRequestStoreDataPortFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousRequest>): Generator<RendezvousRequestKeyFieldEvent | RendezvousRequestStorePeerIdFieldEvent | RendezvousRequestStoreExpirationFieldEvent | RendezvousRequestStoreLookingFieldEvent | RendezvousRequestStorePriorityFieldEvent | RendezvousRequestStoreAddrsFieldEvent | RendezvousRequestStoreDataPortFieldEvent | RendezvousRequestStoreDataAddrsFieldEvent> {
     return streamMessage(buf, RendezvousRequest.codec(), opts)
   }
 }
@@ -990,6 +1074,12 @@ export namespace RendezvousResponse {
     index: number
   }
 
+  export interface RendezvousResponseEntriesDataAddrsFieldEvent {
+    field: '$.entries[].dataAddrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export interface RendezvousResponseErrorFieldEvent {
     field: '$.error'
     value: string
@@ -1015,7 +1105,7 @@ export namespace RendezvousResponse {
     return decodeMessage(buf, RendezvousResponse.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousResponse>): Generator<RendezvousResponseEntriesPeerIdFieldEvent | RendezvousResponseEntriesExpirationFieldEvent | RendezvousResponseEntriesLookingFieldEvent | RendezvousResponseEntriesPriorityFieldEvent | RendezvousResponseEntriesAddrsFieldEvent | RendezvousResponseEntriesDataPortFieldEvent | RendezvousResponseErrorFieldEvent | RendezvousResponseCloserPeerIdFieldEvent | RendezvousResponseCloserAddrsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<RendezvousResponse>): Generator<RendezvousResponseEntriesPeerIdFieldEvent | RendezvousResponseEntriesExpirationFieldEvent | RendezvousResponseEntriesLookingFieldEvent | RendezvousResponseEntriesPriorityFieldEvent | RendezvousResponseEntriesAddrsFieldEvent | RendezvousResponseEntriesDataPortFieldEvent | RendezvousResponseEntriesDataAddrsFieldEvent | RendezvousResponseErrorFieldEvent | RendezvousResponseCloserPeerIdFieldEvent | RendezvousResponseCloserAddrsFieldEvent> {
     return streamMessage(buf, RendezvousResponse.codec(), opts)
   }
 }
@@ -1285,6 +1375,12 @@ export namespace JoinRequest {
     value: number
   }
 
+  export interface JoinRequestInfoDataAddrsFieldEvent {
+    field: '$.info.dataAddrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export interface JoinRequestBringingFieldEvent {
     field: '$.bringing'
     value: number
@@ -1303,7 +1399,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1682,6 +1778,12 @@ export namespace MessageFromLeader {
     index: number
   }
 
+  export interface MessageFromLeaderGatheredDataAddrsFieldEvent {
+    field: '$.gathered[].dataAddrs[]'
+    index: number
+    value: Uint8Array
+  }
+
   export interface MessageFromLeaderSuggestedLeaderFieldEvent {
     field: '$.suggestedLeader'
     value: Uint8Array
@@ -1726,7 +1828,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -537,7 +537,8 @@ function toWire (entry: StoredEntry): RendezvousEntry {
     looking: entry.looking,
     priority: entry.priority,
     addrs: entry.addrs.slice(0, MAX_ADDRS) as Array<Uint8Array<ArrayBuffer>>,
-    ...(entry.dataPort === undefined ? {} : { dataPort: entry.dataPort })
+    ...(entry.dataPort === undefined ? {} : { dataPort: entry.dataPort }),
+    dataAddrs: (entry.dataAddrs ?? []).slice(0, MAX_ADDRS) as Array<Uint8Array<ArrayBuffer>>
   }
 }
 
@@ -548,7 +549,11 @@ function fromWire (wire: RendezvousEntry): StoredEntry | null {
     // A multiaddr of a real transport is tens of bytes: longer ones only inflate what replicas hold.
     const addrs = wire.addrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_ADDRS)
     const port = wire.dataPort
-    return { peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs, ...(port !== undefined && port >= 1 && port <= 65535 ? { dataPort: port } : {}) }
+    const dataAddrs = wire.dataAddrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_ADDRS)
+    return {
+      peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs,
+      ...(port !== undefined && port >= 1 && port <= 65535 ? { dataPort: port, ...(dataAddrs.length > 0 ? { dataAddrs } : {}) } : {})
+    }
   } catch {
     return null
   }

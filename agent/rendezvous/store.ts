@@ -12,6 +12,8 @@ export interface StoredEntry {
   readonly addrs: readonly Uint8Array[]
   /** The peer's direct data channel port, where it serves the key's protocol too (state sharing); absent: libp2p only. */
   readonly dataPort?: number
+  /** Where that port is reached at another port, by host (PeerInfo.data_addrs); absent: nowhere. */
+  readonly dataAddrs?: readonly Uint8Array[]
 }
 
 export interface DictionaryStoreLimits {

@@ -5,7 +5,7 @@ import { openFramed } from '../net/rpc.js'
 import type { FrameChannel } from '../net/frame-channel.js'
 import type { DirectTransport } from '../net/direct/direct-transport.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
-import { directHostsOf } from '../net/direct/endpoints.js'
+import { directEndpointsOf, type DataEndpoint } from '../net/direct/endpoints.js'
 import { StateChunk, StateHeader, StateRequest } from '../proto/averaging.js'
 import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
 import { CHUNK_BYTES, chunkView, MAX_CHUNK_FRAME_BYTES, MAX_HEADER_FRAME_BYTES, validateHeader, type ChunkView, type ExpectedTensor } from './state-protocol.js'
@@ -48,16 +48,16 @@ export interface DirectDialer {
 }
 
 /**
- * The donor's direct data channel, tried at the hosts we know for it (directHostsOf's order: the
+ * The donor's direct data channel, tried at the hosts we know for it (directEndpointsOf's order: the
  * same as the all-reduce's); throws when none answers, and the caller takes a libp2p stream. The
  * donor admits only peers with a libp2p connection to it (its private network and allow list
  * live there), so that is made first.
  */
-export async function openDirectState (node: SwarmNode, donor: string, port: number, protocols: readonly string[], dialer: DirectDialer, timeoutMs: number): Promise<FrameChannel> {
+export async function openDirectState (node: SwarmNode, donor: string, at: { port: number, dataAddrs: readonly DataEndpoint[] }, protocols: readonly string[], dialer: DirectDialer, timeoutMs: number): Promise<FrameChannel> {
   const peer = peerIdFromString(donor)
   await node.dial(peer, { signal: AbortSignal.timeout(timeoutMs) })
   const failures: string[] = []
-  for (const host of await directHostsOf(node, peer)) {
+  for (const { host, port } of await directEndpointsOf(node, peer, at.port, at.dataAddrs)) {
     try {
       return await dialer.transport.dial({ identity: dialer.identity, host, port, protocols, expectedPeer: peer, timeoutMs: Math.min(timeoutMs, 5000), ...DOWNLOAD_FRAME_BOUNDS })
     } catch (err) {

@@ -11,6 +11,8 @@ import { downloadFrom, openDirectState, openStateStream } from './state-download
 import type { DataChannelKind, FrameChannel } from '../net/frame-channel.js'
 import { mainThreadTransport, type DirectEndpoint, type DirectTransport } from '../net/direct/direct-transport.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
+import { dataAddrsToWire, dataEndpointsFromWire, type DataEndpoint } from '../net/direct/endpoints.js'
+import type { Multiaddr } from '@multiformats/multiaddr'
 import { orderDonors } from './donor-order.js'
 import { routingTableSize } from '../net/bootstrap.js'
 import { DEFAULT_MAX_STATE_BYTES, directStateProtocols, donorKey, stateProtocol, type ExpectedTensor } from './state-protocol.js'
@@ -48,6 +50,11 @@ export interface StateSharingOptions {
    * it cannot be reached over a libp2p stream; false (AVS_DATA_CHANNEL libp2p): libp2p streams only.
    */
   readonly directChannel?: boolean
+  /**
+   * Where our data port is reached at another port, by host (AVS_ANNOUNCE_FILE's data entries: a
+   * node port), announced with it; asked at every announcement, since the file may change.
+   */
+  readonly dataAddrs?: () => readonly Multiaddr[]
   /** Where a download's direct sockets live (default: this thread). */
   readonly directTransport?: DirectTransport
 }
@@ -182,10 +189,10 @@ export class StateSharing {
       this.options.onDownload?.('no_donors')
       return null
     }
-    const ports = new Map<string, number>()
+    const ports = new Map<string, { port: number, dataAddrs: DataEndpoint[] }>()
     for (const entry of entries) {
       await rememberAddrs(this.node, peerIdFromString(entry.peerId), entry.addrs).catch(() => {})
-      if (entry.dataPort !== undefined) ports.set(entry.peerId, entry.dataPort)
+      if (entry.dataPort !== undefined) ports.set(entry.peerId, { port: entry.dataPort, dataAddrs: dataEndpointsFromWire(entry.dataAddrs) })
     }
     let order = orderDonors(entries, this.options.priorityMargin ?? 2)
     const retries = this.options.busyRetries ?? 3
@@ -230,12 +237,12 @@ export class StateSharing {
   }
 
   /** A channel to the donor: its direct data channel when it announces one we may use, else a libp2p stream. */
-  private async open (donor: string, port: number | undefined): Promise<{ channel: FrameChannel, path: DataChannelKind }> {
-    if (port !== undefined && this.options.directChannel !== false) {
+  private async open (donor: string, direct: { port: number, dataAddrs: DataEndpoint[] } | undefined): Promise<{ channel: FrameChannel, path: DataChannelKind }> {
+    if (direct !== undefined && this.options.directChannel !== false) {
       try {
         this.identity ??= this.node.services.dataIdentity.create()
         const dialer = { identity: await this.identity, transport: this.options.directTransport ?? mainThreadTransport }
-        const channel = await openDirectState(this.node, donor, port, directStateProtocols(this.options.prefix), dialer, this.options.requestTimeoutMs)
+        const channel = await openDirectState(this.node, donor, direct, directStateProtocols(this.options.prefix), dialer, this.options.requestTimeoutMs)
         return { channel, path: 'direct' }
       } catch (err) {
         this.options.log?.debug(`no direct data channel to state donor ${donor} (${describeError(err)}); using a libp2p stream`)
@@ -269,7 +276,7 @@ export class StateSharing {
         looking,
         priority: this.priority,
         addrs: ownAddrBytes(this.node),
-        ...(this.dataPort > 0 ? { dataPort: this.dataPort } : {})
+        ...(this.dataPort > 0 ? { dataPort: this.dataPort, dataAddrs: dataAddrsToWire(this.options.dataAddrs?.() ?? []) } : {})
       })
     }).catch((err: unknown) => {
       this.options.log?.debug(`announcing state donor failed: ${describeError(err)}`)

@@ -73,6 +73,6 @@ export function buildDesired (s: AveragingSwarm, inp: DesiredInputs): Desired {
   for (const p of exposed) if (exposeTypeOf(s, p.role) !== 'HostPort') objects.push(buildAgentService(s, p))
   const reachable = reachableByPod(s, exposed, inp.observed ?? NOTHING_OBSERVED)
   objects.push(buildAnnounceConfigMap(s, reachable))
-  const published = Array.from({ length: nb }, (_, i) => (reachable.get(names.bootstrapPod(s, i)) ?? []).map(a => `${a}/p2p/${peerIdOf(inp.identityData, i)}`)).flat()
+  const published = Array.from({ length: nb }, (_, i) => (reachable.get(names.bootstrapPod(s, i))?.p2p ?? []).map(a => `${a}/p2p/${peerIdOf(inp.identityData, i)}`)).flat()
   return { objects: objects as KubeObj[], bootstrapPeers: published }
 }

@@ -12,6 +12,8 @@ import type { V1ConfigMap, V1Service } from '@kubernetes/client-node'
 import type { AveragingSwarm, ExposeSpec, ExposeType } from '../../api/v1alpha1/types.js'
 import { names, type Role } from './names.js'
 import { ownedMeta } from './owner.js'
+import type { Reachable } from './reachable.js'
+import { ANNOUNCE_DATA_PREFIX } from '../../api/agent-env.js'
 
 export const LABEL_POD_NAME = 'statefulset.kubernetes.io/pod-name'
 /** Labels the per-agent Services carry besides the swarm's, so that they are told from the headless one. */
@@ -80,14 +82,16 @@ export function buildAgentService (s: AveragingSwarm, p: ExposedPod) {
 }
 
 /**
- * pod name → its reachable multiaddrs (without /p2p), comma-separated, for the agent to announce.
+ * pod name → its reachable multiaddrs (without /p2p), comma-separated, for the agent to announce,
+ * then its data channel's, each as `data=<multiaddr>` (ANNOUNCE_DATA_PREFIX).
  * A ConfigMap mounted as a folder, not an environment variable: the addresses differ per pod of
  * one StatefulSet, and they become known only after the pod was scheduled (its node) or its load
  * balancer got an ingress, possibly minutes later. A mounted ConfigMap is updated in place by the
  * kubelet, and the agent rereads its file, so a late ingress neither restarts nor blocks a pod.
  * Its content is not in the pods' config hash: addresses changing must not roll the swarm.
  */
-export function buildAnnounceConfigMap (s: AveragingSwarm, announce: ReadonlyMap<string, readonly string[]>) {
-  const data = Object.fromEntries([...announce].filter(([, a]) => a.length > 0).sort(([a], [b]) => a.localeCompare(b)).map(([pod, a]) => [pod, a.join(',')]))
+export function buildAnnounceConfigMap (s: AveragingSwarm, announce: ReadonlyMap<string, Reachable>) {
+  const data = Object.fromEntries([...announce].filter(([, a]) => a.p2p.length > 0).sort(([a], [b]) => a.localeCompare(b))
+    .map(([pod, a]) => [pod, [...a.p2p, ...a.data.map(d => `${ANNOUNCE_DATA_PREFIX}${d}`)].join(',')]))
   return { apiVersion: 'v1', kind: 'ConfigMap', metadata: ownedMeta(s, names.announceConfigMap(s)), data } satisfies V1ConfigMap
 }

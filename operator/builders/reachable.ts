@@ -47,16 +47,34 @@ function nodePortOf (svc: KubeObj | undefined, name: string): number | undefined
   return typeof port === 'number' && port > 0 ? port : undefined
 }
 
-/** One exposed agent's reachable libp2p multiaddrs (without /p2p/<id>); empty while unknown. */
-export function reachableAddrs (s: AveragingSwarm, p: ExposedPod, inp: ReachableInputs): string[] {
+/**
+ * Where one exposed agent is reached from outside, as multiaddrs without /p2p/<id>: its libp2p
+ * port, and where its direct data channel's port differs from the container's (`data`, NodePort
+ * only: host ports and load balancers forward the container's own). Under NodePort both are node
+ * ports the API server allocated, not the container's ports the agent knows, so the agent is told
+ * (AVS_ANNOUNCE_FILE) and tells its peers; without it outsiders would dial the container's data port
+ * on the node, find nothing, and send their tensor parts over libp2p streams instead. Both empty
+ * while unknown; data stays empty while its node port is.
+ */
+export interface Reachable {
+  readonly p2p: string[]
+  readonly data: string[]
+}
+
+const UNKNOWN: Reachable = { p2p: [], data: [] }
+
+/** One exposed agent's reachable addresses (Reachable); empty while unknown. */
+export function reachableAddrs (s: AveragingSwarm, p: ExposedPod, inp: ReachableInputs): Reachable {
   const e = exposure(s)
-  if (e === undefined) return []
+  if (e === undefined) return UNKNOWN
   const type = exposeTypeOf(s, p.role)
   const pod = inp.pods.get(p.pod)
   const nodeName: string | undefined = (pod as any)?.spec?.nodeName
   const svc = inp.services.get(p.pod)
   let hosts: string[]
   let port: number | undefined
+  // Host ports and load balancers keep the container's data port, which the agent advertises itself.
+  let dataPort: number | undefined
   if (type === 'HostPort') {
     hosts = nodeHosts(nodeName === undefined ? undefined : inp.nodes.get(nodeName))
     port = s.spec.network.port
@@ -64,24 +82,28 @@ export function reachableAddrs (s: AveragingSwarm, p: ExposedPod, inp: Reachable
     // The pod's own node: it answers under externalTrafficPolicy Local as well as Cluster.
     hosts = nodeHosts(nodeName === undefined ? undefined : inp.nodes.get(nodeName))
     port = nodePortOf(svc, 'p2p')
+    dataPort = nodePortOf(svc, 'data')
   } else {
     hosts = ingressHosts(svc)
     port = s.spec.network.port
   }
   // announceHost replaces the derived host, not the port: a NAT or DNS name in front of the same ports.
   if (e.announceHost !== undefined && (type !== 'NodePort' || port !== undefined)) hosts = [e.announceHost]
-  if (port === undefined || hosts.length === 0) return []
+  if (port === undefined || hosts.length === 0) return UNKNOWN
   // HostPort and NodePort need a scheduled pod even with announceHost: before that the port goes nowhere.
-  if (type !== 'LoadBalancer' && nodeName === undefined) return []
-  return hosts.map(h => `${hostComponent(h)}/tcp/${port}`)
+  if (type !== 'LoadBalancer' && nodeName === undefined) return UNKNOWN
+  return {
+    p2p: hosts.map(h => `${hostComponent(h)}/tcp/${port}`),
+    data: dataPort === undefined ? [] : hosts.map(h => `${hostComponent(h)}/tcp/${dataPort}`)
+  }
 }
 
-/** pod name → reachable multiaddrs, for every exposed agent whose addresses are known. */
-export function reachableByPod (s: AveragingSwarm, pods: readonly ExposedPod[], inp: ReachableInputs): Map<string, string[]> {
-  const out = new Map<string, string[]>()
+/** pod name → reachable addresses, for every exposed agent whose libp2p addresses are known. */
+export function reachableByPod (s: AveragingSwarm, pods: readonly ExposedPod[], inp: ReachableInputs): Map<string, Reachable> {
+  const out = new Map<string, Reachable>()
   for (const p of pods) {
     const addrs = reachableAddrs(s, p, inp)
-    if (addrs.length > 0) out.set(p.pod, addrs)
+    if (addrs.p2p.length > 0) out.set(p.pod, addrs)
   }
   return out
 }

@@ -38,7 +38,7 @@ for (const path of DATA_CHANNELS) {
         assert.ok(r.allreduce.durationMs <= CONFIG.allreduceTimeout! * 1000 + 1000, `finished within allreduceTimeout (${r.allreduce.durationMs} ms)`)
       }
       // Recompute the group's plan to know which elements the victim was to reduce.
-      const infos = r0.peers.map(() => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 }))
+      const infos = r0.peers.map(() => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 }))
       const plan = makePlan(infos, SHAPES.map(([, s]) => s.reduce((a, b) => a * b, 1)), CONFIG.partSizeBytes!, codecFor('none'))
       const v = r0.peers.indexOf(victimId)
       const victimParts = new Set<number>()

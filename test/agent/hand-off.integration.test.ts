@@ -41,7 +41,7 @@ for (const path of DATA_CHANNELS) {
       assert.equal(r0.peers.length, 4)
       assert.ok(r0.peers.includes(leaverId))
       const handedAt = r0.allreduce.handedOffReducers[leaverId]
-      const infos = r0.peers.map(() => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 }))
+      const infos = r0.peers.map(() => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 }))
       const plan = makePlan(infos, [ELEMENTS], PART_BYTES, codecFor('none'))
       const l = r0.peers.indexOf(leaverId)
       const span = plan.spanEnd[l] - plan.spanStart[l]

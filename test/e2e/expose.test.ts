@@ -108,12 +108,16 @@ describe('exposed swarms, joined from outside the cluster', { skip, timeout: 180
     const np = await rest.request('GET', resourcePath('Service', NS, `${SWARM}-agent-0`))
     assert.equal(np.spec.type, 'NodePort')
     const nodePort = np.spec.ports.find((p: any) => p.name === 'p2p').nodePort
+    const dataNodePort = np.spec.ports.find((p: any) => p.name === 'data').nodePort
+    assert.ok(dataNodePort > 0 && dataNodePort !== nodePort, 'the data port has a node port of its own')
     const id = peerIdOf((await rest.request('GET', resourcePath('Secret', NS, `${SWARM}-identity`))).data, 0)
     const { peers, laptop } = await outside.get(SWARM)!
     assert.deepEqual(peers, [`/ip4/${ingress}/tcp/31337/p2p/${id}`])
     const agent = await rest.request('GET', resourcePath('Pod', NS, `${SWARM}-agent-0`))
-    await waitFor('the regular agent to announce its node address and node port', async () => agentLogLines(SWARM)
-      .some(l => l.pod === `${SWARM}-agent-0` && typeof l.msg === 'string' && l.msg.startsWith(`announcing /ip4/${agent.status.hostIP as string}/tcp/${nodePort as number} `)), 60_000, 500)
+    // Its data channel too: at the node port of its data port (outsiders would find nothing at the container's port on the node).
+    await waitFor('the regular agent to announce its node address and node port, and its data channel\'s node port', async () => agentLogLines(SWARM)
+      .some(l => l.pod === `${SWARM}-agent-0` && typeof l.msg === 'string' && l.msg.startsWith(`announcing /ip4/${agent.status.hostIP as string}/tcp/${nodePort as number} `) &&
+        l.msg.endsWith(`our data channel at /ip4/${agent.status.hostIP as string}/tcp/${dataNodePort as number}`)), 60_000, 500)
 
     await laptop.averaged()
     t.diagnostic(`averaged ${((Date.now() - created) / 1000).toFixed(1)} s after the swarms were created; the outside agent opened ${await laptop.metric('averaging_data_channels_total', { path: 'direct' })} direct data channels and ${await laptop.metric('averaging_data_channels_total', { path: 'libp2p' })} libp2p ones`)

@@ -361,7 +361,7 @@ function targetsFor (self: PeerId, protocols: readonly string[]): Target[] {
         ? pb.RendezvousRequest.encode({ key: `${PREFIX}.0b${rng.int(4).toString(2)}` })
         : pb.RendezvousRequest.encode({
           key: `${PREFIX}.fuzz${rng.int(100_000)}`,
-          store: { peerId: selfBytes, expiration: now() + 1 + rng.int(60), looking: true, priority: rng.int(10), addrs: [rng.bytes(rng.int(300))] }
+          store: { peerId: selfBytes, expiration: now() + 1 + rng.int(60), looking: true, priority: rng.int(10), addrs: [rng.bytes(rng.int(300))], dataAddrs: [rng.bytes(rng.int(300))] }
         })]
     },
     [joinProtocol(PREFIX)]: {
@@ -372,7 +372,7 @@ function targetsFor (self: PeerId, protocols: readonly string[]): Target[] {
         expiration: now() + rng.int(5),
         groupKey: `${PREFIX}.0b`,
         // Cast: the data-port field is newer than some trees this runs against.
-        info: { mode: pb.PeerMode.NODE, weight: 1, bandwidth: rng.int(2) === 0 ? undefined : 100, userData: rng.bytes(rng.int(64)) } as pb.PeerInfo
+        info: { mode: pb.PeerMode.NODE, weight: 1, bandwidth: rng.int(2) === 0 ? undefined : 100, userData: rng.bytes(rng.int(64)), dataAddrs: rng.int(2) === 0 ? [] : [rng.bytes(rng.int(300))] } as pb.PeerInfo
       })]
     },
     [aggregateProtocol(PREFIX)]: {

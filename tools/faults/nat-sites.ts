@@ -7,11 +7,13 @@ const exec = promisify(execFile)
 /**
  * A small internet in network namespaces: a "public" namespace whose bridge carries
  * 11.18.<subnet>.0/24 (the relay agents listen there), and sites, each a private LAN
- * (192.168.<site+1>.0/24) behind its own router namespace that masquerades (iptables NAT, no
- * port forwards) onto the public bridge. The public side has no route into any LAN, and each
- * router answers packets for other private ranges with "unreachable" at once, as the internet
- * drops RFC 1918 traffic: a dial to another site's private address fails fast instead of
- * timing out. 11.18.x is no private range on purpose: DCUtR only exchanges public addresses.
+ * (192.168.<site+1>.0/24) behind its own router namespace that masquerades (iptables NAT)
+ * onto the public bridge. The public side has no route into any LAN, and each router answers
+ * packets for other private ranges with "unreachable" at once, as the internet drops RFC 1918
+ * traffic: a dial to another site's private address fails fast instead of timing out. 11.18.x
+ * is no private range on purpose: DCUtR only exchanges public addresses. Optional port forwards
+ * on a router (iptables DNAT, as kube-proxy programs a NodePort) make an address in a site
+ * reachable from outside at <natIp>:<port>.
  */
 export interface NatSites {
   readonly publicNs: string
@@ -39,7 +41,26 @@ export async function natSitesUnsupported (): Promise<string | undefined> {
   return undefined
 }
 
-export async function createNatSites (tag: string, subnet: number, agentsPerSite: readonly number[]): Promise<NatSites> {
+/**
+ * A port forward on a site's router: TCP arriving on its WAN side at <natIp>:<port> goes to
+ * <to>:<toPort> inside the site (DNAT in PREROUTING, as kube-proxy does for a NodePort Service);
+ * the replies go back through the router's connection tracking.
+ */
+export interface PortForward {
+  /** Index of the site whose router forwards. */
+  readonly site: number
+  /** The port on the router's public address. */
+  readonly port: number
+  /** An address inside that site. */
+  readonly to: string
+  readonly toPort: number
+}
+
+export interface NatSitesOptions {
+  readonly forwards?: readonly PortForward[]
+}
+
+export async function createNatSites (tag: string, subnet: number, agentsPerSite: readonly number[], options: NatSitesOptions = {}): Promise<NatSites> {
   const publicNs = `${tag}pub`
   const pub = `11.18.${subnet}`
   const sites = agentsPerSite.map((n, s) => ({
@@ -49,6 +70,13 @@ export async function createNatSites (tag: string, subnet: number, agentsPerSite
     natIp: `${pub}.${2 + s}`,
     ips: Array.from({ length: n }, (_, k) => `192.168.${s + 1}.${10 + k}`)
   }))
+  const forwards = options.forwards ?? []
+  for (const f of forwards) {
+    const site = sites[f.site]
+    if (site === undefined) throw new Error(`port forward ${f.port} -> ${f.to}:${f.toPort}: there is no site ${f.site}`)
+    if (!f.to.startsWith(`${site.lan}.`)) throw new Error(`port forward ${f.port} -> ${f.to}:${f.toPort}: ${f.to} is not in site ${f.site} (${site.lan}.0/24)`)
+    for (const p of [f.port, f.toPort]) if (!Number.isInteger(p) || p < 1 || p > 65535) throw new Error(`port forward ${f.port} -> ${f.to}:${f.toPort}: ${p} is no TCP port`)
+  }
   const all = [publicNs, ...sites.flatMap(s => [s.router, s.ns])]
   const result: NatSites = {
     publicNs,
@@ -88,6 +116,10 @@ export async function createNatSites (tag: string, subnet: number, agentsPerSite
       await run('ip', 'netns', 'exec', s.router, 'sysctl', '-qw', 'net.ipv4.ip_forward=1')
       await run('ip', 'netns', 'exec', s.router, 'iptables', '-t', 'nat', '-A', 'POSTROUTING', '-o', 'wan', '-j', 'MASQUERADE')
       await run('ip', '-n', s.router, 'route', 'add', 'unreachable', '192.168.0.0/16')
+      // Port forwards, as kube-proxy programs a NodePort: DNAT what arrives on the WAN.
+      for (const f of forwards.filter(f => f.site === i)) {
+        await run('ip', 'netns', 'exec', s.router, 'iptables', '-t', 'nat', '-A', 'PREROUTING', '-i', 'wan', '-p', 'tcp', '--dport', String(f.port), '-j', 'DNAT', '--to-destination', `${f.to}:${f.toPort}`)
+      }
     }
   } catch (err) {
     await result.destroy()

@@ -1,5 +1,5 @@
 import type { PeerId } from '@libp2p/interface'
-import type { Multiaddr } from '@multiformats/multiaddr'
+import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import type { SwarmNode } from '../node.js'
 import { isCircuit } from '../reach.js'
 
@@ -68,4 +68,70 @@ function ipOf (ma: Multiaddr): string | null {
 
 function isLoopback (host: string | null): boolean {
   return host != null && (host.startsWith('127.') || host === '::1')
+}
+
+/** Where a peer's direct data channel is dialled. */
+export interface DataEndpoint { readonly host: string, readonly port: number }
+
+/** At most this many data addresses are sent or taken from a peer (as for its libp2p addresses). */
+export const MAX_DATA_ADDRS = 16
+const MAX_DATA_ADDR_BYTES = 256
+const HOST_PROTOCOLS = new Set(['ip4', 'ip6', 'dns', 'dns4', 'dns6'])
+
+/**
+ * The host and port of one data address, `/ip4|ip6|dns|dns4|dns6/<host>/tcp/<port>` and nothing
+ * more, or a sentence saying why it is not one. A data address names where a peer's data port is
+ * reached at another port than its own: a Kubernetes node port or a router's port forward.
+ */
+export function dataEndpointOf (ma: Multiaddr): DataEndpoint | string {
+  const c = ma.getComponents()
+  if (c.length !== 2 || !HOST_PROTOCOLS.has(c[0].name) || c[0].value == null || c[1].name !== 'tcp') return `${ma.toString()} is not a /ip4, /ip6 or /dns host with a /tcp port`
+  const port = Number(c[1].value)
+  if (!Number.isInteger(port) || port < 1 || port > 65535) return `${ma.toString()} has no TCP port from 1 to 65535`
+  return { host: c[0].value, port }
+}
+
+/**
+ * A peer's data addresses from the wire (PeerInfo, rendezvous entries): at most MAX_DATA_ADDRS,
+ * each bounded in size; what is not a data address is skipped, so a hostile peer can only
+ * name hosts to be dialled, as its libp2p addresses already do.
+ */
+export function dataEndpointsFromWire (wire: readonly Uint8Array[] | undefined): DataEndpoint[] {
+  const out: DataEndpoint[] = []
+  for (const bytes of (wire ?? []).slice(0, MAX_DATA_ADDRS)) {
+    if (bytes.byteLength > MAX_DATA_ADDR_BYTES) continue
+    try {
+      const e = dataEndpointOf(multiaddr(bytes))
+      if (typeof e !== 'string') out.push(e)
+    } catch { /* not a multiaddr */ }
+  }
+  return out
+}
+
+/** Our data addresses for the wire. */
+export function dataAddrsToWire (addrs: readonly Multiaddr[]): Array<Uint8Array<ArrayBuffer>> {
+  return addrs.slice(0, MAX_DATA_ADDRS).map(a => a.bytes as Uint8Array<ArrayBuffer>)
+}
+
+/**
+ * Host and port pairs to dial a peer's data channel at, in the order of `hosts` (directHostsOf's):
+ * each host at the port its data addresses name for it, else at `port` (the one its data channel
+ * listens on); then the hosts only its data addresses name (a DNS name in front of a node port).
+ */
+export function dataEndpoints (hosts: readonly string[], port: number, dataAddrs: readonly DataEndpoint[]): DataEndpoint[] {
+  const named = new Map<string, number>()
+  for (const e of dataAddrs) if (!named.has(e.host)) named.set(e.host, e.port)
+  const out = hosts.map(host => ({ host, port: named.get(host) ?? port }))
+  for (const [host, p] of named) if (!hosts.includes(host)) out.push({ host, port: p })
+  return out
+}
+
+/**
+ * Where to dial a peer's direct data channel: directHostsOf's hosts with the ports its data
+ * addresses name. Nothing for a peer we reach only through a relay (directHostsOf says why).
+ */
+export async function directEndpointsOf (node: SwarmNode, peer: PeerId, port: number, dataAddrs: readonly DataEndpoint[], lastGood?: string): Promise<DataEndpoint[]> {
+  const connections = node.getConnections(peer)
+  if (connections.length > 0 && connections.every(c => isCircuit(c.remoteAddr))) return []
+  return dataEndpoints(await directHostsOf(node, peer, lastGood), port, dataAddrs)
 }

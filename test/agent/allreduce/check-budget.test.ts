@@ -39,7 +39,7 @@ test('without a shared connection, or with nothing read yet to judge the link by
 
 test('a round\'s liveness checks run under the longer bound only for members whose parts or means take libp2p streams', async () => {
   const ids = ['me', 'direct-peer', 'libp2p-peer']
-  const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 })
+  const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 })
   const asked: Array<{ peer: string, withinMs: number }> = []
   const ctx = new RoundContext({
     dialer: undefined as unknown as AggregateDialer, // the context never dials

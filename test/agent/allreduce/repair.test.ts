@@ -9,7 +9,7 @@ import type { GroupInfo } from '../../../agent/matchmaking/group-info.js'
 
 // Which repair a round calls for, and how its result folds in: pure, no network.
 
-const info = (mode = PeerMode.NODE): PeerInfo => ({ mode, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 })
+const info = (mode = PeerMode.NODE): PeerInfo => ({ mode, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 })
 const ids = ['a', 'b', 'c', 'd']
 const groupOf = (modes: PeerMode[], myIndex: number): GroupInfo => ({ groupId: new Uint8Array(20).fill(7), peerIds: ids.slice(0, modes.length), infos: modes.map(m => info(m)), myIndex, leader: 'a' })
 // Two tensors of 40 and 24 elements in parts of 8 elements (32 bytes): 8 parts, two per member.

@@ -38,7 +38,7 @@ function dialerFor (from: string, runners: Map<string, AllReduceRunner>): Aggreg
   return { open, openOverLibp2p: async () => { throw new Error('no libp2p in this test') }, takeKept: () => null, keep: () => false } as unknown as AggregateDialer
 }
 
-const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 })
+const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 })
 /** Member `me` of the group IDS (led by the first), averaging `tensor` with fixed timeouts. */
 function runnerOf (dialer: AggregateDialer, groupId: Uint8Array, me: number, tensor: Float32Array): AllReduceRunner {
   const group: GroupInfo = { groupId, peerIds: IDS, infos: IDS.map(info), myIndex: me, leader: IDS[0] }

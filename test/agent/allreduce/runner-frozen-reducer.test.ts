@@ -63,7 +63,7 @@ function dialerFor (from: string, runners: Map<string, AllReduceRunner>, frozenD
 }
 
 function info (): PeerInfo {
-  return { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 }
+  return { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 }
 }
 
 function values (p: number): Float32Array {

@@ -15,7 +15,7 @@ const KEY = 'avs.grid0.0_1'
 const LEADER: LeaderConfig = { selfId: 'peer-L', mode: PeerMode.NODE, schemaHash: SCHEMA, targetGroupSize: 4 }
 
 function info (over: Partial<PeerInfo> = {}): PeerInfo {
-  return { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0, ...over }
+  return { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0, ...over }
 }
 
 function request (over: Partial<JoinRequest> = {}): JoinRequest {

@@ -15,7 +15,7 @@ import { Mutex } from '../../../agent/util/mutex.js'
 const PREFIX = 'join-test'
 const KEY = `${PREFIX}.0b01`
 const SCHEMA = new Uint8Array([7, 7, 7])
-const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 })
+const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 })
 const now = (): number => Date.now() / 1000
 
 test('a join request whose asker gave up before the busy leader answered it does not make the asker a follower', { timeout: 60_000 }, async () => {

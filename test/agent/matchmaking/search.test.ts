@@ -9,7 +9,7 @@ import type { GroupInfo } from '../../../agent/matchmaking/group-info.js'
 const decoder = new TextDecoder()
 
 function info (weight: number): PeerInfo {
-  return { mode: PeerMode.NODE, weight, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 }
+  return { mode: PeerMode.NODE, weight, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 }
 }
 
 /** A leader declared until `expiration`, with followers whose second messages are recorded. */

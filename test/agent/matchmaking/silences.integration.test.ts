@@ -53,7 +53,7 @@ test('a peer found silent is not asked to lead while its declaration from before
     await declare()
     // Found silent outside any search, as an all-reduce's liveness check of a late member finds it.
     assert.equal(await matchmaker.liveness.check(frozen.peerId, REQUEST_TIMEOUT * 1000), 'silent')
-    const info: PeerInfo = { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 }
+    const info: PeerInfo = { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 }
     const asks = (): number => lines.filter(l => l.startsWith(`debug asking ${id.slice(-6)} `)).length
     const search = async (): Promise<void> => {
       await assert.rejects(matchmaker.lookForGroup('key', info, Date.now() / 1000 + EXPIRATION + 1), MatchmakingError)

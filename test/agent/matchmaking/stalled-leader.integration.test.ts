@@ -38,7 +38,7 @@ test('a leader that stalled across its expiration does not assemble with a follo
       schemaHash: schemaHash(tensors(1), DEFAULT_AVERAGER_CONFIG.compression, DEFAULT_AVERAGER_CONFIG.partSizeBytes),
       expiration: expiration + 1,
       groupKey: key,
-      info: { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], round: 0 },
+      info: { mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 },
       bringing: 0
     }))
     const first = await framed.read(5000)

@@ -23,6 +23,23 @@ test('AnnounceFile: missing means nothing extra; a written file is picked up on 
   } finally { rmSync(dir, { recursive: true, force: true }) }
 })
 
+test('AnnounceFile: data= entries are where our data channel is reached (host and TCP port only), apart from the libp2p addresses', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'avs-announce-'))
+  const logs: string[] = []
+  try {
+    const f = new AnnounceFile(join(dir, 'demo-agent-0'), linesLog((m) => logs.push(m)))
+    writeFileSync(join(dir, 'demo-agent-0'), '/ip4/203.0.113.7/tcp/30001,data=/ip4/203.0.113.7/tcp/30101,data=/dns4/gw.example.com/tcp/30101,data=/ip4/203.0.113.7/udp/30101,data=/ip4/203.0.113.7/tcp/30101/p2p/12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq,data=nonsense\n')
+    assert.equal(await f.reread(), true)
+    assert.deepEqual(f.addrs.map(String), ['/ip4/203.0.113.7/tcp/30001'], 'no data entry is announced as a libp2p address')
+    assert.deepEqual(f.dataAddrs.map(String), ['/ip4/203.0.113.7/tcp/30101', '/dns4/gw.example.com/tcp/30101'])
+    assert.equal(logs.filter(l => l.includes('ignoring "data=')).length, 3, logs.join('\n'))
+    assert.ok(logs.some(l => l.includes('our data channel at /ip4/203.0.113.7/tcp/30101, /dns4/gw.example.com/tcp/30101')), logs.join('\n'))
+    writeFileSync(join(dir, 'demo-agent-0'), '/ip4/203.0.113.7/tcp/30001\n')
+    assert.equal(await f.reread(), true)
+    assert.deepEqual(f.dataAddrs, [], 'a data entry taken out of the file is gone')
+  } finally { rmSync(dir, { recursive: true, force: true }) }
+})
+
 test('a node announces the file\'s addresses first (with its peer id), its own listen address after, and follows changes', async () => {
   let extra = [] as Array<import('@multiformats/multiaddr').Multiaddr>
   const { multiaddr } = await import('@multiformats/multiaddr')

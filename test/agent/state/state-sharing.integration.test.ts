@@ -135,7 +135,7 @@ test('a late joiner downloads the swarm\'s averaged tensors byte for byte, and i
   }
 })
 
-test('a donor\'s direct data channel out of reach, or turned off by the newcomer: the same bytes over a libp2p stream; served from a data thread: over it', { timeout: 240_000 }, async () => {
+test('a donor\'s direct data channel out of reach, or turned off by the newcomer: the same bytes over a libp2p stream; served from a data thread: over it; reached at another port (a node port): there', { timeout: 240_000 }, async () => {
   const peers = await startPeers(3)
   const sharings: StateSharing[] = []
   let averager: DecentralizedAverager | undefined
@@ -172,6 +172,15 @@ test('a donor\'s direct data channel out of reach, or turned off by the newcomer
     assert.ok(direct !== null && bytesOf(direct.tensors[0].data).equals(bytesOf(state[0].data)))
     assert.equal(averager.dataChannel.threads, 1)
     assert.equal(state[0].data.byteLength, 200 * 300 * 4, 'the donor\'s tensor was not handed to the thread')
+
+    // Its data port reached at another port on its host (a node port): announced as a data address, dialled there.
+    await again.stop()
+    const forwarded = sharing(peers, 0, { dataAddrs: () => [multiaddr(`/ip4/127.0.0.1/tcp/${endpoint.port}`)] })
+    sharings.push(forwarded)
+    await forwarded.start(async () => ({ tensors: state, metadata: {} }), { port: closed, serve: endpoint.serve })
+    const viaDataAddr = await sharing(peers, 2).download([{ name: 'w', shape: [200, 300] }])
+    assert.equal(viaDataAddr?.path, 'direct', 'the data address named the port that answers')
+    assert.ok(bytesOf(viaDataAddr.tensors[0].data).equals(bytesOf(state[0].data)))
   } finally {
     await Promise.allSettled(sharings.map(async s => { await s.stop() }))
     await averager?.shutdown()

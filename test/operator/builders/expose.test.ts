@@ -14,9 +14,9 @@ const exposed = (expose: NonNullable<PartialSpec['network']>['expose'], spec: Pa
 
 const pod = (name: string, nodeName?: string): KubeObj => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name }, spec: nodeName === undefined ? {} : { nodeName } })
 const node = (name: string, addresses: Array<[string, string]>): KubeObj => ({ apiVersion: 'v1', kind: 'Node', metadata: { name }, status: { addresses: addresses.map(([type, address]) => ({ type, address })) } })
-const svc = (name: string, extra: { nodePort?: number, ingress?: Array<{ ip?: string, hostname?: string }> }): KubeObj => ({
+const svc = (name: string, extra: { nodePort?: number, dataNodePort?: number, ingress?: Array<{ ip?: string, hostname?: string }> }): KubeObj => ({
   apiVersion: 'v1', kind: 'Service', metadata: { name },
-  spec: { ports: [{ name: 'p2p', port: 31337, ...(extra.nodePort === undefined ? {} : { nodePort: extra.nodePort }) }, { name: 'data', port: 31338 }] },
+  spec: { ports: [{ name: 'p2p', port: 31337, ...(extra.nodePort === undefined ? {} : { nodePort: extra.nodePort }) }, { name: 'data', port: 31338, ...(extra.dataNodePort === undefined ? {} : { nodePort: extra.dataNodePort }) }] },
   status: { loadBalancer: { ingress: extra.ingress ?? [] } }
 })
 const byName = (objs: KubeObj[]) => new Map(objs.map(o => [o.metadata.name, o]))
@@ -71,9 +71,9 @@ test('HostPort: a pod not scheduled yet has no address, and the status publishes
   assert.deepEqual(d.bootstrapPeers, [])
 })
 
-test('NodePort: one Service per agent (auxiliary too) selecting its pod; announce = its node + the allocated node port', async () => {
+test('NodePort: one Service per agent (auxiliary too) selecting its pod; announce = its node + the allocated node ports (the data channel\'s as data=)', async () => {
   const s = exposed({ type: 'NodePort', service: { annotations: { team: 'ml' } } }, { auxiliary: { replicas: 1 } })
-  const services = [svc('demo-bootstrap-0-0', { nodePort: 30001 }), svc('demo-agent-0', { nodePort: 30002 }), svc('demo-agent-1', {})]
+  const services = [svc('demo-bootstrap-0-0', { nodePort: 30001, dataNodePort: 30101 }), svc('demo-agent-0', { nodePort: 30002 }), svc('demo-agent-1', { dataNodePort: 30103 })]
   const d = await desiredFor(s, { observed: observed(PODS, NODES, services) })
   const names = d.objects.filter(o => o.kind === 'Service').map(o => o.metadata.name)
   assert.deepEqual(names, ['demo-agents', 'demo-bootstrap-0-0', 'demo-agent-0', 'demo-agent-1', 'demo-aux-0'])
@@ -86,9 +86,10 @@ test('NodePort: one Service per agent (auxiliary too) selecting its pod; announc
   assert.equal(b.spec.externalTrafficPolicy, 'Cluster')
   assert.equal(agentContainer(d, 'demo-agent').ports[0].hostPort, undefined)
   assert.deepEqual(find(d.objects, 'ConfigMap', 'demo-announce').data, {
-    'demo-bootstrap-0-0': '/ip4/203.0.113.7/tcp/30001',
+    'demo-bootstrap-0-0': '/ip4/203.0.113.7/tcp/30001,data=/ip4/203.0.113.7/tcp/30101',
     'demo-agent-0': '/ip4/10.0.0.6/tcp/30002'
-  }, 'demo-agent-1 has no node port yet, demo-aux-0 no pod')
+  }, 'demo-agent-0 has no data node port yet, demo-agent-1 no libp2p one, demo-aux-0 no pod')
+  assert.deepEqual(d.bootstrapPeers.map(p => p.replace(/\/p2p\/.*/, '')), ['/ip4/203.0.113.7/tcp/30001'], 'the data port is no bootstrap address')
 })
 
 test('LoadBalancer: LoadBalancer Services for bootstrap agents, NodePort for the others; ingress IP, host name (/dns4) or pending', async () => {

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import { describeError } from '../errors.js'
 import type { Log } from '../log.js'
-import { dataEndpointOf } from './direct/endpoints.js'
+import { dataEndpointOf } from './direct/data-addrs.js'
 import { ANNOUNCE_DATA_PREFIX } from '../../api/agent-env.js'
 
 /**

@@ -6,11 +6,21 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { createWriteStream, type WriteStream } from 'node:fs'
 import { join } from 'node:path'
+import { tmpdir } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { AGENT_ENV, type AgentEnvKey } from '../../api/agent-env.js'
 
 /** The agent's entry point (dist/agent/main.js). */
 export const AGENT_MAIN = fileURLToPath(new URL('../main.js', import.meta.url))
+
+/**
+ * Where agents started here keep Node's compiled code (unless NODE_COMPILE_CACHE is set), as the
+ * agent image keeps it in the pod's /tmp (Dockerfile.agent): a restarted agent then loads its ~1,060
+ * modules without compiling them again, ~0.3 s of its way back into rounds on this 2-core machine
+ * (1.4 → 1.1 s to its first line). The cache is keyed by each file's content, so a rebuilt
+ * dist/ is never served stale code.
+ */
+const COMPILE_CACHE = join(tmpdir(), 'averaging-swarm-compile-cache')
 
 /** Settings by their key in AGENT_ENV → the env record the agent reads (undefined values are left out). */
 export function agentEnv (values: Partial<Record<AgentEnvKey, string | number | undefined>>): Record<string, string> {
@@ -65,7 +75,7 @@ export class AgentProcess {
     if (this.running) throw new Error(`agent ${this.name} is already running`)
     this.incarnation++
     const [cmd, args] = agentCommand(this.options.netns)
-    const child = spawn(cmd, args, { env: { ...process.env, ...this.options.env }, stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(cmd, args, { env: { NODE_COMPILE_CACHE: COMPILE_CACHE, ...process.env, ...this.options.env }, stdio: ['ignore', 'pipe', 'pipe'] })
     this.log.write(`--- incarnation ${this.incarnation} (pid ${child.pid ?? '?'}) at ${new Date().toISOString()}\n`)
     child.stdout?.pipe(this.log, { end: false })
     child.stderr?.pipe(this.log, { end: false })

@@ -11,6 +11,7 @@ import { describeError, isAnotherPeerAtAddress } from '../errors.js'
 import { connectPatiently } from './connect.js'
 import { awakeTimeout } from '../util/awake-timeout.js'
 import { silentLog, type Log } from '../log.js'
+import { MAX_DATA_ADDRS } from '../net/direct/data-addrs.js'
 
 export const RENDEZVOUS_PROTOCOL = '/avs/rendezvous/1.0.0'
 const MAX_REQUEST_BYTES = 16 * 1024
@@ -538,7 +539,7 @@ function toWire (entry: StoredEntry): RendezvousEntry {
     priority: entry.priority,
     addrs: entry.addrs.slice(0, MAX_ADDRS) as Array<Uint8Array<ArrayBuffer>>,
     ...(entry.dataPort === undefined ? {} : { dataPort: entry.dataPort }),
-    dataAddrs: (entry.dataAddrs ?? []).slice(0, MAX_ADDRS) as Array<Uint8Array<ArrayBuffer>>
+    dataAddrs: (entry.dataAddrs ?? []).slice(0, MAX_DATA_ADDRS) as Array<Uint8Array<ArrayBuffer>>
   }
 }
 
@@ -549,7 +550,7 @@ function fromWire (wire: RendezvousEntry): StoredEntry | null {
     // A multiaddr of a real transport is tens of bytes: longer ones only inflate what replicas hold.
     const addrs = wire.addrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_ADDRS)
     const port = wire.dataPort
-    const dataAddrs = wire.dataAddrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_ADDRS)
+    const dataAddrs = wire.dataAddrs.filter(a => a.byteLength <= MAX_ADDR_BYTES).slice(0, MAX_DATA_ADDRS)
     return {
       peerId: peer.toString(), expiration: wire.expiration, looking: wire.looking, priority: wire.priority, addrs,
       ...(port !== undefined && port >= 1 && port <= 65535 ? { dataPort: port, ...(dataAddrs.length > 0 ? { dataAddrs } : {}) } : {})

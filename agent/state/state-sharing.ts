@@ -11,7 +11,7 @@ import { downloadFrom, openDirectState, openStateStream } from './state-download
 import type { DataChannelKind, FrameChannel } from '../net/frame-channel.js'
 import { mainThreadTransport, type DirectEndpoint, type DirectTransport } from '../net/direct/direct-transport.js'
 import type { DataChannelIdentity } from '../net/direct/identity.js'
-import { dataAddrsToWire, dataEndpointsFromWire, type DataEndpoint } from '../net/direct/endpoints.js'
+import { dataAddrsToWire, dataEndpointsFromWire, type DataEndpoint } from '../net/direct/data-addrs.js'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import { orderDonors } from './donor-order.js'
 import { routingTableSize } from '../net/bootstrap.js'

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict'
 import { createSwarmNode, type SwarmNode } from '../../../../agent/net/node.js'
 import { createServer, connect, type Server, type Socket } from 'node:net'
 import { multiaddr } from '@multiformats/multiaddr'
-import { dataAddrsToWire, dataEndpoints, dataEndpointsFromWire, directHostsOf, orderDirectHosts } from '../../../../agent/net/direct/endpoints.js'
+import { dataEndpoints, directHostsOf, orderDirectHosts } from '../../../../agent/net/direct/endpoints.js'
+import { MAX_DATA_ADDRS, dataAddrsToWire, dataEndpointsFromWire } from '../../../../agent/net/direct/data-addrs.js'
 import { mainThreadTransport } from '../../../../agent/net/direct/direct-transport.js'
 import type { DirectFrameChannel } from '../../../../agent/net/frame-channel.js'
 import { AggregateDialer } from '../../../../agent/allreduce/aggregate-dialer.js'
@@ -36,7 +37,7 @@ test('data addresses from the wire: bounded in number and size; what is not /hos
   assert.deepEqual(dataEndpointsFromWire([...bad, ...good]), [
     { host: '203.0.113.7', port: 30101 }, { host: '2001:db8::1', port: 30102 }, { host: 'gw.example.com', port: 30103 }
   ])
-  assert.equal(dataEndpointsFromWire(Array.from({ length: 100 }, () => good[0])).length, 16, 'at most 16 taken')
+  assert.equal(dataEndpointsFromWire(Array.from({ length: 100 }, () => good[0])).length, MAX_DATA_ADDRS, 'at most MAX_DATA_ADDRS taken')
   assert.deepEqual(dataEndpointsFromWire(undefined), [])
 })
 

@@ -81,13 +81,13 @@ export interface SwarmNodeOptions {
   readonly rendezvous?: RendezvousInit
 }
 
-/** What the agent needs of libp2p's internals: listening on a relay at run time (./reach.ts). */
 /** What NodeInternals reaches of libp2p's address manager (libp2p 3's, not in its public types). */
 interface AddressManagerInternals {
   confirmObservedAddr: (a: Multiaddr, o: { type: 'observed' | 'transport' }) => void
   getAddressesWithMetadata: () => Array<{ multiaddr: Multiaddr, verified: boolean, type: string }>
 }
 
+/** What the agent needs of libp2p's internals: listening on a relay at run time, which addresses it announces (./reach.ts). */
 export interface NodeInternals {
   readonly transportManager: { listen: (addrs: Multiaddr[]) => Promise<void> }
   /** Marks an address (a NAT's, seen by peers) as ours to announce: for experiments with hole punching. */

@@ -28,6 +28,8 @@ import type { AveragerConfig } from './averager.js'
 import { GridLayout, readMembership } from './moshpit/grid-layout.js'
 
 const VERSION = '0.1.0'
+/** How often a relayed agent checks that it still holds a relay slot, and reserves one again when not. */
+const RELAY_SLOT_CHECK_MS = 3000
 /** How often AVS_ANNOUNCE_FILE is reread; a kubelet takes up to a minute to update a mounted ConfigMap anyway. */
 const ANNOUNCE_REREAD_MS = 5000
 
@@ -101,10 +103,26 @@ async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean
   }
   if (reach.kind === 'relayed') {
     log.info({ addrs: reach.addrs }, `reachable: no, reserved relay slot on ${reach.relay} (${reach.why})`)
+    // Checked often: until the slot is back, members behind other NATs cannot reach us (a relay
+    // restarted, SIGKILLed and back 2 s later, left them apart 21-26 s with a 30 s check:
+    // test/reliability/relay-restart.test.ts). The check is a look at our addresses; one
+    // reservation at a time, and after relays we asked all refused, the next ask waits twice as
+    // long (up to 30 s), so they are not asked, nor their refusals logged, every few seconds.
+    let reserving = false
+    let wait = RELAY_SLOT_CHECK_MS
+    let nextTry = 0
     const watchdog = setInterval(() => {
-      if (circuitAddrs(node).length > 0 || node.status !== 'started') return
-      void reserveRelaySlot(node, log).then(slot => { if (slot !== undefined) log.info(`reserved a relay slot again, on ${slot.relay}`) })
-    }, 30_000)
+      if (reserving || Date.now() < nextTry || circuitAddrs(node).length > 0 || node.status !== 'started') return
+      reserving = true
+      const asked = { relays: 0 }
+      void reserveRelaySlot(node, log, asked)
+        .then(slot => {
+          if (slot !== undefined) log.info(`reserved a relay slot again, on ${slot.relay}`)
+          wait = slot === undefined && asked.relays > 0 ? Math.min(2 * wait, 30_000) : RELAY_SLOT_CHECK_MS
+          nextTry = Date.now() + wait - RELAY_SLOT_CHECK_MS
+        })
+        .finally(() => { reserving = false })
+    }, RELAY_SLOT_CHECK_MS)
     watchdog.unref()
     return { reach, averager: config.averager, watchdog }
   }

@@ -54,7 +54,7 @@ export async function natObserved (node: SwarmNode, signal: AbortSignal): Promis
  * protocol): the circuit transport then listens on <relay>/p2p-circuit and libp2p announces
  * that address (identify push, the DHT). Returns the relay's id and our new addresses.
  */
-export async function reserveRelaySlot (node: SwarmNode, log: Log): Promise<{ relay: string, addrs: string[] } | undefined> {
+export async function reserveRelaySlot (node: SwarmNode, log: Log, asked?: { relays: number }): Promise<{ relay: string, addrs: string[] } | undefined> {
   for (const connection of node.getConnections()) {
     if (connection.status !== 'open' || isCircuit(connection.remoteAddr)) continue
     const peer = connection.remotePeer
@@ -63,6 +63,7 @@ export async function reserveRelaySlot (node: SwarmNode, log: Log): Promise<{ re
     const at = multiaddr(`${connection.remoteAddr.decapsulateCode(P2P_CODE).toString()}/p2p/${peer.toString()}/p2p-circuit`)
     // Set first: the address update that follows the reservation must already leave them out.
     node.services.internals.announceRelayOnly(true)
+    if (asked !== undefined) asked.relays++
     try {
       await node.services.internals.transportManager.listen([at])
     } catch (err) {

@@ -1,12 +1,11 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process'
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
-import { promisify } from 'node:util'
 import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { AGENT_ENV } from '../../api/agent-env.js'
@@ -18,8 +17,8 @@ import { createNatSites, natSitesUnsupported, type NatSites } from '../../tools/
 import { buildSidecarSwarm, type SwarmTiming } from '../../tools/faults/sidecar-swarm.js'
 import type { TrainerMainConfig } from '../../tools/faults/trainer-main.js'
 import { maxAbsDiff, weightedMean } from '../agent/swarm-fixture.js'
+import { metricsIn } from './netns-agents.js'
 
-const exec = promisify(execFile)
 const TRAINER_MAIN = fileURLToPath(new URL('../../tools/faults/trainer-main.js', import.meta.url))
 const unsupported = await natSitesUnsupported()
 if (unsupported !== undefined) console.log(`node-port test skipped: ${unsupported}`)
@@ -38,12 +37,6 @@ const TIMING: SwarmTiming = { targetGroupSize: 2, minGroupSize: 2, averagingExpi
 
 interface Line { type: string, agent: number, groupId?: string, averaged?: boolean, groupSize?: number, startedAt?: number, wallMs?: number, matchmakingMs?: number, allreduceMs?: number, peerId?: string, values?: string, nonFinite?: boolean, transportError?: string, error?: string, message?: string, unreachedPeers?: string[] }
 type Step = Line & { decoded?: Float32Array }
-
-/** GET http://<ip>:<port>/metrics from inside a namespace (the agent's metrics listen on its pod address there). */
-async function metricsIn (ns: string, url: string): Promise<string> {
-  const script = 'fetch(process.argv[1], { signal: AbortSignal.timeout(5000) }).then(r => r.text()).then(t => process.stdout.write(t), e => { console.error(String(e)); process.exit(1) })'
-  return (await exec('ip', ['netns', 'exec', ns, process.execPath, '-e', script, url], { maxBuffer: 16 << 20 })).stdout
-}
 
 // A pod behind a node's NAT, exposed by a NodePort Service: outsiders reach its libp2p port and its
 // data channel only at <node address>:<node port>. The pod announces both (AVS_ANNOUNCE_FILE, a
@@ -117,12 +110,15 @@ test('NodePort: an outside agent averages with a pod behind a NAT router at node
       })
       trainers.push(child)
     }
+    // Failure messages stay short: node --test drops a failing test's diagnostics after a message of
+    // tens of kB (under --test-force-exit); every step is in steps.jsonl.
+    const stepsText = (): string => JSON.stringify(steps.map(s => ({ ...s, values: undefined, decoded: undefined }))).slice(0, 4000)
     const averagedOf = (i: number): Step[] => steps.filter(s => s.agent === i && s.averaged === true && s.groupSize === 2)
     const until = Date.now() + 80_000
     while (!(averagedOf(0).length >= AVERAGED_STEPS && averagedOf(1).length >= AVERAGED_STEPS)) {
       if (violations.length > 0) assert.fail(`${violations.join('\n')}\nlogs: ${logDir}`)
       if (Date.now() > until) {
-        assert.fail(`each agent averages in a group of 2 ${AVERAGED_STEPS} times within 80 s: averaged ${averagedOf(0).length} and ${averagedOf(1).length} times in ${steps.length} steps (${JSON.stringify(steps.map(s => ({ ...s, values: undefined, decoded: undefined })))})\nlogs: ${logDir}`)
+        assert.fail(`each agent averages in a group of 2 ${AVERAGED_STEPS} times within 80 s: averaged ${averagedOf(0).length} and ${averagedOf(1).length} times in ${steps.length} steps (${stepsText()})\nlogs: ${logDir}`)
       }
       await new Promise(resolve => setTimeout(resolve, 200))
     }
@@ -138,7 +134,7 @@ test('NodePort: an outside agent averages with a pod behind a NAT router at node
 
     // Values: both start values finite; the first averaged step leaves both at their exact mean;
     // every step after it leaves them there, both agents holding identical values.
-    const detail = (): string => `${JSON.stringify(steps.map(s => ({ ...s, values: undefined, decoded: undefined })))}\nlogs: ${logDir}`
+    const detail = (): string => `${stepsText()}\nlogs: ${logDir}`
     assert.equal(startValues.size, 2, `both trainers started\n${detail()}`)
     const [a, b] = [startValues.get(0)!, startValues.get(1)!]
     for (const v of [a, b]) assert.ok(v.length === ELEMENTS && firstNonFinite(v) < 0, 'finite start values')

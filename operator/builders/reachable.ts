@@ -57,8 +57,8 @@ function nodePortOf (svc: KubeObj | undefined, name: string): number | undefined
  * while unknown; data stays empty while its node port is.
  */
 export interface Reachable {
-  readonly p2p: string[]
-  readonly data: string[]
+  readonly p2p: readonly string[]
+  readonly data: readonly string[]
 }
 
 const UNKNOWN: Reachable = { p2p: [], data: [] }

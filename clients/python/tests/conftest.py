@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -13,7 +14,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Set
 
 import pytest
 
@@ -22,10 +23,38 @@ AGENT_MAIN = REPO / "dist" / "agent" / "main.js"
 NODE = REPO / "node_modules" / ".bin" / "node"
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_handed_out: Set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 now, from below the kernel's ephemeral range (and below 30000).
+
+    A port chosen by binding port 0 comes from the ephemeral range, and any outbound connection may take
+    it as its local port before the agent binds it: the agents dial each other while starting, and one
+    bound its sidecar port after such a dial had taken it ("the sidecar port 127.0.0.1:39847 is already
+    in use", clean-clone CI of 70e5283). The kernel never picks a local port below that range by itself.
+    """
+    high = min(_ephemeral_low(), 30000)
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(20000, high)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port from 20000 to {high} on 127.0.0.1 after 500 tries")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 import type { PeerId } from '@libp2p/interface'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { SwarmNode } from '../net/node.js'
-import { JoinRequest, MatchCode, MessageFromLeader, PeerMode } from '../proto/averaging.js'
+import { JoinConfirm, JoinRequest, MatchCode, MessageFromLeader, PeerMode } from '../proto/averaging.js'
 import { atOwnAddress, openFramed, peerIdFromBytes, rememberAddrs } from '../net/rpc.js'
 import type { FramedStream } from '../net/framed-stream.js'
 import { MatchmakingError, describeError } from '../errors.js'
@@ -151,6 +151,7 @@ export class FollowerSide {
         }
         search.currentLeader = leaderId
         this.leaveFollowers(search, leaderId, bringing, reply.noRoomFor)
+        await this.confirm(search, framed, reply)
         return framed
       } catch (err) {
         // Given up (no answer in time, a broken stream): the stream is reset, so that a leader slow
@@ -216,8 +217,16 @@ export class FollowerSide {
         if (search.assembled || search.currentLeader != null) return false
         search.currentLeader = leaderId
         this.leaveFollowers(search, leaderId, bringing, reply!.noRoomFor)
+        try {
+          await this.confirm(search, framed!, reply!)
+        } catch (err) {
+          this.config.log?.debug(`could not confirm ${leaderId.slice(-6)}'s ACCEPTED: ${describeError(err)}`)
+          search.rejections.push(describeError(err))
+          return null
+        }
         return true
       })
+      if (free == null) { framed.abort(new MatchmakingError('could not confirm the ACCEPTED')); return null }
       // Taken meanwhile (our own group, another leader): leaving closes the stream, and the leader drops us.
       if (!free) {
         this.config.log?.debug(`${leaderId.slice(-6)} (below us) accepted us after we took another group or leader: leaving it`)
@@ -306,6 +315,20 @@ export class FollowerSide {
     return true
   }
 
+  /**
+   * We follow the leader that accepted us (currentLeader set, our followers sent on): we say so where
+   * it asks (confirm_wanted), and it counts us only then. Should the write fail, we follow nobody.
+   */
+  private async confirm (search: Search, framed: FramedStream, reply: MessageFromLeader): Promise<void> {
+    if (!reply.confirmWanted) return
+    try {
+      await framed.write(JoinConfirm.encode({ following: true }))
+    } catch (err) {
+      search.currentLeader = null
+      throw err
+    }
+  }
+
   /** Our join request to a leader, under our current key, with this expiration. */
   private joinRequest (search: Search, expiration: number): Uint8Array {
     return JoinRequest.encode({
@@ -314,7 +337,8 @@ export class FollowerSide {
       groupKey: search.groupKey,
       info: search.info,
       bringing: search.followers.size,
-      acceptsPartial: acceptsPartial(search)
+      acceptsPartial: acceptsPartial(search),
+      confirms: true
     })
   }
 

@@ -1,10 +1,10 @@
 import type { Connection, Stream } from '@libp2p/interface'
-import { JoinRequest, MatchCode, MessageFromLeader, type PeerMode } from '../proto/averaging.js'
+import { JoinConfirm, JoinRequest, MatchCode, MessageFromLeader, type PeerMode } from '../proto/averaging.js'
 import { FramedStream } from '../net/framed-stream.js'
 import { ProtocolError, describeError } from '../errors.js'
 import { MAX_JOIN_REQUEST_BYTES, MAX_JOIN_STREAMS_PER_PEER } from './join-protocol.js'
 import { PerPeerStreamLimit, peerIdToBytes, refuseStream } from '../net/rpc.js'
-import type { Search } from './search.js'
+import type { Follower, Search } from './search.js'
 import { noRoomFor, reasonToReject } from './decisions.js'
 import type { Mutex } from '../util/mutex.js'
 import type { Log } from '../log.js'
@@ -20,8 +20,10 @@ export interface JoinHandlerContext {
   current (): Search | null
   /** Seconds since we stopped looking (our last search ended or assembled; 0: just now). */
   stoppedLooking (): number
-  /** Called after a follower joined, so the search loop can react (assemble when full). */
+  /** Called after a follower joined (confirmed, where it confirms), so the search loop can react (assemble when full). */
   onFollowerJoined (): void
+  /** Called after a follower we accepted left or never confirmed, so that an expiration waiting for it goes on. */
+  onFollowerLeft (): void
   /** A peer asked to join while we were not looking (its group key): one that came too late. */
   onTurnedAway (groupKey: string): void
   /** A peer under our key that ranks above us asked us to lead it (refused: BAD_EXPIRATION_TIME): we ask it in turn. */
@@ -48,6 +50,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
         const request = JoinRequest.decode(bytes)
         let accepted: Promise<MessageFromLeader> | null = null
         let joined: Search | null = null
+        let follower: Follower | null = null
         const reply = await ctx.lock.run(async () => {
           const search = ctx.current()
           const rejection = reasonToReject(ctx, search, request, from)
@@ -63,31 +66,56 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
           // Room for the asker, not for all it brings: it sends the rest away (decisions.ts noRoomFor).
           const away = noRoomFor(search!.followers.size, request.bringing, ctx.targetGroupSize)
           accepted = new Promise<MessageFromLeader>(resolve => {
-            search!.followers.set(from, { peerId: from, info: request.info!, joinedAfter: search!.declaredAt != null ? ctx.now() - search!.declaredAt : undefined, settle: resolve })
+            // An asker that confirms holds its place from now, and is a member once it confirms.
+            follower = { peerId: from, info: request.info!, joinedAfter: search!.declaredAt != null ? ctx.now() - search!.declaredAt : undefined, settle: resolve, confirmed: !request.confirms }
+            search!.followers.set(from, follower)
           })
           // The followers it brings are sent on to us now; each asks us within a request timeout
           // (its old key's withdrawal runs beside the ask): two are slack on a busy machine.
           search!.expectBrought(request.bringing - away, ctx.now() + 2 * ctx.requestTimeoutMs / 1000)
-          return { ...message(MatchCode.ACCEPTED, ''), noRoomFor: away }
+          return { ...message(MatchCode.ACCEPTED, ''), noRoomFor: away, confirmWanted: request.confirms }
         })
         try {
           await framed.write(MessageFromLeader.encode(reply))
         } catch (err) {
           // The asker gave up before our ACCEPTED reached it (it resets the stream): not a follower.
           const search = joined as Search | null
-          if (search != null && !search.assembled) search.followers.delete(from)
+          if (search != null && follower != null) search.dropFollower(from, follower)
+          ctx.onFollowerLeft()
           throw err
         }
         if (accepted == null) { await framed.closeWrite(); return }
-        ctx.onFollowerJoined()
+        const search = joined as Search | null
+        const entry = follower as Follower | null
+        if (search != null && entry != null && !entry.confirmed) {
+          // Counted only once it confirms: an asker that went elsewhere while our ACCEPTED was on its
+          // way sends none (it closes the stream), and one that says nothing within a request timeout
+          // is not waited for (our expiration waits for confirmations: Search.assembleIfEnough).
+          let following = false
+          try {
+            const confirm = await framed.read(ctx.requestTimeoutMs)
+            following = confirm != null && JoinConfirm.decode(confirm).following
+          } catch {}
+          if (!following) {
+            search.dropFollower(from, entry)
+            ctx.onFollowerLeft()
+            ctx.log?.debug(`${from.slice(-6)} did not confirm our ACCEPTED: not a follower`)
+            framed.abort(new ProtocolError('no confirmation of our ACCEPTED'))
+            return
+          }
+          if (search.confirmFollower(from, entry)) ctx.onFollowerJoined()
+        } else {
+          ctx.onFollowerJoined()
+        }
         // The follower keeps the stream open while it waits; if it leaves first, drop it.
         const left = framed.read().then(() => null, () => null)
         const outcome = await Promise.race([accepted, left])
         if (outcome == null) {
-          const search = ctx.current()
-          if (search != null && !search.assembled) search.followers.delete(from)
+          if (search != null && entry != null && !search.assembled) {
+            search.dropFollower(from, entry)
+            ctx.onFollowerLeft()
           // Left after our group took it (its BEGIN_ALLREDUCE may be on the way): listed, it will not come.
-          else ctx.log?.debug(`follower ${from.slice(-6)} left after we assembled: it is listed in our group`)
+          } else ctx.log?.debug(`follower ${from.slice(-6)} left after we assembled: it is listed in our group`)
           return
         }
         await framed.write(MessageFromLeader.encode(outcome))
@@ -105,5 +133,5 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
 const STOPPED_LOOKING_MIN = 0.001
 
 function message (code: MatchCode, reason: string): MessageFromLeader {
-  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0, stoppedLooking: 0 }
+  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0, stoppedLooking: 0, confirmWanted: false }
 }

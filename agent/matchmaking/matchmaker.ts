@@ -104,7 +104,12 @@ export class Matchmaker {
       onFollowerJoined: () => {
         const search = this.search
         if (search?.declaredAt != null) this.arrivals.record(this.now() - search.declaredAt)
-        search?.assembleIfFull(this.config.targetGroupSize)
+        if (search?.assembleIfFull(this.config.targetGroupSize) !== true) search?.recheckExpiry(this.config.minGroupSize)
+        this.wakeup.notify()
+      },
+      onFollowerLeft: () => {
+        // An expiration that waited for its confirmation goes on (assembles, or the search loop disbands).
+        this.search?.recheckExpiry(this.config.minGroupSize)
         this.wakeup.notify()
       },
       onTurnedAway: (groupKey) => {
@@ -183,8 +188,10 @@ export class Matchmaker {
     while (!search.assembled && signal?.aborted !== true) {
       const now = this.now()
       if (now >= search.deadline) return null
-      if (!isClient && search.declaredExpiration != null && now >= search.declaredExpiration && search.expiryPending) {
-        // The expiry timer decides whether we assemble at the expiration (assembleOnExpiry); it runs in a moment.
+      if (!isClient && search.declaredExpiration != null && now >= search.declaredExpiration && (search.expiryPending || search.waitingForAnswers)) {
+        // The expiry timer decides whether we assemble at the expiration (assembleOnExpiry); it runs in
+        // a moment. Or it ran, and waits for the answer to our join request or for followers to
+        // confirm: that answer decides (Search.recheckExpiry), or the timer assembles despite it.
         await this.wakeup.sleep(IO_TURN_MS)
         continue
       }
@@ -306,7 +313,7 @@ export class Matchmaker {
       search.expiryPending = false
       this.wakeup.notify()
       if (search.assembleIfEnough(this.config.minGroupSize) != null) return
-      if (!search.waitingForAsk) return
+      if (!search.waitingForAnswers) return
       // Waiting for the answer to our own join request (Search.assembleIfEnough): our followers wait
       // for us until our expiration plus a request timeout, so we assemble by half of it whatever
       // the answer, and leave that leader should it accept us after.
@@ -325,6 +332,8 @@ export class Matchmaker {
    */
   private assembleShort (search: Search, known: readonly StoredEntry[]): boolean {
     if (search.currentLeader != null || search.followers.size === 0 || search.declaredAt == null || search.declaredExpiration == null) return false
+    // A follower still to confirm is waited for: assembled now, it would be sent away (Search.assemble).
+    if (search.unconfirmed > 0) return false
     const now = this.now()
     if (now < search.holdUntil) return false
     // A follower we accepted brings followers of its own, sent on to us: they are coming. (Assembled

@@ -13,6 +13,11 @@ export interface Follower {
   readonly joinedAfter?: number
   /** Delivers the leader's second message: BEGIN_ALLREDUCE or GROUP_DISBANDED. */
   readonly settle: (message: MessageFromLeader) => void
+  /**
+   * It confirmed our ACCEPTED (JoinConfirm), or asked as an agent that does not confirm: a member of
+   * our group. Until then it holds a place (room, ranking) but is never listed: assemble() sends it away.
+   */
+  confirmed: boolean
 }
 
 /**
@@ -75,7 +80,7 @@ export class Search {
   expiryPending = false
   /** A join request of ours is out to a better-ranked leader, not yet answered (beginAsk, endAsk). */
   private asking = false
-  /** Our expiration came while asking: we assemble, if still leading, once the answer is in. */
+  /** Our expiration came while asking, or while followers we accepted had not yet confirmed: we assemble, if still leading, once those answers are in. */
   private expiryWaiting = false
   private outcome: GroupInfo | null = null
   private finish!: (group: GroupInfo) => void
@@ -120,9 +125,18 @@ export class Search {
   get assembled (): boolean { return this.outcome != null }
   get group (): GroupInfo | null { return this.outcome }
 
-  /** Becomes a group of our followers and us; every follower learns the same id, order and metadata. */
+  /**
+   * Becomes a group of our followers and us; every follower learns the same id, order and metadata.
+   * A follower that has not confirmed is not listed (it may have gone elsewhere): it is told the group
+   * formed without it. The callers wait for confirmations first (unconfirmed) where they can.
+   */
   assemble (): GroupInfo {
     if (this.outcome != null) return this.outcome
+    for (const follower of [...this.followers.values()]) {
+      if (follower.confirmed) continue
+      this.followers.delete(follower.peerId)
+      follower.settle(refusal(MatchCode.GROUP_IS_FULL, 'the group assembled before your confirmation came'))
+    }
     const members = shuffle([
       ...[...this.followers.values()].map(f => ({ peerId: f.peerId, info: f.info })),
       { peerId: this.selfId, info: this.info }
@@ -139,7 +153,8 @@ export class Search {
       gridKey: this.gridKey ?? '',
       leaderKey: '',
       noRoomFor: 0,
-      stoppedLooking: 0
+      stoppedLooking: 0,
+      confirmWanted: false
     }
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()
@@ -171,9 +186,28 @@ export class Search {
     return now < this.broughtUntil ? Math.max(0, this.broughtSize - this.followers.size - 1) : 0
   }
 
-  /** A follower joined while we lead: a full group assembles at once. Returns whether it did. */
+  /** Followers we accepted that have not confirmed yet (each does, leaves, or is dropped within a request timeout: join-handler.ts). */
+  get unconfirmed (): number {
+    let n = 0
+    for (const follower of this.followers.values()) if (!follower.confirmed) n++
+    return n
+  }
+
+  /** `peerId` confirmed our ACCEPTED: a member from now on. False when it is no longer ours (sent away, or we assembled without it). */
+  confirmFollower (peerId: string, follower: Follower): boolean {
+    if (this.assembled || this.followers.get(peerId) !== follower) return false
+    follower.confirmed = true
+    return true
+  }
+
+  /** An accepted follower left, or never confirmed: no longer ours (unless we assembled with it already). */
+  dropFollower (peerId: string, follower: Follower): void {
+    if (!this.assembled && this.followers.get(peerId) === follower) this.followers.delete(peerId)
+  }
+
+  /** A follower joined (confirmed) while we lead: a full group of confirmed followers assembles at once. Returns whether it did. */
   assembleIfFull (targetGroupSize: number): boolean {
-    if (this.assembled || this.currentLeader != null || !groupFull(this.followers.size, targetGroupSize)) return false
+    if (this.assembled || this.currentLeader != null || this.unconfirmed > 0 || !groupFull(this.followers.size, targetGroupSize)) return false
     this.assemble()
     return true
   }
@@ -190,19 +224,32 @@ export class Search {
    */
   assembleIfEnough (minGroupSize: number): GroupInfo | null {
     if (this.assembled || this.currentLeader != null) return null
-    if (this.asking) { this.expiryWaiting = true; return null }
+    // Followers that have not confirmed yet are waited for too: assembled now, they would be sent away.
+    if (this.asking || this.unconfirmed > 0) { this.expiryWaiting = true; return null }
     return this.assembleDespiteAsk(minGroupSize)
   }
 
-  /** As assembleIfEnough, whether or not a join request of ours is out (a leader that accepts us after this is left). */
+  /**
+   * As assembleIfEnough, whether or not a join request of ours is out (a leader that accepts us after
+   * this is left) or followers are still to confirm (they are sent away, not listed).
+   */
   assembleDespiteAsk (minGroupSize: number): GroupInfo | null {
-    if (this.assembled || this.currentLeader != null || !enoughToAssemble(this.followers.size, minGroupSize)) return null
+    if (this.assembled || this.currentLeader != null || !enoughToAssemble(this.followers.size - this.unconfirmed, minGroupSize)) return null
     this.expiryWaiting = false
     return this.assemble()
   }
 
-  /** Our expiration came while a join request of ours was out, and waits for its answer. */
-  get waitingForAsk (): boolean { return this.expiryWaiting && !this.assembled }
+  /** Our expiration came while a join request of ours, or followers' confirmations, were out, and waits for them. */
+  get waitingForAnswers (): boolean {
+    return this.expiryWaiting && !this.assembled && this.currentLeader == null && (this.asking || this.unconfirmed > 0)
+  }
+
+  /** A follower confirmed or was dropped: an expiration that waited for it assembles now, if nothing else is out. */
+  recheckExpiry (minGroupSize: number): GroupInfo | null {
+    if (!this.expiryWaiting || this.asking) return null
+    this.expiryWaiting = false
+    return this.assembleIfEnough(minGroupSize)
+  }
 
   /** A join request of ours goes out to a leader: our expiration waits for its answer (assembleIfEnough). */
   beginAsk (): void { this.asking = true }
@@ -210,9 +257,7 @@ export class Search {
   /** Its answer is in (or the ask failed): an expiration that came meanwhile assembles now, if we still lead. */
   endAsk (minGroupSize: number): GroupInfo | null {
     this.asking = false
-    if (!this.expiryWaiting) return null
-    this.expiryWaiting = false
-    return this.assembleIfEnough(minGroupSize)
+    return this.recheckExpiry(minGroupSize)
   }
 
   /**
@@ -221,7 +266,7 @@ export class Search {
    * leader, or already assembled.
    */
   expire (now: number, minGroupSize: number): GroupInfo | 'disbanded' | null {
-    if (this.assembled || this.currentLeader != null || this.asking || this.declaredExpiration == null || now < this.declaredExpiration) return null
+    if (this.assembled || this.currentLeader != null || this.asking || this.unconfirmed > 0 || this.declaredExpiration == null || now < this.declaredExpiration) return null
     const group = this.assembleIfEnough(minGroupSize)
     if (group != null) return group
     this.disband(null, 'too few peers before the leader expired')
@@ -257,7 +302,8 @@ export class Search {
       gridKey: '',
       leaderKey: '',
       noRoomFor: 0,
-      stoppedLooking: 0
+      stoppedLooking: 0,
+      confirmWanted: false
     }
     const full = { ...none, code: MatchCode.GROUP_IS_FULL, reason: 'no room for us in the group our leader joined' }
     for (const follower of followers.splice(followers.length - away, away)) follower.settle(full)
@@ -267,4 +313,9 @@ export class Search {
       : { ...none, suggestedLeader: peerIdToBytes(suggestedLeader) as Uint8Array<ArrayBuffer>, leaderKey: this.groupKey }
     for (const follower of followers) follower.settle(sent)
   }
+}
+
+/** A leader's second message that is no group for the follower (GROUP_IS_FULL, GROUP_DISBANDED). */
+function refusal (code: MatchCode, reason: string): MessageFromLeader {
+  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0, stoppedLooking: 0, confirmWanted: false }
 }

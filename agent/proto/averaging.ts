@@ -1159,6 +1159,7 @@ export interface JoinRequest {
   info?: PeerInfo
   bringing: number
   acceptsPartial: boolean
+  confirms: boolean
 }
 
 export namespace JoinRequest {
@@ -1201,6 +1202,11 @@ export namespace JoinRequest {
           w.bool(obj.acceptsPartial)
         }
 
+        if ((obj.confirms != null && obj.confirms !== false)) {
+          w.uint32(56)
+          w.bool(obj.confirms)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1210,7 +1216,8 @@ export namespace JoinRequest {
           expiration: 0,
           groupKey: '',
           bringing: 0,
-          acceptsPartial: false
+          acceptsPartial: false,
+          confirms: false
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1243,6 +1250,10 @@ export namespace JoinRequest {
             }
             case 6: {
               obj.acceptsPartial = reader.bool()
+              break
+            }
+            case 7: {
+              obj.confirms = reader.bool()
               break
             }
             default: {
@@ -1298,6 +1309,13 @@ export namespace JoinRequest {
             case 6: {
               yield {
                 field: `${prefix}.acceptsPartial`,
+                value: reader.bool()
+              }
+              break
+            }
+            case 7: {
+              yield {
+                field: `${prefix}.confirms`,
                 value: reader.bool()
               }
               break
@@ -1391,6 +1409,11 @@ export namespace JoinRequest {
     value: boolean
   }
 
+  export interface JoinRequestConfirmsFieldEvent {
+    field: '$.confirms'
+    value: boolean
+  }
+
   export function encode (obj: Partial<JoinRequest>): Uint8Array {
     return encodeMessage(obj, JoinRequest.codec())
   }
@@ -1399,8 +1422,97 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
+  }
+}
+
+export interface JoinConfirm {
+  following: boolean
+}
+
+export namespace JoinConfirm {
+  let _codec: Codec<JoinConfirm>
+
+  export const codec = (): Codec<JoinConfirm> => {
+    if (_codec == null) {
+      _codec = message<JoinConfirm>((obj, w, opts = {}) => {
+        if (opts.lengthDelimited !== false) {
+          w.fork()
+        }
+
+        if ((obj.following != null && obj.following !== false)) {
+          w.uint32(8)
+          w.bool(obj.following)
+        }
+
+        if (opts.lengthDelimited !== false) {
+          w.ldelim()
+        }
+      }, (reader, length, opts = {}) => {
+        const obj: any = {
+          following: false
+        }
+
+        const end = length == null ? reader.len : reader.pos + length
+
+        while (reader.pos < end) {
+          const tag = reader.uint32()
+
+          switch (tag >>> 3) {
+            case 1: {
+              obj.following = reader.bool()
+              break
+            }
+            default: {
+              reader.skipType(tag & 7)
+              break
+            }
+          }
+        }
+
+        return obj
+      }, function * (reader, length, prefix, opts = {}) {
+        const end = length == null ? reader.len : reader.pos + length
+
+        while (reader.pos < end) {
+          const tag = reader.uint32()
+
+          switch (tag >>> 3) {
+            case 1: {
+              yield {
+                field: `${prefix}.following`,
+                value: reader.bool()
+              }
+              break
+            }
+            default: {
+              reader.skipType(tag & 7)
+              break
+            }
+          }
+        }
+      })
+    }
+
+    return _codec
+  }
+
+  export interface JoinConfirmFollowingFieldEvent {
+    field: '$.following'
+    value: boolean
+  }
+
+  export function encode (obj: Partial<JoinConfirm>): Uint8Array {
+    return encodeMessage(obj, JoinConfirm.codec())
+  }
+
+  export function decode (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinConfirm>): JoinConfirm {
+    return decodeMessage(buf, JoinConfirm.codec(), opts)
+  }
+
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinConfirm>): Generator<JoinConfirmFollowingFieldEvent> {
+    return streamMessage(buf, JoinConfirm.codec(), opts)
   }
 }
 
@@ -1416,6 +1528,7 @@ export interface MessageFromLeader {
   leaderKey: string
   noRoomFor: number
   stoppedLooking: number
+  confirmWanted: boolean
 }
 
 export namespace MessageFromLeader {
@@ -1489,6 +1602,11 @@ export namespace MessageFromLeader {
           w.float(obj.stoppedLooking)
         }
 
+        if ((obj.confirmWanted != null && obj.confirmWanted !== false)) {
+          w.uint32(96)
+          w.bool(obj.confirmWanted)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1504,7 +1622,8 @@ export namespace MessageFromLeader {
           gridKey: '',
           leaderKey: '',
           noRoomFor: 0,
-          stoppedLooking: 0
+          stoppedLooking: 0,
+          confirmWanted: false
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1569,6 +1688,10 @@ export namespace MessageFromLeader {
             }
             case 11: {
               obj.stoppedLooking = reader.float()
+              break
+            }
+            case 12: {
+              obj.confirmWanted = reader.bool()
               break
             }
             default: {
@@ -1696,6 +1819,13 @@ export namespace MessageFromLeader {
               }
               break
             }
+            case 12: {
+              yield {
+                field: `${prefix}.confirmWanted`,
+                value: reader.bool()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -1820,6 +1950,11 @@ export namespace MessageFromLeader {
     value: number
   }
 
+  export interface MessageFromLeaderConfirmWantedFieldEvent {
+    field: '$.confirmWanted'
+    value: boolean
+  }
+
   export function encode (obj: Partial<MessageFromLeader>): Uint8Array {
     return encodeMessage(obj, MessageFromLeader.codec())
   }
@@ -1828,7 +1963,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent | MessageFromLeaderConfirmWantedFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

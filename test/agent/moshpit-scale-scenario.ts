@@ -11,7 +11,7 @@ import { seededRandom } from '../../agent/util/random.js'
 import type { StepResult } from '../../agent/averager.js'
 import { distanceToMean } from '../../bench/lib/moshpit-math.js'
 import { linesLog, type Log } from '../../agent/log.js'
-import { testLog } from './test-log.js'
+import { keptLines, testLog } from './test-log.js'
 
 export interface GridScenarioInput {
   readonly peers: number
@@ -97,7 +97,9 @@ export async function runGridScenario (input: GridScenarioInput): Promise<GridSc
               return elsewhere != null ? `${rank} ran in group ${elsewhere.groupId.slice(0, 8)}` : `${rank}'s step failed: ${failures.get(rank) ?? 'no outcome'}`
             })
             const present = ranks.map(rank => { const a = results.get(rank)!.allreduce; return `${rank}: kept local ${a.partsKeptLocal}, left out ${a.bannedSenders.length}, repaired ${a.repairedParts}` })
-            problems.push(`round ${round}: group ${groupId.slice(0, 8)} lists ranks ${ran.join()} but ${ranks.join()} ran in it (${[...absent, ...present].join('; ')})`)
+            problems.push(`round ${round}: group ${groupId.slice(0, 8)} lists ranks ${ran.join()} but ${ranks.join()} ran in it (${[...absent, ...present].join('; ')})` +
+              // What the absent members and those present said of each other: which path made the ghost (a failure in CI is read, not rerun).
+              ghostLines(ran.filter(rank => !ranks.includes(rank)), ranks, ids))
           }
           members += ranks.length
           if (ranks.some(rank => { const a = results.get(rank)?.allreduce; return a == null || a.partsKeptLocal > 0 || a.bannedSenders.length > 0 })) continue
@@ -118,3 +120,15 @@ export async function runGridScenario (input: GridScenarioInput): Promise<GridSc
     await swarm.stop()
   }
 }
+
+/** The last lines in which each absent member mentions a member present, and each present one mentions an absent one (peer ids end in their last 6 characters in logs). */
+function ghostLines (absent: readonly number[], present: readonly number[], ids: readonly string[]): string {
+  if (process.env.AVS_TEST_LOG != null) return ''
+  const tail = (rank: number, others: readonly number[]): string[] => {
+    const marks = others.map(r => ids[r].slice(-6))
+    return keptLines(`peer ${rank}`).filter(line => marks.some(m => line.includes(m))).slice(-GHOST_LINES_EACH)
+  }
+  const lines = [...absent.flatMap(r => tail(r, present)), ...present.flatMap(r => tail(r, absent))]
+  return lines.length > 0 ? `; their log lines:\n${lines.join('\n')}` : '; no log lines of theirs mention each other'
+}
+const GHOST_LINES_EACH = 6

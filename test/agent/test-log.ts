@@ -36,6 +36,11 @@ export function testLog (label: string, linesPerLabel = LINES_PER_LABEL): Log {
   })
 }
 
+/** The lines `label` kept (oldest first, at most twice its lines per label): for a report that quotes them. */
+export function keptLines (label: string): string[] {
+  return (kept.get(label) ?? []).map(e => e.line)
+}
+
 /** Writes what the labels kept to a file and says where (the test file failed). */
 export function writeKeptLines (file = keptLinesFile()): string | undefined {
   const all = [...kept.values()].flat().sort((a, b) => a.seq - b.seq)

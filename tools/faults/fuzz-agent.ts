@@ -367,13 +367,19 @@ function targetsFor (self: PeerId, protocols: readonly string[]): Target[] {
     [joinProtocol(PREFIX)]: {
       framing: 'u32le',
       weight: 4,
-      valid: (rng) => [pb.JoinRequest.encode({
-        schemaHash: rng.bytes(32),
-        expiration: now() + rng.int(5),
-        groupKey: `${PREFIX}.0b`,
-        // Cast: the data-port field is newer than some trees this runs against.
-        info: { mode: pb.PeerMode.NODE, weight: 1, bandwidth: rng.int(2) === 0 ? undefined : 100, userData: rng.bytes(rng.int(64)), dataAddrs: rng.int(2) === 0 ? [] : [rng.bytes(rng.int(300))] } as pb.PeerInfo
-      })]
+      valid: (rng) => {
+        const confirms = rng.int(2) === 0
+        const request = pb.JoinRequest.encode({
+          schemaHash: rng.bytes(32),
+          expiration: now() + rng.int(5),
+          groupKey: `${PREFIX}.0b`,
+          // Cast: the data-port field is newer than some trees this runs against.
+          info: { mode: pb.PeerMode.NODE, weight: 1, bandwidth: rng.int(2) === 0 ? undefined : 100, userData: rng.bytes(rng.int(64)), dataAddrs: rng.int(2) === 0 ? [] : [rng.bytes(rng.int(300))] } as pb.PeerInfo,
+          confirms
+        })
+        // An asker that confirms follows its request with a JoinConfirm (join-handler.ts), or not.
+        return confirms && rng.int(2) === 0 ? [request, pb.JoinConfirm.encode({ following: rng.int(2) === 0 })] : [request]
+      }
     },
     [aggregateProtocol(PREFIX)]: {
       framing: 'u32le',

@@ -19,7 +19,7 @@ function info (over: Partial<PeerInfo> = {}): PeerInfo {
 }
 
 function request (over: Partial<JoinRequest> = {}): JoinRequest {
-  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), bringing: 0, acceptsPartial: false, ...over }
+  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), bringing: 0, acceptsPartial: false, confirms: false, ...over }
 }
 
 function leading (over: Partial<LeaderState> = {}, followers: string[] = []): LeaderState {

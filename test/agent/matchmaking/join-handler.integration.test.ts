@@ -4,7 +4,7 @@ import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
 import { createJoinHandler } from '../../../agent/matchmaking/join-handler.js'
 import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from '../../../agent/matchmaking/join-protocol.js'
 import { Search } from '../../../agent/matchmaking/search.js'
-import { JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../../../agent/proto/averaging.js'
+import { JoinConfirm, JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../../../agent/proto/averaging.js'
 import { openFramed } from '../../../agent/net/rpc.js'
 import { Mutex } from '../../../agent/util/mutex.js'
 
@@ -38,6 +38,7 @@ test('a join request whose asker gave up before the busy leader answered it does
       current: () => { decided++; return search },
       stoppedLooking: () => 0,
       onFollowerJoined: () => { joinedCalls++ },
+      onFollowerLeft: () => {},
       onTurnedAway: () => {},
       onOutranked: () => {},
       now
@@ -73,6 +74,95 @@ test('a join request whose asker gave up before the busy leader answered it does
     assert.equal(MessageFromLeader.decode(reply).code, MatchCode.ACCEPTED)
     assert.deepEqual([...search.followers.keys()], [askerNode.peerId.toString()])
     waiting.abort(new Error('test over'))
+  } finally {
+    await Promise.allSettled([leaderNode.stop(), askerNode.stop()])
+  }
+})
+
+// An asker that confirms is counted only once its JoinConfirm comes. One whose own group assembled
+// while the leader's ACCEPTED was on its way closes the stream instead: counted at the ACCEPTED, it
+// completed the leader's group at once and was listed in it (a ghost member: the 256-peer test in CI).
+test('an asker that confirms completes the group only with its confirmation; one that leaves instead is not listed; an asker that does not confirm is counted at once', { timeout: 60_000 }, async () => {
+  const [leaderNode, askerNode] = await startConnectedNodes(2)
+  try {
+    const leaderId = leaderNode.peerId.toString()
+    const askerId = askerNode.peerId.toString()
+    let search = new Search(leaderId, KEY, info(), now() + 60)
+    search.declaredExpiration = now() + 30
+    search.declaredAt = now()
+    let joined = 0
+    let left = 0
+    // A group of two: the first follower counted completes it (Matchmaker's onFollowerJoined).
+    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler({
+      selfId: leaderId,
+      mode: PeerMode.NODE,
+      schemaHash: SCHEMA,
+      targetGroupSize: 2,
+      requestTimeoutMs: 5000,
+      lock: new Mutex(),
+      current: () => search,
+      stoppedLooking: () => 0,
+      onFollowerJoined: () => { joined++; search.assembleIfFull(2) },
+      onFollowerLeft: () => { left++ },
+      onTurnedAway: () => {},
+      onOutranked: () => {},
+      now
+    }))
+    const ask = async (confirms: boolean): Promise<{ framed: Awaited<ReturnType<typeof openFramed>>, accepted: MessageFromLeader }> => {
+      const framed = await openFramed(askerNode, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
+      await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: search.declaredExpiration! + 5, groupKey: KEY, info: info(), bringing: 0, acceptsPartial: false, confirms }))
+      const first = await framed.read(5000)
+      assert.ok(first != null)
+      return { framed, accepted: MessageFromLeader.decode(first) }
+    }
+    const until = async (what: () => boolean): Promise<void> => {
+      const deadline = Date.now() + 5000
+      while (!what() && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 10))
+    }
+
+    // Accepted, and gone elsewhere before confirming: it held its place, and is dropped.
+    const gone = await ask(true)
+    assert.equal(gone.accepted.code, MatchCode.ACCEPTED)
+    assert.equal(gone.accepted.confirmWanted, true)
+    assert.equal(search.followers.get(askerId)?.confirmed, false)
+    await new Promise(resolve => setTimeout(resolve, 200))
+    assert.equal(search.assembled, false, 'an unconfirmed follower completes no group')
+    assert.equal(joined, 0)
+    await gone.framed.closeWrite()
+    await until(() => search.followers.size === 0)
+    assert.equal(search.followers.size, 0, 'an asker that left before confirming is not a follower')
+    assert.equal(left, 1)
+    assert.equal(search.assembled, false)
+
+    // A hostile second frame is no confirmation: dropped, the stream closed, the leader unharmed.
+    const hostile = await ask(true)
+    await hostile.framed.write(new Uint8Array([0xff, 0xff, 0xff]))
+    await until(() => search.followers.size === 0)
+    assert.equal(search.followers.size, 0)
+    assert.equal(await hostile.framed.read(5000).catch(() => null), null, 'the leader closed the stream')
+    assert.equal(search.assembled, false)
+
+    // Asking again and confirming: counted, the group of two assembles, and the asker learns it.
+    const stays = await ask(true)
+    await stays.framed.write(JoinConfirm.encode({ following: true }))
+    const begin = await stays.framed.read(5000)
+    assert.ok(begin != null)
+    const group = MessageFromLeader.decode(begin)
+    assert.equal(group.code, MatchCode.BEGIN_ALLREDUCE)
+    assert.equal(joined, 1)
+    assert.deepEqual(search.group?.peerIds.slice().sort(), [askerId, leaderId].sort())
+
+    // An asker that does not confirm (agents before it): counted at the ACCEPTED, as before.
+    search = new Search(leaderId, KEY, info(), now() + 60)
+    search.declaredExpiration = now() + 30
+    search.declaredAt = now()
+    const legacy = await ask(false)
+    assert.equal(legacy.accepted.code, MatchCode.ACCEPTED)
+    assert.equal(legacy.accepted.confirmWanted, false)
+    const legacyBegin = await legacy.framed.read(5000)
+    assert.ok(legacyBegin != null)
+    assert.equal(MessageFromLeader.decode(legacyBegin).code, MatchCode.BEGIN_ALLREDUCE)
+    assert.equal(joined, 2)
   } finally {
     await Promise.allSettled([leaderNode.stop(), askerNode.stop()])
   }

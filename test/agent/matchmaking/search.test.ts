@@ -19,7 +19,7 @@ function leaderWith (followers: string[], expiration = 100, joinedAfter: Array<n
   const received = new Map<string, MessageFromLeader[]>()
   for (const [k, id] of followers.entries()) {
     received.set(id, [])
-    search.followers.set(id, { peerId: id, info: info(k + 2), joinedAfter: joinedAfter[k], settle: (m) => { received.get(id)!.push(m) } })
+    search.followers.set(id, { peerId: id, info: info(k + 2), joinedAfter: joinedAfter[k], settle: (m) => { received.get(id)!.push(m) }, confirmed: true })
   }
   return { search, received }
 }
@@ -93,7 +93,7 @@ test('a leader assembles as soon as its group is full, and not one follower earl
   const { search } = leaderWith(['f1', 'f2'])
   assert.equal(search.assembleIfFull(4), false)
   assert.equal(search.assembled, false)
-  search.followers.set('f3', { peerId: 'f3', info: info(4), settle: () => {} })
+  search.followers.set('f3', { peerId: 'f3', info: info(4), settle: () => {}, confirmed: true })
   assert.equal(search.assembleIfFull(4), true)
   assert.equal(search.group?.peerIds.length, 4)
   assert.equal(search.assembleIfFull(4), false, 'already assembled')
@@ -166,12 +166,12 @@ test('a leader accepted by a better leader after its own expiration follows it: 
 test('a leader whose ask stays unanswered past its expiration assembles anyway when the matchmaker says so (its followers will not wait longer)', async () => {
   const { search, received } = leaderWith(['f1'])
   search.beginAsk()
-  assert.equal(search.waitingForAsk, false)
+  assert.equal(search.waitingForAnswers, false)
   assert.equal(search.assembleIfEnough(2), null)
-  assert.equal(search.waitingForAsk, true)
+  assert.equal(search.waitingForAnswers, true)
   const group = search.assembleDespiteAsk(2)
   assert.ok(group != null)
-  assert.equal(search.waitingForAsk, false)
+  assert.equal(search.waitingForAnswers, false)
   assert.equal(received.get('f1')![0].code, MatchCode.BEGIN_ALLREDUCE)
   assert.equal(search.endAsk(2), null, 'the answer, when it comes, changes nothing: the group stands')
   assert.equal(await settled(search), group)
@@ -211,11 +211,11 @@ test('a follower that brings followers of its own makes the leader wait for them
   search.expectBrought(0, 12)
   assert.equal(search.awaitingBrought(10), 0, 'bringing nobody promises nothing')
   // A pair's leader joins, bringing its one follower: a group of 4 is expected until t = 12.
-  search.followers.set('p1', { peerId: 'p1', info: info(3), settle: () => {} })
+  search.followers.set('p1', { peerId: 'p1', info: info(3), settle: () => {}, confirmed: true })
   search.expectBrought(1, 12)
   assert.equal(search.awaitingBrought(10), 1)
   assert.equal(search.awaitingBrought(12), 0, 'past the bound it no longer waits')
-  search.followers.set('p2', { peerId: 'p2', info: info(4), settle: () => {} })
+  search.followers.set('p2', { peerId: 'p2', info: info(4), settle: () => {}, confirmed: true })
   assert.equal(search.awaitingBrought(11), 0, 'the brought follower came')
   // The bringer leaves before its follower comes: one promised place stays open, until the bound.
   search.followers.delete('p1')
@@ -237,4 +237,60 @@ test('entering another key forgets what the search learned under the old one, an
   assert.equal(search.homeKey, 'key')
   assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, null, 0])
   assert.deepEqual([search.followers.size, search.silent.get('d'), search.seenSince.get('e@2')], [1, 9, 1])
+})
+
+// A follower that confirms (JoinRequest.confirms) holds its place from our ACCEPTED but is a member only
+// once its JoinConfirm comes: one whose own group assembled while our ACCEPTED was on its way never
+// confirms, and counted at once it was listed in a group it never ran in (the 256-peer test in CI).
+
+test('a follower that has not confirmed holds its place but completes no group: a full group assembles once it confirms', async () => {
+  const { search, received } = leaderWith(['f1'])
+  const pending = { peerId: 'f2', info: info(3), settle: (m: MessageFromLeader) => { received.set('f2', [...(received.get('f2') ?? []), m]) }, confirmed: false }
+  search.followers.set('f2', pending)
+  assert.equal(search.unconfirmed, 1)
+  assert.equal(search.assembleIfFull(3), false, 'full only once it confirms')
+  assert.equal(search.confirmFollower('f2', pending), true)
+  assert.equal(search.assembleIfFull(3), true)
+  const group = await settled(search)
+  assert.ok(group !== 'pending')
+  assert.deepEqual([...group.peerIds].sort(), ['f1', 'f2', 'leader'])
+  assert.equal(search.confirmFollower('f2', pending), false, 'nothing to confirm after the group assembled')
+})
+
+test('an expiration waits for a follower\'s confirmation: one that confirms is in the group, one dropped leaves the others to assemble', async () => {
+  for (const confirms of [true, false]) {
+    const { search, received } = leaderWith(['f1'])
+    const pending = { peerId: 'f2', info: info(3), settle: (m: MessageFromLeader) => { received.set('f2', [...(received.get('f2') ?? []), m]) }, confirmed: false }
+    search.followers.set('f2', pending)
+    assert.equal(search.expire(100, 2), null, 'the search loop neither assembles nor disbands while a confirmation is out')
+    assert.equal(search.assembleIfEnough(2), null)
+    assert.equal(search.waitingForAnswers, true)
+    if (confirms) assert.equal(search.confirmFollower('f2', pending), true)
+    else search.dropFollower('f2', pending)
+    assert.equal(search.waitingForAnswers, false)
+    const group = search.recheckExpiry(2)
+    assert.ok(group != null, 'the expiration that waited assembles')
+    assert.deepEqual([...group.peerIds].sort(), confirms ? ['f1', 'f2', 'leader'] : ['f1', 'leader'])
+    assert.equal(received.get('f2') == null, !confirms, 'a dropped follower is sent nothing (it left)')
+  }
+})
+
+test('assembled despite a confirmation still out, the group lists only confirmed followers and tells the other it formed without it', async () => {
+  const { search, received } = leaderWith(['f1'])
+  const pending = { peerId: 'f2', info: info(3), settle: (m: MessageFromLeader) => { received.set('f2', [...(received.get('f2') ?? []), m]) }, confirmed: false }
+  search.followers.set('f2', pending)
+  assert.equal(search.assembleIfEnough(2), null)
+  const group = search.assembleDespiteAsk(2)
+  assert.ok(group != null)
+  assert.deepEqual([...group.peerIds].sort(), ['f1', 'leader'])
+  assert.equal(received.get('f1')![0].code, MatchCode.BEGIN_ALLREDUCE)
+  assert.equal(received.get('f2')![0].code, MatchCode.GROUP_IS_FULL)
+  assert.equal(search.confirmFollower('f2', pending), false, 'its confirmation, when it comes, is too late')
+
+  // Only unconfirmed followers: too few to assemble despite them; the expiration waits on.
+  const alone = leaderWith([])
+  alone.search.followers.set('f3', { peerId: 'f3', info: info(4), settle: () => {}, confirmed: false })
+  assert.equal(alone.search.assembleIfEnough(2), null)
+  assert.equal(alone.search.assembleDespiteAsk(2), null)
+  assert.equal(alone.search.waitingForAnswers, true)
 })

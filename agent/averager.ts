@@ -102,6 +102,12 @@ export interface StepOptions {
    * covering every tensor make an ordinary round (same keys and schema hash as without).
    */
   readonly names?: readonly string[]
+  /**
+   * Settles once the tensors hold this step's values (a trainer's copy-in still under way): the
+   * search for a group runs meanwhile, and the all-reduce waits for it. Rejected, the step fails with
+   * its reason before averaging (the group's other members go on without us).
+   */
+  readonly ready?: Promise<unknown>
 }
 
 export interface StepResult {
@@ -426,6 +432,8 @@ export class DecentralizedAverager {
       const declaredBandwidth = info.bandwidth
       const roundDetail = { matchmakingMs, codec: codec.name, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
       try {
+        // The matchmaking overlapped the caller's copy-in (StepOptions.ready): the values must be in.
+        if (options.ready !== undefined) await options.ready
         const result = await this.tensorLock.run(async () => await this.allReduce(group, codec, subset))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(bitsFromKey(group.gridKey, prefix, this.bits), group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)

@@ -73,7 +73,7 @@ async function main (): Promise<void> {
         if (keep) rows.check.push({ wall: performance.now() - start, cpu: (used.user + used.system) / 1000 })
         cpu = process.cpuUsage()
         start = performance.now()
-        const ok = copy(tensors)
+        const ok = await copy(tensors)
         const used2 = process.cpuUsage(cpu)
         if (keep) rows.copyIn.push({ wall: performance.now() - start, cpu: (used2.user + used2.system) / 1000 })
         return ok

@@ -1,5 +1,6 @@
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import { RequestError } from './request-parsing.js'
 import { firstNonFinite16, halfToFloat, narrow, widen } from './dtypes.js'
 import { GENERATION_OFFSET, HEADER_BYTES, REGION_MAGIC, SEQ_OFFSET, type RegionLayout, type TensorPlacement } from './region-layout.js'
@@ -41,6 +42,13 @@ export const bytesOf = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer,
 
 /** How many times a step reads the region again when the trainer wrote during the read. */
 const READ_ATTEMPTS = 3
+
+/**
+ * A float32 tensor is copied in pieces of this size, and every piece (and every chunk the check
+ * reads) ends with a turn of the event loop: the step's matchmaking runs beside the copy-in
+ * (sidecar-api.ts regionStep), so its messages are answered within a piece's time (~4 ms here).
+ */
+const COPY_PIECE_BYTES = 16 * 1024 * 1024
 
 /**
  * A trainer's shared-memory region (docs/trainer-api.md), read and written with pread/pwrite
@@ -99,11 +107,12 @@ export class Region {
   /**
    * Reads every tensor into `tensors` (float32) under the seqlock. A first pass only checks
    * finiteness through `scratch`, so a region holding NaN leaves `tensors` untouched; `apply`
-   * runs the second pass (the copy) under the caller's tensor lock. An unchanged even seq
+   * runs the second pass (the copy) under the caller's tensor lock. Both passes yield to the event
+   * loop between chunks (COPY_PIECE_BYTES). An unchanged even seq
    * across both passes proves they read the same bytes. Returns the bytes copied. `only`: the
    * indices of the tensors to check and copy (a step over a subset); the others are not read.
    */
-  async readInto (scratch: Scratch, apply: (copy: (tensors: readonly Float32Array[]) => boolean) => Promise<boolean>, only?: readonly number[]): Promise<number> {
+  async readInto (scratch: Scratch, apply: (copy: (tensors: readonly Float32Array[]) => Promise<boolean>) => Promise<boolean>, only?: readonly number[]): Promise<number> {
     const placed = this.placed(only)
     for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
       if (attempt > 0) await sleep(5 * attempt)
@@ -112,13 +121,13 @@ export class Region {
       this.checkSize()
       let bad: string | undefined
       for (const [t] of placed) {
-        bad = this.findNonFinite(t, scratch)
+        bad = await this.findNonFinite(t, scratch)
         if (bad !== undefined) break
       }
       if (this.seq !== seq) continue
       if (bad !== undefined) throw new RequestError(400, bad)
-      const copied = await apply(tensors => {
-        for (const [t, i] of placed) this.copyIn(t, tensors[i], scratch)
+      const copied = await apply(async tensors => {
+        for (const [t, i] of placed) await this.copyIn(t, tensors[i], scratch)
         return this.seq === seq
       })
       // A changed seq here means the trainer wrote during the copy: read again (see the class comment on what the tensors hold then).
@@ -192,10 +201,11 @@ export class Region {
     return scratch.f32.subarray(0, n)
   }
 
-  private findNonFinite (t: TensorPlacement, scratch: Scratch): string | undefined {
+  private async findNonFinite (t: TensorPlacement, scratch: Scratch): Promise<string | undefined> {
     const size = t.dtype === 'float32' ? 4 : 2
     const perChunk = SCRATCH_BYTES / size
     for (let start = 0; start * size < t.bytes; start += perChunk) {
+      if (start > 0) await nextTurn()
       const n = Math.min(perChunk, t.bytes / size - start)
       this.readFully(scratch.bytes.subarray(0, n * size), t.offset + start * size)
       // float32: the SIMD kernel scans the chunk; only a chunk it refuses is searched for the index.
@@ -210,10 +220,18 @@ export class Region {
     return undefined
   }
 
-  private copyIn (t: TensorPlacement, dst: Float32Array, scratch: Scratch): void {
-    if (t.dtype === 'float32') { this.readFully(bytesOf(dst), t.offset); return }
+  private async copyIn (t: TensorPlacement, dst: Float32Array, scratch: Scratch): Promise<void> {
+    if (t.dtype === 'float32') {
+      const bytes = bytesOf(dst)
+      for (let at = 0; at < bytes.byteLength; at += COPY_PIECE_BYTES) {
+        if (at > 0) await nextTurn()
+        this.readFully(bytes.subarray(at, Math.min(bytes.byteLength, at + COPY_PIECE_BYTES)), t.offset + at)
+      }
+      return
+    }
     const perChunk = SCRATCH_BYTES / 2
     for (let start = 0; start < dst.length; start += perChunk) {
+      if (start > 0) await nextTurn()
       const n = Math.min(perChunk, dst.length - start)
       this.readFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
       widen(t.dtype, scratch.u16.subarray(0, n), dst, start)

@@ -333,9 +333,18 @@ export class SidecarApi {
     sendJsonChunks(res, 200, response)
   }
 
+  /**
+   * The region's values in, a round, the mean back out. The copy-in runs beside the search for a
+   * group (the all-reduce waits for it: StepOptions.ready), so a trainer waits for the longer of the
+   * two, not their sum. A region the copy refuses (NaN, written during the read) ends the search and
+   * answers the trainer with that error, the agent's tensors as they were.
+   */
   private async regionStep (region: Region, control: StepControl, averager: DecentralizedAverager, subset?: readonly number[]): Promise<StepSummary> {
-    const copy = await this.readRegion(region, averager, subset)
-    const round = await this.round(averager, control)
+    const refused = new AbortController()
+    const copying = this.readRegion(region, averager, subset)
+    copying.catch(() => { refused.abort() })
+    const round = await this.round(averager, control, { ready: copying, signal: refused.signal })
+    const copy = await copying
     const start = performance.now()
     return await averager.withTensors(ts => {
       const now = ts.map(t => t.data)
@@ -392,13 +401,23 @@ export class SidecarApi {
   }
 
   /** One averaging round over the tensors as they are; a round that found no group is not an error for the trainer. */
-  private async round (averager: DecentralizedAverager, control: StepControl): Promise<Round> {
+  private async round (averager: DecentralizedAverager, control: StepControl, overlap?: { ready: Promise<unknown>, signal: AbortSignal }): Promise<Round> {
     const schema = this.schema!
+    // The copy-in beside the round (regionStep) lands first: the final state below must not be overwritten by it.
+    const copied = async (): Promise<void> => { await overlap?.ready.catch(() => {}) }
     // A finished run averages no more: the trainer gets the final state back and `complete`.
-    if (await this.completion.swarmFinished(async () => { await this.restoreCheckpoint(averager, schema) })) return { error: 'the run is complete' }
+    if (await this.completion.swarmFinished(async () => { await copied(); await this.restoreCheckpoint(averager, schema) })) {
+      await copied()
+      return { error: 'the run is complete' }
+    }
     await this.setOrigin('trainer', averager)
     try {
-      const result = await averager.step({ weight: control.weight, gather: control.gather, timeout: control.timeout, signal: this.ctx.signal, round: this.rounds, ...(control.names !== undefined ? { names: control.names } : {}) })
+      const signal = overlap !== undefined ? AbortSignal.any([this.ctx.signal, overlap.signal]) : this.ctx.signal
+      const result = await averager.step({
+        weight: control.weight, gather: control.gather, timeout: control.timeout, signal, round: this.rounds,
+        ...(control.names !== undefined ? { names: control.names } : {}),
+        ...(overlap !== undefined ? { ready: overlap.ready } : {})
+      })
       this.stepsOk++
       // The group agrees on its round, so members that joined from a stale donor catch up.
       this.rounds = result.groupRound + 1
@@ -412,6 +431,8 @@ export class SidecarApi {
       return { result }
     } catch (err) {
       const error = describeError(err)
+      // A copy-in the region refused ended the round: the trainer's error (regionStep answers it), no failed round.
+      if (overlap?.signal.aborted === true) return { error }
       this.stepsFailed++
       this.ctx.log.info({ error }, 'sidecar step did not average')
       return { error }

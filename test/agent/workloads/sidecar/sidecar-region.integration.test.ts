@@ -16,9 +16,9 @@ const SPECS: TensorSpec[] = [
 const values = (agent: number, step: number): Record<string, StoredValues> => dyadicValues(SPECS, agent, step)
 
 /** Exact float64 weighted mean (with alpha: local + alpha (mean − local)), rounded to float32, then to the storage dtype. */
-function expected (inputs: Array<Record<string, StoredValues>>, weights: number[], self: number, alpha = 1): Record<string, number[]> {
+function expected (inputs: Array<Record<string, StoredValues>>, weights: number[], self: number, alpha = 1, specs = SPECS): Record<string, number[]> {
   const total = weights.reduce((a, b) => a + b, 0)
-  return Object.fromEntries(SPECS.map(t => {
+  return Object.fromEntries(specs.map(t => {
     const out: number[] = []
     for (let i = 0; i < count(t); i++) {
       const mean = inputs.reduce((s, v, p) => s + weights[p] * widenOne(t, v[t.name][i]), 0) / total
@@ -74,6 +74,59 @@ test('averagingAlpha 0.5 moves each region half way to the mean', { timeout: 60_
     const results = await Promise.all(clients.map(async c => await c.stepRegion({ timeout: 30 })))
     assert.ok(results.every(r => r.averaged), results.map(r => r.error).join('; '))
     for (let i = 0; i < 2; i++) assert.deepEqual(plain(regions[i].read()), expected(inputs, [1, 1], i, 0.5), `agent ${i}`)
+  } finally {
+    await swarm.stop()
+  }
+})
+
+// Large enough that the copy-in takes several pieces (16 MiB of float32, 2 MiB of 16-bit values at a
+// time, a turn of the event loop after each), which run beside the step's matchmaking.
+const LARGE: TensorSpec[] = [{ name: 'big', shape: [5_000_003] }, { name: 'half', shape: [1_500_001], dtype: 'float16' }]
+
+/** The first index where two stored tensors differ, by name ('' when none): 6.5 M values compare faster than deepEqual's arrays. */
+function firstDifference (got: Record<string, StoredValues>, want: Record<string, number[]>): string {
+  for (const [name, values] of Object.entries(want)) {
+    const g = got[name]
+    if (g.length !== values.length) return `${name}: ${g.length} values, ${values.length} expected`
+    for (let i = 0; i < values.length; i++) if (g[i] !== values[i]) return `${name}[${i}]: ${g[i]}, ${values[i]} expected`
+  }
+  return ''
+}
+
+test('a region step copies in beside its matchmaking: large tensors average exactly; a region refused meanwhile answers its trainer, and its partner steps on', { timeout: 120_000 }, async () => {
+  const swarm = await startSidecarSwarm(2, {}, { shm: true })
+  try {
+    const clients = swarm.agents.map(a => new SidecarClient(a.url))
+    const regions = swarm.agents.map(a => SharedRegion.create(a.shmDir ?? '', 'large', LARGE))
+    const inputs = (step: number): Array<Record<string, StoredValues>> => [0, 1].map(i => dyadicValues(LARGE, i, step))
+    await Promise.all(clients.map(async c => await c.register(LARGE, { region: 'large' })))
+    const averageBoth = async (step: number): Promise<void> => {
+      const sent = inputs(step)
+      regions.forEach((r, i) => { r.write(sent[i]) })
+      const results = await Promise.all(clients.map(async c => await c.stepRegion({ timeout: 30 })))
+      assert.ok(results.every(r => r.averaged), results.map(r => r.error).join('; '))
+      for (let i = 0; i < 2; i++) assert.equal(firstDifference(regions[i].read(), expected(sent, [1, 1], i, 1, LARGE)), '', `step ${step}, agent ${i}: the exact mean`)
+    }
+    await averageBoth(0)
+    const held = (await clients[0].stateBinary(LARGE)).tensors
+
+    // Agent 0's trainer wrote a NaN near the end: refused (400) once its check reaches it, its search
+    // for a group ended; agent 1, stepping at the same moment, gets its step back with its own values
+    // (no group, or a group that went on without agent 0).
+    const sent = inputs(1)
+    ;(sent[0].big as Float32Array)[5_000_000] = Number.NaN
+    regions.forEach((r, i) => { r.write(sent[i]) })
+    const [refused, partner] = await Promise.allSettled(clients.map(async c => await c.stepRegion({ timeout: 5 })))
+    assert.equal(refused.status, 'rejected')
+    const err = (refused as PromiseRejectedResult).reason as SidecarError
+    assert.equal(err.status, 400, err.message)
+    assert.match(err.message, /"big" in the region holds a non-finite value \(NaN\) at index 5000000/)
+    assert.equal(partner.status, 'fulfilled', String((partner as PromiseRejectedResult).reason))
+    assert.equal(firstDifference(regions[1].read(), expected([sent[1]], [1], 0, 1, LARGE)), '', 'the partner holds its own values')
+    assert.equal(firstDifference((await clients[0].stateBinary(LARGE)).tensors, Object.fromEntries(Object.entries(held).map(([k, v]) => [k, [...v]]))), '', 'the refused step left agent 0\'s tensors as they were')
+
+    // Both go on: the next step averages exactly.
+    await averageBoth(2)
   } finally {
     await swarm.stop()
   }

@@ -34,8 +34,8 @@ const fmt = (v: number | null, digits = 0): string => v == null || Number.isNaN(
 /** Pure: the runs in, the markdown table out. */
 export function trainerTable (runs: readonly RunOutcome[]): string {
   const lines = [
-    '| peers × elements | path | step ms | agent round ms | **step ÷ round** | agent copy ms | MiB copied by the agent per step | agent peak RSS MiB | trainer peak RSS MiB | hivemind step ms | step ÷ hivemind | max abs error | status |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
+    '| peers × elements | path | step ms | agent round ms | **step ÷ round** | agent copy ms | matchmaking ms (of the round) | MiB copied by the agent per step | agent peak RSS MiB | trainer peak RSS MiB | hivemind step ms | step ÷ hivemind | max abs error | status |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
   ]
   for (const run of runs) {
     if (run.impl === 'hivemind') continue
@@ -46,14 +46,14 @@ export function trainerTable (runs: readonly RunOutcome[]): string {
     const label = `${run.peers} × ${formatElements(run.elements)}`
     const path = run.impl.replace(/^trainer-/, '')
     if (s == null) {
-      lines.push(`| ${label} | ${path} | – | – | – | – | – | – | – | ${hiveCell} | – | – | ${`${run.status}: ${run.message ?? ''}`.replace(/\|/g, '/')} |`)
+      lines.push(`| ${label} | ${path} | – | – | – | – | – | – | – | – | ${hiveCell} | – | – | ${`${run.status}: ${run.message ?? ''}`.replace(/\|/g, '/')} |`)
       continue
     }
     const round = slowestMedian(run, 'agentRoundMs')
     const copied = slowestMedian(run, 'agentBytesCopied')
     const agentRss = largest(run, 'agentPeakRssBytes')
     const trainerRss = largest(run, 'trainerPeakRssBytes')
-    lines.push(`| ${label} | ${path} | ${fmt(s.roundMs)} | ${fmt(round)} | ${round != null ? `**${(s.roundMs / round).toFixed(2)}**` : '–'} | ${fmt(slowestMedian(run, 'agentCopyMs'))} | ${copied != null ? fmt(copied / MiB) : '–'} | ${agentRss != null ? fmt(agentRss / MiB) : '–'} | ${trainerRss != null ? fmt(trainerRss / MiB) : '–'} | ${hiveCell} | ${h != null ? `${(s.roundMs / h.roundMs).toFixed(2)}×` : '–'} | ${s.maxAbsError == null ? 'n/a' : s.maxAbsError === 0 ? '0' : s.maxAbsError.toExponential(1)} | ok |`)
+    lines.push(`| ${label} | ${path} | ${fmt(s.roundMs)} | ${fmt(round)} | ${round != null ? `**${(s.roundMs / round).toFixed(2)}**` : '–'} | ${fmt(slowestMedian(run, 'agentCopyMs'))} | ${fmt(slowestMedian(run, 'agentMatchmakingMs'))} | ${copied != null ? fmt(copied / MiB) : '–'} | ${agentRss != null ? fmt(agentRss / MiB) : '–'} | ${trainerRss != null ? fmt(trainerRss / MiB) : '–'} | ${hiveCell} | ${h != null ? `${(s.roundMs / h.roundMs).toFixed(2)}×` : '–'} | ${s.maxAbsError == null ? 'n/a' : s.maxAbsError === 0 ? '0' : s.maxAbsError.toExponential(1)} | ok |`)
   }
   return lines.join('\n')
 }

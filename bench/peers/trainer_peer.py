@@ -114,7 +114,7 @@ class TrainerPeer:
         self.agent = None
         self.trainer = None
         self.group_ranks = [env.rank]
-        self.agent_round_ms, self.copy_ms, self.bytes_copied = [], [], []
+        self.agent_round_ms, self.copy_ms, self.bytes_copied, self.matchmaking_ms = [], [], [], []
         self.round_index = 0
         if env.rank == 0:
             self.start_agent(bootstrap="")
@@ -207,6 +207,7 @@ class TrainerPeer:
         if round_index >= self.env.warmup:
             self.agent_round_ms.append(raw["matchmakingMs"] + raw["allreduceMs"])
             self.copy_ms.append(raw.get("copyMs", 0))
+            self.matchmaking_ms.append(raw["matchmakingMs"])
             self.bytes_copied.append(raw.get("bytesCopied", 0))
         return raw["matchmakingMs"]
 
@@ -221,7 +222,7 @@ class TrainerPeer:
                 "base64": "base64 float32 in JSON (the API before binary bodies)"}[self.path]
 
     def extra(self) -> dict:
-        return {"agentRoundMs": self.agent_round_ms, "agentCopyMs": self.copy_ms, "agentBytesCopied": self.bytes_copied,
+        return {"agentRoundMs": self.agent_round_ms, "agentCopyMs": self.copy_ms, "agentBytesCopied": self.bytes_copied, "agentMatchmakingMs": self.matchmaking_ms,
                 "agentPeakRssBytes": peak_rss(self.agent.pid), "trainerPeakRssBytes": peak_rss(os.getpid())}
 
     def close(self) -> None:

@@ -105,7 +105,7 @@ export class SidecarClient {
 
   /** Progress for the agent's metrics: loss, samples since the last report, a 16-hex-digit parameter hash. */
   async report (report: { loss?: number, samples?: number, paramsHash?: string }): Promise<void> {
-    const res = await fetch(this.baseUrl + '/v1/report', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(report) })
+    const res = await this.request('/v1/report', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(report) })
     if (!res.ok) throw new SidecarError(res.status, ((await res.json()) as { error?: string }).error ?? `the agent answered ${res.status}`)
   }
 
@@ -148,8 +148,18 @@ export class SidecarClient {
     return await this.call('GET', '/v1/status') as Record<string, unknown>
   }
 
+  /** fetch, whose own failure ("fetch failed") is said with its cause and the request it ended. */
+  private async request (path: string, init: RequestInit): Promise<Response> {
+    try {
+      return await fetch(this.baseUrl + path, init)
+    } catch (err) {
+      const cause = err instanceof Error && err.cause instanceof Error ? err.cause.message : err instanceof Error ? err.message : String(err)
+      throw new Error(`${init.method ?? 'GET'} ${this.baseUrl}${path} got no answer: ${cause}`)
+    }
+  }
+
   private async call (method: string, path: string, body?: unknown): Promise<unknown> {
-    const res = await fetch(this.baseUrl + path, {
+    const res = await this.request(path, {
       method,
       headers: body === undefined ? {} : { 'content-type': 'application/json' },
       body: body === undefined ? undefined : body instanceof Blob ? body : JSON.stringify(body)
@@ -162,7 +172,7 @@ export class SidecarClient {
   }
 
   private async callBinary (method: string, path: string, body?: Uint8Array): Promise<{ control: unknown, bytes: Uint8Array }> {
-    const res = await fetch(this.baseUrl + path, {
+    const res = await this.request(path, {
       method,
       headers: body === undefined ? { accept: TENSORS_CONTENT_TYPE } : { 'content-type': TENSORS_CONTENT_TYPE, accept: TENSORS_CONTENT_TYPE },
       body: body === undefined ? undefined : new Blob([body])

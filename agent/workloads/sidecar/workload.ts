@@ -33,7 +33,13 @@ export function sidecarWorkload (ctx: WorkloadContext, options: SidecarOptions):
       const fatal = new Promise<never>((_resolve, reject) => { fail = reject })
       fatal.catch(() => {})
       const api = new SidecarApi(ctx, options.stateSharing, { shmDir: options.shmDir, memoryBytes: options.memoryBytes, onFatal: (err) => { fail(err) } })
+      // Idle keep-alive connections stay open until the trainer closes them. With Node's 5 s timeout
+      // the server hung up on an idle connection just as a trainer, busy for seconds between two
+      // calls, sent its next request on it: ECONNRESET ("fetch failed"). The sidecar-region test's
+      // trainers compare 6.5 M values between calls; under two CPU burners its GET /v1/state failed
+      // 4 runs of 4 so, and passes 4 of 4 with this. One trainer on loopback holds a few sockets.
       const server = createServer(api.handle)
+      server.keepAliveTimeout = 0
       await listenOn(server, 'sidecar', options.host, options.port)
       const { port } = server.address() as AddressInfo
       const host = options.host.includes(':') ? `[${options.host}]` : options.host

@@ -115,10 +115,21 @@ async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean
       if (reserving || Date.now() < nextTry || circuitAddrs(node).length > 0 || node.status !== 'started') return
       reserving = true
       const asked = { relays: 0 }
+      let dialed = false
       void reserveRelaySlot(node, log, asked)
+        .then(async slot => {
+          if (slot !== undefined || asked.relays > 0 || config.bootstrapPeers.length === 0) return slot
+          dialed = true
+          // No relay among our connections: libp2p redials a lost bootstrap peer for ~31 s, and later
+          // only a lookup that picks it would (a relay pod rescheduled for longer, in a swarm where
+          // it is not a key's replica, was never met again). The bootstrap peers are the swarm's
+          // relays: dial them once, then ask.
+          const connected = await connectBootstrap(node, { peers: config.bootstrapPeers, dnsServers: config.dnsServers, log, signal: AbortSignal.timeout(15_000), attempts: 1 })
+          return connected ? await reserveRelaySlot(node, log, asked) : undefined
+        })
         .then(slot => {
           if (slot !== undefined) log.info(`reserved a relay slot again, on ${slot.relay}`)
-          wait = slot === undefined && asked.relays > 0 ? Math.min(2 * wait, 30_000) : RELAY_SLOT_CHECK_MS
+          wait = slot === undefined && (asked.relays > 0 || dialed) ? Math.min(2 * wait, 30_000) : RELAY_SLOT_CHECK_MS
           nextTry = Date.now() + wait - RELAY_SLOT_CHECK_MS
         })
         .finally(() => { reserving = false })

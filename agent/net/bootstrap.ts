@@ -26,6 +26,8 @@ export interface BootstrapOptions {
   readonly log: Log
   readonly signal: AbortSignal
   readonly retryMs?: number
+  /** Rounds of dials before giving up (false); default: until one answers or the signal aborts. */
+  readonly attempts?: number
 }
 
 /**
@@ -42,7 +44,8 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
   if (targets.length === 0) return true
   let delay = options.retryMs ?? 500
   let attempt = 0
-  while (!options.signal.aborted) {
+  const attempts = options.attempts ?? Infinity
+  while (!options.signal.aborted && attempt < attempts) {
     attempt++
     const results = await Promise.allSettled(targets.map(async (text) => {
       const addr = await resolveMultiaddr(text, options.dnsServers)
@@ -59,6 +62,7 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
       const first = results.find(r => r.status === 'rejected') as PromiseRejectedResult | undefined
       options.log.warn(`no bootstrap peer answered yet (attempt ${attempt}): ${describeError(first?.reason)}`)
     }
+    if (attempt >= attempts) break
     await new Promise(resolve => setTimeout(resolve, delay))
     delay = Math.min(delay * 2, 5000)
   }

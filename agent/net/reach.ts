@@ -105,6 +105,12 @@ async function decideReachability (node: SwarmNode, setting: 'auto' | 'public' |
     const { behindNat, observed, errors } = await natObserved(node, AbortSignal.timeout(5000))
     if (!behindNat) return { kind: 'public', why: observed.length > 0 ? `peers see it at its own address (${observed[0]})` : `no peer reported an observed address${errors.length > 0 ? ` (${errors.join('; ')})` : ''}` }
     why = `peers see it at ${observed.join(', ')}, not at its own address (NAT)`
+  } else {
+    // A relay is told by the protocols its identify lists, and right after joining libp2p's own
+    // identify may not have run yet: AVS_REACHABILITY=private found no relay and averaged as a
+    // client for good (test/reliability/relay-long-down.test.ts, on loopback). Identify first, as
+    // auto does to learn the observed address.
+    await natObserved(node, AbortSignal.timeout(5000))
   }
   const slot = await reserveRelaySlot(node, log)
   if (slot !== undefined) return { kind: 'relayed', why, relay: slot.relay, addrs: slot.addrs }

@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startConnectedNodes } from '../../../bench/lib/loopback-nodes.js'
-import { createJoinHandler } from '../../../agent/matchmaking/join-handler.js'
+import { createJoinHandler, type JoinHandlerContext } from '../../../agent/matchmaking/join-handler.js'
 import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from '../../../agent/matchmaking/join-protocol.js'
 import { Search } from '../../../agent/matchmaking/search.js'
 import { JoinConfirm, JoinRequest, MatchCode, MessageFromLeader, PeerMode, type PeerInfo } from '../../../agent/proto/averaging.js'
@@ -18,6 +18,15 @@ const SCHEMA = new Uint8Array([7, 7, 7])
 const info = (): PeerInfo => ({ mode: PeerMode.NODE, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 })
 const now = (): number => Date.now() / 1000
 
+/** A leader's join-handler context: a NODE on SCHEMA with a group of `target`, 5 s request timeout, hooks doing nothing unless given. */
+function leaderContext (selfId: string, target: number, over: Pick<JoinHandlerContext, 'current'> & Partial<JoinHandlerContext>): JoinHandlerContext {
+  return {
+    selfId, mode: PeerMode.NODE, schemaHash: SCHEMA, targetGroupSize: target, requestTimeoutMs: 5000, lock: new Mutex(), now,
+    stoppedLooking: () => 0, onFollowerJoined: () => {}, onFollowerLeft: () => {}, onTurnedAway: () => {}, onOutranked: () => {},
+    ...over
+  }
+}
+
 test('a join request whose asker gave up before the busy leader answered it does not make the asker a follower', { timeout: 60_000 }, async () => {
   const [leaderNode, askerNode] = await startConnectedNodes(2)
   try {
@@ -28,21 +37,11 @@ test('a join request whose asker gave up before the busy leader answered it does
     const lock = new Mutex()
     let decided = 0
     let joinedCalls = 0
-    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler({
-      selfId: leaderId,
-      mode: PeerMode.NODE,
-      schemaHash: SCHEMA,
-      targetGroupSize: 4,
-      requestTimeoutMs: 5000,
+    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler(leaderContext(leaderId, 4, {
       lock,
       current: () => { decided++; return search },
-      stoppedLooking: () => 0,
-      onFollowerJoined: () => { joinedCalls++ },
-      onFollowerLeft: () => {},
-      onTurnedAway: () => {},
-      onOutranked: () => {},
-      now
-    }))
+      onFollowerJoined: () => { joinedCalls++ }
+    })))
     const ask = async (): Promise<ReturnType<typeof openFramed>> => {
       const framed = await openFramed(askerNode, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
       // Ranks below the leader (a later expiration): a request the leader accepts.
@@ -93,21 +92,11 @@ test('an asker that confirms completes the group only with its confirmation; one
     let joined = 0
     let left = 0
     // A group of two: the first follower counted completes it (Matchmaker's onFollowerJoined).
-    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler({
-      selfId: leaderId,
-      mode: PeerMode.NODE,
-      schemaHash: SCHEMA,
-      targetGroupSize: 2,
-      requestTimeoutMs: 5000,
-      lock: new Mutex(),
+    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler(leaderContext(leaderId, 2, {
       current: () => search,
-      stoppedLooking: () => 0,
       onFollowerJoined: () => { joined++; search.assembleIfFull(2) },
-      onFollowerLeft: () => { left++ },
-      onTurnedAway: () => {},
-      onOutranked: () => {},
-      now
-    }))
+      onFollowerLeft: () => { left++ }
+    })))
     const ask = async (confirms: boolean): Promise<{ framed: Awaited<ReturnType<typeof openFramed>>, accepted: MessageFromLeader }> => {
       const framed = await openFramed(askerNode, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
       await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: search.declaredExpiration! + 5, groupKey: KEY, info: info(), bringing: 0, acceptsPartial: false, confirms }))

@@ -14,6 +14,8 @@ import { join } from 'node:path'
 import { AGENT_ENV } from '../../api/agent-env.js'
 import { AGENT_METRICS } from '../../api/metric-names.js'
 import { buildSidecarSwarm, type SwarmTiming } from '../../tools/faults/sidecar-swarm.js'
+import { sleep } from '../harness/time.js'
+import { waitFor } from '../harness/wait.js'
 import { AgentProcess, agentEnv, stopAgents } from '../../agent/process/agent-process.js'
 import { parsePrometheusText, sumOf } from '../../operator/controller/prom-text.js'
 
@@ -26,22 +28,11 @@ const BACK_WITHIN_MS = 45_000
 
 const TIMING: SwarmTiming = { targetGroupSize: 3, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: 10 }
 
-const sleep = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms)) }
-
 async function metric (ip: string, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
   try {
     const text = await (await fetch(`http://${ip}:${METRICS_PORT}/metrics`, { signal: AbortSignal.timeout(3000) })).text()
     return sumOf(parsePrometheusText(text), name, labels)
   } catch { return undefined }
-}
-
-async function until (what: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    if (await what()) return true
-    await sleep(250)
-  }
-  return await what()
 }
 
 /** Lines of an agent's log (pino JSON) whose message matches. */
@@ -74,13 +65,13 @@ test('a member behind NAT reserves a relay slot again after the relay was down l
     // joins: the private member's first lookups then find it.
     relay.start()
     member.start()
-    assert.ok(await until(async () => (await metric(ips[0], AGENT_METRICS.routingTableSize.name) ?? 0) >= 1, 30_000), 'the public member is in the relay\'s routing table')
+    await waitFor('the public member in the relay\'s routing table', async () => (await metric(ips[0], AGENT_METRICS.routingTableSize.name) ?? 0) >= 1, 30_000)
     natted.start()
     const relayed = async (): Promise<boolean> => await metric(ips[2], AGENT_METRICS.reachability.name, { kind: 'relayed' }) === 1
-    assert.ok(await until(relayed, 30_000), `the private member reserved no relay slot: see ${natted.logPath}`)
+    await waitFor(`a relay slot for the private member (see ${natted.logPath})`, relayed, 30_000)
     // Its routing table holds the public member too, so losing the relay does not empty it (an empty
     // table makes the agent rejoin through its bootstrap peers, which would dial the relay anyway).
-    assert.ok(await until(async () => (await metric(ips[2], AGENT_METRICS.routingTableSize.name) ?? 0) >= 2, 30_000), 'the private member\'s routing table holds the relay and the public member')
+    await waitFor('the relay and the public member in the private member\'s routing table', async () => (await metric(ips[2], AGENT_METRICS.routingTableSize.name) ?? 0) >= 2, 30_000)
     t.diagnostic(`${elapsed()} the private member holds a slot on the relay; its routing table: ${await metric(ips[2], AGENT_METRICS.routingTableSize.name)} peers`)
 
     await relay.killAndWait()
@@ -92,7 +83,7 @@ test('a member behind NAT reserves a relay slot again after the relay was down l
     t.diagnostic(`${elapsed()} relay started again (the private member's routing table: ${kept} peers)`)
     assert.ok(kept >= 1, 'the private member\'s routing table did not empty while the relay was down (the case this test is about)')
 
-    const back = await until(async () => logged(natted.logPath, /reserved a relay slot again/).length > 0, BACK_WITHIN_MS)
+    const back = await waitFor('the slot again', async () => logged(natted.logPath, /reserved a relay slot again/).length > 0, BACK_WITHIN_MS).catch(() => false)
     t.diagnostic(`${elapsed()} ${back ? `slot again ${((Date.now() - restartedAt) / 1000).toFixed(1)} s after the restart` : 'no slot again'}`)
     assert.ok(back, `the private member never reserved a relay slot again within ${BACK_WITHIN_MS / 1000} s of the relay's restart: see ${natted.logPath}`)
     for (const a of agents) assert.ok(a.running, `agent ${a.name} is running`)

@@ -226,9 +226,28 @@ export function withHeard (known: readonly StoredEntry[], heard: ReadonlyMap<str
   return [...known, ...extra]
 }
 
+/**
+ * Our view less the declarations of peers a full group under our key listed when it turned us away
+ * (Search.grouped, MessageFromLeader.ordered_peer_ids): they are in that group, not looking for us,
+ * whatever the replicas still show. Under two busy cores their withdrawals took ~2 s to show; the
+ * extra among five key-mates waited that long to count itself one too many (extraUnderKey), and asked
+ * the full group's leader again meanwhile, by when the short key it should have completed had
+ * assembled without it (lopsided-views' five-and-three test, 1 run in 4 under two CPU burners).
+ * Only declarations made before they grouped (an expiration within one declaration of it): one made
+ * after, for a later step, is theirs to be seen.
+ */
+export function withoutGrouped (entries: readonly StoredEntry[], grouped: ReadonlyMap<string, number>, averagingExpiration: number): StoredEntry[] {
+  if (grouped.size === 0) return [...entries]
+  return entries.filter(e => {
+    const at = grouped.get(e.peerId)
+    return at === undefined || e.expiration > at + averagingExpiration
+  })
+}
+
 /** What reverseCandidate looks at besides a CandidateView. */
 export interface ReverseView extends CandidateView {
   readonly followers: ReadonlyMap<string, unknown>
+  readonly targetGroupSize: number
   /** When we first saw each declaration (triedKey) looking. */
   readonly seenSince: ReadonlyMap<string, number>
   /** Seconds a worse-ranked peer is given to ask us (reverseAskAfter). */
@@ -257,6 +276,9 @@ export function reverseAskAfter (requestTimeout: number): number {
  * them without holding its lock (FollowerSide.askBelow).
  */
 export function reverseCandidate (entries: readonly StoredEntry[], view: ReverseView): StoredEntry | null {
+  // Full, we have no room for it: asked by us, it would only ask us in turn, and be refused (a
+  // full leader waiting for its followers' confirmations sent the key's extra back to ask it again).
+  if (groupFull(view.followers.size, view.targetGroupSize)) return null
   let best: StoredEntry | null = null
   for (const e of entries) {
     if (!e.looking || e.expiration <= view.now || e.peerId === view.selfId || view.followers.has(e.peerId)) continue

@@ -8,12 +8,13 @@ import { MatchmakingError, describeError } from '../errors.js'
 import type { Mutex } from '../util/mutex.js'
 import { ConnectingError, connectPatiently } from '../rendezvous/connect.js'
 import type { Search } from './search.js'
+import { listedPeers } from './leader-message.js'
 import type { ArrivalClock } from './arrivals.js'
 import type { Liveness } from './liveness.js'
 import type { MatchmakerConfig } from './matchmaker.js'
 import { joinProtocol, MAX_LEADER_MESSAGE_BYTES } from './join-protocol.js'
 import { MAX_GROUP_SIZE, type GroupInfo } from './group-info.js'
-import { acceptsPartial, followRedirect, formedWithoutUs, redirectKey, reverseKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
+import { acceptsPartial, followRedirect, redirectKey, reverseKey, sharedArrivals, silentUntil, triedKey, validInfo } from './decisions.js'
 
 const MAX_REDIRECTS = 8
 
@@ -135,7 +136,7 @@ export class FollowerSide {
         if (reply != null) this.liveness.silences.noteAlive(leaderId, this.now())
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(describeReply(reply))
-          if (formedWithoutUs(reply, this.now(), search.visibleSince)) search.turnedAway++
+          search.noteRefusal(reply, this.now(), this.config.targetGroupSize)
           this.config.log?.debug(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
           // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
@@ -150,7 +151,7 @@ export class FollowerSide {
           return null
         }
         search.currentLeader = leaderId
-        this.leaveFollowers(search, leaderId, bringing, reply.noRoomFor)
+        this.leaveFollowers(search, leaderId, bringing, reply)
         await this.confirm(search, framed, reply)
         return framed
       } catch (err) {
@@ -216,7 +217,7 @@ export class FollowerSide {
       const free = await this.lock.run(async () => {
         if (search.assembled || search.currentLeader != null) return false
         search.currentLeader = leaderId
-        this.leaveFollowers(search, leaderId, bringing, reply!.noRoomFor)
+        this.leaveFollowers(search, leaderId, bringing, reply!)
         try {
           await this.confirm(search, framed!, reply!)
         } catch (err) {
@@ -236,7 +237,7 @@ export class FollowerSide {
       return await this.awaitGroup(search, leader, leaderId, leaderExpiration, framed)
     }
     search.rejections.push(describeReply(reply))
-    if (formedWithoutUs(reply, this.now(), search.visibleSince)) search.turnedAway++
+    search.noteRefusal(reply, this.now(), this.config.targetGroupSize)
     this.config.log?.debug(`${leaderId.slice(-6)} (below us) refused: ${search.rejections[search.rejections.length - 1]}`)
     await framed.closeWrite().catch(() => {})
     if (!follow || reply?.code !== MatchCode.BAD_EXPIRATION_TIME || reply.suggestedLeader.byteLength === 0) return null
@@ -278,7 +279,7 @@ export class FollowerSide {
       }
       search.rejections.push(describeReply(reply))
       // Our leader joined a group with no room for us (Search.disband): we are one too many under our key.
-      if (formedWithoutUs(reply, this.now(), search.visibleSince)) search.turnedAway++
+      search.noteRefusal(reply, this.now(), this.config.targetGroupSize)
       if (reply.code === MatchCode.GROUP_DISBANDED && reply.suggestedLeader.byteLength > 0) {
         const next = peerIdFromBytes(reply.suggestedLeader).toString()
         if (next === this.selfId) return null
@@ -346,10 +347,11 @@ export class FollowerSide {
    * Accepted by `leaderId`, having told it we bring `bringing` followers: they go on to it, but for the
    * `noRoom` it has no room for, and any that joined us since (askBelow holds no lock), sent away.
    */
-  private leaveFollowers (search: Search, leaderId: string, bringing: number, noRoom: number): void {
+  private leaveFollowers (search: Search, leaderId: string, bringing: number, accepted: MessageFromLeader): void {
+    const noRoom = accepted.noRoomFor
     const away = noRoom > 0 ? noRoom + Math.max(0, search.followers.size - bringing) : 0
     if (away > 0) this.config.log?.debug(`${leaderId.slice(-6)} took us with ${Math.max(0, search.followers.size - away)} of our ${search.followers.size} follower(s): no room for the rest, sent away`)
-    search.disband(leaderId, 'our leader joined another group', away)
+    search.disband(leaderId, 'our leader joined another group', away, away > 0 ? listedPeers(accepted.orderedPeerIds, this.config.targetGroupSize) : [])
   }
 
   private parseGroup (reply: MessageFromLeader, leader: string): GroupInfo | null {

@@ -5,7 +5,8 @@ import { ProtocolError, describeError } from '../errors.js'
 import { MAX_JOIN_REQUEST_BYTES, MAX_JOIN_STREAMS_PER_PEER } from './join-protocol.js'
 import { PerPeerStreamLimit, peerIdToBytes, refuseStream } from '../net/rpc.js'
 import type { Follower, Search } from './search.js'
-import { noRoomFor, reasonToReject } from './decisions.js'
+import { groupFull, noRoomFor, reasonToReject } from './decisions.js'
+import { leaderMessage } from './leader-message.js'
 import type { Mutex } from '../util/mutex.js'
 import type { Log } from '../log.js'
 
@@ -57,7 +58,10 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
           if (rejection != null) {
             if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) ctx.onTurnedAway(request.groupKey)
             if (rejection.code === MatchCode.BAD_EXPIRATION_TIME) ctx.onOutranked(from, request.expiration)
-            const reply = message(rejection.code, rejection.reason)
+            const reply = leaderMessage(rejection.code, rejection.reason)
+            // A full group names its members, so that an asker one too many under our key knows they are
+            // not coming, whatever its view still shows (decisions.ts withoutGrouped).
+            if (rejection.code === MatchCode.GROUP_IS_FULL && search != null && groupFull(search.followers.size, ctx.targetGroupSize)) reply.orderedPeerIds = memberIds(ctx, search)
             // When we stopped looking, so that the asker tells whether our group formed without it or before it came (decisions.ts formedWithoutUs).
             if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) reply.stoppedLooking = Math.max(STOPPED_LOOKING_MIN, ctx.stoppedLooking())
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
@@ -73,7 +77,8 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
           // The followers it brings are sent on to us now; each asks us within a request timeout
           // (its old key's withdrawal runs beside the ask): two are slack on a busy machine.
           search!.expectBrought(request.bringing - away, ctx.now() + 2 * ctx.requestTimeoutMs / 1000)
-          return { ...message(MatchCode.ACCEPTED, ''), noRoomFor: away, confirmWanted: request.confirms }
+          // Full with it: the members too, which the asker passes to those it sends away (Search.disband).
+          return leaderMessage(MatchCode.ACCEPTED, '', { noRoomFor: away, confirmWanted: request.confirms, orderedPeerIds: away > 0 ? memberIds(ctx, search!) : [] })
         })
         try {
           await framed.write(MessageFromLeader.encode(reply))
@@ -132,6 +137,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
 /** The least stopped_looking said: 0 on the wire means "not said" (agents before it). */
 const STOPPED_LOOKING_MIN = 0.001
 
-function message (code: MatchCode, reason: string): MessageFromLeader {
-  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0, stoppedLooking: 0, confirmWanted: false }
+/** Our group's members (us and our followers) as a full group's messages list them (MessageFromLeader.ordered_peer_ids). */
+function memberIds (ctx: JoinHandlerContext, search: Search): Array<Uint8Array<ArrayBuffer>> {
+  return [ctx.selfId, ...search.followers.keys()].map(id => peerIdToBytes(id) as Uint8Array<ArrayBuffer>)
 }

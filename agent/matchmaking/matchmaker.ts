@@ -17,7 +17,7 @@ import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.j
 import type { GroupInfo } from './group-info.js'
 import {
   MAX_HEARD, aloneEarly, declaredBeforeSilence, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
-  reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, silentUntil, triedKey, withHeard, type AloneView, type EarlyView
+  reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, silentUntil, triedKey, withHeard, withoutGrouped, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
@@ -199,7 +199,7 @@ export class Matchmaker {
         const outcome = search.expire(now, this.config.minGroupSize)
         if (outcome === 'disbanded') {
           const view = { readAt: knownAt, declaredUntil: search.declaredExpiration ?? now, averagingExpiration: this.config.averagingExpiration, storedAt: search.storedAt ?? Infinity, seenBefore: search.aloneSeconds }
-          const pool = withHeard(known, search.heard, now)
+          const pool = this.viewOf(search, known, now)
           if (aloneUnderKey(search, pool, this.selfId, now, view)) await this.moveToLeftovers(search, `alone under ${search.groupKey} for ${search.aloneSeconds > 0 ? 'declarations seen for half of one' : 'a whole declaration'}`)
           else {
             search.aloneSeconds += Math.max(0, view.declaredUntil - view.storedAt)
@@ -228,11 +228,11 @@ export class Matchmaker {
         noteSeen(search, known, knownAt, this.config.requestTimeout / 2)
       }
       if (search.assembled) break
-      // Our view: the replicas' answer, and the declarations heard of otherwise (Search.heard).
-      let pool = withHeard(known, search.heard, this.now())
+      // Our view (viewOf): the replicas' answer, the declarations heard of otherwise, less the peers a full group listed.
+      let pool = this.viewOf(search, known, this.now())
       this.carrySilences(search, pool)
       if (await this.widenIfShort(search, known, pool)) {
-        pool = withHeard(known, search.heard, this.now())
+        pool = this.viewOf(search, known, this.now())
         noteSeen(search, pool, this.now(), this.config.requestTimeout / 2)
       }
       if (search.assembled) break
@@ -252,9 +252,13 @@ export class Matchmaker {
         const group = await this.follower.followLeader(search, candidate.peerId, candidate.expiration, candidate.addrs)
         if (group != null) return search.adopt(group)
         pollMs = POLL_MIN_MS
+        // Turned away by a full group that holds everyone else we saw looking: one too many now, not
+        // after a fresh lookup (under two busy cores one took a second, while the short key this
+        // extra should complete assembled without it).
+        if (!isClient) await this.leaveIfOneTooMany(search, this.viewOf(search, known, this.now()))
         continue
       }
-      const reverse = isClient ? null : reverseCandidate(pool, { ...ranking, followers: search.followers, seenSince: search.seenSince, after: reverseAskAfter(this.config.requestTimeout) })
+      const reverse = isClient ? null : reverseCandidate(pool, { ...ranking, followers: search.followers, targetGroupSize: this.config.targetGroupSize, seenSince: search.seenSince, after: reverseAskAfter(this.config.requestTimeout) })
       if (reverse != null) {
         search.tried.add(reverseKey(reverse.peerId, reverse.expiration))
         this.config.log?.debug(`asking ${reverse.peerId.slice(-6)} exp ${reverse.expiration.toFixed(3)} though it ranks below us (mine ${search.declaredExpiration?.toFixed(3)}): seen looking under our key without joining us`)
@@ -265,15 +269,11 @@ export class Matchmaker {
       }
       const alone = !isClient && search.currentLeader == null && search.declaredAt != null && search.declaredExpiration != null &&
         aloneEarly(search, pool, this.selfId, ranking.now, this.aloneView(search, search.declaredAt, knownAt))
-      if (alone || (!isClient && extraUnderKey(search, pool, this.selfId, ranking.now))) {
-        await this.moveToLeftovers(search, alone
-          ? `alone under ${search.groupKey} ${(ranking.now - search.declaredAt!).toFixed(1)} s after declaring, past the usual arrival time`
-          : `one too many under ${search.groupKey} (its groups formed without us, nobody else looks there)`)
-        // Declared there at once, with a fresh expiration: the short leaders that come for us outrank us, and we ask them.
-        search.cancelExpiry()
-        search.declaredExpiration = null
+      if (alone) {
+        await this.leaveForLeftovers(search, `alone under ${search.groupKey} ${(ranking.now - search.declaredAt!).toFixed(1)} s after declaring, past the usual arrival time`)
         continue
       }
+      if (!isClient && await this.leaveIfOneTooMany(search, pool)) continue
       if (!isClient && search.currentLeader == null && search.declaredAt != null && await this.peekHome(search, pool, knownAt)) {
         pollMs = POLL_MIN_MS
         continue
@@ -455,6 +455,11 @@ export class Matchmaker {
     return true
   }
 
+  /** Our view: the replicas' answer, the declarations heard of otherwise (Search.heard), less the peers a full group listed (Search.grouped). */
+  private viewOf (search: Search, known: readonly StoredEntry[], now: number): StoredEntry[] {
+    return withoutGrouped(withHeard(known, search.heard, now), search.grouped, this.config.averagingExpiration)
+  }
+
   /**
    * Declarations in our view made before their peer last failed to answer us (in an earlier search,
    * an all-reduce's liveness check, a rendezvous request: Silences, Rendezvous.silentSince) count as
@@ -521,6 +526,20 @@ export class Matchmaker {
   }
 
   /** Leaves our Moshpit key for the swarm's leftover key, where peers alone or one too many under theirs meet short groups (logs `why`). */
+  /** One too many under our Moshpit key (decisions.ts extraUnderKey, on `pool`): goes to the leftover key. Returns whether it went. */
+  private async leaveIfOneTooMany (search: Search, pool: readonly StoredEntry[]): Promise<boolean> {
+    if (search.currentLeader != null || search.assembled || !extraUnderKey(search, pool, this.selfId, this.now())) return false
+    await this.leaveForLeftovers(search, `one too many under ${search.groupKey} (its groups formed without us, nobody else looks there)`)
+    return true
+  }
+
+  /** The search loop's move to the leftover key: declared there at once, with a fresh expiration (the short leaders that come for us outrank us, and we ask them). */
+  private async leaveForLeftovers (search: Search, why: string): Promise<void> {
+    await this.moveToLeftovers(search, why)
+    search.cancelExpiry()
+    search.declaredExpiration = null
+  }
+
   private async moveToLeftovers (search: Search, why: string): Promise<void> {
     if (search.leftoverKey == null) return
     // Withdrawn from the old key beside what comes next (withdraw reads the key before it awaits):

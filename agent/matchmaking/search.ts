@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto'
 import { MatchCode, type MessageFromLeader, type PeerInfo } from '../proto/averaging.js'
+import { leaderMessage, listedPeers } from './leader-message.js'
 import { peerIdToBytes } from '../net/rpc.js'
 import { shuffle } from '../util/random.js'
 import type { GroupInfo } from './group-info.js'
 import type { StoredEntry } from '../rendezvous/store.js'
-import { enoughToAssemble, groupFull } from './decisions.js'
+import { enoughToAssemble, formedWithoutUs, groupFull } from './decisions.js'
 
 export interface Follower {
   readonly peerId: string
@@ -58,6 +59,8 @@ export class Search {
   turnedAway = 0
   /** Peers seen looking under the current key once we had been visible there a while (decisions.ts extraUnderKey, seenAfterVisible). */
   readonly seenLooking = new Set<string>()
+  /** Peers a full group under the current key listed when it turned us away, and when (decisions.ts withoutGrouped). */
+  readonly grouped = new Map<string, number>()
   /** The declaration (its expiration) we repeated with a wide exchange (Matchmaker.widenIfShort), and when we last did. */
   widened: number | null = null
   widenedAt = -Infinity
@@ -112,8 +115,23 @@ export class Search {
     this.heard.clear()
     this.turnedAway = 0
     this.seenLooking.clear()
+    this.grouped.clear()
     this.visibleSince = null
     this.aloneSeconds = 0
+  }
+
+  /**
+   * A refusal from a peer under our key: counted when it says a group formed or filled without us
+   * (decisions.ts formedWithoutUs), and the members a full group lists kept (at most `maxListed` a
+   * refusal, and a few full groups' worth in all: a hostile leader's list cannot grow it unbounded).
+   */
+  noteRefusal (reply: { readonly code: MatchCode, readonly stoppedLooking?: number, readonly orderedPeerIds?: readonly Uint8Array[] } | null, now: number, maxListed: number): void {
+    if (!formedWithoutUs(reply, now, this.visibleSince)) return
+    this.turnedAway++
+    if (reply?.code !== MatchCode.GROUP_IS_FULL) return
+    for (const id of listedPeers(reply.orderedPeerIds ?? [], maxListed)) {
+      if (id !== this.selfId && this.grouped.size < maxListed * 4) this.grouped.set(id, now)
+    }
   }
 
   /** No assembly at the current declaration's expiration by the timer (it ended, or a new one follows). */
@@ -135,27 +153,20 @@ export class Search {
     for (const follower of [...this.followers.values()]) {
       if (follower.confirmed) continue
       this.followers.delete(follower.peerId)
-      follower.settle(refusal(MatchCode.GROUP_IS_FULL, 'the group assembled before your confirmation came'))
+      follower.settle(leaderMessage(MatchCode.GROUP_IS_FULL, 'the group assembled before your confirmation came'))
     }
     const members = shuffle([
       ...[...this.followers.values()].map(f => ({ peerId: f.peerId, info: f.info })),
       { peerId: this.selfId, info: this.info }
     ])
     const groupId = randomBytes(20)
-    const message: MessageFromLeader = {
-      code: MatchCode.BEGIN_ALLREDUCE,
+    const message = leaderMessage(MatchCode.BEGIN_ALLREDUCE, '', {
       groupId,
       orderedPeerIds: members.map(m => peerIdToBytes(m.peerId)) as Array<Uint8Array<ArrayBuffer>>,
       gathered: members.map(m => m.info),
-      suggestedLeader: new Uint8Array(0),
-      reason: '',
       arrivalDelays: [...this.followers.values()].flatMap(f => f.joinedAfter !== undefined ? [f.joinedAfter] : []),
-      gridKey: this.gridKey ?? '',
-      leaderKey: '',
-      noRoomFor: 0,
-      stoppedLooking: 0,
-      confirmWanted: false
-    }
+      gridKey: this.gridKey ?? ''
+    })
     for (const follower of this.followers.values()) follower.settle(message)
     this.followers.clear()
     return this.adopt({
@@ -285,37 +296,27 @@ export class Search {
   /**
    * Sends our followers away, pointing them at our new leader when we joined one. `noRoom`: how many
    * of them that leader had no room for (MessageFromLeader.no_room_for): the last to join us are told
-   * so (GROUP_IS_FULL: a group formed without them, decisions.ts extraUnderKey) and not sent on.
+   * so (GROUP_IS_FULL: a group formed without them, decisions.ts extraUnderKey) and not sent on;
+   * `leaderMembers`: the members that leader's ACCEPTED listed.
    */
-  disband (suggestedLeader: string | null, reason: string, noRoom = 0): void {
+  disband (suggestedLeader: string | null, reason: string, noRoom = 0, leaderMembers: readonly string[] = []): void {
     const away = suggestedLeader != null ? Math.min(Math.max(0, noRoom), this.followers.size) : 0
     const followers = [...this.followers.values()]
     this.followers.clear()
-    const none: MessageFromLeader = {
-      code: MatchCode.GROUP_DISBANDED,
-      groupId: new Uint8Array(0),
-      orderedPeerIds: [],
-      gathered: [],
-      suggestedLeader: new Uint8Array(0),
-      reason,
-      arrivalDelays: [],
-      gridKey: '',
-      leaderKey: '',
-      noRoomFor: 0,
-      stoppedLooking: 0,
-      confirmWanted: false
-    }
-    const full = { ...none, code: MatchCode.GROUP_IS_FULL, reason: 'no room for us in the group our leader joined' }
-    for (const follower of followers.splice(followers.length - away, away)) follower.settle(full)
+    const none = leaderMessage(MatchCode.GROUP_DISBANDED, reason)
+    const turnedAway = followers.splice(followers.length - away, away)
+    // The members of that group we know (its leader and those its ACCEPTED listed, us, the followers we
+    // send on), as a full group's own refusal lists them (decisions.ts withoutGrouped): those sent away
+    // need not wait for their declarations to be withdrawn before counting themselves one too many.
+    const members = suggestedLeader != null ? [...new Set([suggestedLeader, ...leaderMembers, this.selfId, ...followers.map(f => f.peerId)])] : []
+    const full = leaderMessage(MatchCode.GROUP_IS_FULL, 'no room for us in the group our leader joined', {
+      orderedPeerIds: members.map(id => peerIdToBytes(id) as Uint8Array<ArrayBuffer>)
+    })
+    for (const follower of turnedAway) follower.settle(full)
     const sent = suggestedLeader == null
       ? none
       // The key we asked our new leader under: where our followers must ask it.
       : { ...none, suggestedLeader: peerIdToBytes(suggestedLeader) as Uint8Array<ArrayBuffer>, leaderKey: this.groupKey }
     for (const follower of followers) follower.settle(sent)
   }
-}
-
-/** A leader's second message that is no group for the follower (GROUP_IS_FULL, GROUP_DISBANDED). */
-function refusal (code: MatchCode, reason: string): MessageFromLeader {
-  return { code, groupId: new Uint8Array(0), orderedPeerIds: [], gathered: [], suggestedLeader: new Uint8Array(0), reason, arrivalDelays: [], gridKey: '', leaderKey: '', noRoomFor: 0, stoppedLooking: 0, confirmWanted: false }
 }

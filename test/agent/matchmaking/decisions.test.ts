@@ -4,7 +4,7 @@ import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../a
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
   MAX_HEARD, acceptsPartial, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, formedWithoutUs, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
-  othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, seenAfterVisible, shortUnderKey, triedKey, validInfo, withHeard, type LeaderConfig, type LeaderState
+  othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, seenAfterVisible, shortUnderKey, triedKey, validInfo, withHeard, withoutGrouped, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
 
@@ -326,7 +326,7 @@ test('reverseCandidate: with nobody better left, the best-ranked worse peer seen
   // We are 'peer-L', expiring at 120. A follower of a leader we cannot see looks like any worse peer.
   const now = 100
   const seenSince = new Map([[triedKey('p-w1', 121), 98], [triedKey('p-w2', 122), 98], [triedKey('p-new', 120.5), 99.8], [triedKey('p-better', 119), 98], [triedKey('p-follower', 121.5), 98]])
-  const view = { selfId: 'peer-L', myExpiration: 120, tried: new Set<string>(), now, followers: new Map([['p-follower', {}]]), seenSince, after: 1 }
+  const view = { selfId: 'peer-L', myExpiration: 120, tried: new Set<string>(), now, followers: new Map([['p-follower', {}]]), targetGroupSize: 4, seenSince, after: 1 }
   const entries = [entry('p-w2', 122), entry('p-w1', 121), entry('p-new', 120.5), entry('p-better', 119), entry('p-follower', 121.5), entry('peer-L', 120), entry('p-gone', 121, false)]
   assert.equal(reverseCandidate(entries, view)?.peerId, 'p-w1', 'the best-ranked of the worse peers seen for 1 s or more')
   assert.equal(reverseCandidate(entries, { ...view, now: 100.8 })?.peerId, 'p-new', 'seen for a second too now, and ranks above p-w1')
@@ -336,8 +336,20 @@ test('reverseCandidate: with nobody better left, the best-ranked worse peer seen
   assert.equal(reverseCandidate([entry('p-better', 119), entry('p-follower', 121.5)], view), null, 'better peers are bestCandidate\'s; followers are ours')
   // A normal `tried` entry for the same declaration does not count as a reverse ask.
   assert.equal(reverseCandidate(entries, { ...view, tried: new Set([triedKey('p-w1', 121)]) })?.peerId, 'p-w1')
+  // Full (followers unconfirmed count too): no room for anyone we ask, so nobody is asked.
+  const full = new Map([['p-follower', {}], ['p-f2', {}], ['p-f3', {}]])
+  assert.equal(reverseCandidate(entries, { ...view, followers: full }), null, 'a full leader asks nobody below it')
+  assert.equal(reverseCandidate(entries, { ...view, followers: full, targetGroupSize: 5 })?.peerId, 'p-w1', 'room for one more')
   assert.equal(reverseAskAfter(3), 1)
   assert.equal(reverseAskAfter(0.5), 0.25)
+})
+
+test('withoutGrouped: the declarations of peers a full group listed leave our view, until they declare again', () => {
+  const grouped = new Map([['p-a', 100], ['p-b', 100]])
+  const entries = [entry('p-a', 110), entry('p-b', 114.9), entry('p-c', 110), entry('p-b', 116)]
+  // Declarations made before they grouped (expiring within one 15 s declaration of it) are gone; p-b's later one stays.
+  assert.deepEqual(withoutGrouped(entries, grouped, 15).map(e => `${e.peerId}@${e.expiration}`), ['p-c@110', 'p-b@116'])
+  assert.deepEqual(withoutGrouped(entries, new Map(), 15), entries)
 })
 
 test('heardEntry and withHeard: a better-ranked asker joins our view unless the replicas hold it as fresh, within one declaration', () => {

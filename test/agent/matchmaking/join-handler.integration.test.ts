@@ -113,6 +113,7 @@ test('an asker that confirms completes the group only with its confirmation; one
     const gone = await ask(true)
     assert.equal(gone.accepted.code, MatchCode.ACCEPTED)
     assert.equal(gone.accepted.confirmWanted, true)
+    assert.deepEqual(gone.accepted.orderedPeerIds, [], 'an ACCEPTED with room for all lists nobody')
     assert.equal(search.followers.get(askerId)?.confirmed, false)
     await new Promise(resolve => setTimeout(resolve, 200))
     assert.equal(search.assembled, false, 'an unconfirmed follower completes no group')
@@ -154,5 +155,36 @@ test('an asker that confirms completes the group only with its confirmation; one
     assert.equal(joined, 2)
   } finally {
     await Promise.allSettled([leaderNode.stop(), askerNode.stop()])
+  }
+})
+
+test('a full group names its members: in its GROUP_IS_FULL, and in an ACCEPTED that sends some of the asker\'s followers away', { timeout: 60_000 }, async () => {
+  const [leaderNode, partialNode, lateNode] = await startConnectedNodes(3)
+  try {
+    const leaderId = leaderNode.peerId.toString()
+    const search = new Search(leaderId, KEY, info(), now() + 60)
+    search.declaredExpiration = now() + 30
+    search.declaredAt = now()
+    search.followers.set('f1', { peerId: 'f1', info: info(), joinedAfter: undefined, settle: () => {}, confirmed: true })
+    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler(leaderContext(leaderId, 3, { current: () => search })))
+    const decoder = new TextDecoder()
+    const ask = async (from: typeof partialNode, bringing: number): Promise<MessageFromLeader> => {
+      const framed = await openFramed(from, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
+      await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: search.declaredExpiration! + 5, groupKey: KEY, info: info(), bringing, acceptsPartial: true, confirms: false }))
+      const first = await framed.read(5000)
+      assert.ok(first != null)
+      return MessageFromLeader.decode(first)
+    }
+    // Room for the asker, not for the follower it brings: taken, and told who the group holds.
+    const partial = await ask(partialNode, 1)
+    assert.equal(partial.code, MatchCode.ACCEPTED)
+    assert.equal(partial.noRoomFor, 1)
+    assert.deepEqual(partial.orderedPeerIds.map(b => decoder.decode(b)), [leaderId, 'f1', partialNode.peerId.toString()])
+    // Full now: the next asker is refused with the same members.
+    const late = await ask(lateNode, 0)
+    assert.equal(late.code, MatchCode.GROUP_IS_FULL)
+    assert.deepEqual(late.orderedPeerIds.map(b => decoder.decode(b)), [leaderId, 'f1', partialNode.peerId.toString()])
+  } finally {
+    await Promise.allSettled([leaderNode.stop(), partialNode.stop(), lateNode.stop()])
   }
 })

@@ -1,7 +1,11 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type MessageFromLeader, type PeerInfo } from '../../../agent/proto/averaging.js'
+import { generateKeyPair } from '@libp2p/crypto/keys'
+import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { Search } from '../../../agent/matchmaking/search.js'
+import { peerIdToBytes } from '../../../agent/net/rpc.js'
+import { leaderMessage } from '../../../agent/matchmaking/leader-message.js'
 import type { GroupInfo } from '../../../agent/matchmaking/group-info.js'
 
 // Search's transitions (assemble, disband, adopt) with a fake clock: `now` is a number the test moves.
@@ -122,7 +126,13 @@ test('joining a leader with no room for all our followers sends the last to join
     assert.equal(received.get(f)!.length, 1)
     assert.equal(received.get(f)![0].code, MatchCode.GROUP_IS_FULL)
     assert.equal(received.get(f)![0].suggestedLeader.byteLength, 0)
+    // The members of the group it knows: its new leader, itself, the follower sent on.
+    assert.deepEqual(received.get(f)![0].orderedPeerIds.map(b => decoder.decode(b)), ['new-leader', 'leader', 'f1'])
   }
+  // With the members our new leader's ACCEPTED listed (ourselves among them): each once.
+  const listed = leaderWith(['k1', 'k2'])
+  listed.search.disband('new-leader', 'our leader joined another group', 1, ['new-leader', 'm1', 'leader'])
+  assert.deepEqual(listed.received.get('k2')![0].orderedPeerIds.map(b => decoder.decode(b)), ['new-leader', 'm1', 'leader', 'k1'])
   assert.equal(search.followers.size, 0)
   // More than we lead (a hostile leader's count): all are sent away, none twice; none without a new leader.
   const many = leaderWith(['g1', 'g2'])
@@ -227,6 +237,7 @@ test('entering another key forgets what the search learned under the old one, an
   search.tried.add('a@1')
   search.heard.set('b', { peerId: 'b', expiration: 5, looking: true, priority: 0, addrs: [] })
   search.turnedAway = 2
+  search.grouped.set('g', 1)
   search.seenLooking.add('c')
   search.visibleSince = 3
   search.aloneSeconds = 4
@@ -235,8 +246,27 @@ test('entering another key forgets what the search learned under the old one, an
   search.enterKey('leftovers')
   assert.equal(search.groupKey, 'leftovers')
   assert.equal(search.homeKey, 'key')
-  assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, null, 0])
+  assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.grouped.size, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, 0, null, 0])
   assert.deepEqual([search.followers.size, search.silent.get('d'), search.seenSince.get('e@2')], [1, 9, 1])
+})
+
+test('a refusal saying a group filled without us is counted, and the members a full group lists are kept (bounded, never ourselves)', async () => {
+  const ids = await Promise.all(Array.from({ length: 10 }, async () => peerIdFromPrivateKey(await generateKeyPair('Ed25519')).toString()))
+  const search = new Search(ids[0], 'key', info(1), 1000)
+  const full = (members: string[]): MessageFromLeader => leaderMessage(MatchCode.GROUP_IS_FULL, 'group is full', { orderedPeerIds: members.map(id => peerIdToBytes(id) as Uint8Array<ArrayBuffer>) })
+  search.noteRefusal(full([ids[1], ids[2], ids[0], ids[3]]), 50, 4)
+  assert.equal(search.turnedAway, 1)
+  assert.deepEqual([...search.grouped.keys()], [ids[1], ids[2], ids[3]], 'the listed members but ourselves')
+  assert.equal(search.grouped.get(ids[1]), 50)
+  // More than a group's worth in one refusal: only the first targetGroupSize are read.
+  search.noteRefusal(full(ids.slice(4, 10)), 51, 4)
+  assert.deepEqual([...search.grouped.keys()].slice(3), ids.slice(4, 8))
+  // A refusal that lists nothing (agents before it) counts as before; a garbled id is skipped; other codes list nothing.
+  search.noteRefusal({ ...full([]), orderedPeerIds: [new TextEncoder().encode('not-a-peer-id')] }, 52, 4)
+  search.noteRefusal(leaderMessage(MatchCode.NOT_A_LEADER, 'leader follows another peer', { orderedPeerIds: [peerIdToBytes(ids[9]) as Uint8Array<ArrayBuffer>] }), 53, 4)
+  assert.equal(search.turnedAway, 3)
+  assert.equal(search.grouped.size, 7)
+  assert.equal(search.grouped.has(ids[9]), false)
 })
 
 // A follower that confirms (JoinRequest.confirms) holds its place from our ACCEPTED but is a member only

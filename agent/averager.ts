@@ -6,6 +6,7 @@ import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
 import { planRepair, withRepair, type SpanRepair } from './allreduce/repair.js'
 import { AggregateDialer } from './allreduce/aggregate-dialer.js'
 import type { DataChannelKind, DirectFrameChannel } from './net/frame-channel.js'
+import type { DataChannelIdentity } from './net/direct/identity.js'
 import { mainThreadTransport, type DirectEndpoint, type DirectListener, type DirectListenOptions, type DirectTransport } from './net/direct/direct-transport.js'
 import { directStateProtocols } from './state/state-protocol.js'
 import { DataThreads } from './net/direct/threads/data-threads.js'
@@ -178,7 +179,8 @@ const decoder = new TextDecoder()
  * through the DHT, by butterfly all-reduce, moving to new Moshpit group bits after each round.
  */
 export class DecentralizedAverager {
-  readonly config: AveragerConfig
+  /** The config as given, but for the mode: a client takes another once its agent is reachable (becomeReachable). */
+  private settings: AveragerConfig
   /** The fixed codec; for auto, the largest-part one (frames are sized by it), the round's is chosen per group. */
   private readonly codec: Codec
   /** Peak-window rate of our link in recent rounds, bytes/s (agent/adapt/link-rate.ts). */
@@ -206,9 +208,11 @@ export class DecentralizedAverager {
   private leaveTimer: NodeJS.Timeout | undefined
   /** How to unregister each protocol start() registered, in the order registered. */
   private readonly started: Array<() => Promise<void>> = []
+  /** The direct data channel's certificate; undefined without one (AVS_DATA_CHANNEL libp2p). */
+  private dataIdentity: DataChannelIdentity | undefined
 
   private constructor (readonly node: SwarmNode, private readonly tensors: readonly NamedTensor[], config: AveragerConfig, private readonly hooks: AveragerHooks) {
-    this.config = config
+    this.settings = config
     this.log = hooks.log ?? silentLog
     this.codec = codecFor(config.compression === 'auto' ? 'none' : config.compression)
     this.bits = config.initialGroupBits
@@ -231,6 +235,8 @@ export class DecentralizedAverager {
     this.router = new AggregateRouter(maxPartFrameBytes(this.codec.encodedLength(maxPart)), senderTimeoutSeconds(config) * 1000)
     this.dialer = new AggregateDialer(node, config.prefix, null, null, this.log.child({ component: 'data-channel' }))
   }
+
+  get config (): AveragerConfig { return this.settings }
 
   /** The bandwidth we declare next round: the config's, else the rate we measured (bytes/s), else undefined. */
   get declaredBandwidth (): number | undefined {
@@ -270,11 +276,33 @@ export class DecentralizedAverager {
     await this.matchmaker.start()
     this.started.push(async () => { await this.matchmaker.stop() })
     if ((this.config.dataChannel ?? 'direct') === 'direct') await this.startDirectChannel()
-    if (this.config.mode !== 'client') {
-      await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 16, runOnLimitedConnection: false })
-      this.started.push(async () => { await this.node.unhandle(aggregateProtocol(this.config.prefix)).catch(() => {}) })
-    }
+    // Client-mode peers reduce nothing, so nobody dials them: they only dial out.
+    if (this.config.mode !== 'client') await this.serveSpan()
     this.running = true
+  }
+
+  /**
+   * A client whose agent became reachable after it started (a relay slot reserved later:
+   * agent/main.ts) takes `mode` from its next round: it serves its span (the data channel's
+   * listener, the all-reduce protocol) and the matchmaker's leader side, and its join requests say
+   * `mode`, so leaders make it a reducer. A round under way ends first, as a client's: members
+   * plan a round by the modes its join requests carried. Returns whether the mode changed.
+   */
+  async becomeReachable (mode: Exclude<AveragerMode, 'client'>): Promise<boolean> {
+    return await this.stepLock.run(async () => {
+      if (!this.running || this.config.mode !== 'client') return false
+      await this.serveSpan()
+      await this.matchmaker.serveAs(wireMode(mode))
+      this.settings = { ...this.settings, mode }
+      return true
+    })
+  }
+
+  /** What members that give us a span send its parts to: the direct data channel's listener (when direct), the all-reduce protocol over libp2p. */
+  private async serveSpan (): Promise<void> {
+    if (this.dataIdentity !== undefined) await this.listenDirect(this.dataIdentity)
+    await this.node.handle(aggregateProtocol(this.config.prefix), this.router.handler, { maxInboundStreams: 16, runOnLimitedConnection: false })
+    this.started.push(async () => { await this.node.unhandle(aggregateProtocol(this.config.prefix)).catch(() => {}) })
   }
 
   /** Stops what start() started and closes the data channel; never the node's own services (the rendezvous). */
@@ -296,44 +324,52 @@ export class DecentralizedAverager {
     }
     // The data channel lives and dies with the node, as if they were one transport.
     this.node.addEventListener('stop', this.onNodeStop, { once: true })
-    // Client-mode peers reduce nothing, so nobody dials them: they only dial out.
-    if (this.config.mode !== 'client') {
-      const maxPart = elementsPerPart(this.config.partSizeBytes, this.codec.bytesPerElement)
-      const options: DirectListenOptions = {
-        identity,
-        host: this.config.dataHost ?? '0.0.0.0',
-        port: this.config.dataPort ?? 0,
-        // State sharing's too: one port for every direct channel, so a pod exposes one data port.
-        protocols: [...directAggregateProtocols(this.config.prefix), ...directStateProtocols(this.config.prefix)],
-        maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
-        maxQueuedFrames: PART_WINDOW,
-        // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris
-        // costs one of the 64 connections allowed per address for this long.
-        handshakeTimeoutMs: Math.max(this.config.requestTimeout * 1000, DIRECT_HANDSHAKE_TIMEOUT_MS),
-        // Only peers holding a libp2p connection to us may open a data channel: they passed the
-        // private-network key and the allow list there. Group membership is checked after that.
-        allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),
-        accept: (channel) => {
-          const other = this.directHandlers.get(channel.protocol)
-          if (this.node.status !== 'started') channel.abort(new AveragingError('the libp2p node is stopping'))
-          else if (other !== undefined) other(channel)
-          else if (directAggregateProtocols(this.config.prefix).includes(channel.protocol)) this.router.accept(channel, channel.remotePeer)
-          else channel.abort(new AveragingError(`nothing is served over ${channel.protocol} here now`))
-        },
-        log: this.log.child({ component: 'data-channel' })
-      }
-      try {
-        this.directServer = await this.transport.listen(options)
-      } catch (err) {
-        if (this.transport.threads === 0) throw err
-        // Data threads need SO_REUSEPORT (Linux, FreeBSD, ...): elsewhere the main thread carries the channel.
-        this.log.warn(`data threads cannot listen (${describeError(err)}); the direct channel runs on the main thread`)
-        await this.transport.close()
-        this.transport = mainThreadTransport
-        this.directServer = await this.transport.listen(options)
-      }
+    this.dataIdentity = identity
+    this.dialer = this.directDialer(identity)
+  }
+
+  private directDialer (identity: DataChannelIdentity): AggregateDialer {
+    return new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.log.child({ component: 'data-channel' }))
+  }
+
+  /** The direct data channel's listener, for the all-reduce's parts and state sharing's downloads. */
+  private async listenDirect (identity: DataChannelIdentity): Promise<void> {
+    const maxPart = elementsPerPart(this.config.partSizeBytes, this.codec.bytesPerElement)
+    const options: DirectListenOptions = {
+      identity,
+      host: this.config.dataHost ?? '0.0.0.0',
+      port: this.config.dataPort ?? 0,
+      // State sharing's too: one port for every direct channel, so a pod exposes one data port.
+      protocols: [...directAggregateProtocols(this.config.prefix), ...directStateProtocols(this.config.prefix)],
+      maxFrameBytes: maxPartFrameBytes(this.codec.encodedLength(maxPart)),
+      maxQueuedFrames: PART_WINDOW,
+      // Generous: a handshake slowed by load costs the sender a fallback to libp2p, a slowloris
+      // costs one of the 64 connections allowed per address for this long.
+      handshakeTimeoutMs: Math.max(this.config.requestTimeout * 1000, DIRECT_HANDSHAKE_TIMEOUT_MS),
+      // Only peers holding a libp2p connection to us may open a data channel: they passed the
+      // private-network key and the allow list there. Group membership is checked after that.
+      allowPeer: async (peer) => await hasConnection(this.node, peer, this.config.requestTimeout * 1000),
+      accept: (channel) => {
+        const other = this.directHandlers.get(channel.protocol)
+        if (this.node.status !== 'started') channel.abort(new AveragingError('the libp2p node is stopping'))
+        else if (other !== undefined) other(channel)
+        else if (directAggregateProtocols(this.config.prefix).includes(channel.protocol)) this.router.accept(channel, channel.remotePeer)
+        else channel.abort(new AveragingError(`nothing is served over ${channel.protocol} here now`))
+      },
+      log: this.log.child({ component: 'data-channel' })
     }
-    this.dialer = new AggregateDialer(this.node, this.config.prefix, identity, this.transport, this.log.child({ component: 'data-channel' }))
+    try {
+      this.directServer = await this.transport.listen(options)
+    } catch (err) {
+      if (this.transport.threads === 0) throw err
+      // Data threads need SO_REUSEPORT (Linux, FreeBSD, ...): elsewhere the main thread carries the channel.
+      this.log.warn(`data threads cannot listen (${describeError(err)}); the direct channel runs on the main thread`)
+      await this.transport.close()
+      this.transport = mainThreadTransport
+      // Ours went with the threads.
+      this.dialer = this.directDialer(identity)
+      this.directServer = await this.transport.listen(options)
+    }
   }
 
   private readonly onNodeStop = (): void => {

@@ -24,7 +24,7 @@ import { describeError } from './errors.js'
 import { Checkpointer } from './checkpoint/checkpointer.js'
 import { establishReachability, circuitAddrs, modeFor, reserveRelaySlot, type Reachability } from './net/reach.js'
 import { ConnectionKinds, CONNECTION_KINDS } from './net/connection-kinds.js'
-import type { AveragerConfig } from './averager.js'
+import type { AveragerConfig, AveragerMode } from './averager.js'
 import { GridLayout, readMembership } from './moshpit/grid-layout.js'
 
 const VERSION = '0.1.0'
@@ -89,58 +89,121 @@ function trackConnectionKinds (node: SwarmNode, metrics: AgentMetrics): Connecti
  * without a relay slot cannot be dialled, so it averages as a client (sends its parts, receives
  * the means, reduces nothing) whatever AVS_MODE says; its join requests then carry mode CLIENT,
  * which is what keeps leaders from making it a reducer and followers from asking it to lead.
- * Its DHT stays a client: nobody could reach it to ask. A relayed agent whose slot is lost
- * (the relay restarted) reserves again.
+ * Its DHT stays a client: nobody could reach it to ask. Where a relay may come later (bootstrap
+ * peers to ask), it keeps looking for a slot, and with one averages in its configured mode from
+ * the next round (`modes`). A relayed agent whose slot is lost (the relay restarted) reserves again.
  */
-async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean, metrics: AgentMetrics, log: Log): Promise<{ reach: Reachability, averager: AveragerConfig, watchdog?: NodeJS.Timeout }> {
+async function reachSwarm (node: SwarmNode, config: AgentConfig, joined: boolean, metrics: AgentMetrics, modes: AveragingMode, log: Log): Promise<{ reach: Reachability, averager: AveragerConfig, watchdog?: NodeJS.Timeout }> {
   const reach = await establishReachability(node, config.reachability, { announced: config.announceAddrs.length > 0, bootstrapped: joined && config.bootstrapPeers.length > 0 }, log)
   metrics.reachability.labels(reach.kind).set(1)
+  const mode = modes.reachedBy(reach)
   // Peers may add us to their routing tables only now, with the addresses we announce now.
   if (reach.kind !== 'unreachable') await node.services.dht.setMode('server')
   if (reach.kind === 'public') {
     log.info(`reachable: yes (${reach.why})`)
     return { reach, averager: config.averager }
   }
+  const again = (slot: { relay: string }): void => { log.info(`reserved a relay slot again, on ${slot.relay}`) }
   if (reach.kind === 'relayed') {
     log.info({ addrs: reach.addrs }, `reachable: no, reserved relay slot on ${reach.relay} (${reach.why})`)
-    // Checked often: until the slot is back, members behind other NATs cannot reach us (a relay
-    // restarted, SIGKILLed and back 2 s later, left them apart 21-26 s with a 30 s check:
-    // test/reliability/relay-restart.test.ts). The check is a look at our addresses; one
-    // reservation at a time, and after relays we asked all refused, the next ask waits twice as
-    // long (up to 30 s), so they are not asked, nor their refusals logged, every few seconds.
-    let reserving = false
-    let wait = RELAY_SLOT_CHECK_MS
-    let nextTry = 0
-    const watchdog = setInterval(() => {
-      if (reserving || Date.now() < nextTry || circuitAddrs(node).length > 0 || node.status !== 'started') return
-      reserving = true
-      const asked = { relays: 0 }
-      let dialed = false
-      void reserveRelaySlot(node, log, asked)
-        .then(async slot => {
-          if (slot !== undefined || asked.relays > 0 || config.bootstrapPeers.length === 0) return slot
-          dialed = true
-          // No relay among our connections: libp2p redials a lost bootstrap peer for ~31 s, and later
-          // only a lookup that picks it would (a relay pod rescheduled for longer, in a swarm where
-          // it is not a key's replica, was never met again). The bootstrap peers are the swarm's
-          // relays: dial them once, then ask.
-          const connected = await connectBootstrap(node, { peers: config.bootstrapPeers, dnsServers: config.dnsServers, log, signal: AbortSignal.timeout(15_000), attempts: 1 })
-          return connected ? await reserveRelaySlot(node, log, asked) : undefined
-        })
-        .then(slot => {
-          if (slot !== undefined) log.info(`reserved a relay slot again, on ${slot.relay}`)
-          wait = slot === undefined && (asked.relays > 0 || dialed) ? Math.min(2 * wait, 30_000) : RELAY_SLOT_CHECK_MS
-          nextTry = Date.now() + wait - RELAY_SLOT_CHECK_MS
-        })
-        .finally(() => { reserving = false })
-    }, RELAY_SLOT_CHECK_MS)
-    watchdog.unref()
-    return { reach, averager: config.averager, watchdog }
+    return { reach, averager: config.averager, watchdog: watchRelaySlot(node, config, log, again) }
   }
-  const mode = modeFor(reach, config.averager.mode)
   if (mode === 'client') log.warn(`reachable: no, and no relay slot (${reach.why}): averaging as a client`)
   else log.warn(`reachable: no, and no relay slot (${reach.why}): an unreachable ${mode} agent reduces nothing anybody can send it`)
-  return { reach, averager: { ...config.averager, mode } }
+  // A relay pod not up yet (a rollout, a volunteer started first) or restarting when we joined.
+  if (config.bootstrapPeers.length === 0) return { reach, averager: { ...config.averager, mode } }
+  let relayed = false
+  const watchdog = watchRelaySlot(node, config, log, (slot) => {
+    if (relayed) { again(slot); return }
+    relayed = true
+    metrics.reachability.labels('unreachable').set(0)
+    metrics.reachability.labels('relayed').set(1)
+    const now = modes.reachedBy({ kind: 'relayed', why: 'a relay slot reserved after joining', ...slot })
+    log.info({ addrs: slot.addrs }, `reserved a relay slot on ${slot.relay}: reachable through it, averaging as a${now === 'auxiliary' ? 'n' : ''} ${now} from the next round`)
+    void node.services.dht.setMode('server').catch((err: unknown) => { log.warn(`the DHT stays a client: ${describeError(err)}`) })
+  })
+  return { reach, averager: { ...config.averager, mode }, watchdog }
+}
+
+/**
+ * Reserves a relay slot whenever this agent holds none; `onSlot` hears of each one it reserves.
+ * Checked often: until the slot is back, members behind other NATs cannot reach us (a relay
+ * restarted, SIGKILLed and back 2 s later, left them apart 21-26 s with a 30 s check:
+ * test/reliability/relay-restart.test.ts). The check is a look at our addresses; one
+ * reservation at a time, and after relays we asked all refused, the next ask waits twice as
+ * long (up to 30 s), so they are not asked, nor their refusals logged, every few seconds.
+ */
+function watchRelaySlot (node: SwarmNode, config: AgentConfig, log: Log, onSlot: (slot: { relay: string, addrs: string[] }) => void): NodeJS.Timeout {
+  let reserving = false
+  let wait = RELAY_SLOT_CHECK_MS
+  let nextTry = 0
+  const watchdog = setInterval(() => {
+    if (reserving || Date.now() < nextTry || circuitAddrs(node).length > 0 || node.status !== 'started') return
+    reserving = true
+    const asked = { relays: 0 }
+    let dialed = false
+    void reserveRelaySlot(node, log, asked)
+      .then(async slot => {
+        if (slot !== undefined || asked.relays > 0 || config.bootstrapPeers.length === 0) return slot
+        dialed = true
+        // No relay among our connections: libp2p redials a lost bootstrap peer for ~31 s, and later
+        // only a lookup that picks it would (a relay pod rescheduled for longer, in a swarm where
+        // it is not a key's replica, was never met again). The bootstrap peers are the swarm's
+        // relays: dial them once, then ask.
+        const connected = await connectBootstrap(node, { peers: config.bootstrapPeers, dnsServers: config.dnsServers, log, signal: AbortSignal.timeout(15_000), attempts: 1 })
+        return connected ? await reserveRelaySlot(node, log, asked) : undefined
+      })
+      .then(slot => {
+        if (slot !== undefined) onSlot(slot)
+        wait = slot === undefined && (asked.relays > 0 || dialed) ? Math.min(2 * wait, 30_000) : RELAY_SLOT_CHECK_MS
+        nextTry = Date.now() + wait - RELAY_SLOT_CHECK_MS
+      })
+      .finally(() => { reserving = false })
+  }, RELAY_SLOT_CHECK_MS)
+  watchdog.unref()
+  return watchdog
+}
+
+/**
+ * The mode the agent's averagers run in, as how the swarm reaches the agent allows (modeFor): a
+ * client while nobody can dial it, its configured mode once it is reachable. An averager created
+ * later starts in it; one running takes it from its next round (DecentralizedAverager.becomeReachable).
+ * Only that way: a relayed agent that loses its slot keeps its mode (the watchdog reserves again).
+ */
+class AveragingMode {
+  private current: AveragerMode
+  private readonly averagers: DecentralizedAverager[] = []
+
+  constructor (private readonly configured: AveragerMode, private readonly log: Log, private readonly onChange: (mode: AveragerMode) => void) {
+    this.current = configured
+  }
+
+  get mode (): AveragerMode { return this.current }
+
+  /** The mode `reach` allows; running averagers follow it. */
+  reachedBy (reach: Reachability): AveragerMode {
+    const mode = modeFor(reach, this.configured)
+    if (mode !== this.current) {
+      this.current = mode
+      this.onChange(mode)
+      for (const averager of this.averagers) void this.align(averager)
+    }
+    return mode
+  }
+
+  /** An averager created in `mode`: it follows from now on, and catches up if reachability changed while it was created. */
+  async follow (averager: DecentralizedAverager): Promise<void> {
+    this.averagers.push(averager)
+    await this.align(averager)
+  }
+
+  private async align (averager: DecentralizedAverager): Promise<void> {
+    const mode = this.current
+    if (mode === 'client' || averager.config.mode !== 'client') return
+    await averager.becomeReachable(mode).catch((err: unknown) => {
+      this.log.warn(`averaging as a client still, though reachable now: serving as a ${mode} failed: ${describeError(err)}`)
+    })
+  }
 }
 
 /**
@@ -319,16 +382,19 @@ async function main (): Promise<number> {
   const gauges = startGauges(node, metrics)
   trackConnectionKinds(node, metrics)
   const shutdown = abortOnSignals(log, config.terminationGraceSeconds)
-  const { joined, routed, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, log))
+  const workload = config.workload
+  const modes = new AveragingMode(config.averager.mode, log, (mode) => { metrics.info.reset(); metrics.info.labels(backend, mode, workload, VERSION).set(1) })
+  const { joined, routed, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, modes, log))
   void routed.then(() => { settled = true })
   config = { ...config, averager: reached.averager }
-  metrics.info.labels(backend, config.averager.mode, config.workload, VERSION).set(1)
+  metrics.info.labels(backend, modes.mode, config.workload, VERSION).set(1)
   const checkpointer = checkpointerFor(config, metrics, log)
   const ctx: WorkloadContext = {
     node, averagerConfig: config.averager, period: config.period, metrics, log, signal: shutdown.signal,
     checkpointer, completionRounds: config.completionRounds, completionDeadline: config.completionDeadline, completionOnTrainerExit: config.completionOnTrainerExit,
     createAverager: async (tensors, hooks) => {
-      const averager = await createAverager(node, config, metrics, log, tensors, { ...hooks, routed, ...dataAddrsOf(announce) })
+      const averager = await createAverager(node, { ...config, averager: { ...config.averager, mode: modes.mode } }, metrics, log, tensors, { ...hooks, routed, ...dataAddrsOf(announce) })
+      await modes.follow(averager)
       handOffOnNotice(shutdown.signal, averager)
       return averager
     },

@@ -46,6 +46,8 @@ export const AGENT_METRICS = {
   bytesSent: agent.counter('averaging_sent_bytes_total'),
   bytesReceived: agent.counter('averaging_received_bytes_total'),
   partsKeptLocal: agent.counter('averaging_parts_kept_local_total'),
+  /** Parts of the group's vector this agent reduced for its group (its span): none while it averages as a client. */
+  partsReduced: agent.counter('averaging_parts_reduced_total'),
   /** Parts of failed reducers' spans the surviving members averaged among themselves after the round (agent/allreduce/repair.ts). */
   repairedParts: agent.counter('averaging_repaired_parts_total'),
   dataChannels: agent.counter('averaging_data_channels_total', ['path']),

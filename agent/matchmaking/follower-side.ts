@@ -28,6 +28,8 @@ export interface FollowerSideContext {
   readonly arrivals: ArrivalClock
   readonly liveness: Liveness
   now (): number
+  /** The mode our searches run in (Matchmaker.mode: a client may become a node between searches). */
+  mode (): PeerMode
   /** Something the search loop waits on changed (Matchmaker's wakeup). */
   notify (): void
   /** Moves the search under the leftover key (Matchmaker.moveToLeftovers). */
@@ -47,6 +49,7 @@ export class FollowerSide {
   private readonly arrivals: ArrivalClock
   private readonly liveness: Liveness
   private readonly now: () => number
+  private readonly mode: () => PeerMode
   private readonly notify: () => void
   private readonly moveToLeftovers: (search: Search, why: string) => Promise<void>
 
@@ -58,6 +61,7 @@ export class FollowerSide {
     this.arrivals = ctx.arrivals
     this.liveness = ctx.liveness
     this.now = () => ctx.now()
+    this.mode = () => ctx.mode()
     this.notify = () => { ctx.notify() }
     this.moveToLeftovers = async (search, why) => { await ctx.moveToLeftovers(search, why) }
   }
@@ -105,7 +109,7 @@ export class FollowerSide {
       if (search.assembled || search.currentLeader != null) return null
       // From here until its answer, our own expiration waits (Search.assembleIfEnough says why).
       search.beginAsk()
-      const expiration = this.config.mode === PeerMode.CLIENT
+      const expiration = this.mode() === PeerMode.CLIENT
         ? Math.max(search.deadline, this.now() + this.config.averagingExpiration)
         : search.declaredExpiration ?? Infinity
       const openedAt = Date.now()
@@ -261,7 +265,7 @@ export class FollowerSide {
     // as it does any member that does not come (the same race as at the expiration bound).
     const watch = new AbortController()
     try {
-      const myExpiration = this.config.mode === PeerMode.CLIENT ? leaderExpiration : (search.declaredExpiration ?? leaderExpiration)
+      const myExpiration = this.mode() === PeerMode.CLIENT ? leaderExpiration : (search.declaredExpiration ?? leaderExpiration)
       const waitMs = Math.max(0, (Math.max(myExpiration, leaderExpiration) - this.now()) * 1000) + requestMs
       const second = await Promise.race([ask.read(waitMs), this.liveness.gone(leader, requestMs, watch.signal)])
       if (second === 'gone') {

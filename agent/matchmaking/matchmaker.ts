@@ -64,6 +64,8 @@ export class Matchmaker {
   private readonly follower: FollowerSide
   /** When our last search ended (or we started): what a NOT_LOOKING_FOR_GROUP says (decisions.ts formedWithoutUs). */
   private stoppedLookingAt: number
+  /** The config's mode, until a client becomes reachable (serveAs). */
+  private currentMode: PeerMode
 
   constructor (
     private readonly node: SwarmNode,
@@ -73,6 +75,7 @@ export class Matchmaker {
   ) {
     this.selfId = node.peerId.toString()
     this.stoppedLookingAt = this.now()
+    this.currentMode = config.mode
     this.arrivals = config.arrivals ?? new ArrivalClock()
     this.liveness = new Liveness(node, config.prefix, config.log, () => this.now())
     this.follower = new FollowerSide({
@@ -83,16 +86,35 @@ export class Matchmaker {
       arrivals: this.arrivals,
       liveness: this.liveness,
       now: () => this.now(),
+      mode: () => this.currentMode,
       notify: () => { this.wakeup.notify() },
       moveToLeftovers: async (search, why) => { await this.moveToLeftovers(search, why) }
     })
   }
 
   async start (): Promise<void> {
-    if (this.config.mode === PeerMode.CLIENT) return // nobody can call a client
+    if (this.currentMode === PeerMode.CLIENT) return // nobody can call a client
+    await this.serveLeaderSide()
+  }
+
+  /**
+   * A client that became reachable (its agent reserved a relay slot after it started) takes `mode`
+   * from its next search on: it answers join requests and liveness checks, declares and may lead.
+   * Only between searches: a search's ranking and waits follow the mode it began in.
+   */
+  async serveAs (mode: PeerMode): Promise<void> {
+    if (mode === this.currentMode) return
+    if (this.currentMode !== PeerMode.CLIENT || mode === PeerMode.CLIENT) throw new MatchmakingError(`only a client takes another mode: this matchmaker runs as ${this.currentMode}, asked to run as ${mode}`)
+    if (this.search != null) throw new MatchmakingError('the mode cannot change during a group search')
+    this.currentMode = mode
+    await this.serveLeaderSide()
+  }
+
+  /** What others call a peer that is not a client for: join requests and liveness checks. */
+  private async serveLeaderSide (): Promise<void> {
     await this.node.handle(joinProtocol(this.config.prefix), createJoinHandler({
       selfId: this.selfId,
-      mode: this.config.mode,
+      mode: this.currentMode,
       schemaHash: this.config.schemaHash,
       targetGroupSize: this.config.targetGroupSize,
       requestTimeoutMs: this.config.requestTimeout * 1000,
@@ -181,7 +203,7 @@ export class Matchmaker {
   }
 
   private async searchLoop (search: Search, signal?: AbortSignal): Promise<GroupInfo | null> {
-    const isClient = this.config.mode === PeerMode.CLIENT
+    const isClient = this.currentMode === PeerMode.CLIENT
     let pollMs = POLL_MIN_MS
     let known: StoredEntry[] = []
     let knownAt = -Infinity
@@ -388,7 +410,7 @@ export class Matchmaker {
    */
   private async widenIfShort (search: Search, known: readonly StoredEntry[], pool: readonly StoredEntry[]): Promise<boolean> {
     const expiration = search.declaredExpiration
-    if (this.config.mode === PeerMode.CLIENT || search.currentLeader != null || expiration == null || search.declaredAt == null) return false
+    if (this.currentMode === PeerMode.CLIENT || search.currentLeader != null || expiration == null || search.declaredAt == null) return false
     if (search.followers.size + 1 >= this.config.targetGroupSize) return false
     // A declaration stored with less than a request timeout left (slow replicas) is nearly spent: a
     // wide look cannot help it (256 agents in one process: 7.5-8 s of one, replicas timing out, while

@@ -18,6 +18,7 @@ export class AgentMetrics {
   readonly bytesSent: Counter
   readonly bytesReceived: Counter
   readonly partsKeptLocal: Counter
+  readonly partsReduced: Counter
   readonly repairedParts: Counter
   readonly dataChannels: Counter<'path'>
   readonly dataChannelsReused: Counter
@@ -66,6 +67,7 @@ export class AgentMetrics {
     this.bytesSent = new Counter({ name: M.bytesSent.name, help: 'Tensor bytes sent in all-reduce rounds.', registers })
     this.bytesReceived = new Counter({ name: M.bytesReceived.name, help: 'Tensor bytes received in all-reduce rounds.', registers })
     this.partsKeptLocal = new Counter({ name: M.partsKeptLocal.name, help: 'Parts left unaveraged because a peer failed mid-round.', registers })
+    this.partsReduced = new Counter({ name: M.partsReduced.name, help: 'Parts of the group\'s vector this agent reduced for its group (its span); none while it averages as a client.', registers })
     this.repairedParts = new Counter({ name: M.repairedParts.name, help: 'Parts of failed reducers\' spans the surviving members averaged among themselves after the round (span repair).', registers })
     this.dataChannels = new Counter({ name: M.dataChannels.name, help: 'Channels opened to reducers, by path: direct (TLS sockets) or libp2p (streams, the fallback).', labelNames: M.dataChannels.labels, registers })
     for (const path of ['direct', 'libp2p']) this.dataChannels.labels(path).inc(0)
@@ -124,6 +126,7 @@ export class AgentMetrics {
       this.bytesSent.inc(r.bytesSent)
       this.bytesReceived.inc(r.bytesReceived)
       this.partsKeptLocal.inc(r.partsKeptLocal)
+      this.partsReduced.inc(r.partsReduced)
       this.repairedParts.inc(r.repairedParts)
       this.bannedSenders.inc(r.bannedSenders.length)
       for (const [deadline, peers] of Object.entries(r.cutOffSenders)) this.senderCutoffs.labels(deadline).inc(peers.length)

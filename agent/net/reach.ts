@@ -10,7 +10,8 @@ import type { Log } from '../log.js'
  * How this agent can be reached by the swarm:
  * - public: at its own (listen or announce) addresses;
  * - relayed: behind NAT, through a relay slot on a member (its /p2p-circuit address);
- * - unreachable: behind NAT with no relay slot: it may only dial out, so it averages as a client.
+ * - unreachable: behind NAT with no relay slot: it may only dial out, so it averages as a client
+ *   (until a slot it keeps asking for makes it relayed: agent/main.ts reachSwarm).
  */
 export type Reachability =
   | { readonly kind: 'public', readonly why: string }

@@ -59,6 +59,28 @@ for (const path of DATA_CHANNELS) describe(`parts over ${path.name}`, () => {
     } finally { await swarm.stop() }
   })
 
+  test('a client that becomes reachable finishes its round as a client and reduces a span from the next', { timeout: 90_000 }, async (t) => {
+    const swarm = await group(i => ({ mode: i === 3 ? 'client' : 'node' }))(t)
+    try {
+      const client = swarm.averagers[3]
+      const first = swarm.averagers.map(async a => await a.step({ timeout: 40 }))
+      // Asked while its round runs (the step holds the averager's step lock from the call on).
+      const becoming = client.becomeReachable('node')
+      const during = await Promise.all(first)
+      assert.equal(during[3].allreduce.partsReduced, 0, 'the round under way ended as a client\'s')
+      assert.equal(await becoming, true, 'it took the mode')
+      assert.equal(client.config.mode, 'node')
+      assert.equal(await client.becomeReachable('node'), false, 'a second call changes nothing')
+      if (path.channel === 'direct') assert.ok(client.dataChannel.port > 0, 'its data channel listens')
+      const next = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 40 })))
+      assert.ok(next[3].allreduce.partsReduced > 0, 'the former client reduced a span')
+      assert.equal(next.reduce((n, r) => n + r.allreduce.partsReduced, 0), next[0].allreduce.partsTotal, 'every part was reduced once')
+      for (const r of next) assert.equal(r.allreduce.partsKeptLocal, 0)
+      const expected = weightedMean(swarm.averagers.map((_, p) => tensorsFor(p)[0].data), [1, 1, 1, 1])
+      for (let p = 0; p < N; p++) assert.ok(maxAbsDiff((await tensorsOf(swarm, p))[0], expected) < 1e-4, `peer ${p}`)
+    } finally { await swarm.stop() }
+  })
+
   test('auxiliary mode: an auxiliary peer reduces for others, contributes nothing, keeps its tensors', { timeout: 90_000 }, async (t) => {
     const swarm = await group(i => ({ mode: i === 3 ? 'auxiliary' : 'node' }))(t)
     try {

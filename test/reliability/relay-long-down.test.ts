@@ -8,7 +8,7 @@
 // identity key kept across the restart), a public member, and a member that calls itself private.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdtempSync, readFileSync } from 'node:fs'
+import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { AGENT_ENV } from '../../api/agent-env.js'
@@ -17,7 +17,7 @@ import { buildSidecarSwarm, type SwarmTiming } from '../../tools/faults/sidecar-
 import { sleep } from '../harness/time.js'
 import { waitFor } from '../harness/wait.js'
 import { AgentProcess, agentEnv, stopAgents } from '../../agent/process/agent-process.js'
-import { parsePrometheusText, sumOf } from '../../operator/controller/prom-text.js'
+import { logged, metricAt } from './loopback-agents.js'
 
 const P2P_PORT = 31338
 const METRICS_PORT = 9410
@@ -29,17 +29,7 @@ const BACK_WITHIN_MS = 45_000
 const TIMING: SwarmTiming = { targetGroupSize: 3, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: 10 }
 
 async function metric (ip: string, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
-  try {
-    const text = await (await fetch(`http://${ip}:${METRICS_PORT}/metrics`, { signal: AbortSignal.timeout(3000) })).text()
-    return sumOf(parsePrometheusText(text), name, labels)
-  } catch { return undefined }
-}
-
-/** Lines of an agent's log (pino JSON) whose message matches. */
-function logged (path: string, pattern: RegExp): string[] {
-  let text = ''
-  try { text = readFileSync(path, 'utf8') } catch { return [] }
-  return text.split('\n').filter(l => l.startsWith('{')).map(l => { try { return String((JSON.parse(l) as { msg?: unknown }).msg) } catch { return '' } }).filter(m => pattern.test(m))
+  return await metricAt(ip, METRICS_PORT, name, labels)
 }
 
 test('a member behind NAT reserves a relay slot again after the relay was down longer than libp2p redials it', { timeout: 180_000 }, async (t) => {

@@ -174,6 +174,9 @@ class AveragingMode {
   private current: AveragerMode
   private readonly averagers: DecentralizedAverager[] = []
 
+  /** Called when an averager runs in a mode others dial (created so, or after becomeReachable); again at each change. */
+  onServing: (averager: DecentralizedAverager) => void = () => {}
+
   constructor (private readonly configured: AveragerMode, private readonly log: Log, private readonly onChange: (mode: AveragerMode) => void) {
     this.current = configured
   }
@@ -199,10 +202,12 @@ class AveragingMode {
 
   private async align (averager: DecentralizedAverager): Promise<void> {
     const mode = this.current
-    if (mode === 'client' || averager.config.mode !== 'client') return
-    await averager.becomeReachable(mode).catch((err: unknown) => {
-      this.log.warn(`averaging as a client still, though reachable now: serving as a ${mode} failed: ${describeError(err)}`)
-    })
+    if (mode !== 'client' && averager.config.mode === 'client') {
+      await averager.becomeReachable(mode).catch((err: unknown) => {
+        this.log.warn(`averaging as a client still, though reachable now: serving as a ${mode} failed: ${describeError(err)}`)
+      })
+    }
+    if (averager.config.mode !== 'client') this.onServing(averager)
   }
 }
 
@@ -279,15 +284,19 @@ async function createAverager (node: SwarmNode, config: AgentConfig, metrics: Ag
 
 /**
  * Newcomers start from a live peer's tensors (hivemind's load_state_from_peers); every agent
- * then offers its own. Auxiliary and client peers hold no state worth sharing.
+ * then offers its own. A client downloads as any newcomer does (it averaged from its own initial
+ * tensors before: a volunteer behind NAT without a relay slot averaged a fresh model into the
+ * swarm's), and serves only once it is reachable (`reachable`, AveragingMode). Auxiliary peers hold
+ * no state of their own.
  */
 function stateSharingFor (node: SwarmNode, config: AgentConfig, metrics: AgentMetrics, log: Log, announce: AnnounceFile | undefined): StateSharing | undefined {
   // A bootstrap agent with no bootstrap peers of its own is dialled by the others: restarted, it
   // waits for them before it looks for the swarm's state (unless the membership says it is alone).
   const membership = config.membersDir !== undefined ? readMembership(config.membersDir) : undefined
   const lone = config.bootstrapPeers.length === 0 && (membership === undefined || membership.members > 1)
-  return config.averager.mode === 'node'
+  return config.averager.mode !== 'auxiliary'
     ? new StateSharing(node, {
+      serving: config.averager.mode === 'node',
       prefix: config.averager.prefix,
       requestTimeoutMs: config.averager.requestTimeout * 1000,
       directChannel: (config.averager.dataChannel ?? 'direct') === 'direct',
@@ -400,7 +409,12 @@ async function main (): Promise<number> {
     },
     setReady: (value) => { ready = value && joined }
   }
-  const stateSharing = stateSharingFor(node, config, metrics, log, announce)
+  const stateSharing = stateSharingFor(node, { ...config, averager: { ...config.averager, mode: modes.mode } }, metrics, log, announce)
+  // A client that became reachable offers its state too, over the data channel it now listens on.
+  modes.onServing = (averager) => {
+    if (averager.config.mode !== 'node') return
+    void stateSharing?.serve(averager.directEndpoint()).catch((err: unknown) => { log.warn(`serving our state failed: ${describeError(err)}`) })
+  }
   try {
     if (joined) await workloadOf(config, ctx, stateSharing).run()
   } finally {

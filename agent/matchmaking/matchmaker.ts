@@ -17,7 +17,7 @@ import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.j
 import type { GroupInfo } from './group-info.js'
 import {
   MAX_HEARD, aloneEarly, declaredBeforeSilence, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
-  reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, silentUntil, triedKey, withHeard, withoutGrouped, type AloneView, type EarlyView
+  reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, extraGrace, extrasLookDue, silentUntil, triedKey, withHeard, withoutGrouped, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
@@ -358,6 +358,8 @@ export class Matchmaker {
     if (search.unconfirmed > 0) return false
     const now = this.now()
     if (now < search.holdUntil) return false
+    // Looked for extras under the leftover key once and found none: look once more before assembling (decisions.ts extraGrace).
+    if (this.extraLooks(search) === 1 && shortUnderKey(search, this.config.targetGroupSize, 1) && now < search.extraLooks.graceEnds) return false
     // A follower we accepted brings followers of its own, sent on to us: they are coming. (Assembled
     // without them, such a follower was turned away and sat out its step: a pair meeting a pair.)
     if (search.awaitingBrought(now) > 0) return false
@@ -456,21 +458,26 @@ export class Matchmaker {
   private async takeGroupToExtras (search: Search, known: readonly StoredEntry[]): Promise<boolean> {
     const expiration = search.declaredExpiration
     if (search.currentLeader != null || expiration == null || search.declaredAt == null || search.leftoverKey == null) return false
-    if (!shortUnderKey(search, this.config.targetGroupSize, search.lookedForExtras === expiration)) return false
-    // Due when it would assemble early, or in the last half request timeout before it assembles at its expiration.
-    const due = assembleEarly(this.earlyView(search, search.declaredAt), known, this.selfId, this.now()) || this.now() >= expiration - this.config.requestTimeout / 2
-    if (!due) return false
-    search.lookedForExtras = expiration
+    const looks = this.extraLooks(search)
+    if (!shortUnderKey(search, this.config.targetGroupSize, looks)) return false
+    // Due when it would assemble early (a second look: extraGrace after the first), or in the last half request timeout before it assembles at its expiration.
+    const now = this.now()
+    const early = assembleEarly(this.earlyView(search, search.declaredAt), known, this.selfId, now)
+    if (!extrasLookDue(looks, early, now >= expiration - this.config.requestTimeout / 2, now, search.extraLooks.graceEnds)) return false
+    const store = search.storedAt != null ? search.storedAt - search.declaredAt : 0
+    search.extraLooks = { expiration, count: looks + 1, graceEnds: looks === 0 ? now + extraGrace(this.config.requestTimeout, store) : search.extraLooks.graceEnds }
     const leftovers = await this.rendezvous.find(search.leftoverKey).catch(() => [])
     const extras = othersLooking(leftovers, this.selfId, this.now())
     const members = search.followers.size + 1
     const meet = extras.length === 0 && meetUnderLeftovers(members, this.config.targetGroupSize, this.config.minGroupSize)
+    if (extras.length === 0 && !meet && looks === 0) this.config.log?.debug(`${members} of ${this.config.targetGroupSize} under ${search.groupKey}, nobody under the leftover key yet: looking again in ${(search.extraLooks.graceEnds - now).toFixed(2)} s before assembling`)
     if ((extras.length === 0 && !meet) || search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return false
     const from = search.groupKey
     await this.moveToLeftovers(search, meet
       ? `${members} of ${this.config.targetGroupSize} under ${from}, short of a quorum: taking our group under the leftover key to meet other short groups`
       : `${members} of ${this.config.targetGroupSize} under ${from}, and ${extras.length} peer(s) looking under the leftover key: taking our group there`)
     search.gridKey = from
+    for (const e of extras.slice(0, this.config.targetGroupSize)) search.cameFor.add(e.peerId)
     // Other short groups get to their own assembly about now: wait for them one arrival cutoff (at most to our expiration, when we assemble anyway).
     if (meet) search.holdUntil = this.now() + (this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration) ?? 0)
     await this.declare(search, expiration)
@@ -482,15 +489,23 @@ export class Matchmaker {
     return withoutGrouped(withHeard(known, search.heard, now), search.grouped, this.config.averagingExpiration)
   }
 
+  /** How many times we looked for extras under the leftover key in the current declaration (Search.extraLooks). */
+  private extraLooks (search: Search): number {
+    return search.extraLooks.expiration === search.declaredExpiration ? search.extraLooks.count : 0
+  }
+
   /**
    * Declarations in our view made before their peer last failed to answer us (in an earlier search,
    * an all-reduce's liveness check, a rendezvous request: Silences, Rendezvous.silentSince) count as
-   * silent in this search, as if we had asked them here and waited out the request timeout.
+   * silent in this search, as if we had asked them here and waited out the request timeout. Not the
+   * extras we took our group to the leftover key for (Search.cameFor): a leader that moved for the
+   * one extra waiting there counted it silent from a rendezvous answer it was slow to give under two
+   * busy cores, assembled three 0.6 s after moving, and left the extra groupless.
    */
   private carrySilences (search: Search, pool: readonly StoredEntry[]): void {
     const now = this.now()
     for (const e of pool) {
-      if (!e.looking || e.peerId === this.selfId || e.expiration <= now || isSilent(search.silent, e.peerId, now)) continue
+      if (!e.looking || e.peerId === this.selfId || e.expiration <= now || isSilent(search.silent, e.peerId, now) || search.cameFor.has(e.peerId)) continue
       const silentAt = this.liveness.silences.silentAt(e.peerId, this.rendezvous.silentSince(e.peerId))
       if (silentAt === undefined || !declaredBeforeSilence(e.expiration, this.config.averagingExpiration, silentAt)) continue
       search.silent.set(e.peerId, silentUntil(now, e.expiration, this.config.averagingExpiration))

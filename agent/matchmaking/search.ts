@@ -64,8 +64,14 @@ export class Search {
   /** The declaration (its expiration) we repeated with a wide exchange (Matchmaker.widenIfShort), and when we last did. */
   widened: number | null = null
   widenedAt = -Infinity
-  /** The declaration (its expiration) in which we looked for extras under the leftover key (decisions.ts shortUnderKey). */
-  lookedForExtras: number | null = null
+  /** Our looks for extras under the leftover key (decisions.ts shortUnderKey): in which declaration (its expiration), how many, and until when the first holds our early assembly (extraGrace). */
+  extraLooks: { expiration: number | null, count: number, graceEnds: number } = { expiration: null, count: 0, graceEnds: -Infinity }
+  /**
+   * The extras under the leftover key we took our group there for (Matchmaker.takeGroupToExtras): seen
+   * looking just then, so a silence of theirs from before is not carried (Matchmaker.carrySilences); a
+   * probe decides, as for any peer we wait for.
+   */
+  readonly cameFor = new Set<string>()
   /** The Moshpit key we led our group from before taking it to the leftover key: its members' next bits come from it. */
   gridKey: string | undefined
   /** The Moshpit key this search began under (groupKey moves to the leftover key and may come back). */
@@ -116,6 +122,7 @@ export class Search {
     this.turnedAway = 0
     this.seenLooking.clear()
     this.grouped.clear()
+    this.cameFor.clear()
     this.visibleSince = null
     this.aloneSeconds = 0
   }

@@ -57,6 +57,12 @@ export interface StateSharingOptions {
   readonly dataAddrs?: () => readonly Multiaddr[]
   /** Where a download's direct sockets live (default: this thread). */
   readonly directTransport?: DirectTransport
+  /**
+   * Whether start() serves at once (default true). A client-mode agent downloads the swarm's state
+   * like any newcomer but nobody can dial it to download its own: false holds start()'s source until
+   * serve() (the agent became reachable: a relay slot reserved after it joined).
+   */
+  readonly serving?: boolean
 }
 
 /** How far a download from one donor got: for a caller that shows it (the sidecar's GET /v1/status). */
@@ -98,12 +104,16 @@ export class StateSharing {
   private dataPort = 0
   private stopDirect: (() => void) | undefined
   private identity: Promise<DataChannelIdentity> | undefined
+  private serving: boolean
+  /** What start() was given while not serving, for serve(). */
+  private held: { source: StateSource, direct?: DirectEndpoint } | undefined
 
   constructor (private readonly node: SwarmNode, private readonly options: StateSharingOptions) {
     // Chunks carry the in-memory float32 bytes as the little-endian bytes the wire defines.
     if (endianness() !== 'LE') throw new AveragingError('state sharing needs a little-endian machine')
     this.protocol = stateProtocol(options.prefix)
     this.key = donorKey(options.prefix)
+    this.serving = options.serving ?? true
   }
 
   /**
@@ -111,7 +121,11 @@ export class StateSharing {
    * over the direct data channel of `direct` (the averager's, when it has one).
    */
   async start (source: StateSource, direct?: DirectEndpoint): Promise<void> {
-    if (this.handler != null) throw new AveragingError('state sharing is already started')
+    if (this.handler != null || this.held !== undefined) throw new AveragingError('state sharing is already started')
+    if (!this.serving) {
+      this.held = direct !== undefined ? { source, direct } : { source }
+      return
+    }
     this.handler = new StateHandler(source, {
       requestTimeoutMs: this.options.requestTimeoutMs,
       maxConcurrentUploads: this.options.maxConcurrentUploads ?? 2,
@@ -126,6 +140,18 @@ export class StateSharing {
     this.timer = setInterval(() => { void this.announce(true) }, ANNOUNCE_PERIOD_MS)
     this.timer.unref()
     await this.announce(true)
+  }
+
+  /**
+   * Serves from now on (StateSharingOptions.serving): the source start() was given, if it was, over
+   * `direct` (the data channel the agent listens on now) or the one start() was given.
+   */
+  async serve (direct?: DirectEndpoint): Promise<void> {
+    if (this.serving || this.stopped) return
+    this.serving = true
+    const held = this.held
+    this.held = undefined
+    if (held !== undefined) await this.start(held.source, direct ?? held.direct)
   }
 
   /** Newcomers prefer donors with a higher priority; a change is announced at once. */

@@ -4,7 +4,7 @@ import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../a
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
   MAX_HEARD, acceptsPartial, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, formedWithoutUs, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
-  othersLooking, redirectKey, reverseAskAfter, reverseCandidate, reverseKey, seenAfterVisible, shortUnderKey, triedKey, validInfo, withHeard, withoutGrouped, type LeaderConfig, type LeaderState
+  othersLooking, redirectKey, EXTRA_LOOKS, extraGrace, extrasLookDue, reverseAskAfter, reverseCandidate, reverseKey, seenAfterVisible, shortUnderKey, triedKey, validInfo, withHeard, withoutGrouped, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
 
@@ -401,13 +401,27 @@ test('seenAfterVisible: a view counts for withdrawn peers once we had been visib
   assert.equal(seenAfterVisible(200, null, 0.5), false, 'not stored yet')
 })
 
-test('shortUnderKey and othersLooking: a leader short of the target on its Moshpit key looks once per declaration for extras', () => {
+test('shortUnderKey and othersLooking: a leader short of the target on its Moshpit key looks twice per declaration for extras', () => {
   const three = { groupKey: KEY, leftoverKey: 'avs.leftovers', followers: new Map<string, unknown>([['a', {}], ['b', {}]]) }
-  assert.equal(shortUnderKey(three, 4, false), true)
-  assert.equal(shortUnderKey(three, 4, true), false, 'looked in this declaration already')
-  assert.equal(shortUnderKey(three, 3, false), false, 'full')
-  assert.equal(shortUnderKey({ ...three, followers: new Map() }, 4, false), false, 'nobody to take along: alone is aloneUnderKey\'s')
-  assert.equal(shortUnderKey({ ...three, groupKey: 'avs.leftovers' }, 4, false), false, 'already under the leftover key')
-  assert.equal(shortUnderKey({ ...three, leftoverKey: undefined }, 4, false), false)
+  assert.equal(shortUnderKey(three, 4, 0), true)
+  assert.equal(shortUnderKey(three, 4, 1), true, 'once more after the grace')
+  assert.equal(shortUnderKey(three, 4, EXTRA_LOOKS), false, 'looked twice in this declaration already')
+  assert.equal(shortUnderKey(three, 3, 0), false, 'full')
+  assert.equal(shortUnderKey({ ...three, followers: new Map() }, 4, 0), false, 'nobody to take along: alone is aloneUnderKey\'s')
+  assert.equal(shortUnderKey({ ...three, groupKey: 'avs.leftovers' }, 4, 0), false, 'already under the leftover key')
+  assert.equal(shortUnderKey({ ...three, leftoverKey: undefined }, 4, 0), false)
   assert.deepEqual(othersLooking([entry('me', 110), entry('p-x', 110), entry('p-done', 110, false), entry('p-gone', 99)], 'me', 100).map(e => e.peerId), ['p-x'])
+})
+
+test('extrasLookDue and extraGrace: the first look when it could assemble early, the second an ask and a store later, both near the expiration', () => {
+  assert.equal(extraGrace(0.5, 0.3), 0.8)
+  assert.equal(extraGrace(3, -1), 3, 'a clock step back counts no store')
+  assert.equal(extraGrace(3, NaN), 3)
+  assert.equal(extrasLookDue(0, false, false, 100, -Infinity), false, 'not yet early')
+  assert.equal(extrasLookDue(0, true, false, 100, -Infinity), true)
+  assert.equal(extrasLookDue(0, false, true, 100, -Infinity), true, 'about to assemble at the expiration')
+  assert.equal(extrasLookDue(1, true, false, 100, 100.8), false, 'within the grace: held')
+  assert.equal(extrasLookDue(1, true, false, 100.8, 100.8), true)
+  assert.equal(extrasLookDue(1, false, true, 100, 100.8), true, 'the expiration does not wait for the grace')
+  assert.equal(extrasLookDue(2, true, true, 200, 100.8), false, 'twice a declaration at most')
 })

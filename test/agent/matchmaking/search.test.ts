@@ -238,6 +238,7 @@ test('entering another key forgets what the search learned under the old one, an
   search.heard.set('b', { peerId: 'b', expiration: 5, looking: true, priority: 0, addrs: [] })
   search.turnedAway = 2
   search.grouped.set('g', 1)
+  search.cameFor.add('x')
   search.seenLooking.add('c')
   search.visibleSince = 3
   search.aloneSeconds = 4
@@ -246,7 +247,7 @@ test('entering another key forgets what the search learned under the old one, an
   search.enterKey('leftovers')
   assert.equal(search.groupKey, 'leftovers')
   assert.equal(search.homeKey, 'key')
-  assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.grouped.size, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, 0, null, 0])
+  assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.grouped.size, search.cameFor.size, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, 0, 0, null, 0])
   assert.deepEqual([search.followers.size, search.silent.get('d'), search.seenSince.get('e@2')], [1, 9, 1])
 })
 

@@ -368,3 +368,40 @@ test('with no donor, or only a donor that withdrew, download returns null prompt
     await peers.stop()
   }
 })
+
+test('a client downloads the swarm\'s state like any newcomer, and offers its own only once it serves (reachable after joining)', { timeout: 60_000 }, async () => {
+  const peers = await startPeers(3)
+  const sharings: StateSharing[] = []
+  try {
+    const state = fill(256, 3)
+    const donor = sharing(peers, 0)
+    sharings.push(donor)
+    await donor.start(async () => ({ tensors: [{ name: 'x', shape: [256], data: state }], metadata: { round: '7' } }))
+    // A client: it downloads (the agent had not even created one for clients before, so a client
+    // newcomer averaged its own initial tensors into the swarm's)...
+    const client = sharing(peers, 1, { serving: false })
+    sharings.push(client)
+    const got = await client.download()
+    assert.ok(got != null, 'the client downloaded the state')
+    assert.deepEqual(bytesOf(got.tensors[0].data), bytesOf(state))
+    assert.equal(got.metadata.round, '7')
+    // ...and its start() offers nothing: with the donor gone, a newcomer finds no donor.
+    const own = fill(256, 5)
+    await client.start(async () => ({ tensors: [{ name: 'x', shape: [256], data: own }], metadata: {} }))
+    await donor.stop()
+    const outcomes: string[] = []
+    const newcomer = sharing(peers, 2, { onDownload: (o) => { outcomes.push(o) } })
+    assert.equal(await newcomer.download(), null)
+    assert.deepEqual(outcomes, ['no_donors'])
+    // Reachable now: it serves what start() was given.
+    await client.serve()
+    const fromClient = await newcomer.download()
+    assert.ok(fromClient != null, 'the newcomer downloaded from the client once it served')
+    assert.deepEqual(bytesOf(fromClient.tensors[0].data), bytesOf(own))
+    await client.serve()
+    await assert.rejects(client.start(async () => ({ tensors: [], metadata: {} })), /already started/)
+  } finally {
+    await Promise.allSettled(sharings.map(async s => { await s.stop() }))
+    await peers.stop()
+  }
+})

@@ -449,8 +449,9 @@ export class Matchmaker {
 
   /**
    * About to assemble short of the target on our Moshpit key (decisions.ts shortUnderKey: early,
-   * or at our expiration): looks once per declaration under the leftover key for peers one too many under
-   * theirs (extraUnderKey), and if any wait there, takes our group there (our followers stay ours; we
+   * or at our expiration): looks under the leftover key for peers one too many under theirs
+   * (extraUnderKey), and once more a while later when none waited (decisions.ts extraGrace: the early
+   * assembly holds meanwhile), and if any wait there, takes our group there (our followers stay ours; we
    * declare there with the expiration we had, so they rank below us and ask us). Returns whether it
    * moved. The members' next Moshpit bits come from our key (Search.gridKey, sent with the group),
    * so the extra takes the place the short key lacked and the grid is whole again the round after.

@@ -343,6 +343,8 @@ export interface AloneView {
   readonly declaredAt: number
   /** When it was stored, so that others could see it (Infinity: it never was). */
   readonly storedAt: number
+  /** When it ends (seconds). */
+  readonly expiration: number
   /** Seconds after a declaration by which followers have come (ArrivalClock.cutoff), if known. */
   readonly cutoff: number | undefined
   /** When the entries we judge by were read (seconds). */
@@ -361,14 +363,32 @@ export interface AloneView {
  * key after the other keys' short groups had assembled, found nobody there and sat out its 60 s
  * step. At the cutoff it is under the leftover key before the short keys assemble (a pair waits
  * SHORT_KEY_CUTOFFS cutoffs, and looks there first: shortUnderKey). Without a cutoff (no arrivals
- * seen yet) it waits out the declaration (aloneUnderKey).
+ * seen yet: a swarm's first round) it goes later, but still before the short keys' last look
+ * (aloneCutoff).
  */
 export function aloneEarly (search: KeyView, known: readonly StoredEntry[], selfId: string, now: number, view: AloneView): boolean {
   if (search.leftoverKey == null || search.groupKey === search.leftoverKey || search.followers.size > 0) return false
   // The cutoff counts from when others could first see us (a store slowed by failing replicas may outlast it).
-  if (view.cutoff === undefined || !view.widened || now - Math.max(view.declaredAt, view.storedAt) < view.cutoff) return false
+  if (!view.widened || now - Math.max(view.declaredAt, view.storedAt) < aloneCutoff(view)) return false
   if (now - view.readAt > view.requestTimeout) return false
   return othersLooking(known, selfId, now).length === 0
+}
+
+/**
+ * Seconds after it declared (or was stored) by which a peer alone under its Moshpit key stops
+ * waiting for key-mates there (aloneEarly, and the wide look before it): the followers' usual arrival
+ * time when known, else half its declaration, or two request timeouts before it ends if that is later.
+ * Not the whole declaration: a short key's leader looks under the leftover key for extras shortly
+ * before it assembles at its expiration (extrasLookAt), and a peer alone since the round began (its
+ * declaration as old) got there just after (64 peers, seed 302: the first round's only short key
+ * assembled three, 0.3 s before its hidden fourth moved, which then sat out its 60 s step alone under
+ * the leftover key). Two request timeouts before the end leave one, until that look, for the wide
+ * look, the move and its store.
+ */
+export function aloneCutoff (view: Pick<AloneView, 'cutoff' | 'declaredAt' | 'expiration' | 'requestTimeout'>): number {
+  if (view.cutoff !== undefined) return view.cutoff
+  const span = view.expiration - view.declaredAt
+  return Math.max(span / 2, span - 2 * view.requestTimeout)
 }
 
 /**
@@ -480,13 +500,26 @@ export function extraGrace (requestTimeout: number, storeSeconds: number): numbe
 }
 
 /**
- * Whether a short leader looks under the leftover key for extras now: the first look when it could
- * assemble early (`early`) or is about to assemble at its expiration (`nearExpiry`); the second once
- * extraGrace passed since the first (`graceEnds`), or near its expiration.
+ * When a short leader's next look under the leftover key for extras falls due unless it could assemble
+ * early first (extrasLookDue), for the declaration ending at `expiration`: the first a request timeout
+ * before it assembles there, the second once extraGrace passed since the first (`graceEnds`), and half
+ * a request timeout before the expiration at the latest. A look at the expiration's last half request
+ * timeout alone left the extra it found too little time to ask the leader that moved for it (a 0.5 s
+ * request timeout under load: the leader assembled three 0.2 s after it moved); the first look a whole
+ * one ahead leaves it that, and a peer alone under its key gets there before it (aloneCutoff).
  */
-export function extrasLookDue (looks: number, early: boolean, nearExpiry: boolean, now: number, graceEnds: number): boolean {
+export function extrasLookAt (looks: number, expiration: number, requestTimeout: number, graceEnds: number): number {
+  if (looks >= EXTRA_LOOKS) return Infinity
+  return looks === 0 ? expiration - requestTimeout : Math.min(expiration - requestTimeout / 2, graceEnds)
+}
+
+/**
+ * Whether a short leader looks under the leftover key for extras now: the first look when it could
+ * assemble early (`early`), else at extrasLookAt (`at`), as the second.
+ */
+export function extrasLookDue (looks: number, early: boolean, now: number, at: number): boolean {
   if (looks >= EXTRA_LOOKS) return false
-  return looks === 0 ? early || nearExpiry : nearExpiry || now >= graceEnds
+  return (looks === 0 && early) || now >= at
 }
 
 /**

@@ -17,7 +17,7 @@ import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.j
 import type { GroupInfo } from './group-info.js'
 import {
   MAX_HEARD, aloneEarly, declaredBeforeSilence, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
-  reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, extraGrace, extrasLookDue, silentUntil, triedKey, withHeard, withoutGrouped, type AloneView, type EarlyView
+  aloneCutoff, reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, extraGrace, extrasLookAt, extrasLookDue, silentUntil, triedKey, withHeard, withoutGrouped, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
 import type { Log } from '../log.js'
@@ -302,7 +302,8 @@ export class Matchmaker {
       }
       const untilExpiry = search.declaredExpiration != null ? (search.declaredExpiration - this.now()) * 1000 : Infinity
       const untilDeadline = (search.deadline - this.now()) * 1000
-      await this.wakeup.sleep(Math.max(0, Math.min(pollMs, untilExpiry, untilDeadline)))
+      const untilLook = (this.nextExtrasLook(search) - this.now()) * 1000
+      await this.wakeup.sleep(Math.max(0, Math.min(pollMs, untilExpiry, untilDeadline, untilLook)))
       pollMs = Math.min(POLL_MAX_MS, pollMs * 2)
     }
     return search.group
@@ -381,6 +382,7 @@ export class Matchmaker {
     return {
       declaredAt,
       storedAt: search.storedAt ?? Infinity,
+      expiration: search.declaredExpiration ?? Infinity,
       cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
       readAt,
       widened: search.widened === search.declaredExpiration,
@@ -421,8 +423,8 @@ export class Matchmaker {
     const now = this.now()
     const view = this.earlyView(search, search.declaredAt)
     const early = search.followers.size > 0 && assembleEarly(view, pool, this.selfId, now)
-    // Alone past the followers' usual arrival time: look wide before going to the leftover key (aloneEarly).
-    const aloneLate = search.followers.size === 0 && view.cutoff !== undefined && now - search.declaredAt >= view.cutoff &&
+    // Alone past the followers' usual arrival time (aloneCutoff): look wide before going to the leftover key (aloneEarly).
+    const aloneLate = search.followers.size === 0 && now - search.declaredAt >= aloneCutoff(this.aloneView(search, search.declaredAt, now)) &&
       othersLooking(pool, this.selfId, now).length === 0
     const due = search.widened !== expiration
       ? early || aloneLate || now >= expiration - this.config.requestTimeout
@@ -461,10 +463,10 @@ export class Matchmaker {
     if (search.currentLeader != null || expiration == null || search.declaredAt == null || search.leftoverKey == null) return false
     const looks = this.extraLooks(search)
     if (!shortUnderKey(search, this.config.targetGroupSize, looks)) return false
-    // Due when it would assemble early (a second look: extraGrace after the first), or in the last half request timeout before it assembles at its expiration.
+    // Due when it would assemble early (a second look: extraGrace after the first), or ahead of its assembly at its expiration (extrasLookAt).
     const now = this.now()
     const early = assembleEarly(this.earlyView(search, search.declaredAt), known, this.selfId, now)
-    if (!extrasLookDue(looks, early, now >= expiration - this.config.requestTimeout / 2, now, search.extraLooks.graceEnds)) return false
+    if (!extrasLookDue(looks, early, now, extrasLookAt(looks, expiration, this.config.requestTimeout, search.extraLooks.graceEnds))) return false
     const store = search.storedAt != null ? search.storedAt - search.declaredAt : 0
     search.extraLooks = { expiration, count: looks + 1, graceEnds: looks === 0 ? now + extraGrace(this.config.requestTimeout, store) : search.extraLooks.graceEnds }
     const leftovers = await this.rendezvous.find(search.leftoverKey).catch(() => [])
@@ -483,6 +485,21 @@ export class Matchmaker {
     if (meet) search.holdUntil = this.now() + (this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration) ?? 0)
     await this.declare(search, expiration)
     return true
+  }
+
+  /**
+   * When a short leader's next look for extras under the leftover key falls due (takeGroupToExtras,
+   * extrasLookAt), if that is still to come: the loop wakes for it. A loop polling every POLL_MAX_MS
+   * slept through the last half request timeout before the expiration, the last look's window, about
+   * half the time at a 0.5 s request timeout, and assembled short while an extra waited there.
+   */
+  private nextExtrasLook (search: Search): number {
+    const expiration = search.declaredExpiration
+    if (search.currentLeader != null || expiration == null || search.leftoverKey == null) return Infinity
+    const looks = this.extraLooks(search)
+    if (!shortUnderKey(search, this.config.targetGroupSize, looks)) return Infinity
+    const at = extrasLookAt(looks, expiration, this.config.requestTimeout, search.extraLooks.graceEnds)
+    return at > this.now() ? at : Infinity
   }
 
   /** Our view: the replicas' answer, the declarations heard of otherwise (Search.heard), less the peers a full group listed (Search.grouped). */

@@ -10,6 +10,7 @@ import { startSwarm, fill, weightedMean, maxAbsDiff, assertOneExactGroup, type S
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import { ArrivalClock, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
 import type { NamedTensor, StepResult } from '../../../agent/averager.js'
+import { groupKey } from '../../../agent/moshpit/group-bits.js'
 
 const tensors = (p: number): NamedTensor[] => [{ name: 'x', shape: [64], data: fill(64, p) }]
 const EXPIRATION = 20
@@ -17,16 +18,18 @@ const EXPIRATION = 20
 /**
  * Drops the declarations of `hidden` (peer indices) from what peer `viewer`'s rendezvous answers;
  * with `wideSees`, not from wide exchanges (ExchangeOptions.wide), as when the wider neighbourhood
- * of a key holds the replicas the rest of the key uses.
+ * of a key holds the replicas the rest of the key uses; with `except`, not under that key (the
+ * leftover key, whose replicas are other peers).
  */
-function hide (swarm: SwarmFixture, viewer: number, hidden: number[], wideSees = false): void {
+function hide (swarm: SwarmFixture, viewer: number, hidden: number[], wideSees = false, except?: string): void {
   const ids = new Set(hidden.map(i => swarm.nodes[i].peerId.toString()))
   const rendezvous = swarm.nodes[viewer].services.rendezvous
   const find = rendezvous.find.bind(rendezvous)
   const declare = rendezvous.declare.bind(rendezvous)
-  const keep = (entries: StoredEntry[], wide: boolean | undefined): StoredEntry[] => wideSees && wide === true ? entries : entries.filter(e => !ids.has(e.peerId))
-  rendezvous.find = async (key, options) => keep(await find(key, options), options?.wide)
-  rendezvous.declare = async (key, entry, options) => keep(await declare(key, entry, options), options?.wide)
+  const keep = (key: string, entries: StoredEntry[], wide: boolean | undefined): StoredEntry[] =>
+    (wideSees && wide === true) || key === except ? entries : entries.filter(e => !ids.has(e.peerId))
+  rendezvous.find = async (key, options) => keep(key, await find(key, options), options?.wide)
+  rendezvous.declare = async (key, entry, options) => keep(key, await declare(key, entry, options), options?.wide)
 }
 
 /** Steps the peers in this order, 150 ms apart, so that their expirations rank them in it. */
@@ -133,5 +136,31 @@ test('a key split into two pairs that see only their own replicas meets as one g
     // 0 and 1 see only each other, 2 and 3 likewise, but for wide exchanges.
     for (const [viewer, hidden] of [[0, [2, 3]], [1, [2, 3]], [2, [0, 1]], [3, [0, 1]]] as Array<[number, number[]]>) hide(swarm, viewer, hidden, true)
     await assertOneGroupOfFour(swarm, await stepInOrder(swarm, [0, 2, 1, 3]))
+  } finally { await swarm.stop() }
+})
+
+test('in a swarm\'s first round, a peer that its three key-mates never see, nor it them, goes to the leftover key before their short group\'s last look for an extra there, and they make one group of four', { timeout: 120_000 }, async () => {
+  // 64 peers, seed 302: the only short key of the first round (no arrival times yet) assembled
+  // three at its expiration, 0.3 s before its fourth, which no replica it read had shown them,
+  // left its own declaration for the leftover key; it sat there alone for the rest of its 60 s step.
+  const expiration = 8
+  const swarm = await startSwarm(4, {
+    tensors,
+    config: () => ({ targetGroupSize: 4, minGroupSize: 2, requestTimeout: 0.5, averagingExpiration: expiration, initialGroupBits: '0' })
+  })
+  try {
+    // 3 sees none of 0-2 under their key, wide looks included, and they do not see 3; all see the leftover key whole.
+    const leftovers = groupKey('test', '')
+    hide(swarm, 3, [0, 1, 2], false, leftovers)
+    for (const viewer of [0, 1, 2]) hide(swarm, viewer, [3], false, leftovers)
+    const steps: Array<Promise<StepResult>> = []
+    for (const i of [3, 0, 1, 2]) {
+      steps[i] = swarm.averagers[i].step({ timeout: 2 * expiration + 5 })
+      await new Promise(resolve => setTimeout(resolve, 150))
+    }
+    const results = await Promise.all(steps)
+    assert.deepEqual(results.map(r => r.peers.length), [4, 4, 4, 4], `groups ${JSON.stringify(results.map(r => r.groupId.slice(0, 8)))}`)
+    // Within the first declaration: the short group took itself to the extra before assembling.
+    await assertOneExactGroup(swarm, results, [0, 1, 2, 3].map(p => tensors(p)[0].data), expiration * 1000 + 1000)
   } finally { await swarm.stop() }
 })

@@ -80,9 +80,8 @@ export class Liveness {
     const started = Date.now()
     for (;;) {
       if (aborted(signal)) return 'no verdict'
-      // Counted in time we were awake to read the answer (a stall of ours is no silence of theirs), and
-      // not while our loop was too busy to have read it (AwakeTimeoutOptions.whileBusy).
-      const timer = awakeTimeout(withinMs, undefined, { whileBusy: true })
+      // Counted in time we were awake to read the answer (a stall of ours is no silence of theirs).
+      const timer = awakeTimeout(withinMs)
       const timeout = timer.signal
       const any = signal != null ? AbortSignal.any([timeout, signal]) : timeout
       let stream: Stream | undefined

@@ -25,47 +25,24 @@ export function lateTolerance (ms: number): number {
 }
 
 /**
- * Event loop utilization (the share of a timer's wait our loop spent running callbacks, not waiting
- * for I/O) above which a timer that fired on time still waits, with AwakeTimeoutOptions.whileBusy.
- */
-export const BUSY_UTILIZATION = 0.9
-
-export interface AwakeTimeoutOptions {
-  /**
-   * Also wait again, a late tolerance at a time, while our loop was busy for nearly all of the last
-   * wait (BUSY_UTILIZATION), within the same MAX_STRETCH. After a stall the loop works off the I/O
-   * that came meanwhile, and every hop of an exchange waits behind that backlog while the timer
-   * fires on time: eight agents in one process under two CPU burners stalled ~0.6 s, the timer waited
-   * again as long as it was late, and two followers judged their live leader silent while its echo
-   * was still queued (lopsided-views, a key of five ending as a three and a lone peer). A loop that
-   * idled (epoll found nothing to read) has read whatever came: silence then is the peer's.
-   */
-  readonly whileBusy?: boolean
-}
-
-/**
  * The next wait (ms) once the timer set at `setAt` for `waitMs` fired at `now`, having started at
- * `started` with timeout `ms`: 0 to abort now, else how much longer to wait (as late as it fired; a
- * late tolerance if it fired on time while our loop was `busy`).
+ * `started` with timeout `ms`: 0 to abort now, else how much longer to wait (as late as it fired).
  */
-export function nextWait (ms: number, started: number, setAt: number, waitMs: number, now: number, busy = false): number {
+export function nextWait (ms: number, started: number, setAt: number, waitMs: number, now: number): number {
   const late = now - (setAt + waitMs)
+  if (late <= lateTolerance(ms)) return 0
   const left = started + MAX_STRETCH * ms - now
-  if (left <= 0) return 0
-  if (late > lateTolerance(ms)) return Math.min(late, left)
-  return busy ? Math.min(lateTolerance(ms), left) : 0
+  return left <= 0 ? 0 : Math.min(late, left)
 }
 
-export function awakeTimeout (ms: number, now: () => number = () => performance.now(), options: AwakeTimeoutOptions = {}): AwakeTimeout {
+export function awakeTimeout (ms: number, now: () => number = () => performance.now()): AwakeTimeout {
   const controller = new AbortController()
   const started = now()
   let timer: ReturnType<typeof setTimeout> | undefined
   const arm = (waitMs: number): void => {
     const setAt = now()
-    const loopAtArm = options.whileBusy === true ? performance.eventLoopUtilization() : undefined
     timer = setTimeout(() => {
-      const busy = loopAtArm !== undefined && performance.eventLoopUtilization(loopAtArm).utilization > BUSY_UTILIZATION
-      const again = nextWait(ms, started, setAt, waitMs, now(), busy)
+      const again = nextWait(ms, started, setAt, waitMs, now())
       if (again > 0) arm(again)
       else controller.abort(new DOMException(`no answer within ${ms} ms of our own time awake`, 'TimeoutError'))
     }, waitMs)

@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { BUSY_UTILIZATION, MAX_STRETCH, awakeTimeout, lateTolerance, nextWait } from '../../../agent/util/awake-timeout.js'
+import { MAX_STRETCH, awakeTimeout, lateTolerance, nextWait } from '../../../agent/util/awake-timeout.js'
 
 test('nextWait: on time aborts; late waits again as long as it was late, within MAX_STRETCH times the timeout', () => {
   assert.equal(lateTolerance(300), 30)
@@ -14,46 +14,6 @@ test('nextWait: on time aborts; late waits again as long as it was late, within 
   // Very late: the stretch ends at MAX_STRETCH × 300 ms from the start.
   assert.equal(nextWait(300, 0, 0, 300, 1100), MAX_STRETCH * 300 - 1100)
   assert.equal(nextWait(300, 0, 0, 300, MAX_STRETCH * 300 + 1), 0)
-})
-
-test('nextWait: on time while our loop was busy waits a late tolerance more, within the same MAX_STRETCH', () => {
-  assert.equal(nextWait(300, 0, 0, 300, 310, true), 30, 'busy: 30 ms more')
-  assert.equal(nextWait(300, 0, 300, 30, 335, false), 0, 'then idle: aborts')
-  assert.equal(nextWait(300, 0, 0, 300, 600, true), 300, 'late and busy: as late as it fired')
-  assert.equal(nextWait(300, 0, 1180, 5, 1190, true), 10, 'busy near the end of the stretch: what is left')
-  assert.equal(nextWait(300, 0, 1190, 10, MAX_STRETCH * 300, true), 0, 'busy past the stretch: aborts')
-})
-
-test('awakeTimeout with whileBusy waits while our loop runs callbacks back to back, and aborts after its time when it idles', async (t) => {
-  const keepAlive = setInterval(() => {}, 1000)
-  t.after(() => { clearInterval(keepAlive) })
-  // A loop that does nothing else waits on time.
-  let t0 = performance.now()
-  const idle = awakeTimeout(100, undefined, { whileBusy: true })
-  await new Promise(resolve => idle.signal.addEventListener('abort', resolve))
-  const onTime = performance.now() - t0
-  assert.ok(onTime >= 95 && onTime < 250, `aborted after ${onTime.toFixed(0)} ms`)
-  // Callbacks of 8 ms back to back for 300 ms (setImmediate: the timer still fires within a tolerance).
-  t0 = performance.now()
-  const busy = awakeTimeout(100, undefined, { whileBusy: true })
-  const plain = awakeTimeout(100)
-  let plainAt = 0
-  plain.signal.addEventListener('abort', () => { plainAt = performance.now() - t0 })
-  const until = t0 + 300
-  await new Promise<void>(resolve => {
-    const work = (): void => {
-      const end = performance.now() + 8
-      while (performance.now() < end) { /* a callback's work */ }
-      if (performance.now() < until) setImmediate(work)
-      else resolve()
-    }
-    setImmediate(work)
-  })
-  await new Promise(resolve => busy.signal.addEventListener('abort', resolve))
-  const stretched = performance.now() - t0
-  assert.ok(plainAt > 0 && plainAt < 200, `without whileBusy: ${plainAt.toFixed(0)} ms`)
-  assert.ok(stretched >= 300, `with whileBusy it waited out the busy loop: ${stretched.toFixed(0)} ms (utilization above ${BUSY_UTILIZATION})`)
-  assert.ok(stretched < 4 * 100 + 100, `within the stretch: ${stretched.toFixed(0)} ms`)
 })
 
 test('awakeTimeout aborts after its time when the loop runs on time, later after a stall', async (t) => {

@@ -377,19 +377,24 @@ export function aloneEarly (search: KeyView, known: readonly StoredEntry[], self
 /**
  * Seconds after it declared (or was stored) by which a peer alone under its Moshpit key stops
  * waiting for key-mates there (aloneEarly, and the wide look before it): the followers' usual arrival
- * time when known, else half its declaration, or two request timeouts before it ends if that is later.
- * Not the whole declaration: a short key's leader looks under the leftover key for extras shortly
+ * time when known, else half its declaration, or ALONE_LEAD request timeouts before it ends if that
+ * is later. Not the whole declaration: a short key's leader looks under the leftover key for extras
  * before it assembles at its expiration (extrasLookAt), and a peer alone since the round began (its
  * declaration as old) got there just after (64 peers, seed 302: the first round's only short key
  * assembled three, 0.3 s before its hidden fourth moved, which then sat out its 60 s step alone under
- * the leftover key). Two request timeouts before the end leave one, until that look, for the wide
- * look, the move and its store.
+ * the leftover key). It leaves a request timeout before that look, for its wide look, the move and
+ * its store.
  */
 export function aloneCutoff (view: Pick<AloneView, 'cutoff' | 'declaredAt' | 'expiration' | 'requestTimeout'>): number {
   if (view.cutoff !== undefined) return view.cutoff
   const span = view.expiration - view.declaredAt
-  return Math.max(span / 2, span - 2 * view.requestTimeout)
+  return Math.max(span / 2, span - ALONE_LEAD * view.requestTimeout)
 }
+
+/** Request timeouts before its expiration that a short leader first looks for extras (extrasLookAt). */
+export const EXTRAS_LOOK_LEAD = 2
+/** Request timeouts before its declaration ends that a peer alone under its key, without arrival times, leaves (aloneCutoff). */
+export const ALONE_LEAD = EXTRAS_LOOK_LEAD + 1
 
 /**
  * Whether a peer alone under the leftover key looks under its Moshpit key again (`homeKey`) for peers
@@ -501,16 +506,17 @@ export function extraGrace (requestTimeout: number, storeSeconds: number): numbe
 
 /**
  * When a short leader's next look under the leftover key for extras falls due unless it could assemble
- * early first (extrasLookDue), for the declaration ending at `expiration`: the first a request timeout
- * before it assembles there, the second once extraGrace passed since the first (`graceEnds`), and half
- * a request timeout before the expiration at the latest. A look at the expiration's last half request
- * timeout alone left the extra it found too little time to ask the leader that moved for it (a 0.5 s
- * request timeout under load: the leader assembled three 0.2 s after it moved); the first look a whole
- * one ahead leaves it that, and a peer alone under its key gets there before it (aloneCutoff).
+ * early first (extrasLookDue), for the declaration ending at `expiration`: the first EXTRAS_LOOK_LEAD
+ * request timeouts before it assembles there, the second once extraGrace passed since the first
+ * (`graceEnds`), and half a request timeout before the expiration at the latest. An extra it finds has
+ * to see the leader's declaration there and ask before that expiration: with looks in the last request
+ * timeout only, a leader that moved 0.2-0.4 s before it assembled three without the extra (0.5 s
+ * request timeouts under two CPU burners, lopsided-views' first-round test). A peer alone under its
+ * key gets there before the first look (aloneCutoff).
  */
 export function extrasLookAt (looks: number, expiration: number, requestTimeout: number, graceEnds: number): number {
   if (looks >= EXTRA_LOOKS) return Infinity
-  return looks === 0 ? expiration - requestTimeout : Math.min(expiration - requestTimeout / 2, graceEnds)
+  return looks === 0 ? expiration - EXTRAS_LOOK_LEAD * requestTimeout : Math.min(expiration - requestTimeout / 2, graceEnds)
 }
 
 /**

@@ -246,11 +246,11 @@ test('declarations under one key that were each seen too briefly add up: seen fo
   assert.equal(aloneUnderKey(search, [entry('p-other', 105)], 'me', 100, { ...view, seenBefore: 10.3 }), false, 'someone else looking now')
 })
 
-test('aloneCutoff: the followers\' usual arrival time; without one, half the declaration or two request timeouts before its end, whichever is later', () => {
+test('aloneCutoff: the followers\' usual arrival time; without one, half the declaration or three request timeouts before its end, whichever is later', () => {
   const view = { declaredAt: 100, expiration: 115, requestTimeout: 3 }
   assert.equal(aloneCutoff({ ...view, cutoff: 1.2 }), 1.2)
-  assert.equal(aloneCutoff({ ...view, cutoff: undefined }), 9, '15 s declared, 3 s requests: 6 s before the end')
-  assert.equal(aloneCutoff({ ...view, cutoff: undefined, requestTimeout: 5 }), 7.5, 'never before half the declaration')
+  assert.equal(aloneCutoff({ ...view, cutoff: undefined, requestTimeout: 2 }), 9, '15 s declared, 2 s requests: 6 s before the end')
+  assert.equal(aloneCutoff({ ...view, cutoff: undefined }), 7.5, 'never before half the declaration')
   assert.equal(aloneCutoff({ ...view, cutoff: undefined, expiration: 104 }), 2, 'a declaration cut short by the step deadline')
 })
 
@@ -261,7 +261,8 @@ test('aloneEarly: alone under its key past the followers\' usual arrival time, a
   assert.equal(aloneEarly(search, [entry('me', 115), entry('p-done', 115, false), entry('p-gone', 99)], 'me', 102.5, view), true)
   assert.equal(aloneEarly(search, [], 'me', 101.9, view), false, 'before the cutoff: key-mates may still come')
   assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, cutoff: undefined }), false, 'no arrivals seen yet: not at 2 s (aloneCutoff)')
-  assert.equal(aloneEarly(search, [], 'me', 114.1, { ...view, cutoff: undefined, readAt: 114 }), true, 'no arrivals seen yet: two request timeouts before the declaration ends')
+  assert.equal(aloneEarly(search, [], 'me', 113.6, { ...view, cutoff: undefined, readAt: 113.5 }), true, 'no arrivals seen yet: three request timeouts before the declaration ends')
+  assert.equal(aloneEarly(search, [], 'me', 113.4, { ...view, cutoff: undefined, readAt: 113.3 }), false, 'no arrivals seen yet: not before')
   assert.equal(aloneEarly(search, [], 'me', 102.5, { ...view, widened: false }), false, 'our replicas may have drifted from the key\'s: look wide first')
   assert.equal(aloneEarly(search, [], 'me', 103, { ...view, readAt: 102.3 }), false, 'a view older than a request timeout (frozen since?)')
   assert.equal(aloneEarly(search, [entry('p-late', 116)], 'me', 102.5, view), false, 'someone else looking under the key')
@@ -422,18 +423,18 @@ test('shortUnderKey and othersLooking: a leader short of the target on its Moshp
   assert.deepEqual(othersLooking([entry('me', 110), entry('p-x', 110), entry('p-done', 110, false), entry('p-gone', 99)], 'me', 100).map(e => e.peerId), ['p-x'])
 })
 
-test('extrasLookAt, extrasLookDue and extraGrace: the first look when it could assemble early or a request timeout before the expiration, the second an ask and a store later, or half a request timeout before it', () => {
+test('extrasLookAt, extrasLookDue and extraGrace: the first look when it could assemble early or two request timeouts before the expiration, the second an ask and a store later, or half a request timeout before it', () => {
   assert.equal(extraGrace(0.5, 0.3), 0.8)
   assert.equal(extraGrace(3, -1), 3, 'a clock step back counts no store')
   assert.equal(extraGrace(3, NaN), 3)
   // A declaration ending at 115, requests of 0.5 s.
-  assert.equal(extrasLookAt(0, 115, 0.5, -Infinity), 114.5, 'the first a request timeout before the expiration')
+  assert.equal(extrasLookAt(0, 115, 0.5, -Infinity), 114, 'the first two request timeouts before the expiration')
   assert.equal(extrasLookAt(1, 115, 0.5, 100.8), 100.8, 'the second after the grace')
   assert.equal(extrasLookAt(1, 115, 0.5, 116), 114.75, 'the expiration does not wait for the grace')
   assert.equal(extrasLookAt(2, 115, 0.5, 100.8), Infinity, 'twice a declaration at most')
-  assert.equal(extrasLookDue(0, false, 100, 114.5), false, 'not yet early')
-  assert.equal(extrasLookDue(0, true, 100, 114.5), true)
-  assert.equal(extrasLookDue(0, false, 114.5, 114.5), true, 'about to assemble at the expiration')
+  assert.equal(extrasLookDue(0, false, 100, 114), false, 'not yet early')
+  assert.equal(extrasLookDue(0, true, 100, 114), true)
+  assert.equal(extrasLookDue(0, false, 114, 114), true, 'about to assemble at the expiration')
   assert.equal(extrasLookDue(1, true, 100, 100.8), false, 'within the grace: held')
   assert.equal(extrasLookDue(1, true, 100.8, 100.8), true)
   assert.equal(extrasLookDue(2, true, 200, 100.8), false, 'twice a declaration at most')

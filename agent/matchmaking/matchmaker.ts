@@ -514,8 +514,9 @@ export class Matchmaker {
 
   /**
    * Declarations in our view made before their peer last failed to answer us (in an earlier search,
-   * an all-reduce's liveness check, a rendezvous request: Silences, Rendezvous.silentSince) count as
-   * silent in this search, as if we had asked them here and waited out the request timeout. Not the
+   * an all-reduce's liveness check: Silences) count as silent in this search, as if we had asked them
+   * here and waited out the request timeout; those whose peer failed only a rendezvous request
+   * (Rendezvous.silentSince) are not asked until a liveness check of theirs decides. Not the
    * extras we took our group to the leftover key for (Search.cameFor): a leader that moved for the
    * one extra waiting there counted it silent from a rendezvous answer it was slow to give under two
    * busy cores, assembled three 0.6 s after moving, and left the extra groupless.
@@ -524,10 +525,27 @@ export class Matchmaker {
     const now = this.now()
     for (const e of pool) {
       if (!e.looking || e.peerId === this.selfId || e.expiration <= now || isSilent(search.silent, e.peerId, now) || search.cameFor.has(e.peerId)) continue
-      const silentAt = this.liveness.silences.silentAt(e.peerId, this.rendezvous.silentSince(e.peerId))
-      if (silentAt === undefined || !declaredBeforeSilence(e.expiration, this.config.averagingExpiration, silentAt)) continue
-      search.silent.set(e.peerId, silentUntil(now, e.expiration, this.config.averagingExpiration))
-      this.config.log?.debug(`${e.peerId.slice(-6)} (exp ${e.expiration.toFixed(3)}) did not answer us ${(now - silentAt).toFixed(1)} s ago, after it declared: counted silent, not asked`)
+      const ours = this.liveness.silences.silentAt(e.peerId)
+      if (ours !== undefined && declaredBeforeSilence(e.expiration, this.config.averagingExpiration, ours)) {
+        search.silent.set(e.peerId, silentUntil(now, e.expiration, this.config.averagingExpiration))
+        this.config.log?.debug(`${e.peerId.slice(-6)} (exp ${e.expiration.toFixed(3)}) did not answer us ${(now - ours).toFixed(1)} s ago, after it declared: counted silent, not asked`)
+        continue
+      }
+      // Only a rendezvous request of ours went unanswered: a replica's handler gives up at a request
+      // timeout when its agent is merely busy (eight agents in one process under two CPU burners: a
+      // leader so counted silent was never asked, and its key of five stayed a pair and a three). Not
+      // asked until a liveness check decides; a frozen peer answers none, and is not asked either way.
+      const elsewhere = this.rendezvous.silentSince(e.peerId)
+      if (elsewhere === undefined || !declaredBeforeSilence(e.expiration, this.config.averagingExpiration, elsewhere)) continue
+      const key = triedKey(e.peerId, e.expiration)
+      if (search.probed.has(key)) continue
+      const hold = now + this.config.requestTimeout
+      search.silent.set(e.peerId, hold)
+      this.config.log?.debug(`${e.peerId.slice(-6)} (exp ${e.expiration.toFixed(3)}) failed a rendezvous request of ours ${(now - elsewhere).toFixed(1)} s ago, after it declared: checking its liveness before asking it`)
+      this.probe(search, e, () => {
+        if (search.silent.get(e.peerId) === hold) search.silent.delete(e.peerId)
+        this.config.log?.debug(`${e.peerId.slice(-6)} answered a liveness check: asked as any peer`)
+      }, 'not asked')
     }
   }
 
@@ -538,6 +556,14 @@ export class Matchmaker {
    * that assembleEarly leaves it out (decisions.ts: why a healthy peer is never left out this way).
    */
   private probeMissingPeer (search: Search, entry: StoredEntry): void {
+    this.probe(search, entry, () => {}, `seen looking under ${search.groupKey}, not waited for`)
+  }
+
+  /**
+   * Checks the liveness of `entry`'s peer once per declaration of its (Search.probed): `answered` if it
+   * answers within a request timeout, else it counts as gone until that declaration ends (`verdict`: what that means here).
+   */
+  private probe (search: Search, entry: StoredEntry, answered: () => void, verdict: string): void {
     const key = triedKey(entry.peerId, entry.expiration)
     if (search.probed.has(key)) return
     search.probed.add(key)
@@ -547,10 +573,13 @@ export class Matchmaker {
       if (entry.addrs.length > 0 && this.node.getConnections(peer).length === 0 && !atOwnAddress(this.node, entry.addrs)) {
         await rememberAddrs(this.node, peer, entry.addrs).catch(() => {})
       }
-      if (await this.liveness.answers(peer, this.config.requestTimeout * 1000)) return
+      const alive = await this.liveness.answers(peer, this.config.requestTimeout * 1000)
       if (this.search !== search || search.assembled) return
-      search.silent.set(entry.peerId, silentUntil(this.now(), entry.expiration, this.config.averagingExpiration))
-      this.config.log?.debug(`${entry.peerId.slice(-6)}, seen looking under ${search.groupKey}, did not answer a liveness check within ${this.config.requestTimeout} s: not waited for`)
+      if (alive) answered()
+      else {
+        search.silent.set(entry.peerId, silentUntil(this.now(), entry.expiration, this.config.averagingExpiration))
+        this.config.log?.debug(`${entry.peerId.slice(-6)} did not answer a liveness check within ${this.config.requestTimeout} s: ${verdict}`)
+      }
       this.wakeup.notify()
     })()
   }

@@ -125,6 +125,19 @@ test('five peers under one key split between two leaders, two and three (the bes
   } finally { await swarm.stop() }
 })
 
+test('a leader whose only silence was a rendezvous request its busy handler gave up on is checked, not written off, and the split key still makes a full group', { timeout: 120_000 }, async () => {
+  // Under two CPU burners 0 counted 2 silent from such a request ("did not answer us 0.0 s ago, after it
+  // declared"), never asked it, and the key of five stayed a pair and a three. Here 0's rendezvous
+  // says 2 just failed a request of ours, whenever asked; 2 answers liveness checks as any live agent.
+  const swarm = await fivePlusThree()
+  try {
+    for (const viewer of [1, 2, 4]) hide(swarm, viewer, [0, 3])
+    const two = swarm.nodes[2].peerId.toString()
+    swarm.nodes[0].services.rendezvous.silentSince = (peerId: string) => peerId === two ? Date.now() / 1000 : undefined
+    await assertGridMended(swarm, await stepInOrder(swarm, [0, 3, 2, 1, 4, 5, 6, 7]))
+  } finally { await swarm.stop() }
+})
+
 test('a key split into two pairs that see only their own replicas meets as one group of four: a short leader looks wider before assembling', { timeout: 120_000 }, async () => {
   const seasoned = (): ArrivalClock => { const c = new ArrivalClock(); for (let i = 0; i < MIN_ARRIVALS; i++) c.record(0.1); return c }
   const swarm = await startSwarm(4, {

@@ -535,7 +535,7 @@ export class Matchmaker {
       // timeout when its agent is merely busy (eight agents in one process under two CPU burners: a
       // leader so counted silent was never asked, and its key of five stayed a pair and a three). Not
       // asked until a liveness check decides; a frozen peer answers none, and is not asked either way.
-      const elsewhere = this.rendezvous.silentSince(e.peerId)
+      const elsewhere = this.liveness.silences.silentAt(e.peerId, this.rendezvous.silentSince(e.peerId))
       if (elsewhere === undefined || !declaredBeforeSilence(e.expiration, this.config.averagingExpiration, elsewhere)) continue
       const key = triedKey(e.peerId, e.expiration)
       if (search.probed.has(key)) continue

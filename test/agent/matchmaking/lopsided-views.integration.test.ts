@@ -33,10 +33,10 @@ function hide (swarm: SwarmFixture, viewer: number, hidden: number[], wideSees =
 }
 
 /** Steps the peers in this order, 150 ms apart, so that their expirations rank them in it. */
-async function stepInOrder (swarm: SwarmFixture, order: number[]): Promise<StepResult[]> {
+async function stepInOrder (swarm: SwarmFixture, order: number[], timeout = EXPIRATION + 5): Promise<StepResult[]> {
   const steps: Array<Promise<StepResult>> = []
   for (const i of order) {
-    steps[i] = swarm.averagers[i].step({ timeout: EXPIRATION + 5 })
+    steps[i] = swarm.averagers[i].step({ timeout })
     await new Promise(resolve => setTimeout(resolve, 150))
   }
   return await Promise.all(steps)
@@ -166,12 +166,7 @@ test('in a swarm\'s first round, a peer that its three key-mates never see, nor 
     const leftovers = groupKey('test', '')
     hide(swarm, 3, [0, 1, 2], false, leftovers)
     for (const viewer of [0, 1, 2]) hide(swarm, viewer, [3], false, leftovers)
-    const steps: Array<Promise<StepResult>> = []
-    for (const i of [3, 0, 1, 2]) {
-      steps[i] = swarm.averagers[i].step({ timeout: 2 * expiration + 5 })
-      await new Promise(resolve => setTimeout(resolve, 150))
-    }
-    const results = await Promise.all(steps)
+    const results = await stepInOrder(swarm, [3, 0, 1, 2], 2 * expiration + 5)
     assert.deepEqual(results.map(r => r.peers.length), [4, 4, 4, 4], `groups ${JSON.stringify(results.map(r => r.groupId.slice(0, 8)))}`)
     // Within the first declaration: the short group took itself to the extra before assembling.
     await assertOneExactGroup(swarm, results, [0, 1, 2, 3].map(p => tensors(p)[0].data), expiration * 1000 + 1000)

@@ -109,6 +109,12 @@ export interface StepOptions {
    * its reason before averaging (the group's other members go on without us).
    */
   readonly ready?: Promise<unknown>
+  /**
+   * Called as each part of our tensors takes its mean (the round's parts and its span repair's),
+   * with the part's values before and after, before the step returns; never for a part kept local.
+   * A caller sums what the round moved here instead of in a second pass over the tensors.
+   */
+  readonly landed?: (before: Float32Array, after: Float32Array) => void
 }
 
 export interface StepResult {
@@ -470,7 +476,7 @@ export class DecentralizedAverager {
       try {
         // The matchmaking overlapped the caller's copy-in (StepOptions.ready): the values must be in.
         if (options.ready !== undefined) await options.ready
-        const result = await this.tensorLock.run(async () => await this.allReduce(group, codec, subset))
+        const result = await this.tensorLock.run(async () => await this.allReduce(group, codec, subset, options.landed))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(bitsFromKey(group.gridKey, prefix, this.bits), group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
             const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
@@ -501,9 +507,9 @@ export class DecentralizedAverager {
   }
 
   /** One all-reduce with the group over our tensors, or over the subset's (their indices) only. */
-  private async allReduce (group: GroupInfo, codec: Codec, subset?: readonly number[]): Promise<AllReduceResult> {
+  private async allReduce (group: GroupInfo, codec: Codec, subset?: readonly number[], landed?: StepOptions['landed']): Promise<AllReduceResult> {
     const tensors = subset === undefined ? this.tensors.map(t => t.data) : subset.map(i => this.tensors[i].data)
-    const runner = this.newRunner(group, tensors, codec)
+    const runner = this.newRunner(group, tensors, codec, landed)
     // Our link's rate: the kernel's byte counters, else the parts' bytes (agent/adapt/link-rate.ts).
     // Sampled from the runner's start, as its durationMs counts: a round long enough to measure by its
     // duration is one its samples span. Started after the address merges below, they spanned less than
@@ -543,12 +549,12 @@ export class DecentralizedAverager {
     const left = this.config.allreduceTimeout * 1000 - result.durationMs
     // A member that handed off is leaving: the repair is the others'.
     const repair = left >= 2 * this.config.requestTimeout * 1000 && !runner.left ? planRepair(group, runner.plan, tensors, result) : null
-    return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec, left), repair.parts)
+    return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec, left, landed), repair.parts)
   }
 
   /** The survivors' all-reduce over the spans of reducers that died before answering (agent/allreduce/repair.ts). */
-  private async repairSpans (repair: SpanRepair, codec: Codec, timeoutMs: number): Promise<AllReduceResult> {
-    const runner = this.newRunner(repair.group, repair.tensors, codec, { repairOf: repair.repairOf, timeoutMs })
+  private async repairSpans (repair: SpanRepair, codec: Codec, timeoutMs: number, landed?: StepOptions['landed']): Promise<AllReduceResult> {
+    const runner = this.newRunner(repair.group, repair.tensors, codec, landed, { repairOf: repair.repairOf, timeoutMs })
     this.router.register(repair.group.groupId, runner)
     this.runUnderLeaveNotice(runner)
     try {
@@ -601,7 +607,7 @@ export class DecentralizedAverager {
   }
 
   /** `repair`: a span repair's runner, with the round it repairs and what is left of the round's allreduceTimeout. */
-  private newRunner (group: GroupInfo, tensors: readonly Float32Array[], codec: Codec, repair?: { repairOf: Uint8Array, timeoutMs: number }): AllReduceRunner {
+  private newRunner (group: GroupInfo, tensors: readonly Float32Array[], codec: Codec, landed?: StepOptions['landed'], repair?: { repairOf: Uint8Array, timeoutMs: number }): AllReduceRunner {
     const { config } = this
     const allreduceMs = config.allreduceTimeout * 1000
     const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
@@ -629,6 +635,7 @@ export class DecentralizedAverager {
       aliveCheckMs: config.requestTimeout * 1000,
       kernels: config.kernels,
       ...(repair !== undefined ? { repairOf: repair.repairOf } : {}),
+      ...(landed !== undefined ? { landed } : {}),
       log: this.log.child({ component: 'allreduce' })
     })
   }

@@ -1,7 +1,9 @@
 /**
  * The agent's passes over a trainer's shared-memory region in one region step, timed one by one
  * (wall and this process's CPU time): the finiteness check, the copy into the agent's tensors, and
- * the write-back of the mean with the divergence. No network, no round: only what a step adds to it.
+ * the write-back of the mean, with the divergence read from the region (a round that kept parts
+ * local) or without (every part landed: the round summed it, timed beside). No network, no round:
+ * only what a step adds to it.
  *
  *   node dist/bench/region-copy.js [--mib 100] [--reps 5] [--dtype float32|float16|bfloat16] [--dir /dev/shm]
  *
@@ -22,6 +24,9 @@ function arg (name: string, fallback: string): string {
 }
 
 interface Sample { wall: number, cpu: number }
+
+/** The parts the landing sums over: the default part size (AVS_PART_SIZE_BYTES) of float32. */
+const LANDED_PART = 65536 / 4
 
 function timed<T> (fn: () => T): { value: T, sample: Sample } {
   const cpu = process.cpuUsage()
@@ -61,7 +66,7 @@ async function main (): Promise<void> {
     const tensors = [new Float32Array(n)]
     const mean = [new Float32Array(n)]
     for (let i = 0; i < n; i++) mean[0][i] = values[i] * 0.5
-    const rows: Record<string, Sample[]> = { check: [], copyIn: [], distance: [], writeBack: [], 'write-back + distance': [] }
+    const rows: Record<string, Sample[]> = { check: [], copyIn: [], distance: [], writeBack: [], 'write-back + distance': [], 'write-back (every part landed)': [], 'sums at landing (in the round)': [] }
     let divergence = 0
     for (let r = 0; r < reps + 1; r++) {
       const keep = r > 0 // the first repetition warms the JIT and the page cache
@@ -96,6 +101,15 @@ async function main (): Promise<void> {
         }
       }
       divergence = sum.value
+      // A round that landed every part summed the divergence as they landed (StepOptions.landed): its
+      // write-back only writes; the sums moved into the round, timed here over the round's parts.
+      const w = timed(() => region.writeFrom(mean, r + 1, scratch))
+      const landed = new DistanceSum()
+      const l = timed(() => { for (let at = 0; at < n; at += LANDED_PART) landed.add(values.subarray(at, at + LANDED_PART), mean[0].subarray(at, at + LANDED_PART)) })
+      if (keep) {
+        rows['write-back (every part landed)'].push(w.sample)
+        rows['sums at landing (in the round)'].push(l.sample)
+      }
       // Put the trainer's values back for the next repetition.
       writeFileSync(join(dir, 'r'), file)
     }
@@ -103,16 +117,19 @@ async function main (): Promise<void> {
     console.log(`region of ${mib} MiB ${dtype} (${n} values), median of ${reps} repetitions, divergence ${divergence}`)
     console.log('| pass | wall ms | CPU ms |')
     console.log('|---|---:|---:|')
-    let wall = 0
-    let cpuTotal = 0
+    // **all**: the passes of a step whose round kept parts local (the write-back reads the region again);
+    // **all, every part landed**: those of a whole round, outside the round itself.
+    const totals = { all: { wall: 0, cpu: 0 }, landed: { wall: 0, cpu: 0 } }
     for (const [name, samples] of Object.entries(rows)) {
       if (samples.length === 0) continue
       const w = median(samples.map(s => s.wall))
       const c = median(samples.map(s => s.cpu))
-      if (name !== 'distance' && name !== 'writeBack') { wall += w; cpuTotal += c }
+      if (name === 'check' || name === 'copyIn' || name === 'write-back + distance') { totals.all.wall += w; totals.all.cpu += c }
+      if (name === 'check' || name === 'copyIn' || name === 'write-back (every part landed)') { totals.landed.wall += w; totals.landed.cpu += c }
       console.log(`| ${name} | ${w.toFixed(1)} | ${c.toFixed(1)} |`)
     }
-    console.log(`| **all** | ${wall.toFixed(1)} | ${cpuTotal.toFixed(1)} |`)
+    console.log(`| **all** | ${totals.all.wall.toFixed(1)} | ${totals.all.cpu.toFixed(1)} |`)
+    console.log(`| **all, every part landed** | ${totals.landed.wall.toFixed(1)} | ${totals.landed.cpu.toFixed(1)} |`)
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }

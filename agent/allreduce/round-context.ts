@@ -86,12 +86,18 @@ export class RoundContext {
     if (kind === 'libp2p') this.onLibp2p.add(m)
   }
 
-  /** local += alpha * (mean - local) on one part of our tensors. */
+  /** local += alpha * (mean - local) on one part of our tensors; `landed` sees the part before and after. */
   applyMean (part: Part, mean: Float32Array): void {
     const local = partView(this.options.tensors, this.plan, part)
-    const alpha = this.options.alpha
-    if (alpha === 1) local.set(mean)
-    else for (let i = 0; i < local.length; i++) local[i] += alpha * (mean[i] - local[i])
+    const { alpha, landed } = this.options
+    if (alpha === 1) {
+      landed?.(local, mean)
+      local.set(mean)
+      return
+    }
+    const before = landed !== undefined ? local.slice() : undefined
+    for (let i = 0; i < local.length; i++) local[i] += alpha * (mean[i] - local[i])
+    if (before !== undefined) landed?.(before, local)
   }
 
   /** A frame of `bytes` from member m arrived: counted, and the liveness checks waiting on it have their answer. */

@@ -42,6 +42,8 @@ export interface AllReduceOptions {
   readonly kernels?: KernelBackend
   /** A span repair's runner: the id of the round it repairs, sent in every stream's header (agent/allreduce/repair.ts). */
   readonly repairOf?: Uint8Array
+  /** Called as each part of our tensors takes its mean, with the part's values before and after (StepOptions.landed). */
+  readonly landed?: (before: Float32Array, after: Float32Array) => void
   readonly log?: Log
 }
 

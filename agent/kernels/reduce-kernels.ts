@@ -1,4 +1,5 @@
 import { REDUCE_WASM_BASE64 } from './reduce-wasm.js'
+import { firstNonFinite16, narrow, widen } from '../workloads/sidecar/dtypes.js'
 
 export type KernelBackend = 'wasm-simd' | 'js'
 
@@ -30,6 +31,9 @@ interface WasmExports {
   accumulate: (s: number, v: number, n: number, w: number, check: number) => number
   mean: (out: number, s: number, n: number, w: number) => number
   distance: (a: number, b: number, n: number, acc: number) => void
+  finite16: (v: number, n: number, mask: number) => number
+  widen: (s: number, d: number, n: number, bf: number) => void
+  narrow: (s: number, d: number, n: number, bf: number) => void
 }
 
 let compiled: WebAssembly.Module | null | undefined
@@ -138,7 +142,8 @@ function jsKernels (slots: number, maxElements: number): ReduceKernels {
 
 /**
  * The sidecar's passes over a trainer's region, one chunk at a time: the finiteness check of what the
- * trainer sent and the divergence sums of a step (sent against the round's result). `sent` and `now`
+ * trainer sent, the divergence sums of a step (sent against the round's result), and the 16-bit
+ * storage dtypes widened to float32 and narrowed back. `sent` and `now`
  * live in the kernels' memory, so a chunk read from the region and one copied from the agent's tensors
  * are scanned where they lie. Both backends give bit-identical sums (accumulateDistance is the twin).
  */
@@ -154,7 +159,19 @@ export interface RegionKernels {
   allFinite: (n: number) => boolean
   /** lanes += the divergence terms of sent[0, n) against now[0, n). */
   addDistance: (n: number) => void
+  /** True when the n 16-bit values at the start of sent's bytes hold no infinity and no NaN (n up to 2 × maxElements). */
+  allFinite16: (dtype: HalfDtype, n: number) => boolean
+  /** sent[0, n) = the n 16-bit values at the start of the upper half of sent's bytes, widened in place (n up to maxElements). */
+  widenUpper: (dtype: HalfDtype, n: number) => void
+  /** The first 2n bytes of sent = now[0, n) narrowed, round to nearest even. */
+  narrowNow: (dtype: HalfDtype, n: number) => void
 }
+
+/** The 16-bit storage dtypes (agent/workloads/sidecar/dtypes.ts), which the region kernels convert. */
+export type HalfDtype = 'float16' | 'bfloat16'
+
+/** The exponent bits of each 16-bit dtype: all set is an infinity or a NaN. */
+const EXPONENT_MASK: Record<HalfDtype, number> = { float16: 0x7c00, bfloat16: 0x7f80 }
 
 /**
  * The JavaScript twin of reduce.wat's `distance`: lanes[i mod 4] += (sent[i] − now[i])² and
@@ -186,6 +203,7 @@ export function accumulateDistance (lanes: Float64Array, sent: Float32Array, now
 export function createRegionKernels (maxElements: number, backend: KernelBackend = defaultKernelBackend()): RegionKernels {
   if (!Number.isSafeInteger(maxElements) || maxElements < 1) throw new Error(`maxElements must be a positive integer, got ${maxElements}`)
   const count = elementCount(maxElements)
+  const halves = elementCount(2 * maxElements)
   if (backend === 'wasm-simd') {
     const module = wasmModule()
     if (module == null) throw new Error('this runtime cannot compile the WebAssembly SIMD kernels')
@@ -199,12 +217,16 @@ export function createRegionKernels (maxElements: number, backend: KernelBackend
       now: new Float32Array(memory.buffer, bytes, maxElements),
       lanes: new Float64Array(memory.buffer, 2 * bytes, 8),
       allFinite: (n) => kernels.finite(0, count(n)) === 1,
-      addDistance: (n) => { kernels.distance(0, bytes, count(n), 2 * bytes) }
+      addDistance: (n) => { kernels.distance(0, bytes, count(n), 2 * bytes) },
+      allFinite16: (dtype, n) => kernels.finite16(0, halves(n), EXPONENT_MASK[dtype]) === 1,
+      widenUpper: (dtype, n) => { kernels.widen(2 * maxElements, 0, count(n), dtype === 'bfloat16' ? 1 : 0) },
+      narrowNow: (dtype, n) => { kernels.narrow(bytes, 0, count(n), dtype === 'bfloat16' ? 1 : 0) }
     }
   }
   const sent = new Float32Array(maxElements)
   const now = new Float32Array(maxElements)
   const lanes = new Float64Array(8)
+  const u16 = new Uint16Array(sent.buffer, 0, 2 * maxElements)
   return {
     backend,
     sent,
@@ -215,6 +237,9 @@ export function createRegionKernels (maxElements: number, backend: KernelBackend
       for (let i = 0; i < n; i++) if (!Number.isFinite(sent[i])) return false
       return true
     },
-    addDistance: (n) => { accumulateDistance(lanes, sent, now, count(n)) }
+    addDistance: (n) => { accumulateDistance(lanes, sent, now, count(n)) },
+    allFinite16: (dtype, n) => firstNonFinite16(dtype, u16.subarray(0, halves(n))) < 0,
+    widenUpper: (dtype, n) => { widen(dtype, u16.subarray(maxElements, maxElements + count(n)), sent, 0) },
+    narrowNow: (dtype, n) => { narrow(dtype, now, 0, u16.subarray(0, count(n))) }
   }
 }

@@ -1,5 +1,6 @@
 ;; The reducer's per-element work in WebAssembly SIMD: finiteness checks, weighted float64 sums of
-;; float32 parts, and means rounded back to float32; and the sidecar's divergence sums. Every operation is the IEEE one the JavaScript
+;; float32 parts, and means rounded back to float32; and the sidecar's divergence sums and 16-bit
+;; storage conversions. Every operation is the IEEE one the JavaScript
 ;; fallback (reduce-kernels.ts) performs, so both give bit-identical results; SIMD does 2 to 4 lanes at
 ;; a time where a JavaScript loop does one element (about 4x less CPU per element on this machine).
 ;; Compiled by `npm run generate:kernels` into reduce-wasm.ts. Pointers are byte offsets into the
@@ -146,4 +147,185 @@
         (local.set $lane (i32.add (local.get $lane) (i32.const 8)))
         (local.set $a (i32.add (local.get $a) (i32.const 4)))
         (local.set $b (i32.add (local.get $b) (i32.const 4)))
-        (br $next)))))
+        (br $next))))
+  ;; The sidecar's 16-bit storage dtypes (agent/workloads/sidecar/dtypes.ts has the JavaScript twins;
+  ;; these give the same bits for every input). 16-bit values are u16 at 2-byte aligned addresses.
+
+  ;; 1 when none of the n 16-bit values at $v has its exponent bits ($mask: 0x7c00 float16, 0x7f80
+  ;; bfloat16) all set (an infinity or a NaN), else 0.
+  (func (export "finite16") (param $v i32) (param $n i32) (param $mask i32) (result i32)
+    (local $end i32) (local $tail i32) (local $acc v128) (local $m v128)
+    (local.set $m (i16x8.splat (local.get $mask)))
+    (local.set $end (i32.add (local.get $v) (i32.shl (i32.and (local.get $n) (i32.const -8)) (i32.const 1))))
+    (local.set $tail (i32.add (local.get $end) (i32.shl (i32.and (local.get $n) (i32.const 7)) (i32.const 1))))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $v) (local.get $end)))
+        (local.set $acc (v128.or (local.get $acc)
+          (i16x8.eq (v128.and (v128.load (local.get $v)) (local.get $m)) (local.get $m))))
+        (local.set $v (i32.add (local.get $v) (i32.const 16)))
+        (br $next)))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $v) (local.get $tail)))
+        (if (i32.eq (i32.and (i32.load16_u (local.get $v)) (local.get $mask)) (local.get $mask))
+          (then (return (i32.const 0))))
+        (local.set $v (i32.add (local.get $v) (i32.const 2)))
+        (br $next)))
+    (i32.eqz (v128.any_true (local.get $acc))))
+
+  ;; float16 bits (zero-extended, 4 lanes) to float32 bits: the magnitude shifted into float32's
+  ;; place and multiplied by 2^112 is exact for normal and subnormal halves alike; an all-ones
+  ;; exponent gives infinity, or the canonical NaN 0x7fc00000 (what a JavaScript NaN stores as).
+  (func $widen_f16x4 (param $h v128) (result v128)
+    (local $mag v128) (local $r v128)
+    (local.set $mag (v128.and (local.get $h) (i32x4.splat (i32.const 0x7fff))))
+    (local.set $r (f32x4.mul (i32x4.shl (local.get $mag) (i32.const 13)) (f32x4.splat (f32.const 0x1p112))))
+    (local.set $r (v128.bitselect (i32x4.splat (i32.const 0x7f800000)) (local.get $r)
+      (i32x4.ge_u (local.get $mag) (i32x4.splat (i32.const 0x7c00)))))
+    (local.set $r (v128.or (local.get $r)
+      (i32x4.shl (v128.and (local.get $h) (i32x4.splat (i32.const 0x8000))) (i32.const 16))))
+    (v128.bitselect (i32x4.splat (i32.const 0x7fc00000)) (local.get $r)
+      (i32x4.gt_u (local.get $mag) (i32x4.splat (i32.const 0x7c00)))))
+
+  ;; float32 bits (4 lanes) to float16 bits, round to nearest even: below the smallest normal half
+  ;; by a float32 add of 0.5 (its rounding is the subnormal's), normals by adding half an ulp less
+  ;; one plus the kept mantissa's lowest bit, infinity from 65520 up, and a NaN as the twin makes it
+  ;; (0x7e00 with the mantissa's top bits).
+  (func $narrow_f16x4 (param $x v128) (result v128)
+    (local $a v128) (local $r v128) (local $sub v128)
+    (local.set $a (v128.and (local.get $x) (i32x4.splat (i32.const 0x7fffffff))))
+    ;; normals: (a - (112 << 23) + 0xfff + odd) >> 13
+    (local.set $r (i32x4.shr_u
+      (i32x4.add (i32x4.add (local.get $a) (i32x4.splat (i32.const 0xc8000fff)))
+        (v128.and (i32x4.shr_u (local.get $a) (i32.const 13)) (i32x4.splat (i32.const 1))))
+      (i32.const 13)))
+    ;; subnormals and zero: bits(a + 0.5) - bits(0.5)
+    (local.set $sub (i32x4.sub (f32x4.add (local.get $a) (f32x4.splat (f32.const 0.5))) (i32x4.splat (i32.const 0x3f000000))))
+    (local.set $r (v128.bitselect (local.get $sub) (local.get $r)
+      (i32x4.lt_u (local.get $a) (i32x4.splat (i32.const 0x38800000)))))
+    (local.set $r (v128.bitselect (i32x4.splat (i32.const 0x7c00)) (local.get $r)
+      (i32x4.ge_u (local.get $a) (i32x4.splat (i32.const 0x47800000)))))
+    (local.set $r (v128.bitselect
+      (v128.or (i32x4.splat (i32.const 0x7e00)) (v128.and (i32x4.shr_u (local.get $a) (i32.const 13)) (i32x4.splat (i32.const 0x3ff))))
+      (local.get $r)
+      (i32x4.gt_u (local.get $a) (i32x4.splat (i32.const 0x7f800000)))))
+    (v128.or (local.get $r) (v128.and (i32x4.shr_u (local.get $x) (i32.const 16)) (i32x4.splat (i32.const 0x8000)))))
+
+  ;; float32 bits (4 lanes) to bfloat16 bits, round to nearest even; a NaN keeps its top bits, made quiet.
+  (func $narrow_bf16x4 (param $x v128) (result v128)
+    (local $hi v128)
+    (local.set $hi (i32x4.shr_u (local.get $x) (i32.const 16)))
+    (v128.bitselect
+      (v128.or (local.get $hi) (i32x4.splat (i32.const 0x40)))
+      (i32x4.shr_u (i32x4.add (i32x4.add (local.get $x) (i32x4.splat (i32.const 0x7fff)))
+        (v128.and (local.get $hi) (i32x4.splat (i32.const 1)))) (i32.const 16))
+      (i32x4.gt_u (v128.and (local.get $x) (i32x4.splat (i32.const 0x7fffffff))) (i32x4.splat (i32.const 0x7f800000)))))
+
+  ;; float32 at $d = the n 16-bit values at $s widened ($bf: 1 bfloat16, 0 float16). $d may be $s's
+  ;; own buffer when the values lie in its upper half ($s >= $d + 2n): each block is read before written.
+  ;; Each dtype has its own loop with the conversion written out (a call per block costs 3x here).
+  (func (export "widen") (param $s i32) (param $d i32) (param $n i32) (param $bf i32)
+    (local $end i32) (local $tail i32) (local $x v128) (local $lo v128) (local $hi v128)
+    (local $mag v128) (local $r v128)
+    (local.set $end (i32.add (local.get $s) (i32.shl (i32.and (local.get $n) (i32.const -8)) (i32.const 1))))
+    (local.set $tail (i32.add (local.get $end) (i32.shl (i32.and (local.get $n) (i32.const 7)) (i32.const 1))))
+    (if (local.get $bf)
+      (then
+        (block $done
+          (loop $next
+            (br_if $done (i32.ge_u (local.get $s) (local.get $end)))
+            (local.set $x (v128.load (local.get $s)))
+            (v128.store (local.get $d) (i32x4.shl (i32x4.extend_low_i16x8_u (local.get $x)) (i32.const 16)))
+            (v128.store offset=16 (local.get $d) (i32x4.shl (i32x4.extend_high_i16x8_u (local.get $x)) (i32.const 16)))
+            (local.set $s (i32.add (local.get $s) (i32.const 16)))
+            (local.set $d (i32.add (local.get $d) (i32.const 32)))
+            (br $next))))
+      (else
+        (block $done
+          (loop $next
+            (br_if $done (i32.ge_u (local.get $s) (local.get $end)))
+            (local.set $x (v128.load (local.get $s)))
+            ;; as $widen_f16x4, on 8 halves: magnitudes, signs, then the two special cases
+            (local.set $mag (v128.and (local.get $x) (i16x8.splat (i32.const 0x7fff))))
+            (local.set $lo (i32x4.extend_low_i16x8_u (local.get $mag)))
+            (local.set $hi (i32x4.extend_high_i16x8_u (local.get $mag)))
+            (local.set $r (f32x4.mul (i32x4.shl (local.get $lo) (i32.const 13)) (f32x4.splat (f32.const 0x1p112))))
+            (local.set $r (v128.bitselect (i32x4.splat (i32.const 0x7f800000)) (local.get $r)
+              (i32x4.ge_u (local.get $lo) (i32x4.splat (i32.const 0x7c00)))))
+            (local.set $r (v128.or (local.get $r)
+              (i32x4.shl (i32x4.extend_low_i16x8_u (v128.and (local.get $x) (i16x8.splat (i32.const 0x8000)))) (i32.const 16))))
+            (v128.store (local.get $d) (v128.bitselect (i32x4.splat (i32.const 0x7fc00000)) (local.get $r)
+              (i32x4.gt_u (local.get $lo) (i32x4.splat (i32.const 0x7c00)))))
+            (local.set $r (f32x4.mul (i32x4.shl (local.get $hi) (i32.const 13)) (f32x4.splat (f32.const 0x1p112))))
+            (local.set $r (v128.bitselect (i32x4.splat (i32.const 0x7f800000)) (local.get $r)
+              (i32x4.ge_u (local.get $hi) (i32x4.splat (i32.const 0x7c00)))))
+            (local.set $r (v128.or (local.get $r)
+              (i32x4.shl (i32x4.extend_high_i16x8_u (v128.and (local.get $x) (i16x8.splat (i32.const 0x8000)))) (i32.const 16))))
+            (v128.store offset=16 (local.get $d) (v128.bitselect (i32x4.splat (i32.const 0x7fc00000)) (local.get $r)
+              (i32x4.gt_u (local.get $hi) (i32x4.splat (i32.const 0x7c00)))))
+            (local.set $s (i32.add (local.get $s) (i32.const 16)))
+            (local.set $d (i32.add (local.get $d) (i32.const 32)))
+            (br $next)))))
+    ;; the last n mod 8 values, one at a time in lane 0
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $s) (local.get $tail)))
+        (local.set $lo (i32x4.splat (i32.load16_u (local.get $s))))
+        (local.set $lo (if (result v128) (local.get $bf)
+          (then (i32x4.shl (local.get $lo) (i32.const 16)))
+          (else (call $widen_f16x4 (local.get $lo)))))
+        (i32.store (local.get $d) (i32x4.extract_lane 0 (local.get $lo)))
+        (local.set $s (i32.add (local.get $s) (i32.const 2)))
+        (local.set $d (i32.add (local.get $d) (i32.const 4)))
+        (br $next))))
+
+  ;; u16 at $d = the n float32 at $s narrowed, round to nearest even ($bf: 1 bfloat16, 0 float16).
+  (func (export "narrow") (param $s i32) (param $d i32) (param $n i32) (param $bf i32)
+    (local $end i32) (local $tail i32) (local $lo v128) (local $hi v128)
+    (local.set $end (i32.add (local.get $s) (i32.shl (i32.and (local.get $n) (i32.const -8)) (i32.const 2))))
+    (local.set $tail (i32.add (local.get $end) (i32.shl (i32.and (local.get $n) (i32.const 7)) (i32.const 2))))
+    (if (local.get $bf)
+      (then
+        (block $done
+          (loop $next
+            (br_if $done (i32.ge_u (local.get $s) (local.get $end)))
+            (local.set $lo (v128.load (local.get $s)))
+            (local.set $hi (v128.load offset=16 (local.get $s)))
+            ;; as $narrow_bf16x4, on 8 values
+            (local.set $lo (v128.bitselect
+              (v128.or (i32x4.shr_u (local.get $lo) (i32.const 16)) (i32x4.splat (i32.const 0x40)))
+              (i32x4.shr_u (i32x4.add (i32x4.add (local.get $lo) (i32x4.splat (i32.const 0x7fff)))
+                (v128.and (i32x4.shr_u (local.get $lo) (i32.const 16)) (i32x4.splat (i32.const 1)))) (i32.const 16))
+              (i32x4.gt_u (v128.and (local.get $lo) (i32x4.splat (i32.const 0x7fffffff))) (i32x4.splat (i32.const 0x7f800000)))))
+            (local.set $hi (v128.bitselect
+              (v128.or (i32x4.shr_u (local.get $hi) (i32.const 16)) (i32x4.splat (i32.const 0x40)))
+              (i32x4.shr_u (i32x4.add (i32x4.add (local.get $hi) (i32x4.splat (i32.const 0x7fff)))
+                (v128.and (i32x4.shr_u (local.get $hi) (i32.const 16)) (i32x4.splat (i32.const 1)))) (i32.const 16))
+              (i32x4.gt_u (v128.and (local.get $hi) (i32x4.splat (i32.const 0x7fffffff))) (i32x4.splat (i32.const 0x7f800000)))))
+            (v128.store (local.get $d) (i16x8.narrow_i32x4_u (local.get $lo) (local.get $hi)))
+            (local.set $s (i32.add (local.get $s) (i32.const 32)))
+            (local.set $d (i32.add (local.get $d) (i32.const 16)))
+            (br $next))))
+      (else
+        (block $done
+          (loop $next
+            (br_if $done (i32.ge_u (local.get $s) (local.get $end)))
+            (v128.store (local.get $d) (i16x8.narrow_i32x4_u
+              (call $narrow_f16x4 (v128.load (local.get $s)))
+              (call $narrow_f16x4 (v128.load offset=16 (local.get $s)))))
+            (local.set $s (i32.add (local.get $s) (i32.const 32)))
+            (local.set $d (i32.add (local.get $d) (i32.const 16)))
+            (br $next)))))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $s) (local.get $tail)))
+        (local.set $lo (v128.load32_splat (local.get $s)))
+        (local.set $lo (if (result v128) (local.get $bf)
+          (then (call $narrow_bf16x4 (local.get $lo)))
+          (else (call $narrow_f16x4 (local.get $lo)))))
+        (i32.store16 (local.get $d) (i32x4.extract_lane 0 (local.get $lo)))
+        (local.set $s (i32.add (local.get $s) (i32.const 4)))
+        (local.set $d (i32.add (local.get $d) (i32.const 2)))
+        (br $next))))
+)

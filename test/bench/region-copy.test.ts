@@ -15,7 +15,7 @@ for (const dtype of ['float32', 'bfloat16']) {
     const divergence = Number(/^region of 8 MiB \S+ \(\d+ values\), median of 2 repetitions, divergence (\S+)\n/.exec(stdout)?.[1])
     if (dtype === 'float32') assert.equal(divergence, 0.5, stdout)
     else assert.ok(Math.abs(divergence - 0.5) < 0.005, stdout)
-    for (const pass of ['check', 'copyIn', 'write-back \\+ distance', '\\*\\*all\\*\\*']) {
+    for (const pass of ['check', 'copyIn', 'write-back \\+ distance', 'write-back \\(every part landed\\)', 'sums at landing \\(in the round\\)', '\\*\\*all\\*\\*', '\\*\\*all, every part landed\\*\\*']) {
       assert.match(stdout, new RegExp(`\\n\\| ${pass} \\| \\d+\\.\\d \\| \\d+\\.\\d \\|`), `${pass}:\n${stdout}`)
     }
   })

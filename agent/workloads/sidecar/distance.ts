@@ -8,9 +8,12 @@ import { accumulateDistance } from '../../kernels/reduce-kernels.js'
  */
 export class DistanceSum {
   readonly lanes = new Float64Array(8)
+  /** Values summed so far (through add). */
+  elements = 0
 
   add (sent: Float32Array, now: Float32Array): void {
     accumulateDistance(this.lanes, sent, now)
+    this.elements += sent.length
   }
 
   get value (): number {

@@ -2,7 +2,7 @@ import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSy
 import { join } from 'node:path'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { RequestError } from './request-parsing.js'
-import { firstNonFinite16, halfToFloat, narrow, widen } from './dtypes.js'
+import { firstNonFinite16, halfToFloat } from './dtypes.js'
 import { GENERATION_OFFSET, HEADER_BYTES, REGION_MAGIC, SEQ_OFFSET, type RegionLayout, type TensorPlacement } from './region-layout.js'
 import { firstNonFinite } from './tensor-codec.js'
 import type { DistanceSum } from './distance.js'
@@ -136,20 +136,25 @@ export class Region {
     throw new RequestError(409, 'the region changed while the agent read it (seq odd or moving); write only between steps')
   }
 
-  /** Writes the tensors back (narrowed to each dtype) under the seqlock and records `generation`. Returns the bytes copied. */
-  writeFrom (tensors: readonly Float32Array[], generation: number, scratch: Scratch): number {
+  /**
+   * Writes the tensors back (narrowed to each dtype) under the seqlock and records `generation`.
+   * Returns the bytes copied. `only`: the indices of the tensors to write (the others are left as they are).
+   */
+  writeFrom (tensors: readonly Float32Array[], generation: number, scratch: Scratch, only?: readonly number[]): number {
+    const placed = this.placed(only)
     this.checkSize()
     const seq = this.seq
     const odd = seq % 2 === 0 ? seq + 1 : seq + 2
     this.writeU64(SEQ_OFFSET, odd)
-    this.layout.offsets.forEach((t, i) => { this.copyOut(tensors[i], t, scratch) })
+    for (const [t, i] of placed) this.copyOut(tensors[i], t, scratch)
     this.writeU64(GENERATION_OFFSET, generation)
     this.writeU64(SEQ_OFFSET, odd + 1)
-    return this.layout.offsets.reduce((n, t) => n + t.bytes, 0)
+    return placed.reduce((n, [t]) => n + t.bytes, 0)
   }
 
   /**
-   * A step's write-back: like writeFrom, and in the same pass ‖region − now‖² and ‖region‖² are added
+   * A step's write-back when the round's landing did not sum the divergence whole (sidecar-api.ts
+   * regionStep): like writeFrom, and in the same pass ‖region − now‖² and ‖region‖² are added
    * to `sum` (the step's divergence). Chunk by chunk, the trainer's values are read from the region,
    * the agent's values copied next to them, both scanned by the region kernels, and the agent's chunk
    * (narrowed to the dtype) written over the region's. Returns the bytes written. `only`: the indices
@@ -174,7 +179,7 @@ export class Region {
         if (t.dtype === 'float32') {
           this.writeFully(scratch.nowBytes.subarray(0, n * 4), t.offset + start * 4)
         } else {
-          narrow(t.dtype, scratch.now, 0, scratch.u16.subarray(0, n))
+          kernels.narrowNow(t.dtype, n)
           this.writeFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
         }
       }
@@ -196,7 +201,7 @@ export class Region {
       this.readFully(scratch.bytes.subarray(0, n * 4), t.offset + start * 4)
     } else {
       this.readFully(scratch.bytes.subarray(SCRATCH_BYTES / 2, SCRATCH_BYTES / 2 + n * 2), t.offset + start * 2)
-      widen(t.dtype, scratch.u16.subarray(SCRATCH_BYTES / 4, SCRATCH_BYTES / 4 + n), scratch.f32, 0)
+      scratch.kernels.widenUpper(t.dtype, n)
     }
     return scratch.f32.subarray(0, n)
   }
@@ -208,10 +213,10 @@ export class Region {
       if (start > 0) await nextTurn()
       const n = Math.min(perChunk, t.bytes / size - start)
       this.readFully(scratch.bytes.subarray(0, n * size), t.offset + start * size)
-      // float32: the SIMD kernel scans the chunk; only a chunk it refuses is searched for the index.
+      // The SIMD kernels scan the chunk; only a chunk they refuse is searched for the index.
       const at = t.dtype === 'float32'
         ? (scratch.kernels.allFinite(n) ? -1 : firstNonFinite(scratch.f32.subarray(0, n)))
-        : firstNonFinite16(t.dtype, scratch.u16.subarray(0, n))
+        : (scratch.kernels.allFinite16(t.dtype, n) ? -1 : firstNonFinite16(t.dtype, scratch.u16.subarray(0, n)))
       if (at >= 0) {
         const value = t.dtype === 'float32' ? scratch.f32[at] : halfToFloat(scratch.u16[at])
         return `tensor "${t.name}" in the region holds a non-finite value (${value}) at index ${start + at}`
@@ -229,21 +234,22 @@ export class Region {
       }
       return
     }
-    const perChunk = SCRATCH_BYTES / 2
+    // 16-bit values widen in the scratch (the kernels' memory), then one copy into the tensor.
+    const perChunk = SCRATCH_BYTES / 4
     for (let start = 0; start < dst.length; start += perChunk) {
       if (start > 0) await nextTurn()
       const n = Math.min(perChunk, dst.length - start)
-      this.readFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
-      widen(t.dtype, scratch.u16.subarray(0, n), dst, start)
+      dst.set(this.readWidened(t, start, n, scratch), start)
     }
   }
 
   private copyOut (src: Float32Array, t: TensorPlacement, scratch: Scratch): void {
     if (t.dtype === 'float32') { this.writeFully(bytesOf(src), t.offset); return }
-    const perChunk = SCRATCH_BYTES / 2
+    const perChunk = SCRATCH_BYTES / 4
     for (let start = 0; start < src.length; start += perChunk) {
       const n = Math.min(perChunk, src.length - start)
-      narrow(t.dtype, src, start, scratch.u16.subarray(0, n))
+      scratch.now.set(src.subarray(start, start + n))
+      scratch.kernels.narrowNow(t.dtype, n)
       this.writeFully(scratch.bytes.subarray(0, n * 2), t.offset + start * 2)
     }
   }

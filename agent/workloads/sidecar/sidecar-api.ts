@@ -321,9 +321,11 @@ export class SidecarApi {
     const picked = subset ?? schema.map((_t, i) => i)
     const response = await this.stepLock.run(async () => {
       const copy = await this.timed(async () => await averager.withTensors(ts => { for (const i of picked) ts[i].data.set(request.tensors[i]) }), this.floatBytes(picked.map(i => schema[i])))
-      const round = await this.round(averager, control)
+      const moved = new DistanceSum()
+      const round = await this.round(averager, control, undefined, moved)
       return await averager.withTensors(ts => {
-        const summary = this.summarize(round, relativeDistance(picked.map(i => request.tensors[i]), picked.map(i => ts[i].data)), copy)
+        const divergence = this.landedWhole(round, moved, subset) ? moved.value : relativeDistance(picked.map(i => request.tensors[i]), picked.map(i => ts[i].data))
+        const summary = this.summarize(round, divergence, copy)
         // Tensors outside the subset go back as sent.
         const averaged = new Set(picked)
         const answer = request.tensors.map((sent, i) => averaged.has(i) ? ts[i].data : sent)
@@ -343,24 +345,44 @@ export class SidecarApi {
     const refused = new AbortController()
     const copying = this.readRegion(region, averager, subset)
     copying.catch(() => { refused.abort() })
-    const round = await this.round(averager, control, { ready: copying, signal: refused.signal })
+    const moved = new DistanceSum()
+    const round = await this.round(averager, control, { ready: copying, signal: refused.signal }, moved)
     const copy = await copying
     const start = performance.now()
     return await averager.withTensors(ts => {
       const now = ts.map(t => t.data)
-      const distance = new DistanceSum()
-      copy.bytes += region.writeBack(now, ++this.generation, this.scratchBuffer(), distance, subset)
+      let divergence = moved.value
+      if (this.landedWhole(round, moved, subset)) {
+        // The divergence was summed as the parts landed: the write-back only writes (no second read of the region).
+        copy.bytes += region.writeFrom(now, ++this.generation, this.scratchBuffer(), subset)
+      } else {
+        const distance = new DistanceSum()
+        copy.bytes += region.writeBack(now, ++this.generation, this.scratchBuffer(), distance, subset)
+        divergence = distance.value
+      }
       copy.ms += performance.now() - start
-      return this.summarize(round, distance.value, copy)
+      return this.summarize(round, divergence, copy)
     })
+  }
+
+  /**
+   * Whether the round's landing summed what it moved for every value of the step (`picked`: its
+   * tensors, all by default), each once: then `moved` is the step's divergence. A round that kept
+   * parts local, failed, or found no group leaves values the landing never saw.
+   */
+  private landedWhole ({ result }: Round, moved: DistanceSum, picked?: readonly number[]): boolean {
+    const schema = this.schema!
+    const elements = (picked ?? schema.map((_t, i) => i)).reduce((n, i) => n + elementCount(schema[i].shape), 0)
+    return result !== undefined && moved.elements === elements
   }
 
   private async binaryStep (req: IncomingMessage, res: ServerResponse, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<void> {
     const { control, staged, copy, subset } = await this.readBinary(req, schema, averager)
-    const round = await this.round(averager, control)
+    const moved = new DistanceSum()
+    const round = await this.round(averager, control, undefined, moved)
     const { summary, packed } = await averager.withTensors(ts => {
       const picked = subset ?? schema.map((_t, i) => i)
-      const divergence = relativeDistance(picked.map(i => staged[i]), picked.map(i => ts[i].data))
+      const divergence = this.landedWhole(round, moved, subset) ? moved.value : relativeDistance(picked.map(i => staged[i]), picked.map(i => ts[i].data))
       // Tensors outside the subset go back as sent: packed from the staging buffer in place, which
       // never overwrites a value before reading it (a packed tensor starts at or before its float32 copy).
       const averaged = new Set(picked)
@@ -400,8 +422,11 @@ export class SidecarApi {
     return { ms: performance.now() - start, bytes }
   }
 
-  /** One averaging round over the tensors as they are; a round that found no group is not an error for the trainer. */
-  private async round (averager: DecentralizedAverager, control: StepControl, overlap?: { ready: Promise<unknown>, signal: AbortSignal }): Promise<Round> {
+  /**
+   * One averaging round over the tensors as they are; a round that found no group is not an error for
+   * the trainer. `moved` sums what the round's landing moved (StepOptions.landed).
+   */
+  private async round (averager: DecentralizedAverager, control: StepControl, overlap?: { ready: Promise<unknown>, signal: AbortSignal }, moved?: DistanceSum): Promise<Round> {
     const schema = this.schema!
     // The copy-in beside the round (regionStep) lands first: the final state below must not be overwritten by it.
     const copied = async (): Promise<void> => { await overlap?.ready.catch(() => {}) }
@@ -416,7 +441,8 @@ export class SidecarApi {
       const result = await averager.step({
         weight: control.weight, gather: control.gather, timeout: control.timeout, signal, round: this.rounds,
         ...(control.names !== undefined ? { names: control.names } : {}),
-        ...(overlap !== undefined ? { ready: overlap.ready } : {})
+        ...(overlap !== undefined ? { ready: overlap.ready } : {}),
+        ...(moved !== undefined ? { landed: (before: Float32Array, after: Float32Array) => { moved.add(before, after) } } : {})
       })
       this.stepsOk++
       // The group agrees on its round, so members that joined from a stale donor catch up.

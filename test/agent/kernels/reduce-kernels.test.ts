@@ -153,3 +153,76 @@ test('region kernels: allFinite sees NaN and infinities in sent only, and bad co
     assert.throws(() => { k.addDistance(-1) }, RangeError)
   }
 })
+
+/**
+ * float32 bit patterns where narrowing can go wrong: every sign and exponent with the low bits at
+ * and around each rounding boundary (float16 keeps 10 mantissa bits, bfloat16 7), and random
+ * mantissas below float16's smallest normal, where the subnormal's rounding shifts by up to 24.
+ */
+function narrowingCases (): Uint32Array {
+  const cases: number[] = []
+  // float16 ties at 0x1000 (kept bit even) and 0x3000 (odd); bfloat16's at 0x8000, its kept bit in `high`.
+  const lows = [0, 1, 0xfff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x3000, 0x7fff, 0x8000, 0x8001, 0xffff]
+  for (let high = 0; high < 1 << 16; high++) {
+    for (const low of lows) cases.push(((high << 16) | low) >>> 0)
+  }
+  let x = 12345
+  for (let i = 0; i < 1 << 20; i++) {
+    x = (x * 1103515245 + 12345) % 2147483648
+    const exponent = 90 + (i % 24) // 2^-37 .. 2^-14: float16's subnormals and what rounds to them
+    cases.push((((i & 1) << 31) | (exponent << 23) | (x & 0x7fffff)) >>> 0)
+  }
+  return Uint32Array.from(cases)
+}
+
+test('16-bit conversions: WebAssembly and JavaScript give the same bits for every half and every narrowing case, and agree on what is finite', () => {
+  const chunk = 1 << 16
+  const kernels = BACKENDS.map(b => createRegionKernels(chunk, b))
+  const bytesOf = (k: ReturnType<typeof createRegionKernels>): Uint8Array => new Uint8Array(k.sent.buffer, k.sent.byteOffset, 4 * chunk)
+  for (const dtype of ['float16', 'bfloat16'] as const) {
+    // Every 16-bit value, widened in place from the upper half of sent.
+    const widened = kernels.map(k => {
+      const halves = new Uint16Array(k.sent.buffer, k.sent.byteOffset + 2 * chunk, chunk)
+      for (let h = 0; h < chunk; h++) halves[h] = h
+      k.widenUpper(dtype, chunk)
+      return new Uint32Array(k.sent.buffer, k.sent.byteOffset, chunk).slice()
+    })
+    assert.deepEqual(widened[0], widened[1], `${dtype}: widened bits`)
+    // Odd lengths take the kernels' one-at-a-time tails.
+    for (const n of [1, 7, 9, 1001]) {
+      const got = kernels.map(k => {
+        const halves = new Uint16Array(k.sent.buffer, k.sent.byteOffset + 2 * chunk, n)
+        for (let h = 0; h < n; h++) halves[h] = (h * 40503) & 0xffff
+        k.widenUpper(dtype, n)
+        return new Uint32Array(k.sent.buffer, k.sent.byteOffset, n).slice()
+      })
+      assert.deepEqual(got[0], got[1], `${dtype}: ${n} widened`)
+    }
+    const cases = narrowingCases()
+    for (let at = 0; at < cases.length; at += chunk) {
+      const n = Math.min(chunk, cases.length - at) - (at === 0 ? 3 : 0) // one odd length
+      const narrowed = kernels.map(k => {
+        new Uint32Array(k.now.buffer, k.now.byteOffset, n).set(cases.subarray(at, at + n))
+        k.narrowNow(dtype, n)
+        return new Uint16Array(bytesOf(k).buffer, k.sent.byteOffset, n).slice()
+      })
+      if (!narrowed[0].every((h, i) => h === narrowed[1][i])) {
+        const i = narrowed[0].findIndex((h, j) => h !== narrowed[1][j])
+        assert.fail(`${dtype}: float32 bits 0x${cases[at + i].toString(16)} narrow to 0x${narrowed[0][i].toString(16)} in WebAssembly, 0x${narrowed[1][i].toString(16)} in JavaScript`)
+      }
+    }
+    // Finiteness: a chunk of finite halves, then one infinity or NaN at each place of an 8-lane block and in a tail.
+    const exponent = dtype === 'float16' ? 0x7c00 : 0x7f80
+    for (const bad of [-1, 0, 3, 7, 8, 15, 2 * chunk - 1, 2 * chunk - 2]) {
+      const verdicts = kernels.map(k => {
+        const halves = new Uint16Array(bytesOf(k).buffer, k.sent.byteOffset, 2 * chunk)
+        for (let h = 0; h < halves.length; h++) halves[h] = (h * 40503) & 0xffff & ~0x4000 // exponent never all ones
+        if (bad >= 0) halves[bad] = exponent | (bad & 1)
+        return [k.allFinite16(dtype, 2 * chunk), k.allFinite16(dtype, 2 * chunk - 1), k.allFinite16(dtype, 5)]
+      })
+      assert.deepEqual(verdicts[0], verdicts[1], `${dtype}: finiteness with a bad value at ${bad}`)
+      assert.equal(verdicts[0][0], bad < 0, `${dtype}: bad value at ${bad}`)
+      assert.equal(verdicts[0][1], bad < 0 || bad === 2 * chunk - 1, `${dtype}: bad value at ${bad}, one value short`)
+    }
+  }
+})

@@ -29,6 +29,26 @@ function expected (inputs: Array<Record<string, StoredValues>>, weights: number[
   }))
 }
 
+/**
+ * ‖sent − now‖ / ‖sent‖ over every value, in float64: sent the widened inputs, now the agent's float32
+ * result (before it is narrowed into the region). The agent sums it as the round's parts land.
+ */
+function expectedDivergence (inputs: Array<Record<string, StoredValues>>, weights: number[], self: number, alpha = 1): number {
+  const total = weights.reduce((a, b) => a + b, 0)
+  let diff = 0
+  let norm = 0
+  for (const t of SPECS) {
+    for (let i = 0; i < count(t); i++) {
+      const local = widenOne(t, inputs[self][t.name][i])
+      const mean = inputs.reduce((s, v, p) => s + weights[p] * widenOne(t, v[t.name][i]), 0) / total
+      const now = Math.fround(local + alpha * (mean - local))
+      diff += (local - now) ** 2
+      norm += local ** 2
+    }
+  }
+  return Math.sqrt(diff / norm)
+}
+
 const plain = (r: Record<string, StoredValues>): Record<string, number[]> => Object.fromEntries(Object.entries(r).map(([k, v]) => [k, [...v]]))
 
 test('three agents average through shared-memory regions: exact weighted means in float32, float16 and bfloat16, two steps in a row', { timeout: 120_000 }, async () => {
@@ -51,6 +71,8 @@ test('three agents average through shared-memory regions: exact weighted means i
         assert.equal(r.bytesCopied, 2 * SPECS.reduce((n, t) => n + count(t) * (t.dtype === undefined ? 4 : 2), 0), 'read once, written back once')
         assert.ok(typeof r.copyMs === 'number' && r.copyMs >= 0)
         assert.deepEqual(plain(regions[i].read()), expected(inputs, weights, i), `step ${step} agent ${i}: the region holds the exact mean in its dtypes`)
+        const divergence = expectedDivergence(inputs, weights, i)
+        assert.ok(Math.abs(r.divergence - divergence) <= 1e-12 * divergence, `step ${step} agent ${i}: divergence ${r.divergence}, ${divergence} expected`)
         assert.equal(regions[i].generation, step + 1)
         assert.equal(regions[i].seq % 2, 0)
       }
@@ -73,7 +95,11 @@ test('averagingAlpha 0.5 moves each region half way to the mean', { timeout: 60_
     await Promise.all(clients.map(async c => await c.register(SPECS, { region: 'r' })))
     const results = await Promise.all(clients.map(async c => await c.stepRegion({ timeout: 30 })))
     assert.ok(results.every(r => r.averaged), results.map(r => r.error).join('; '))
-    for (let i = 0; i < 2; i++) assert.deepEqual(plain(regions[i].read()), expected(inputs, [1, 1], i, 0.5), `agent ${i}`)
+    for (let i = 0; i < 2; i++) {
+      assert.deepEqual(plain(regions[i].read()), expected(inputs, [1, 1], i, 0.5), `agent ${i}`)
+      const divergence = expectedDivergence(inputs, [1, 1], i, 0.5)
+      assert.ok(Math.abs(results[i].divergence - divergence) <= 1e-12 * divergence, `agent ${i}: divergence ${results[i].divergence}, ${divergence} expected`)
+    }
   } finally {
     await swarm.stop()
   }

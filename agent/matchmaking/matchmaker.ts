@@ -459,17 +459,16 @@ export class Matchmaker {
    * so the extra takes the place the short key lacked and the grid is whole again the round after.
    */
   private async takeGroupToExtras (search: Search, known: readonly StoredEntry[]): Promise<boolean> {
-    const expiration = search.declaredExpiration
-    if (search.currentLeader != null || expiration == null || search.declaredAt == null || search.leftoverKey == null) return false
-    const looks = this.extraLooks(search)
-    if (!shortUnderKey(search, this.config.targetGroupSize, looks)) return false
+    const look = this.extrasLook(search)
+    if (look === undefined || search.declaredAt == null) return false
+    const { expiration, looks, leftoverKey } = look
     // Due when it would assemble early (a second look: extraGrace after the first), or ahead of its assembly at its expiration (extrasLookAt).
     const now = this.now()
     const early = assembleEarly(this.earlyView(search, search.declaredAt), known, this.selfId, now)
-    if (!extrasLookDue(looks, early, now, extrasLookAt(looks, expiration, this.config.requestTimeout, search.extraLooks.graceEnds))) return false
+    if (!extrasLookDue(looks, early, now, look.at)) return false
     const store = search.storedAt != null ? search.storedAt - search.declaredAt : 0
     search.extraLooks = { expiration, count: looks + 1, graceEnds: looks === 0 ? now + extraGrace(this.config.requestTimeout, store) : search.extraLooks.graceEnds }
-    const leftovers = await this.rendezvous.find(search.leftoverKey).catch(() => [])
+    const leftovers = await this.rendezvous.find(leftoverKey).catch(() => [])
     const extras = othersLooking(leftovers, this.selfId, this.now())
     const members = search.followers.size + 1
     const meet = extras.length === 0 && meetUnderLeftovers(members, this.config.targetGroupSize, this.config.minGroupSize)
@@ -494,12 +493,21 @@ export class Matchmaker {
    * half the time at a 0.5 s request timeout, and assembled short while an extra waited there.
    */
   private nextExtrasLook (search: Search): number {
-    const expiration = search.declaredExpiration
-    if (search.currentLeader != null || expiration == null || search.leftoverKey == null) return Infinity
+    const at = this.extrasLook(search)?.at
+    return at !== undefined && at > this.now() ? at : Infinity
+  }
+
+  /**
+   * A short leader's looks for extras under the leftover key in its current declaration: how many it
+   * took and when the next is due at the latest (extrasLookAt); undefined for a follower, a peer not
+   * declared, one without a leftover key, or a group that is not short.
+   */
+  private extrasLook (search: Search): { expiration: number, looks: number, at: number, leftoverKey: string } | undefined {
+    const { declaredExpiration: expiration, leftoverKey } = search
+    if (search.currentLeader != null || expiration == null || leftoverKey == null) return undefined
     const looks = this.extraLooks(search)
-    if (!shortUnderKey(search, this.config.targetGroupSize, looks)) return Infinity
-    const at = extrasLookAt(looks, expiration, this.config.requestTimeout, search.extraLooks.graceEnds)
-    return at > this.now() ? at : Infinity
+    if (!shortUnderKey(search, this.config.targetGroupSize, looks)) return undefined
+    return { expiration, looks, at: extrasLookAt(looks, expiration, this.config.requestTimeout, search.extraLooks.graceEnds), leftoverKey }
   }
 
   /** Our view: the replicas' answer, the declarations heard of otherwise (Search.heard), less the peers a full group listed (Search.grouped). */

@@ -282,7 +282,7 @@
 
   ;; u16 at $d = the n float32 at $s narrowed, round to nearest even ($bf: 1 bfloat16, 0 float16).
   (func (export "narrow") (param $s i32) (param $d i32) (param $n i32) (param $bf i32)
-    (local $end i32) (local $tail i32) (local $lo v128) (local $hi v128)
+    (local $end i32) (local $tail i32) (local $lo v128) (local $hi v128) (local $a v128) (local $r v128)
     (local.set $end (i32.add (local.get $s) (i32.shl (i32.and (local.get $n) (i32.const -8)) (i32.const 2))))
     (local.set $tail (i32.add (local.get $end) (i32.shl (i32.and (local.get $n) (i32.const 7)) (i32.const 2))))
     (if (local.get $bf)
@@ -311,9 +311,43 @@
         (block $done
           (loop $next
             (br_if $done (i32.ge_u (local.get $s) (local.get $end)))
-            (v128.store (local.get $d) (i16x8.narrow_i32x4_u
-              (call $narrow_f16x4 (v128.load (local.get $s)))
-              (call $narrow_f16x4 (v128.load offset=16 (local.get $s)))))
+            (local.set $lo (v128.load (local.get $s)))
+            (local.set $hi (v128.load offset=16 (local.get $s)))
+            ;; as $narrow_f16x4 on $lo: normals, then subnormals, overflow and NaN over them, then the sign
+            (local.set $a (v128.and (local.get $lo) (i32x4.splat (i32.const 0x7fffffff))))
+            (local.set $r (i32x4.shr_u
+              (i32x4.add (i32x4.add (local.get $a) (i32x4.splat (i32.const 0xc8000fff)))
+                (v128.and (i32x4.shr_u (local.get $a) (i32.const 13)) (i32x4.splat (i32.const 1))))
+              (i32.const 13)))
+            (local.set $r (v128.bitselect
+              (i32x4.sub (f32x4.add (local.get $a) (f32x4.splat (f32.const 0.5))) (i32x4.splat (i32.const 0x3f000000)))
+              (local.get $r)
+              (i32x4.lt_u (local.get $a) (i32x4.splat (i32.const 0x38800000)))))
+            (local.set $r (v128.bitselect (i32x4.splat (i32.const 0x7c00)) (local.get $r)
+              (i32x4.ge_u (local.get $a) (i32x4.splat (i32.const 0x47800000)))))
+            (local.set $r (v128.bitselect
+              (v128.or (i32x4.splat (i32.const 0x7e00)) (v128.and (i32x4.shr_u (local.get $a) (i32.const 13)) (i32x4.splat (i32.const 0x3ff))))
+              (local.get $r)
+              (i32x4.gt_u (local.get $a) (i32x4.splat (i32.const 0x7f800000)))))
+            (local.set $lo (v128.or (local.get $r) (v128.and (i32x4.shr_u (local.get $lo) (i32.const 16)) (i32x4.splat (i32.const 0x8000)))))
+            ;; as $narrow_f16x4 on $hi: normals, then subnormals, overflow and NaN over them, then the sign
+            (local.set $a (v128.and (local.get $hi) (i32x4.splat (i32.const 0x7fffffff))))
+            (local.set $r (i32x4.shr_u
+              (i32x4.add (i32x4.add (local.get $a) (i32x4.splat (i32.const 0xc8000fff)))
+                (v128.and (i32x4.shr_u (local.get $a) (i32.const 13)) (i32x4.splat (i32.const 1))))
+              (i32.const 13)))
+            (local.set $r (v128.bitselect
+              (i32x4.sub (f32x4.add (local.get $a) (f32x4.splat (f32.const 0.5))) (i32x4.splat (i32.const 0x3f000000)))
+              (local.get $r)
+              (i32x4.lt_u (local.get $a) (i32x4.splat (i32.const 0x38800000)))))
+            (local.set $r (v128.bitselect (i32x4.splat (i32.const 0x7c00)) (local.get $r)
+              (i32x4.ge_u (local.get $a) (i32x4.splat (i32.const 0x47800000)))))
+            (local.set $r (v128.bitselect
+              (v128.or (i32x4.splat (i32.const 0x7e00)) (v128.and (i32x4.shr_u (local.get $a) (i32.const 13)) (i32x4.splat (i32.const 0x3ff))))
+              (local.get $r)
+              (i32x4.gt_u (local.get $a) (i32x4.splat (i32.const 0x7f800000)))))
+            (local.set $hi (v128.or (local.get $r) (v128.and (i32x4.shr_u (local.get $hi) (i32.const 16)) (i32x4.splat (i32.const 0x8000)))))
+            (v128.store (local.get $d) (i16x8.narrow_i32x4_u (local.get $lo) (local.get $hi)))
             (local.set $s (i32.add (local.get $s) (i32.const 32)))
             (local.set $d (i32.add (local.get $d) (i32.const 16)))
             (br $next)))))

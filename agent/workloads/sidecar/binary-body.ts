@@ -2,9 +2,8 @@ import type { IncomingMessage } from 'node:http'
 import { elementCount } from '../../schema.js'
 import { RequestError } from './request-parsing.js'
 import { MAX_GATHER_BYTES } from '../../matchmaking/group-info.js'
-import { narrow, widen } from './dtypes.js'
 import { packedBytes, type StoredTensor } from './region-layout.js'
-import { bytesOf } from './region.js'
+import { bytesOf, narrowThrough, widenThrough, type Scratch } from './region.js'
 
 /** `application/vnd.avs.tensors`: u32le n + n bytes of control JSON + every tensor's bytes in registered order and dtype. */
 export const TENSORS_CONTENT_TYPE = 'application/vnd.avs.tensors'
@@ -50,7 +49,7 @@ function slots (schema: readonly StoredTensor[], staging: Float32Array): Slot[] 
  * 16-bit tensors as they complete, and returns the parsed control JSON. Never holds more than one
  * network chunk besides `staging`; a body of the wrong length is a 400 naming the expected size.
  */
-export async function readTensorsBody (req: IncomingMessage, schema: readonly StoredTensor[], staging: Float32Array): Promise<unknown> {
+export async function readTensorsBody (req: IncomingMessage, schema: readonly StoredTensor[], staging: Float32Array, scratch: Scratch): Promise<unknown> {
   const tensorBytes = packedBytes(schema)
   const targets = slots(schema, staging)
   const declared = Number(req.headers['content-length'])
@@ -94,7 +93,7 @@ export async function readTensorsBody (req: IncomingMessage, schema: readonly St
       received += n
       at += n
       if (within + n === slot.packedBytes) {
-        if (slot.dtype !== 'float32') widen(slot.dtype, new Uint16Array(slot.raw.buffer, slot.raw.byteOffset, slot.values.length), slot.values, 0)
+        if (slot.dtype !== 'float32') widenThrough(scratch, slot.dtype, new Uint16Array(slot.raw.buffer, slot.raw.byteOffset, slot.values.length), slot.values)
         next++
       }
     }
@@ -138,12 +137,12 @@ export function controlHead (body: unknown): Buffer {
  * Packs `tensors` in their storage dtypes back to back into `into` (the staging buffer's bytes,
  * which are always large enough: every stored item is at most 4 bytes) and returns that view.
  */
-export function packTensors (schema: readonly StoredTensor[], tensors: readonly Float32Array[], into: Uint8Array): Uint8Array {
+export function packTensors (schema: readonly StoredTensor[], tensors: readonly Float32Array[], into: Uint8Array, scratch: Scratch): Uint8Array {
   let at = 0
   schema.forEach((t, i) => {
     const src = tensors[i]
     if (t.dtype === 'float32') into.set(bytesOf(src), at)
-    else narrow(t.dtype, src, 0, new Uint16Array(into.buffer, into.byteOffset + at, src.length))
+    else narrowThrough(scratch, t.dtype, src, new Uint16Array(into.buffer, into.byteOffset + at, src.length))
     at += src.length * (t.dtype === 'float32' ? 4 : 2)
   })
   return into.subarray(0, at)

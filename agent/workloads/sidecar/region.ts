@@ -6,7 +6,7 @@ import { firstNonFinite16, halfToFloat } from './dtypes.js'
 import { GENERATION_OFFSET, HEADER_BYTES, REGION_MAGIC, SEQ_OFFSET, type RegionLayout, type TensorPlacement } from './region-layout.js'
 import { firstNonFinite } from './tensor-codec.js'
 import type { DistanceSum } from './distance.js'
-import { createRegionKernels, type KernelBackend, type RegionKernels } from '../../kernels/reduce-kernels.js'
+import { createRegionKernels, type HalfDtype, type KernelBackend, type RegionKernels } from '../../kernels/reduce-kernels.js'
 
 /** The bounded buffers an agent converts 16-bit tensors through and checks region values in. */
 /** Node's readSync/writeSync coerce the length to an int32: a tensor of 2 GiB or more moves in calls of at most this. */
@@ -34,6 +34,32 @@ export class Scratch {
     this.u16 = new Uint16Array(this.f32.buffer, this.f32.byteOffset, SCRATCH_BYTES / 2)
     this.now = this.kernels.now
     this.nowBytes = new Uint8Array(this.now.buffer, this.now.byteOffset, SCRATCH_BYTES)
+  }
+}
+
+/**
+ * `src`'s 16-bit values widened into `dst` through the scratch, whose SIMD kernels work in their own
+ * memory (binary bodies). `src` may lie in the upper half of `dst`'s bytes: each chunk is read before
+ * any byte of it is overwritten.
+ */
+export function widenThrough (scratch: Scratch, dtype: HalfDtype, src: Uint16Array, dst: Float32Array): void {
+  const per = SCRATCH_BYTES / 4
+  for (let at = 0; at < src.length; at += per) {
+    const n = Math.min(per, src.length - at)
+    scratch.u16.set(src.subarray(at, at + n), SCRATCH_BYTES / 4)
+    scratch.kernels.widenUpper(dtype, n)
+    dst.set(scratch.f32.subarray(0, n), at)
+  }
+}
+
+/** `src` narrowed into `dst` (16-bit items) through the scratch; `dst` may start at or before `src`'s bytes. */
+export function narrowThrough (scratch: Scratch, dtype: HalfDtype, src: Float32Array, dst: Uint16Array): void {
+  const per = SCRATCH_BYTES / 4
+  for (let at = 0; at < src.length; at += per) {
+    const n = Math.min(per, src.length - at)
+    scratch.now.set(src.subarray(at, at + n))
+    scratch.kernels.narrowNow(dtype, n)
+    dst.set(scratch.u16.subarray(0, n), at)
   }
 }
 

@@ -389,7 +389,7 @@ export class SidecarApi {
       const now = staged.map((sent, i) => averaged.has(i) ? ts[i].data : sent)
       const start = performance.now()
       // The staging buffer holds what was sent until the divergence is known; then it carries the answer.
-      const packed = packTensors(schema, now, bytesOf(this.stagingBuffer(schema)))
+      const packed = packTensors(schema, now, bytesOf(this.stagingBuffer(schema)), this.scratchBuffer())
       copy.ms += performance.now() - start
       copy.bytes += packed.byteLength
       return { summary: this.summarize(round, divergence, copy), packed }
@@ -401,7 +401,7 @@ export class SidecarApi {
   private async readBinary (req: IncomingMessage, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<{ control: StepControl, staged: Float32Array[], copy: Copy, subset?: number[] }> {
     const staging = this.stagingBuffer(schema)
     const start = performance.now()
-    const control = parseControl(await readTensorsBody(req, schema, staging))
+    const control = parseControl(await readTensorsBody(req, schema, staging, this.scratchBuffer()))
     // The body carries every tensor; a step over a subset (control.names) checks and takes those alone.
     const subset = stepSubset(control, schema)
     const picked = subset ?? schema.map((_t, i) => i)
@@ -504,7 +504,7 @@ export class SidecarApi {
     const { schema, averager } = this.registered()
     if (req.headers.accept?.includes(TENSORS_CONTENT_TYPE) === true) {
       await this.stepLock.run(async () => {
-        const packed = await averager.withTensors(ts => packTensors(schema, ts.map(t => t.data), bytesOf(this.stagingBuffer(schema))))
+        const packed = await averager.withTensors(ts => packTensors(schema, ts.map(t => t.data), bytesOf(this.stagingBuffer(schema)), this.scratchBuffer()))
         await sendFramed(res, { origin: this.origin, generation: this.generation }, packed)
       })
       return

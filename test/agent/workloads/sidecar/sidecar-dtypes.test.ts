@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { REGION_MAGIC, regionLayout, type StoredTensor } from '../../../../agent/workloads/sidecar/region-layout.js'
-import { Region, Scratch } from '../../../../agent/workloads/sidecar/region.js'
+import { Region, Scratch, narrowThrough, widenThrough } from '../../../../agent/workloads/sidecar/region.js'
 import { DistanceSum, relativeDistance } from '../../../../agent/workloads/sidecar/distance.js'
 import { elementCount } from '../../../../agent/schema.js'
 import { readTensorsBody } from '../../../../agent/workloads/sidecar/binary-body.js'
@@ -86,13 +86,13 @@ test('binary bodies parse across any chunk boundary and refuse a wrong length wi
     const chunks: Buffer[] = []
     for (let i = 0; i < body.byteLength; i += size) chunks.push(body.subarray(i, i + size))
     const staging = new Float32Array(5)
-    assert.deepEqual(await readTensorsBody(request(chunks), schema, staging), { weight: 2 }, `chunks of ${size}`)
+    assert.deepEqual(await readTensorsBody(request(chunks), schema, staging, new Scratch()), { weight: 2 }, `chunks of ${size}`)
     assert.deepEqual([...staging], [1, -2.5, 2, 1.5, -7], `chunks of ${size}`)
   }
   const expected = /has (\d+|more than \d+) bytes but this schema needs 30 \(4 \+ 12 control bytes \+ 14 tensor bytes\)/
-  await assert.rejects(readTensorsBody(request([body.subarray(0, 29)]), schema, new Float32Array(5)), expected)
-  await assert.rejects(readTensorsBody(request([body, Buffer.alloc(1)]), schema, new Float32Array(5)), expected)
-  await assert.rejects(readTensorsBody(request([body], 31), schema, new Float32Array(5)), /has 31 bytes but this schema needs 30/)
+  await assert.rejects(readTensorsBody(request([body.subarray(0, 29)]), schema, new Float32Array(5), new Scratch()), expected)
+  await assert.rejects(readTensorsBody(request([body, Buffer.alloc(1)]), schema, new Float32Array(5), new Scratch()), expected)
+  await assert.rejects(readTensorsBody(request([body], 31), schema, new Float32Array(5), new Scratch()), /has 31 bytes but this schema needs 30/)
 })
 
 test('a region\'s write-back puts the mean in every dtype and adds the exact divergence of what the region held (WebAssembly and JavaScript kernels alike)', () => {
@@ -146,5 +146,27 @@ test('a region\'s write-back puts the mean in every dtype and adds the exact div
     assert.ok(Math.abs(divergences[0] - Math.sqrt(diff / norm)) < 1e-12, 'and it is ‖sent − now‖/‖sent‖')
   } finally {
     rmSync(dir, { recursive: true, force: true })
+  }
+})
+
+test('binary bodies\' 16-bit tensors widen and narrow in place through the scratch, across its chunks, as the JavaScript twins do', () => {
+  const scratch = new Scratch()
+  const n = 2_500_003 // more than two of the scratch's chunks of 1 Mi values
+  for (const dtype of ['float16', 'bfloat16'] as const) {
+    const values = Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 2 ** ((i % 40) - 20))
+    // Narrowed in place: the 16-bit items start where the float32 values do (packTensors).
+    const expected = new Uint16Array(n)
+    narrow(dtype, values, 0, expected)
+    const buffer = values.slice()
+    narrowThrough(scratch, dtype, buffer, new Uint16Array(buffer.buffer, 0, n))
+    assert.deepEqual(new Uint16Array(buffer.buffer, 0, n), expected, `${dtype} narrowed`)
+    // Widened in place: the 16-bit items in the upper half of the float32 values' bytes (readTensorsBody).
+    const wide = new Float32Array(n)
+    widen(dtype, expected, wide, 0)
+    const into = new Float32Array(n)
+    const upper = new Uint16Array(into.buffer, 2 * n, n)
+    upper.set(expected)
+    widenThrough(scratch, dtype, upper, into)
+    assert.deepEqual(new Uint32Array(into.buffer), new Uint32Array(wide.buffer), `${dtype} widened`)
   }
 })

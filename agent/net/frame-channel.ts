@@ -59,6 +59,8 @@ export interface FrameQueueOptions {
   readonly maxFrameBytes: number
   /** Decoded frames held before the source is paused. */
   readonly maxQueuedFrames: number
+  /** Memory for a frame read in place (target/filled), e.g. from a pool its readers give back to; default: a fresh array. */
+  readonly frameMemory?: (bytes: number) => Uint8Array
 }
 
 /** What the queue needs from the transport under it. */
@@ -98,6 +100,8 @@ export class FrameQueue {
   private ended = false
   private failure: Error | null = null
   private paused = false
+  /** Reading in place (target/filled): the header's bytes, or the frame's memory, and how much of it is in. */
+  private inPlace: { header: Uint8Array, got: number, frame: Uint8Array | null } | null = null
 
   constructor (private readonly source: FrameSource, private readonly options: FrameQueueOptions) {}
 
@@ -190,16 +194,56 @@ export class FrameQueue {
       this.buffer.consume(end)
       this.deliver(frame)
     }
+    this.maybePause()
+  }
+
+  private maybePause (): void {
     if (this.frames.length >= this.options.maxQueuedFrames && !this.paused) {
       this.paused = true
       this.source.pause()
     }
   }
 
+  /**
+   * Where the transport should put its next bytes, for a transport that reads into memory we name
+   * (readInPlace): the rest of the frame being read, or of its header. Never empty. filled(n) then
+   * says how many bytes it wrote there.
+   */
+  target (): Uint8Array {
+    if (this.inPlace === null) this.inPlace = { header: new Uint8Array(FRAME_HEADER_BYTES), got: 0, frame: null }
+    const p = this.inPlace
+    return p.frame === null ? p.header.subarray(p.got) : p.frame.subarray(p.got)
+  }
+
+  /** n bytes were written at the start of the last target(). */
+  filled (n: number): void {
+    const p = this.inPlace
+    if (this.failure != null || p === null) return
+    p.got += n
+    if (p.frame === null) {
+      if (p.got < FRAME_HEADER_BYTES) return
+      const h = p.header
+      const length = (h[0] | (h[1] << 8) | (h[2] << 16)) + h[3] * 2 ** 24
+      p.got = 0
+      if (length > this.options.maxFrameBytes) {
+        this.source.violate(new ProtocolError(`peer ${this.source.describePeer()} announced a ${length}-byte message, above the ${this.options.maxFrameBytes}-byte bound`))
+        return
+      }
+      if (length === 0) this.deliver(new Uint8ArrayList())
+      else p.frame = this.options.frameMemory?.(length) ?? new Uint8Array(length)
+    } else if (p.got === p.frame.byteLength) {
+      const frame = new Uint8ArrayList(p.frame)
+      p.frame = null
+      p.got = 0
+      this.deliver(frame)
+    } else return
+    this.maybePause()
+  }
+
   /** The remote closed its side: a clean end only between frames. */
   end (): void {
     if (this.ended || this.failure != null) return
-    if (this.buffer.byteLength > 0) {
+    if (this.buffer.byteLength > 0 || (this.inPlace !== null && (this.inPlace.got > 0 || this.inPlace.frame !== null))) {
       this.fail(new ProtocolError(`peer ${this.source.describePeer()} closed the stream in the middle of a message`))
       return
     }

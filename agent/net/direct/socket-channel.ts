@@ -2,6 +2,26 @@ import type { Socket } from 'node:net'
 import type { Uint8ArrayList } from 'uint8arraylist'
 import { ProtocolError } from '../../errors.js'
 import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type DirectFrameChannel } from '../frame-channel.js'
+import { BufferPool } from './threads/buffer-pool.js'
+import { readInPlace } from './read-in-place.js'
+
+/**
+ * Frames read in place come from here and go back when their reader releases them: a round's
+ * parts reuse a few megabytes instead of allocating (and collecting) every part's memory.
+ */
+const framePool = new BufferPool(16 * 1024 * 1024)
+/** Buffers this thread's pool handed out and not yet back: only they are given back, and once. */
+const lent = new WeakSet<ArrayBuffer>()
+
+/** Below this, a frame (a header, a reply) gets memory of its own: V8 keeps small arrays on its heap. */
+const POOLED_FRAME_BYTES = 4096
+
+function frameMemory (bytes: number): Uint8Array {
+  if (bytes < POOLED_FRAME_BYTES) return new Uint8Array(bytes)
+  const buffer = framePool.take(bytes)
+  lent.add(buffer)
+  return new Uint8Array(buffer, 0, bytes)
+}
 
 export interface SocketChannelOptions {
   /** The protocol the TLS handshake agreed on (ALPN). */
@@ -20,6 +40,8 @@ export class SocketFrameChannel implements DirectFrameChannel {
   private readonly queue: FrameQueue
   private readonly writeHighWaterMark: number
   readonly kind = 'direct' as const
+  /** Whether the socket reads straight into frame memory (readInPlace), or hands over its own buffers. */
+  readonly readsInPlace: boolean
   readonly protocol: string
   /** Resolves once the socket is fully closed. */
   readonly closed: Promise<void>
@@ -32,9 +54,10 @@ export class SocketFrameChannel implements DirectFrameChannel {
       resume: () => { socket.resume() },
       violate: (err) => { this.abort(err) },
       describePeer: () => remotePeer
-    }, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames ?? 8 })
+    }, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames ?? 8, frameMemory })
     socket.setNoDelay(true)
-    socket.on('data', (chunk: Buffer) => { this.queue.push(chunk) })
+    this.readsInPlace = readInPlace(socket, this.queue)
+    if (!this.readsInPlace) socket.on('data', (chunk: Buffer) => { this.queue.push(chunk) })
     socket.on('end', () => { this.queue.end() })
     socket.on('error', (err) => { this.queue.fail(new ProtocolError(`connection to ${remotePeer} failed: ${err.message}`)) })
     // Protocol code counts the frames it is owed, so an early clean close is still caught there.
@@ -48,6 +71,15 @@ export class SocketFrameChannel implements DirectFrameChannel {
 
   async readPieces (timeoutMs?: number): Promise<Uint8ArrayList | null> {
     return await this.queue.readPieces(timeoutMs)
+  }
+
+  release (frame: Uint8ArrayList): void {
+    // A frame read in place is one piece of pooled memory; anything else was never lent.
+    for (const piece of frame) {
+      const buffer = piece.buffer
+      if (buffer instanceof ArrayBuffer && lent.delete(buffer)) framePool.give(buffer)
+      return
+    }
   }
 
   /**

@@ -122,6 +122,7 @@ class Relay {
           bytes.set(chunk, offset)
           offset += chunk.byteLength
         }
+        this.channel.release(frame)
         this.unread++
         post({ t: 'frame', id: this.id, buf, length }, [buf])
       }

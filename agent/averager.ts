@@ -430,7 +430,7 @@ export class DecentralizedAverager {
     if (userData.byteLength > MAX_GATHER_BYTES) throw new AveragingError(`gathered data must serialise to at most ${MAX_GATHER_BYTES / 1024} KiB of JSON`)
     const times = config.compression === 'auto' ? this.codecClock.times : {}
     const info: PeerInfo = {
-      mode: wireMode(config.mode), bandwidth: this.declaredBandwidth, weight,
+      mode: wireMode(config.mode), bandwidth: this.declaredBandwidth, bandwidthMeasured: config.bandwidth === undefined && this.measuredRate !== undefined, weight,
       secondsNone: times.none, secondsFloat16: times.float16, userData: userData as Uint8Array<ArrayBuffer>,
       dataPort: this.directServer?.port ?? 0,
       dataAddrs: this.directServer == null ? [] : dataAddrsToWire(this.hooks.dataAddrs?.() ?? []),

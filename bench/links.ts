@@ -49,15 +49,18 @@ async function main (): Promise<void> {
     .option('--warmup <n>', 'warm-up rounds', '1')
     .option('--change <list>', 'ROUND:PEER:MBIT,...: before round ROUND (0-based, warm-up included) set PEER\'s link to MBIT both ways')
     .option('--sysctl <list>', 'KEY=VALUE,...: set in every peer\'s namespace (e.g. net.ipv4.tcp_notsent_lowat=131072)')
+    .option('--flows <ms>', 'sample every flow\'s TCP progress (ss) this often: per-round tables and samples next to the logs')
     .option('--timeout <s>', 'seconds one row may take', '900')
     .option('--logs <dir>', 'peer logs', 'bench/results/logs/links')
-    .parse().opts<{ profiles: string, impl: string, compression: string, elements: string, rounds: string, warmup: string, change?: string, sysctl?: string, timeout: string, logs: string }>()
+    .parse().opts<{ profiles: string, impl: string, compression: string, elements: string, rounds: string, warmup: string, change?: string, sysctl?: string, flows?: string, timeout: string, logs: string }>()
 
   const unsupported = await shapedLinksUnsupported()
   if (unsupported !== undefined) {
     process.stderr.write(`bench:links cannot run here: ${unsupported}.\n`)
     process.exit(2)
   }
+  const flowsEveryMs = o.flows !== undefined ? Number(o.flows) : undefined
+  if (flowsEveryMs !== undefined && !(flowsEveryMs >= 50)) throw new Error(`--flows takes a sampling interval of at least 50 ms, got "${o.flows ?? ''}"`)
   const elements = parseElements(o.elements)
   const rounds = Number(o.rounds); const warmup = Number(o.warmup)
   const changes = parseChanges(o.change)
@@ -80,7 +83,7 @@ async function main (): Promise<void> {
     for (const impl of o.impl.split(',').map(s => s.trim()).filter(Boolean)) {
       for (const codec of codecsOf(impl, o.compression.split(',').map(s => s.trim()))) {
         if (interrupted) break
-        rows.push(await runLinksRow({ profile, rates, impl, codec, elements, rounds, warmup, changes, timeoutS: Number(o.timeout), logs: o.logs, tag, sysctls: o.sysctl?.split(',').map(s => s.trim()).filter(Boolean), onLinks: (l) => { current = l } }))
+        rows.push(await runLinksRow({ profile, rates, impl, codec, elements, rounds, warmup, changes, timeoutS: Number(o.timeout), logs: o.logs, tag, sysctls: o.sysctl?.split(',').map(s => s.trim()).filter(Boolean), flowsEveryMs, onLinks: (l) => { current = l } }))
       }
     }
   }

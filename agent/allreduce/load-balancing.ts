@@ -47,6 +47,40 @@ export function spanFractions (bandwidths: ReadonlyArray<number | null>, modes: 
   return normalise(waterFill(effective, n))
 }
 
+/**
+ * Measured rates within this factor of the smallest in their run are taken as one rate. A rate an
+ * agent measures (agent/adapt/link-rate.ts) varies by ~10 % between equal links (8 agents on equal
+ * 100 Mbit/s links declared 98–109 Mbit/s), and the water-filling above amplifies a difference about
+ * (N − 2)-fold: the agent that declared 109 got a span 22 % larger than the rest and sent 188.8 MB a
+ * round where the others sent 170–177, the busiest link holding the round ~8 % over the equal split.
+ * Links apart by more than this (the mixed profile's 1 Gbit/s and 100 Mbit/s) still get their own.
+ */
+export const MEASURED_RATE_TOLERANCE = 1.15
+
+/**
+ * Bandwidths with measured rates merged: sorted, the measured ones form runs in which each is at most
+ * MEASURED_RATE_TOLERANCE × the run's smallest, and every member of a run gets the run's mean. Rates
+ * set by hand (measured false) and null ones stay as they are. Every member computes the same from
+ * the same gathered infos; makePlan applies it only where every member declared whether its rate was
+ * measured (PeerInfo.bandwidth_measured), so a group with an agent from before the rule keeps the old one.
+ */
+export function measuredAsEqual (bandwidths: ReadonlyArray<number | null>, measured: readonly boolean[]): Array<number | null> {
+  const out = [...bandwidths]
+  const order = bandwidths
+    .map((b, i) => ({ b, i }))
+    .filter((p): p is { b: number, i: number } => measured[p.i] && p.b !== null && p.b > 0)
+    .sort((p, q) => p.b - q.b || p.i - q.i)
+  for (let start = 0; start < order.length;) {
+    let end = start + 1
+    while (end < order.length && order[end].b <= MEASURED_RATE_TOLERANCE * order[start].b) end++
+    const run = order.slice(start, end)
+    const mean = run.reduce((sum, p) => sum + p.b, 0) / run.length
+    for (const p of run) out[p.i] = mean
+    start = end
+  }
+  return out
+}
+
 /** w_i ∝ max(0, λ b_i − 1) with λ chosen as described above; peers with b_i = 0 get 0. */
 function waterFill (bandwidths: readonly number[], n: number): number[] {
   const order = bandwidths

@@ -1,5 +1,5 @@
 import { PeerMode, type PeerInfo } from '../proto/averaging.js'
-import { spanFractions, type PeerMode as BalancingMode } from './load-balancing.js'
+import { measuredAsEqual, spanFractions, type PeerMode as BalancingMode } from './load-balancing.js'
 import { assignParts, elementsPerPart, planParts, type Part } from './partition.js'
 import type { Codec } from '../compression/index.js'
 import { AveragingError } from '../errors.js'
@@ -30,7 +30,9 @@ export function makePlan (infos: readonly PeerInfo[], tensorSizes: readonly numb
   if (senders.length === 0) throw new AveragingError('the group has no peer that contributes tensors (all are auxiliary)')
   const totalWeight = senders.reduce((sum, i) => sum + weights[i], 0)
   if (!(totalWeight > 0)) throw new AveragingError('the total weight of the group is zero, so there is no mean to take')
-  const fractions = spanFractions(infos.map(i => i.bandwidth ?? null), modes)
+  const declared = infos.map(i => i.bandwidth ?? null)
+  const everyoneSays = infos.every(i => i.bandwidthMeasured !== undefined)
+  const fractions = spanFractions(everyoneSays ? measuredAsEqual(declared, infos.map(i => i.bandwidthMeasured === true)) : declared, modes)
   const perPart = elementsPerPart(partSizeBytes, codec.bytesPerElement)
   const parts = planParts(tensorSizes, perPart)
   const counts = assignParts(parts, fractions)

@@ -34,6 +34,7 @@ export interface PeerInfo {
   secondsNone?: number
   secondsFloat16?: number
   dataAddrs: Uint8Array[]
+  bandwidthMeasured?: boolean
 }
 
 export namespace PeerInfo {
@@ -98,6 +99,11 @@ export namespace PeerInfo {
             w.uint32(82)
             w.bytes(value)
           }
+        }
+
+        if (obj.bandwidthMeasured != null) {
+          w.uint32(88)
+          w.bool(obj.bandwidthMeasured)
         }
 
         if (opts.lengthDelimited !== false) {
@@ -166,6 +172,10 @@ export namespace PeerInfo {
               }
 
               obj.dataAddrs.push(reader.bytes())
+              break
+            }
+            case 11: {
+              obj.bandwidthMeasured = reader.bool()
               break
             }
             default: {
@@ -274,6 +284,13 @@ export namespace PeerInfo {
 
               break
             }
+            case 11: {
+              yield {
+                field: `${prefix}.bandwidthMeasured`,
+                value: reader.bool()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -338,6 +355,11 @@ export namespace PeerInfo {
     value: Uint8Array
   }
 
+  export interface PeerInfoBandwidthMeasuredFieldEvent {
+    field: '$.bandwidthMeasured'
+    value: boolean
+  }
+
   export function encode (obj: Partial<PeerInfo>): Uint8Array {
     return encodeMessage(obj, PeerInfo.codec())
   }
@@ -346,7 +368,7 @@ export namespace PeerInfo {
     return decodeMessage(buf, PeerInfo.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent | PeerInfoDataAddrsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent | PeerInfoDataAddrsFieldEvent | PeerInfoBandwidthMeasuredFieldEvent> {
     return streamMessage(buf, PeerInfo.codec(), opts)
   }
 }
@@ -1399,6 +1421,11 @@ export namespace JoinRequest {
     value: Uint8Array
   }
 
+  export interface JoinRequestInfoBandwidthMeasuredFieldEvent {
+    field: '$.info.bandwidthMeasured'
+    value: boolean
+  }
+
   export interface JoinRequestBringingFieldEvent {
     field: '$.bringing'
     value: number
@@ -1422,7 +1449,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestInfoBandwidthMeasuredFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1914,6 +1941,12 @@ export namespace MessageFromLeader {
     value: Uint8Array
   }
 
+  export interface MessageFromLeaderGatheredBandwidthMeasuredFieldEvent {
+    field: '$.gathered[].bandwidthMeasured'
+    value: boolean
+    index: number
+  }
+
   export interface MessageFromLeaderSuggestedLeaderFieldEvent {
     field: '$.suggestedLeader'
     value: Uint8Array
@@ -1963,7 +1996,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent | MessageFromLeaderConfirmWantedFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderGatheredBandwidthMeasuredFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent | MessageFromLeaderConfirmWantedFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -1,7 +1,10 @@
 /** The shaped-links table (bench/links.ts): rows in, markdown out. */
 import type { RunOutcome, RunStats } from './report.js'
+import type { FlowRow } from './flow-sampler.js'
 
 export interface LinksRow {
+  /** With flowsEveryMs: every sender→receiver pair's progress, per measured round (flow-sampler.ts). */
+  readonly flows?: ReadonlyArray<readonly FlowRow[]>
   readonly profile: string
   readonly rates: readonly number[]
   readonly impl: string

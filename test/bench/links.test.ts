@@ -45,11 +45,22 @@ test('bench:links: 4 peers with parts on libp2p streams over 10 Mbit/s links ave
   try {
     const row = await runLinksRow({
       profile: '10m', rates: [10, 10, 10, 10], impl: 'ours-libp2p', codec: 'none', elements: 2 << 20, rounds: 1, warmup: 1,
-      changes: [], timeoutS: 100, logs: 'bench/results/logs/links-test', tag
+      changes: [], timeoutS: 100, logs: 'bench/results/logs/links-test', tag,
+      // --flows's path: ss in every namespace while the round runs.
+      flowsEveryMs: 200
     })
     assert.equal(row.outcome.status, 'ok', row.outcome.message)
     assert.equal(row.stats?.maxAbsError, 0, 'every peer holds the exact mean')
     assert.ok(row.stats!.roundMs / 1000 >= row.floorBestS, `round ${row.stats!.roundMs} ms, floor ${row.floorBestS} s: the shaping is real`)
+    // Each peer sends the three quarters of its 8 MiB outside its span to the other three, so the sampled
+    // flows out of every rank carry at least that; and every pair of ranks exchanged something.
+    const [round] = row.flows ?? []
+    assert.ok(round !== undefined, 'the measured round has flow rows')
+    for (let rank = 0; rank < 4; rank++) {
+      const sent = round.filter(f => f.from === rank).reduce((s, f) => s + f.bytes, 0)
+      assert.ok(sent >= 0.75 * 8 * (1 << 20), `rank ${rank}'s flows carried ${sent} bytes`)
+    }
+    assert.equal(round.length, 12, 'every directed pair of the 4 ranks moved bytes')
   } finally {
     const left = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter(l => l.startsWith(tag))
     assert.deepEqual(left, [], 'the test\'s network namespaces are gone')

@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { type PeerMode, apportion, spanFractions } from '../../../agent/allreduce/load-balancing.js'
+import { type PeerMode, MEASURED_RATE_TOLERANCE, apportion, measuredAsEqual, spanFractions } from '../../../agent/allreduce/load-balancing.js'
 import { seededRandom } from '../compression/random.js'
 
 
@@ -161,4 +161,30 @@ test('apportion random property: exact sum, within one of the quota, zero scores
     }
     assert.deepEqual(apportion(total, scores), counts)
   }
+})
+
+test('measuredAsEqual: measured rates within the tolerance of their run\'s smallest become its mean; others stay', () => {
+  // The 8 × 100 Mbit/s run's declarations: one run, one mean, an equal split.
+  const measured = [102, 98, 101, 99, 109, 98, 99, 102]
+  const merged = measuredAsEqual(measured, measured.map(() => true))
+  const mean = sum(measured) / measured.length
+  assert.ok(merged.every(b => b === mean), merged.join(','))
+  for (const w of spanFractions(merged, nodes(8))) assert.ok(close(w, 1 / 8))
+  // Links apart by more than the tolerance keep their own rates (the mixed profile).
+  assert.deepEqual(measuredAsEqual([1000, 100, 950, 104], [true, true, true, true]), [975, 102, 975, 102])
+  // A run is measured from its smallest: 100, 114 merge; 116 starts a run of its own with 125.
+  assert.deepEqual(measuredAsEqual([100, 114, 116, 125], [true, true, true, true]), [107, 107, 120.5, 120.5])
+  // Rates set by hand and undeclared ones are not touched, nor do they join a run.
+  assert.deepEqual(measuredAsEqual([100, 104, null, 108], [true, false, false, true]), [104, 104, null, 104])
+  assert.deepEqual(measuredAsEqual([0, 100, 105], [true, true, true]), [0, 102.5, 102.5])
+  // The same whatever the order of the members (every member computes it for itself).
+  const order = [3, 0, 7, 5, 1, 6, 2, 4]
+  const shuffled = measuredAsEqual(order.map(i => measured[i]), order.map(() => true))
+  assert.ok(shuffled.every(b => b === merged[0]))
+})
+
+test('measuredAsEqual at the tolerance\'s edge: exactly the factor merges, just above does not', () => {
+  assert.deepEqual(measuredAsEqual([100, 100 * MEASURED_RATE_TOLERANCE], [true, true]), [100 * (1 + MEASURED_RATE_TOLERANCE) / 2, 100 * (1 + MEASURED_RATE_TOLERANCE) / 2])
+  const above = measuredAsEqual([100, 100 * MEASURED_RATE_TOLERANCE * 1.0001], [true, true])
+  assert.equal(above[0], 100)
 })

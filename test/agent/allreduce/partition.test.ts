@@ -2,6 +2,9 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { type Part, assignParts, elementsPerPart, planParts } from '../../../agent/allreduce/partition.js'
 import { spanFractions } from '../../../agent/allreduce/load-balancing.js'
+import { makePlan } from '../../../agent/allreduce/plan.js'
+import { codecFor } from '../../../agent/compression/index.js'
+import { PeerMode, type PeerInfo } from '../../../agent/proto/averaging.js'
 import { seededRandom } from '../compression/random.js'
 
 
@@ -128,4 +131,22 @@ test('assignParts random property: sums, contiguity, zero fractions, closeness t
       cumulative += fractions[i] / fsum
     }
   }
+})
+
+test('makePlan: measured rates close together give equal spans once every member says they are measured; an older member keeps the old rule', () => {
+  const info = (bandwidth: number, bandwidthMeasured?: boolean): PeerInfo => ({ mode: PeerMode.NODE, bandwidth, bandwidthMeasured, weight: 1, userData: new Uint8Array(0), dataPort: 0, addrs: [], dataAddrs: [], round: 0 })
+  const rates = [12.75e6, 12.25e6, 12.6e6, 13.6e6]
+  const spans = (infos: PeerInfo[]): number[] => {
+    const plan = makePlan(infos, [800_000], 4096, codecFor('none'))
+    return plan.spanStart.map((s, i) => plan.spanEnd[i] - s)
+  }
+  // 800,000 float32 in parts of 1024 elements: 782 parts, 195 or 196 each when split equally.
+  const merged = spans(rates.map(b => info(b, true)))
+  assert.ok(Math.max(...merged) - Math.min(...merged) <= 1, merged.join(','))
+  // One member from before the rule (no bandwidth_measured): every member keeps the water-filling of the raw rates.
+  const old = spans([info(rates[0]), ...rates.slice(1).map(b => info(b, true))])
+  assert.ok(old[3] > 1.1 * old[1], old.join(','))
+  // Rates set by hand are exact: never merged.
+  const byHand = spans(rates.map(b => info(b, false)))
+  assert.deepEqual(byHand, old)
 })

@@ -177,15 +177,11 @@ export class FrameQueue {
   push (data: Uint8Array | Uint8ArrayList): void {
     if (this.failure != null) return
     this.buffer.append(data)
-    const { maxFrameBytes } = this.options
     while (this.buffer.byteLength >= FRAME_HEADER_BYTES) {
       // Byte by byte: Uint8ArrayList.getUint32 allocates a view per call, one per received chunk.
       const b = this.buffer
       const length = (b.get(0) | (b.get(1) << 8) | (b.get(2) << 16)) + b.get(3) * 2 ** 24
-      if (length > maxFrameBytes) {
-        this.source.violate(new ProtocolError(`peer ${this.source.describePeer()} announced a ${length}-byte message, above the ${maxFrameBytes}-byte bound`))
-        return
-      }
+      if (this.beyondBound(length)) return
       if (this.buffer.byteLength < FRAME_HEADER_BYTES + length) break
       const end = FRAME_HEADER_BYTES + length
       // A view of the transport's chunks: libp2p streams and node's TLS sockets hand every chunk in
@@ -195,6 +191,13 @@ export class FrameQueue {
       this.deliver(frame)
     }
     this.maybePause()
+  }
+
+  /** A frame announced above maxFrameBytes breaks the framing: said once, before anything is allocated for it. */
+  private beyondBound (length: number): boolean {
+    if (length <= this.options.maxFrameBytes) return false
+    this.source.violate(new ProtocolError(`peer ${this.source.describePeer()} announced a ${length}-byte message, above the ${this.options.maxFrameBytes}-byte bound`))
+    return true
   }
 
   private maybePause (): void {
@@ -225,10 +228,7 @@ export class FrameQueue {
       const h = p.header
       const length = (h[0] | (h[1] << 8) | (h[2] << 16)) + h[3] * 2 ** 24
       p.got = 0
-      if (length > this.options.maxFrameBytes) {
-        this.source.violate(new ProtocolError(`peer ${this.source.describePeer()} announced a ${length}-byte message, above the ${this.options.maxFrameBytes}-byte bound`))
-        return
-      }
+      if (this.beyondBound(length)) return
       if (length === 0) this.deliver(new Uint8ArrayList())
       else p.frame = this.options.frameMemory?.(length) ?? new Uint8Array(length)
     } else if (p.got === p.frame.byteLength) {

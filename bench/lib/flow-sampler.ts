@@ -100,31 +100,37 @@ export interface FlowRow {
 /**
  * Directed pairs' progress within [fromMs, toMs): from each sender's own sockets (bytes_acked), summed
  * over the sockets between the pair (libp2p and data channels alike). addrs: each rank's address.
+ * Each socket counts from its own last sample before the window (from zero if it opened inside it) and
+ * keeps its last count once it closes: a pair whose libp2p connection is replaced (a simultaneous dial's
+ * duplicate pruned) shows the new socket's bytes, not a drop in the pair's sum.
  */
 export function flowRows (samples: readonly FlowSample[][], addrs: readonly string[], fromMs: number, toMs: number): FlowRow[] {
   const rankOf = (endpoint: string): number => addrs.indexOf(endpoint.replace(/:\d+$/, ''))
   const rows: FlowRow[] = []
   samples.forEach((own, from) => {
-    // Per tick: acked bytes summed over this rank's sockets to each other rank.
-    const ticks = new Map<number, Map<number, number>>()
-    for (const s of own) {
-      const to = rankOf(s.remote)
-      if (to < 0 || to === from) continue
-      const perPeer = ticks.get(s.t) ?? new Map<number, number>()
-      perPeer.set(to, (perPeer.get(to) ?? 0) + s.acked)
-      ticks.set(s.t, perPeer)
-    }
-    const times = [...ticks.keys()].sort((a, b) => a - b)
     for (let to = 0; to < addrs.length; to++) {
       if (to === from) continue
-      const points = times.map(t => ({ t, acked: ticks.get(t)?.get(to) ?? NaN })).filter(p => Number.isFinite(p.acked))
-      const before = points.filter(p => p.t < fromMs).at(-1)
-      const inside = points.filter(p => p.t >= fromMs && p.t < toMs)
-      if (inside.length === 0) continue
-      // A socket that closed drops out of the sum: never count that as progress backwards.
-      let high = before?.acked ?? inside[0].acked
-      const base = high
-      const series = inside.map(p => { high = Math.max(high, p.acked); return { t: p.t - fromMs, bytes: high - base } })
+      const mine = own.filter(s => rankOf(s.remote) === to)
+      const sockets = new Map<string, { base: number, high: number }>()
+      for (const s of mine) {
+        if (s.t >= fromMs) continue
+        sockets.set(`${s.local} ${s.remote}`, { base: s.acked, high: s.acked })
+      }
+      const times = [...new Set(mine.filter(s => s.t >= fromMs && s.t < toMs).map(s => s.t))].sort((a, b) => a - b)
+      if (times.length === 0) continue
+      const byTime = new Map<number, FlowSample[]>()
+      for (const s of mine) if (s.t >= fromMs && s.t < toMs) byTime.set(s.t, [...(byTime.get(s.t) ?? []), s])
+      const series = times.map(t => {
+        for (const s of byTime.get(t) ?? []) {
+          const key = `${s.local} ${s.remote}`
+          const socket = sockets.get(key) ?? { base: 0, high: 0 }
+          socket.high = Math.max(socket.high, s.acked)
+          sockets.set(key, socket)
+        }
+        let bytes = 0
+        for (const socket of sockets.values()) bytes += socket.high - socket.base
+        return { t: t - fromMs, bytes }
+      })
       const total = series[series.length - 1].bytes
       if (total === 0) continue
       const at = (share: number): number => series.find(p => p.bytes >= share * total)?.t ?? NaN

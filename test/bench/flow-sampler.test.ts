@@ -36,3 +36,19 @@ test("flowRows sums a pair's sockets, ignores a closed socket's drop, and times 
   assert.equal(row.mostMs, 2000)
   assert.equal(row.longestStallMs, 1400)
 })
+
+// The CI failure this guards (10 of 12 directed pairs, both directions of one pair missing): a simultaneous
+// dial leaves two libp2p connections between a pair (this test's flows.csv shows them); when one closes
+// inside the window, summing the pair's sockets tick by tick saw the sum fall by the closed socket's bytes
+// and the round's bytes on the other socket never took it past its start again.
+test("flowRows counts a replacement socket's bytes when the pair's old socket closes in the window", () => {
+  const addrs = ['10.0.0.1', '10.0.0.2']
+  const old = (t: number) => ({ t, local: '10.0.0.1:1', remote: '10.0.0.2:9', acked: 4_000_000, received: 0 })
+  const fresh = (t: number, acked: number) => ({ t, local: '10.0.0.1:2', remote: '10.0.0.2:8', acked, received: 0 })
+  // The new socket is already open (idle, 300 bytes) before the window; the old one is gone at 1.2 s.
+  const rank0 = [old(900), fresh(900, 300), old(1100), fresh(1100, 300), fresh(1200, 1_000_300), fresh(1500, 2_000_300)]
+  const [row] = flowRows([rank0, []], addrs, 1000, 2000)
+  assert.equal(row.bytes, 2_000_000)
+  assert.deepEqual(row.series, [{ t: 100, bytes: 0 }, { t: 200, bytes: 1_000_000 }, { t: 500, bytes: 2_000_000 }])
+  assert.equal(row.halfMs, 200)
+})

@@ -6,6 +6,8 @@ import { partView } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
 import { SenderDeadlines, type CutOff } from './sender-deadlines.js'
 import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
+import { encodeForWire, returnWhenFlushed } from './wire-encoding.js'
+import { returnWireMemory } from '../net/wire-memory.js'
 import { COMPRESSION_WIRE, isKeptChannel, PART_WINDOW } from './aggregate-protocol.js'
 import type { RoundContext } from './round-context.js'
 import type { Deadline } from './runner.js'
@@ -251,20 +253,20 @@ export class ReducerSide {
       else ctx.partsKeptLocal++
       this.hooks.ownMeanDelivered()
     }
-    // The mean is this part's own array and the codec's output is new or a view of it: the pieces
-    // stay unchanged while the writes below are queued.
-    const frame = encodeTensorPartPieces({
-      partIndex,
-      compression: COMPRESSION_WIRE[ctx.options.codec.name],
-      data: result.mean != null ? ctx.options.codec.encode(result.mean) : new Uint8Array(0)
-    })
+    // The mean is this part's own (lent) memory, and the codec's output a view of it or memory of its
+    // own: the pieces stay unchanged while the writes below are queued, and go back once all have flushed.
+    const data = result.mean != null ? encodeForWire(ctx.options.codec, result.mean) : new Uint8Array(0)
+    const frame = encodeTensorPartPieces({ partIndex, compression: COMPRESSION_WIRE[ctx.options.codec.name], data })
     const frameBytes = payloadBytes(frame)
     const reducer = this.reducer!
-    for (const [slot, link] of this.links) {
-      if (reducer.isBanned(slot) && reducer.nextPartOf(slot) <= result.partIndex) continue
+    const links = [...this.links].filter(([slot]) => !(reducer.isBanned(slot) && reducer.nextPartOf(slot) <= result.partIndex))
+    // Encoded apart from the mean (float16), the mean's memory is free already.
+    if (result.mean != null && data.buffer !== result.mean.buffer) returnWireMemory(result.mean)
+    const flushed = returnWhenFlushed([data], links.length)
+    for (const [slot, link] of links) {
       link.pendingWrites++
       link.chain = link.chain.then(async () => {
-        await link.framed.write(frame)
+        await link.framed.write(frame, flushed)
         ctx.bytesSent += frameBytes
       }).catch((err) => { this.banSender(slot, describeError(err)) }).finally(() => { link.pendingWrites-- })
     }

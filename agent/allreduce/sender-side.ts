@@ -5,6 +5,7 @@ import { AveragingError, ProtocolError, TimeoutError, describeError } from '../e
 import { partView } from './plan.js'
 import { ReducerDeadlines, type ReducerCutOff } from './reducer-deadlines.js'
 import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
+import { encodeForWire, returnWhenFlushed } from './wire-encoding.js'
 import { COMPRESSION_WIRE, maxPartFrameBytes, PART_WINDOW } from './aggregate-protocol.js'
 import type { RoundContext } from './round-context.js'
 import type { Deadline } from './runner.js'
@@ -221,13 +222,11 @@ export class SenderSide {
     for (let index = start; index < end; index++) {
       const part = ctx.plan.parts[index]
       // A view of our tensors for the 'none' codec: they change only when this part's mean comes
-      // back, which the reducer sends after it has read the whole part.
-      const frame = encodeTensorPartPieces({
-        partIndex: index,
-        compression: wire,
-        data: ctx.options.codec.encode(partView(ctx.options.tensors, ctx.plan, part))
-      })
-      await framed.write(frame)
+      // back, which the reducer sends after it has read the whole part. Other codecs' bytes are in
+      // lent memory, back for reuse once the channel has written them.
+      const data = encodeForWire(ctx.options.codec, partView(ctx.options.tensors, ctx.plan, part))
+      const frame = encodeTensorPartPieces({ partIndex: index, compression: wire, data })
+      await framed.write(frame, returnWhenFlushed([data], 1))
       ctx.bytesSent += payloadBytes(frame)
     }
   }

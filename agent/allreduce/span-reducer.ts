@@ -1,7 +1,11 @@
 import type { ReduceKernels } from '../kernels/reduce-kernels.js'
 import type { Part } from './partition.js'
+import { lendWireMemory, returnWireMemory } from '../net/wire-memory.js'
 
-/** A finished part: its mean, or null when nobody contributed weight or the mean left float32's range. */
+/**
+ * A finished part: its mean, or null when nobody contributed weight or the mean left float32's range.
+ * The mean is in lent wire memory (wire-memory.ts): its last user gives it back.
+ */
 export type PartResult = { readonly partIndex: number, readonly mean: Float32Array | null, readonly overflowed: boolean }
 
 /**
@@ -105,8 +109,10 @@ export class SpanReducer {
       let mean: Float32Array | null = null
       let overflowed = false
       if (weight > 0) {
-        mean = this.kernels.takeMean(k % this.window, n, weight)
+        const memory = lendWireMemory(4 * n)
+        mean = this.kernels.takeMean(k % this.window, n, weight, new Float32Array(memory.buffer, memory.byteOffset, n))
         overflowed = mean == null
+        if (overflowed) returnWireMemory(memory)
       }
       this.completed++
       progressed = true

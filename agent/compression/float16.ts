@@ -1,4 +1,5 @@
-import { type Codec, checkCount, checkLength } from './types.js'
+import type { Uint8ArrayList } from 'uint8arraylist'
+import { type Codec, CodecError, checkCount, checkLength } from './types.js'
 
 /**
  * 'float16': IEEE 754 binary16, little-endian, 2 bytes per value.
@@ -51,6 +52,35 @@ function buildDecodeTable (): Float32Array {
   return table
 }
 
+/** values → binary16 bits in out[0, n). */
+function encodeHalves (values: Float32Array, out: Uint16Array): void {
+  const n = values.length
+  const bits = new Uint32Array(values.buffer, values.byteOffset, n)
+  for (let i = 0; i < n; i++) {
+    const b = bits[i]
+    const abs = b & 0x7fffffff
+    // Fast path for the common case (normal half range), inlined; everything else goes through the helper.
+    if (abs >= F32_MIN_HALF_NORMAL && abs <= F32_HALF_MAX) {
+      out[i] = ((b >>> 16) & 0x8000) | (((abs - REBIAS_AND_ROUND + ((abs >>> 13) & 1)) >>> 13) & 0x7fff)
+    } else {
+      out[i] = halfBitsFromFloatBits(b, values[i])
+    }
+  }
+}
+
+/**
+ * out[at, at + count) = the values of the count halves in bytes from byte `from` on. Any alignment:
+ * a 2-byte aligned run is read as Uint16Array, anything else byte by byte (little-endian).
+ */
+function decodeHalves (table: Float32Array, bytes: Uint8Array, from: number, count: number, out: Float32Array, at: number): void {
+  if ((bytes.byteOffset + from) % 2 === 0) {
+    const halves = new Uint16Array(bytes.buffer, bytes.byteOffset + from, count)
+    for (let i = 0; i < count; i++) out[at + i] = table[halves[i]]
+    return
+  }
+  for (let i = 0; i < count; i++) out[at + i] = table[bytes[from + 2 * i] | (bytes[from + 2 * i + 1] << 8)]
+}
+
 export const float16Codec: Codec = Object.freeze({
   name: 'float16',
   bytesPerElement: 2,
@@ -59,33 +89,50 @@ export const float16Codec: Codec = Object.freeze({
     return 2 * n
   },
   encode (values: Float32Array): Uint8Array {
-    const n = values.length
-    const out = new Uint16Array(n)
-    const bits = new Uint32Array(values.buffer, values.byteOffset, n)
-    for (let i = 0; i < n; i++) {
-      const b = bits[i]
-      const abs = b & 0x7fffffff
-      // Fast path for the common case (normal half range), inlined; everything else goes through the helper.
-      if (abs >= F32_MIN_HALF_NORMAL && abs <= F32_HALF_MAX) {
-        out[i] = ((b >>> 16) & 0x8000) | (((abs - REBIAS_AND_ROUND + ((abs >>> 13) & 1)) >>> 13) & 0x7fff)
-      } else {
-        out[i] = halfBitsFromFloatBits(b, values[i])
-      }
-    }
+    const out = new Uint16Array(values.length)
+    encodeHalves(values, out)
     return new Uint8Array(out.buffer)
+  },
+  encodeInto (values: Float32Array, out: Uint8Array): Uint8Array {
+    const bytes = 2 * values.length
+    if (out.byteLength < bytes) throw new CodecError(`float16 codec: ${values.length} values need ${bytes} bytes, the output holds ${out.byteLength}.`)
+    if (out.byteOffset % 2 !== 0) throw new CodecError('float16 codec: the output must be 2-byte aligned.')
+    encodeHalves(values, new Uint16Array(out.buffer, out.byteOffset, values.length))
+    return out.subarray(0, bytes)
   },
   decode (bytes: Uint8Array, n: number): Float32Array {
     checkCount('float16', n)
     checkLength('float16', bytes, n, 2 * n)
-    const table = decodeTable ??= buildDecodeTable()
-    // Uint16Array needs 2-byte alignment; copy only when the wire buffer is misaligned. The copy is
-    // made by the Uint8Array constructor: a node Buffer's slice() is a view of the same memory, and
-    // its .buffer the whole (pooled or chunk) ArrayBuffer, so bytes.slice() would read other bytes.
-    const halves = bytes.byteOffset % 2 === 0
-      ? new Uint16Array(bytes.buffer, bytes.byteOffset, n)
-      : new Uint16Array(new Uint8Array(bytes).buffer, 0, n)
     const out = new Float32Array(n)
-    for (let i = 0; i < n; i++) out[i] = table[halves[i]]
+    decodeHalves(decodeTable ??= buildDecodeTable(), bytes, 0, n, out, 0)
     return out
+  },
+  decodeInto (bytes: Uint8Array, n: number, out: Float32Array): Float32Array {
+    checkCount('float16', n)
+    checkLength('float16', bytes, n, 2 * n)
+    decodeHalves(decodeTable ??= buildDecodeTable(), bytes, 0, n, out, 0)
+    return out.subarray(0, n)
+  },
+  decodePiecesInto (pieces: Uint8ArrayList, n: number, out: Float32Array): Float32Array {
+    checkCount('float16', n)
+    if (pieces.byteLength !== 2 * n) throw new CodecError(`float16 codec: ${n} values need ${2 * n} encoded bytes, got ${pieces.byteLength}.`)
+    const table = decodeTable ??= buildDecodeTable()
+    // A value may straddle two chunks: its first byte waits in `low` for the next chunk's first.
+    let at = 0
+    let low = -1
+    for (const chunk of pieces) {
+      let from = 0
+      if (low >= 0 && chunk.byteLength > 0) {
+        out[at++] = table[low | (chunk[0] << 8)]
+        low = -1
+        from = 1
+      }
+      const count = (chunk.byteLength - from) >>> 1
+      decodeHalves(table, chunk, from, count, out, at)
+      at += count
+      from += 2 * count
+      if (from < chunk.byteLength) low = chunk[from]
+    }
+    return out.subarray(0, n)
   }
 })

@@ -28,6 +28,11 @@ export interface Codec {
   /** Encode values (never modifies the input). Output may be a view on a fresh buffer. */
   encode (values: Float32Array): Uint8Array
   /**
+   * Optional: encode into `out` (at least encodedLength(n) bytes, 4-byte aligned) and return the
+   * encoded view of it: the all-reduce's bulk path, into memory that comes back for reuse.
+   */
+  encodeInto?: (values: Float32Array, out: Uint8Array) => Uint8Array
+  /**
    * Decode exactly n values; throws CodecError if bytes.length !== encodedLength(n) or the content is invalid
    * (e.g. NaN/Inf scale). The result is a fresh, 4-byte-aligned Float32Array (input bytes may have any byteOffset).
    */

@@ -20,8 +20,11 @@ export interface ReduceKernels {
    * and returns false.
    */
   accumulate: (slot: number, n: number, weight: number, check: boolean) => boolean
-  /** sums[slot] / weightSum as a new float32 array (null when a value is not finite); clears the slot. */
-  takeMean: (slot: number, n: number, weightSum: number) => Float32Array | null
+  /**
+   * sums[slot] / weightSum as float32, in `out` (its first n values) or else a new array; null when a
+   * value is not finite. Clears the slot.
+   */
+  takeMean: (slot: number, n: number, weightSum: number, out?: Float32Array) => Float32Array | null
   /** Zeroes slot's first n sums (a part finished without a mean). */
   clear: (slot: number, n: number) => void
 }
@@ -85,12 +88,22 @@ function wasmKernels (module: WebAssembly.Module, slots: number, maxElements: nu
     staging,
     allFinite: (n) => kernels.finite(0, count(n)) === 1,
     accumulate: (slot, n, weight, check) => kernels.accumulate(slotAt(slot), 0, count(n), weight, check ? 1 : 0) === 1,
-    takeMean (slot, n, weightSum) {
+    takeMean (slot, n, weightSum, out) {
       const finite = kernels.mean(0, slotAt(slot), count(n), weightSum) === 1
-      return finite ? staging.slice(0, n) : null
+      if (!finite) return null
+      if (out === undefined) return staging.slice(0, n)
+      const mean = outView(out, n)
+      mean.set(staging.subarray(0, n))
+      return mean
     },
     clear: (slot, n) => { new Float64Array(memory.buffer, slotAt(slot), count(n)).fill(0) }
   }
+}
+
+/** out's first n values, where a mean goes. */
+function outView (out: Float32Array, n: number): Float32Array {
+  if (out.length < n) throw new RangeError(`a mean of ${n} values does not fit an array of ${out.length}`)
+  return out.subarray(0, n)
 }
 
 /** A checker of element counts against the kernels' size. */
@@ -125,9 +138,9 @@ function jsKernels (slots: number, maxElements: number): ReduceKernels {
       for (let k = 0; k < n; k++) sum[k] += weight * staging[k]
       return true
     },
-    takeMean (i, n, weightSum) {
+    takeMean (i, n, weightSum, into) {
       const sum = slot(i)
-      const out = new Float32Array(count(n))
+      const out = into !== undefined ? outView(into, count(n)) : new Float32Array(count(n))
       let finite = true
       for (let k = 0; k < n; k++) {
         out[k] = sum[k] / weightSum

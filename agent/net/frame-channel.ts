@@ -16,6 +16,9 @@ export const FRAME_HEADER_BYTES = 4
  */
 export type DataChannelKind = 'direct' | 'libp2p'
 
+/** A write's pieces are no longer referenced by the channel (err: they may be, and never will be written). */
+export type Flushed = (err?: Error | null) => void
+
 export interface FrameChannel {
   /** Which kind of data channel carries it. */
   readonly kind: DataChannelKind
@@ -37,8 +40,12 @@ export interface FrameChannel {
    * Sends one frame (a payload, or its pieces in order: they are written as they are, not joined);
    * waits while the send buffer is above its high-water mark. Pieces are read until the frame has
    * left for the transport's own buffers, so they must not change before the returned promise settles.
+   * `flushed`, when given, is called once the channel holds no reference to the pieces any more, so
+   * their memory may be reused (wire-memory.ts): at once by a channel that copies them, when the socket
+   * has written them by one that does not, with an error if it never will. A channel that cannot tell
+   * (libp2p's muxer keeps the pieces until it writes them) never calls it: such memory is collected.
    */
-  write: (payload: Uint8Array | readonly Uint8Array[]) => Promise<void>
+  write: (payload: Uint8Array | readonly Uint8Array[], flushed?: Flushed) => Promise<void>
   /** Half-close: no more frames from us. */
   closeWrite: () => Promise<void>
   /** Tears the channel down, failing pending reads with this reason. */

@@ -57,6 +57,7 @@ export class FramedStream implements FrameChannel {
     return await this.queue.readPieces(timeoutMs)
   }
 
+  /** Takes no `flushed` (FrameChannel.write): yamux keeps the pieces until it writes them, and does not say when. */
   async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
     if (this.queue.error != null) throw this.queue.error
     const pieces = payloadPieces(payload)

@@ -52,3 +52,37 @@ for (const { path, kernels } of CASES) {
     }
   })
 }
+
+// float16 parts and means are encoded into lent memory that goes back for reuse once the channel
+// has written them (wire-memory.ts): memory given back while a socket still read it would put
+// another part's bytes on the wire. Values here are integers below 1024 whose means (k + 1.5, then
+// k + 3) float16 holds exactly, so every peer must hold the exact mean, bit for bit, two rounds running.
+for (const path of DATA_CHANNELS) {
+  test(`4 peers, float16 parts over ${path.name}: two rounds of exact means through reused wire memory`, { timeout: 120_000 }, async () => {
+    const n = 4
+    const elements = 300_001 // ten parts of 32768 float16 values a span and change, at the default part size
+    const round = (r: number, p: number): Float32Array => Float32Array.from({ length: elements }, (_, i) => ((i * (2 * r + 1)) % 1000) + (r + 1) * p)
+    const swarm = await startSwarm(n, {
+      tensors: (p) => [{ name: 'w', shape: [elements], data: round(0, p) }],
+      config: () => ({ targetGroupSize: n, minGroupSize: n, compression: 'float16', ...path.config })
+    })
+    try {
+      for (let r = 0; r < 2; r++) {
+        if (r > 0) await Promise.all(swarm.averagers.map(async (a, p) => { await a.withTensors(ts => { ts[0].data.set(round(r, p)) }) }))
+        const results = await Promise.all(swarm.averagers.map(async a => await a.step({ timeout: 60 })))
+        for (const res of results) {
+          assert.equal(res.peers.length, n)
+          assert.equal(res.allreduce.partsKeptLocal, 0)
+        }
+        const expected = weightedMean(swarm.averagers.map((_, p) => round(r, p)), swarm.averagers.map(() => 1))
+        for (let p = 0; p < n; p++) {
+          const got = await swarm.averagers[p].withTensors(ts => ts[0].data.slice())
+          assert.equal(maxAbsDiff(got, expected), 0, `round ${r + 1}, peer ${p}: the exact mean`)
+        }
+      }
+      for (const a of swarm.averagers) assert.equal(a.dataChannel.opened[path.channel === 'direct' ? 'libp2p' : 'direct'], 0, `every part went over ${path.name}`)
+    } finally {
+      await swarm.stop()
+    }
+  })
+}

@@ -1,27 +1,9 @@
 import type { Socket } from 'node:net'
 import type { Uint8ArrayList } from 'uint8arraylist'
 import { ProtocolError } from '../../errors.js'
-import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type DirectFrameChannel } from '../frame-channel.js'
-import { BufferPool } from './threads/buffer-pool.js'
+import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type DirectFrameChannel, type Flushed } from '../frame-channel.js'
 import { readInPlace } from './read-in-place.js'
-
-/**
- * Frames read in place come from here and go back when their reader releases them: a round's
- * parts reuse a few megabytes instead of allocating (and collecting) every part's memory.
- */
-const framePool = new BufferPool(16 * 1024 * 1024)
-/** Buffers this thread's pool handed out and not yet back: only they are given back, and once. */
-const lent = new WeakSet<ArrayBuffer>()
-
-/** Below this, a frame (a header, a reply) gets memory of its own: V8 keeps small arrays on its heap. */
-const POOLED_FRAME_BYTES = 4096
-
-function frameMemory (bytes: number): Uint8Array {
-  if (bytes < POOLED_FRAME_BYTES) return new Uint8Array(bytes)
-  const buffer = framePool.take(bytes)
-  lent.add(buffer)
-  return new Uint8Array(buffer, 0, bytes)
-}
+import { lendWireMemory, returnWireMemory } from '../wire-memory.js'
 
 export interface SocketChannelOptions {
   /** The protocol the TLS handshake agreed on (ALPN). */
@@ -54,7 +36,7 @@ export class SocketFrameChannel implements DirectFrameChannel {
       resume: () => { socket.resume() },
       violate: (err) => { this.abort(err) },
       describePeer: () => remotePeer
-    }, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames ?? 8, frameMemory })
+    }, { maxFrameBytes: options.maxFrameBytes, maxQueuedFrames: options.maxQueuedFrames ?? 8, frameMemory: lendWireMemory })
     socket.setNoDelay(true)
     this.readsInPlace = readInPlace(socket, this.queue)
     if (!this.readsInPlace) socket.on('data', (chunk: Buffer) => { this.queue.push(chunk) })
@@ -74,10 +56,9 @@ export class SocketFrameChannel implements DirectFrameChannel {
   }
 
   release (frame: Uint8ArrayList): void {
-    // A frame read in place is one piece of pooled memory; anything else was never lent.
+    // A frame read in place is one piece of lent memory; anything else was never lent.
     for (const piece of frame) {
-      const buffer = piece.buffer
-      if (buffer instanceof ArrayBuffer && lent.delete(buffer)) framePool.give(buffer)
+      returnWireMemory(piece)
       return
     }
   }
@@ -86,7 +67,7 @@ export class SocketFrameChannel implements DirectFrameChannel {
    * flushed, when given, is called once the socket holds no reference to the pieces any more
    * (with an error if the connection broke first).
    */
-  async write (payload: Uint8Array | readonly Uint8Array[], flushed?: (err?: Error | null) => void): Promise<void> {
+  async write (payload: Uint8Array | readonly Uint8Array[], flushed?: Flushed): Promise<void> {
     const failure = this.queue.error
     if (failure != null) throw failure
     if (this.socket.destroyed || !this.socket.writable) throw new ProtocolError(`connection to ${this.remotePeer} is closed for writing`)

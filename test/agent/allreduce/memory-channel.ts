@@ -1,4 +1,4 @@
-import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type FrameChannel } from '../../../agent/net/frame-channel.js'
+import { FrameQueue, frameHeader, payloadBytes, payloadPieces, type FrameChannel, type Flushed } from '../../../agent/net/frame-channel.js'
 
 /** One end of an in-memory frame channel; frames written on one end are read on the other. */
 export class MemoryChannel implements FrameChannel {
@@ -24,12 +24,14 @@ export class MemoryChannel implements FrameChannel {
 
   async read (timeoutMs?: number): Promise<Uint8Array | null> { return await this.queue.read(timeoutMs) }
   async readPieces (timeoutMs?: number): ReturnType<FrameChannel['readPieces']> { return await this.queue.readPieces(timeoutMs) }
-  async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
+  async write (payload: Uint8Array | readonly Uint8Array[], flushed?: Flushed): Promise<void> {
     const pieces = payloadPieces(payload)
     const frame = new Uint8Array(4 + payloadBytes(pieces))
     frame.set(frameHeader(frame.byteLength - 4))
     let at = 4
     for (const p of pieces) { frame.set(p, at); at += p.byteLength }
+    // Copied: the pieces' memory may be reused at once, as over a data thread.
+    flushed?.()
     this.other.queue.push(frame)
     await new Promise(resolve => setImmediate(resolve))
   }

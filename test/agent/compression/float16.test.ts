@@ -1,4 +1,5 @@
 import { test } from 'node:test'
+import { Uint8ArrayList } from 'uint8arraylist'
 import assert from 'node:assert/strict'
 import { codecFor } from '../../../agent/compression/index.js'
 import { seededRandom } from './random.js'
@@ -88,4 +89,47 @@ test('float16 relative error of any normal value is at most 2^-11', () => {
     if (Math.abs(values[i]) < 2 ** -14) continue
     assert.ok(Math.abs(decoded[i] - values[i]) <= Math.abs(values[i]) * 2 ** -11, `${values[i]} → ${decoded[i]}`)
   }
+})
+
+test('float16 encodeInto writes encode\'s bits into the memory it is given, and refuses memory too small or misaligned', () => {
+  const random = seededRandom(77)
+  const bits = new Uint32Array(5001)
+  for (let i = 0; i < bits.length; i++) bits[i] = Math.floor(random() * 4294967296)
+  bits.set([0x7fc00001, 0xff800000, 0x477ff000, 0x80000000, 0x00000001], 0)
+  const values = new Float32Array(bits.buffer)
+  const expected = codec.encode(values)
+  const memory = new Uint8Array(2 * values.length + 10).fill(0xa5)
+  const out = codec.encodeInto!(values, memory.subarray(4))
+  assert.equal(out.buffer, memory.buffer, 'encoded in the memory given')
+  assert.equal(out.byteOffset, 4)
+  assert.deepEqual(out, expected)
+  assert.deepEqual(memory.subarray(4 + out.byteLength), new Uint8Array(6).fill(0xa5), 'nothing written past the encoding')
+  assert.throws(() => codec.encodeInto!(values, new Uint8Array(2 * values.length - 1)), /need 10002 bytes, the output holds 10001/)
+  assert.throws(() => codec.encodeInto!(values, memory.subarray(1)), /2-byte aligned/)
+})
+
+test('float16 decodePiecesInto gives decode\'s values from chunks split anywhere, at any alignment', () => {
+  const random = seededRandom(78)
+  const halves = new Uint16Array(3000)
+  for (let i = 0; i < halves.length; i++) halves[i] = Math.floor(random() * 65536)
+  const bytes = new Uint8Array(halves.buffer)
+  const expected = new Uint32Array(codec.decode(bytes, halves.length).buffer)
+  for (let trial = 0; trial < 40; trial++) {
+    // Chunks of 0 to 9 bytes, then larger ones, each copied to an odd or even offset of its own buffer.
+    const chunks: Uint8Array[] = []
+    for (let at = 0; at < bytes.length;) {
+      const size = Math.min(bytes.length - at, trial % 2 === 0 ? Math.floor(random() * 10) : 1 + Math.floor(random() * 700))
+      const offset = Math.floor(random() * 3)
+      const own = new Uint8Array(size + offset + 2)
+      own.set(bytes.subarray(at, at + size), offset)
+      chunks.push(own.subarray(offset, offset + size))
+      at += size
+    }
+    const out = new Float32Array(halves.length + 5).fill(7)
+    const decoded = codec.decodePiecesInto!(new Uint8ArrayList(...chunks), halves.length, out)
+    assert.equal(decoded.buffer, out.buffer)
+    assert.deepEqual(new Uint32Array(out.buffer, 0, halves.length), expected, `trial ${trial}: ${chunks.length} chunks`)
+    assert.deepEqual(out.subarray(halves.length), new Float32Array(5).fill(7), 'nothing written past n')
+  }
+  assert.throws(() => codec.decodePiecesInto!(new Uint8ArrayList(bytes.subarray(1)), halves.length, new Float32Array(halves.length)), /3000 values need 6000 encoded bytes, got 5999/)
 })

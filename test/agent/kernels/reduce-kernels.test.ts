@@ -52,6 +52,15 @@ for (const backend of BACKENDS) {
       k.staging.set(inputs[0])
       k.accumulate(1, n, 1, false)
       assert.deepEqual(k.takeMean(1, n, 1), inputs[0])
+      // Into memory the caller gives (the reducer's lent wire memory): the same values, there, nothing past n.
+      k.staging.set(inputs[1])
+      k.accumulate(2, n, 2, false)
+      const into = new Float32Array(n + 2).fill(9)
+      const got = k.takeMean(2, n, 2, into)
+      assert.equal(got?.buffer, into.buffer)
+      assert.deepEqual(got, inputs[1])
+      assert.deepEqual(into.subarray(n), new Float32Array([9, 9]))
+      assert.throws(() => k.takeMean(2, n, 1, new Float32Array(n - 1)), /does not fit/)
     }
   })
 

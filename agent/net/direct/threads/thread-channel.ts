@@ -1,6 +1,6 @@
 import type { Uint8ArrayList } from 'uint8arraylist'
 import { ProtocolError } from '../../../errors.js'
-import { FrameQueue, payloadBytes, payloadPieces, type DirectFrameChannel } from '../../frame-channel.js'
+import { FrameQueue, payloadBytes, payloadPieces, type DirectFrameChannel, type Flushed } from '../../frame-channel.js'
 import type { ToDataThread } from './thread-messages.js'
 
 /** What a channel needs from the data thread that holds its socket. */
@@ -67,7 +67,7 @@ export class ThreadFrameChannel implements DirectFrameChannel {
     return frame
   }
 
-  async write (payload: Uint8Array | readonly Uint8Array[]): Promise<void> {
+  async write (payload: Uint8Array | readonly Uint8Array[], flushed?: Flushed): Promise<void> {
     const failure = this.queue.error
     if (failure != null) throw failure
     if (this.isClosed || this.writeEnded) throw new ProtocolError(`connection to ${this.remotePeer} is closed for writing`)
@@ -82,6 +82,8 @@ export class ThreadFrameChannel implements DirectFrameChannel {
     }
     this.unflushed += length
     this.link.post({ t: 'write', id: this.id, buf, length }, [buf])
+    // The pieces were copied into buf: the caller may reuse their memory at once.
+    flushed?.()
     while (this.unflushed > this.writeHighWaterMark && !this.isClosed && this.queue.error == null) {
       await new Promise<void>(resolve => { this.waiters.push(resolve) })
     }

@@ -1,11 +1,13 @@
 import type { Uint8ArrayList } from 'uint8arraylist'
 import { type Codec, CodecError, checkCount, checkLength } from './types.js'
+import { createHalfKernels, type HalfKernels } from '../kernels/half-kernels.js'
 
 /**
  * 'float16': IEEE 754 binary16, little-endian, 2 bytes per value.
  * Encoding rounds to nearest, ties to even, clamps finite and infinite values to ±65504 (hivemind's rule, so a large
- * value degrades instead of becoming Inf) and keeps NaN as a quiet NaN. Node 22 has no Float16Array, so the
- * conversion is done on the float32 bit patterns; decoding is one lookup in a 65536-entry table built on first use.
+ * value degrades instead of becoming Inf) and keeps NaN as a quiet NaN. The conversions run in WebAssembly SIMD
+ * (kernels/half-kernels.ts); the JavaScript here is their twin where a runtime has none: Node 22 has no
+ * Float16Array, so it works on the float32 bit patterns, and decodes by one lookup in a 65536-entry table.
  */
 
 const HALF_MAX_BITS = 0x7bff // 65504
@@ -22,7 +24,8 @@ export function halfBitsFromFloatBits (bits: number, value: number): number {
   const sign = (bits >>> 16) & 0x8000
   const abs = bits & 0x7fffffff
   if (abs >= F32_MIN_HALF_NORMAL) {
-    if (abs > F32_HALF_MAX) return sign | (abs > F32_INF ? HALF_QUIET_NAN : HALF_MAX_BITS)
+    // A NaN keeps its sign and the top of its payload, made quiet (as reduce.wat's narrow does).
+    if (abs > F32_HALF_MAX) return sign | (abs > F32_INF ? HALF_QUIET_NAN | ((abs >>> 13) & 0x3ff) : HALF_MAX_BITS)
     // Round to nearest even on the 13 dropped mantissa bits: add 0xfff plus the lowest kept bit, then shift.
     // A carry out of the mantissa correctly bumps the exponent; abs <= 65504 keeps the result finite.
     return sign | (((abs - REBIAS_AND_ROUND + ((abs >>> 13) & 1)) >>> 13) & 0x7fff)
@@ -81,58 +84,83 @@ function decodeHalves (table: Float32Array, bytes: Uint8Array, from: number, cou
   for (let i = 0; i < count; i++) out[at + i] = table[bytes[from + 2 * i] | (bytes[from + 2 * i + 1] << 8)]
 }
 
-export const float16Codec: Codec = Object.freeze({
-  name: 'float16',
-  bytesPerElement: 2,
-  encodedLength (n: number): number {
-    checkCount('float16', n)
-    return 2 * n
-  },
-  encode (values: Float32Array): Uint8Array {
-    const out = new Uint16Array(values.length)
-    encodeHalves(values, out)
-    return new Uint8Array(out.buffer)
-  },
-  encodeInto (values: Float32Array, out: Uint8Array): Uint8Array {
-    const bytes = 2 * values.length
-    if (out.byteLength < bytes) throw new CodecError(`float16 codec: ${values.length} values need ${bytes} bytes, the output holds ${out.byteLength}.`)
-    if (out.byteOffset % 2 !== 0) throw new CodecError('float16 codec: the output must be 2-byte aligned.')
-    encodeHalves(values, new Uint16Array(out.buffer, out.byteOffset, values.length))
-    return out.subarray(0, bytes)
-  },
-  decode (bytes: Uint8Array, n: number): Float32Array {
-    checkCount('float16', n)
-    checkLength('float16', bytes, n, 2 * n)
-    const out = new Float32Array(n)
-    decodeHalves(decodeTable ??= buildDecodeTable(), bytes, 0, n, out, 0)
-    return out
-  },
-  decodeInto (bytes: Uint8Array, n: number, out: Float32Array): Float32Array {
-    checkCount('float16', n)
-    checkLength('float16', bytes, n, 2 * n)
-    decodeHalves(decodeTable ??= buildDecodeTable(), bytes, 0, n, out, 0)
-    return out.subarray(0, n)
-  },
-  decodePiecesInto (pieces: Uint8ArrayList, n: number, out: Float32Array): Float32Array {
-    checkCount('float16', n)
-    if (pieces.byteLength !== 2 * n) throw new CodecError(`float16 codec: ${n} values need ${2 * n} encoded bytes, got ${pieces.byteLength}.`)
-    const table = decodeTable ??= buildDecodeTable()
-    // A value may straddle two chunks: its first byte waits in `low` for the next chunk's first.
-    let at = 0
-    let low = -1
-    for (const chunk of pieces) {
-      let from = 0
-      if (low >= 0 && chunk.byteLength > 0) {
-        out[at++] = table[low | (chunk[0] << 8)]
-        low = -1
-        from = 1
-      }
-      const count = (chunk.byteLength - from) >>> 1
-      decodeHalves(table, chunk, from, count, out, at)
-      at += count
-      from += 2 * count
-      if (from < chunk.byteLength) low = chunk[from]
+/**
+ * The float16 codec, its conversions done by `half` where it gives kernels (WebAssembly SIMD), else
+ * by the JavaScript above: both give the same bits for every input. Exported for tests of each.
+ */
+export function makeFloat16Codec (half: () => HalfKernels | null): Codec {
+  return Object.freeze({
+    name: 'float16',
+    bytesPerElement: 2,
+    encodedLength (n: number): number {
+      checkCount('float16', n)
+      return 2 * n
+    },
+    encode (values: Float32Array): Uint8Array {
+      const out = new Uint8Array(2 * values.length)
+      encodeTo(half(), values, out)
+      return out
+    },
+    encodeInto (values: Float32Array, out: Uint8Array): Uint8Array {
+      const bytes = 2 * values.length
+      if (out.byteLength < bytes) throw new CodecError(`float16 codec: ${values.length} values need ${bytes} bytes, the output holds ${out.byteLength}.`)
+      if (out.byteOffset % 2 !== 0) throw new CodecError('float16 codec: the output must be 2-byte aligned.')
+      encodeTo(half(), values, out)
+      return out.subarray(0, bytes)
+    },
+    decode (bytes: Uint8Array, n: number): Float32Array {
+      checkCount('float16', n)
+      checkLength('float16', bytes, n, 2 * n)
+      const out = new Float32Array(n)
+      decodeFrom(half(), [bytes], n, out)
+      return out
+    },
+    decodeInto (bytes: Uint8Array, n: number, out: Float32Array): Float32Array {
+      checkCount('float16', n)
+      checkLength('float16', bytes, n, 2 * n)
+      decodeFrom(half(), [bytes], n, out)
+      return out.subarray(0, n)
+    },
+    decodePiecesInto (pieces: Uint8ArrayList, n: number, out: Float32Array): Float32Array {
+      checkCount('float16', n)
+      if (pieces.byteLength !== 2 * n) throw new CodecError(`float16 codec: ${n} values need ${2 * n} encoded bytes, got ${pieces.byteLength}.`)
+      decodeFrom(half(), pieces, n, out)
+      return out.subarray(0, n)
     }
-    return out.subarray(0, n)
+  })
+}
+
+function encodeTo (half: HalfKernels | null, values: Float32Array, out: Uint8Array): void {
+  if (half !== null) half.encode(values, out)
+  else encodeHalves(values, new Uint16Array(out.buffer, out.byteOffset, values.length))
+}
+
+/** out[0, n) from the chunks' 2n bytes, in order. */
+function decodeFrom (half: HalfKernels | null, chunks: Iterable<Uint8Array>, n: number, out: Float32Array): void {
+  if (half !== null) {
+    half.decode(chunks, n, out)
+    return
   }
-})
+  const table = decodeTable ??= buildDecodeTable()
+  // A value may straddle two chunks: its first byte waits in `low` for the next chunk's first.
+  let at = 0
+  let low = -1
+  for (const chunk of chunks) {
+    let from = 0
+    if (low >= 0 && chunk.byteLength > 0) {
+      out[at++] = table[low | (chunk[0] << 8)]
+      low = -1
+      from = 1
+    }
+    const count = (chunk.byteLength - from) >>> 1
+    decodeHalves(table, chunk, from, count, out, at)
+    at += count
+    from += 2 * count
+    if (from < chunk.byteLength) low = chunk[from]
+  }
+}
+
+let kernels: HalfKernels | null | undefined
+
+/** The codec agents use: WebAssembly SIMD where the runtime has it, made on first use. */
+export const float16Codec: Codec = makeFloat16Codec(() => kernels === undefined ? (kernels = createHalfKernels()) : kernels)

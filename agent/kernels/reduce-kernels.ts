@@ -41,7 +41,8 @@ interface WasmExports {
 
 let compiled: WebAssembly.Module | null | undefined
 
-function wasmModule (): WebAssembly.Module | null {
+/** reduce.wat compiled, once per thread and shared by every instance; null without WebAssembly SIMD. */
+export function wasmModule (): WebAssembly.Module | null {
   if (compiled === undefined) {
     try {
       compiled = new WebAssembly.Module(Buffer.from(REDUCE_WASM_BASE64, 'base64'))

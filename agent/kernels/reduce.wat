@@ -1,8 +1,9 @@
 ;; The reducer's per-element work in WebAssembly SIMD: finiteness checks, weighted float64 sums of
-;; float32 parts, and means rounded back to float32; and the sidecar's divergence sums and 16-bit
-;; storage conversions. Every operation is the IEEE one the JavaScript
-;; fallback (reduce-kernels.ts) performs, so both give bit-identical results; SIMD does 2 to 4 lanes at
-;; a time where a JavaScript loop does one element (about 4x less CPU per element on this machine).
+;; float32 parts, and means rounded back to float32; the sidecar's divergence sums and 16-bit storage
+;; conversions; and the float16 wire codec's (clamp, then narrow; widen). Every operation is the IEEE
+;; one the JavaScript twin (reduce-kernels.ts, sidecar/dtypes.ts, compression/float16.ts) performs, so
+;; both give bit-identical results; SIMD does 2 to 8 lanes at a time where a JavaScript loop does one
+;; element (about 4x less CPU per element on this machine).
 ;; Compiled by `npm run generate:kernels` into reduce-wasm.ts. Pointers are byte offsets into the
 ;; imported memory; float32 arrays are 4-byte aligned, float64 arrays 8-byte aligned.
 (module
@@ -280,7 +281,31 @@
         (local.set $d (i32.add (local.get $d) (i32.const 4)))
         (br $next))))
 
+  ;; The n float32 at $v clamped to [-$limit, $limit] in place: the float16 wire codec's rule (hivemind's),
+  ;; a large value degrades to 65504 instead of becoming infinite, before `narrow`. A NaN stays as it
+  ;; is, sign and payload: pmin and pmax return their first operand when the comparison is false.
+  (func (export "clamp") (param $v i32) (param $n i32) (param $limit f32)
+    (local $end i32) (local $tail i32) (local $hi v128) (local $lo v128)
+    (local.set $hi (f32x4.splat (local.get $limit)))
+    (local.set $lo (f32x4.neg (local.get $hi)))
+    (local.set $end (i32.add (local.get $v) (i32.shl (i32.and (local.get $n) (i32.const -4)) (i32.const 2))))
+    (local.set $tail (i32.add (local.get $end) (i32.shl (i32.and (local.get $n) (i32.const 3)) (i32.const 2))))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $v) (local.get $end)))
+        (v128.store (local.get $v) (f32x4.pmax (f32x4.pmin (v128.load (local.get $v)) (local.get $hi)) (local.get $lo)))
+        (local.set $v (i32.add (local.get $v) (i32.const 16)))
+        (br $next)))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $v) (local.get $tail)))
+        (f32.store (local.get $v) (f32x4.extract_lane 0
+          (f32x4.pmax (f32x4.pmin (v128.load32_splat (local.get $v)) (local.get $hi)) (local.get $lo))))
+        (local.set $v (i32.add (local.get $v) (i32.const 4)))
+        (br $next))))
+
   ;; u16 at $d = the n float32 at $s narrowed, round to nearest even ($bf: 1 bfloat16, 0 float16).
+  ;; $d may be $s itself: each block of values is read before its narrower result is written.
   (func (export "narrow") (param $s i32) (param $d i32) (param $n i32) (param $bf i32)
     (local $end i32) (local $tail i32) (local $lo v128) (local $hi v128) (local $a v128) (local $r v128)
     (local.set $end (i32.add (local.get $s) (i32.shl (i32.and (local.get $n) (i32.const -8)) (i32.const 2))))

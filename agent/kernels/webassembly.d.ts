@@ -7,6 +7,8 @@ declare namespace WebAssembly {
   class Memory {
     constructor (descriptor: { initial: number, maximum?: number })
     readonly buffer: ArrayBuffer
+    /** Adds pages of 64 KiB; views of the old buffer are detached. Returns the old size in pages. */
+    grow (pages: number): number
   }
   class Instance {
     constructor (module: Module, imports?: Record<string, Record<string, unknown>>)

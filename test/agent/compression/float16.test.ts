@@ -2,6 +2,8 @@ import { test } from 'node:test'
 import { Uint8ArrayList } from 'uint8arraylist'
 import assert from 'node:assert/strict'
 import { codecFor } from '../../../agent/compression/index.js'
+import { makeFloat16Codec } from '../../../agent/compression/float16.js'
+import { createHalfKernels } from '../../../agent/kernels/half-kernels.js'
 import { seededRandom } from './random.js'
 
 const codec = codecFor('float16')
@@ -132,4 +134,39 @@ test('float16 decodePiecesInto gives decode\'s values from chunks split anywhere
     assert.deepEqual(out.subarray(halves.length), new Float32Array(5).fill(7), 'nothing written past n')
   }
   assert.throws(() => codec.decodePiecesInto!(new Uint8ArrayList(bytes.subarray(1)), halves.length, new Float32Array(halves.length)), /3000 values need 6000 encoded bytes, got 5999/)
+})
+
+/** Where two arrays of bits first differ (-1: nowhere), so a failure names one value, not a million. */
+function sameBits (a: Uint16Array | Uint32Array, b: Uint16Array | Uint32Array, what: string): void {
+  assert.equal(a.length, b.length, what)
+  const i = a.findIndex((x, k) => x !== b[k])
+  assert.equal(i, -1, `${what}: at ${i}, 0x${a[i]?.toString(16)} against 0x${b[i]?.toString(16)}`)
+}
+
+test('float16 in WebAssembly SIMD and in JavaScript give the same bits, both ways, for every kind of value', () => {
+  const wasm = makeFloat16Codec(createHalfKernels)
+  const js = makeFloat16Codec(() => null)
+  assert.ok(createHalfKernels() !== null, 'this runtime has WebAssembly SIMD')
+  const random = seededRandom(79)
+  const bits = new Uint32Array(1_000_003)
+  for (let i = 0; i < bits.length; i++) bits[i] = Math.floor(random() * 4294967296)
+  // NaNs with payloads, infinities, the clamp's edges, the smallest normal half, subnormal ties, signed zeros.
+  bits.set([0x7fc00000, 0xffc00001, 0x7f800001, 0xff812345, 0x7f800000, 0xff800000, 0x477fe000, 0x477fefff, 0x477ff000,
+    0xc77ff000, 0x38800000, 0x387fffff, 0x33800000, 0x33000000, 0x33000001, 0x80000000, 0x00000000, 0x00000001], 0)
+  // Values near the half range, where rounding happens, for most of the rest.
+  for (let i = 18; i < bits.length; i += 2) bits[i] = ((100 + Math.floor(random() * 45)) << 23) | (bits[i] & 0x807fffff)
+  const values = new Float32Array(bits.buffer)
+  const fromWasm = wasm.encode(values)
+  sameBits(new Uint16Array(fromWasm.buffer), new Uint16Array(js.encode(values).buffer), 'encode')
+  const halves = new Uint16Array(65536).map((_, h) => h)
+  const all = new Uint8Array(halves.buffer)
+  sameBits(new Uint32Array(wasm.decode(all, 65536).buffer), new Uint32Array(js.decode(all, 65536).buffer), 'decode')
+  // Chunks at odd offsets, split inside a value: the same values from both.
+  const chunks = [all.subarray(0, 3), all.slice(3, 1001), all.subarray(1001)]
+  const a = wasm.decodePiecesInto!(new Uint8ArrayList(...chunks), 65536, new Float32Array(65536))
+  const b = js.decodePiecesInto!(new Uint8ArrayList(...chunks), 65536, new Float32Array(65536))
+  sameBits(new Uint32Array(a.buffer), new Uint32Array(b.buffer), 'decodePiecesInto')
+  // A part larger than the kernels' memory so far grows it, and a small one after still converts right.
+  const small = new Float32Array([1.5, -2.25, 65536, Number.NaN, 1e-8])
+  sameBits(new Uint16Array(wasm.encode(small).buffer), new Uint16Array(js.encode(small).buffer), 'a small part after a large one')
 })

@@ -38,8 +38,8 @@ export interface FrameChannel {
   release?: (frame: Uint8ArrayList) => void
   /**
    * Sends one frame (a payload, or its pieces in order: they are written as they are, not joined);
-   * waits while the send buffer is above its high-water mark. Pieces are read until the frame has
-   * left for the transport's own buffers, so they must not change before the returned promise settles.
+   * waits while the send buffer is above its high-water mark. A socket may still read the pieces after
+   * the returned promise settles, until it has written them: they must not change before that.
    * `flushed`, when given, is called once the channel holds no reference to the pieces any more, so
    * their memory may be reused (wire-memory.ts): at once by a channel that copies them, when the socket
    * has written them by one that does not, with an error if it never will. A channel that cannot tell

@@ -262,7 +262,7 @@ export class ReducerSide {
     const links = [...this.links].filter(([slot]) => !(reducer.isBanned(slot) && reducer.nextPartOf(slot) <= result.partIndex))
     // Encoded apart from the mean (float16), the mean's memory is free already.
     if (result.mean != null && data.buffer !== result.mean.buffer) returnWireMemory(result.mean)
-    const flushed = returnWhenFlushed([data], links.length)
+    const flushed = returnWhenFlushed(data, links.length)
     for (const [slot, link] of links) {
       link.pendingWrites++
       link.chain = link.chain.then(async () => {

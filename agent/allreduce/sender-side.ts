@@ -226,7 +226,7 @@ export class SenderSide {
       // lent memory, back for reuse once the channel has written them.
       const data = encodeForWire(ctx.options.codec, partView(ctx.options.tensors, ctx.plan, part))
       const frame = encodeTensorPartPieces({ partIndex: index, compression: wire, data })
-      await framed.write(frame, returnWhenFlushed([data], 1))
+      await framed.write(frame, returnWhenFlushed(data, 1))
       ctx.bytesSent += payloadBytes(frame)
     }
   }

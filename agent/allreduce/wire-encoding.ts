@@ -18,13 +18,12 @@ export function encodeForWire (codec: Codec, values: Float32Array): Uint8Array {
  * never says (FrameChannel.write), keeps it from coming back: the collector takes it then, as it
  * would take memory never lent. Giving back what the socket still reads would put other bytes on the wire.
  */
-export function returnWhenFlushed (memory: readonly ArrayBufferView[], writes: number): Flushed {
+export function returnWhenFlushed (memory: ArrayBufferView, writes: number): Flushed {
   let left = writes
   let failed = false
-  const giveBack = (): void => { for (const m of memory) returnWireMemory(m) }
-  if (left === 0) giveBack()
+  if (left === 0) returnWireMemory(memory)
   return (err) => {
     if (err != null) failed = true
-    if (--left === 0 && !failed) giveBack()
+    if (--left === 0 && !failed) returnWireMemory(memory)
   }
 }

@@ -22,19 +22,19 @@ test('lent wire memory is lent again only once it is given back, and given back 
 
 test('returnWhenFlushed gives memory back after every write flushed, and never after a failed one', () => {
   const m = lendWireMemory(SIZE)
-  const flushed = returnWhenFlushed([m], 3)
+  const flushed = returnWhenFlushed(m, 3)
   flushed(); flushed()
   assert.notEqual(lendWireMemory(SIZE).buffer, m.buffer, 'two of three writes flushed: still in use')
   flushed()
   assert.equal(lendWireMemory(SIZE).buffer, m.buffer, 'all three flushed: back')
 
   const f = lendWireMemory(SIZE)
-  const failing = returnWhenFlushed([f], 2)
+  const failing = returnWhenFlushed(f, 2)
   failing(new Error('connection reset')); failing()
   assert.notEqual(lendWireMemory(SIZE).buffer, f.buffer, 'a write that failed may still hold it: never back')
 
   const z = lendWireMemory(SIZE)
-  returnWhenFlushed([z], 0)
+  returnWhenFlushed(z, 0)
   assert.equal(lendWireMemory(SIZE).buffer, z.buffer, 'no writes: back at once')
 })
 

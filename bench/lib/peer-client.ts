@@ -77,6 +77,9 @@ export async function runBenchPeer (create: (env: PeerEnv) => Promise<BenchPeer>
       const elapsed = performance.now() - started
       const cpuUsed = cpuSecondsNow() - cpuBefore
       const mainUsed = mainThreadCpuSecondsNow() - mainBefore
+      // The check and the next round's fill wait until every peer's round is over: started while
+      // slower peers still average, they took the shared cores from the round being timed.
+      await post(env.coord, '/barrier', { name: `round-${round}-end` })
       if (measured) {
         roundsMs.push(elapsed)
         cpuSeconds += cpuUsed

@@ -60,7 +60,10 @@ export async function runImpl (spec: ImplSpec, peers: number, groupSize: number,
 
   const label = `${spec.name} ${peers} peers${groupSize !== peers ? ` in groups of ${groupSize}` : ''} × ${formatElements(elements)}`
   const total = o.warmup + o.rounds
-  const coordinator = new Coordinator(peers, (line) => progress(`${label}: ${line.replace(/^round-(\d+) open$/, (_m, k: string) => `round ${Number(k) + 1}/${total} ${Number(k) < o.warmup ? '(warm-up) ' : ''}started`)}`))
+  const coordinator = new Coordinator(peers, (line) => {
+    if (/^round-\d+-end open$/.test(line)) return // every round's end: the next line says the next round started
+    progress(`${label}: ${line.replace(/^round-(\d+) open$/, (_m, k: string) => `round ${Number(k) + 1}/${total} ${Number(k) < o.warmup ? '(warm-up) ' : ''}started`)}`)
+  })
   const coord = await coordinator.start(o.placement?.coordHost)
   // Bytes on the wire: the peers' TCP counters from just before the first measured round to after the last.
   const meter = new WireMeter()

@@ -106,6 +106,9 @@ def run(make_peer) -> None:
             matchmaking = peer.all_reduce(round_index)
             elapsed_ms = (time.perf_counter() - started) * 1000
             cpu_used = process_tree_usage()[0] - cpu_before
+            # The check and the next round's fill wait until every peer's round is over: started while
+            # slower peers still average, they took the shared cores from the round being timed.
+            post(env, "/barrier", {"name": f"round-{round_index}-end"})
             if measured:
                 rounds_ms.append(elapsed_ms)
                 cpu_seconds += cpu_used

@@ -27,6 +27,7 @@ import torch
 
 from .averager import DecentralizedAverager
 from .client import AgentError, StepResult
+from .replicas import Replicas, replicas_for
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -165,11 +166,27 @@ class ParameterAverager:
     its parameters, and :meth:`land` (or the next :meth:`step`) adds ``group mean − snapshot sent`` to them, so
     the local steps taken meanwhile are kept (delayed averaging). While a round is in flight the agent owns the
     region: touch it (``averager.get_tensors()``) only after :meth:`land`.
+
+    ``process_group`` (data-parallel trainers, e.g. torchrun with DDP: the ranks that hold replicas of these
+    parameters): the group's rank 0 alone talks to the agent (``averager`` is None on the other ranks), and
+    ``step``, ``land``, ``load_state_from_peers``, ``complete`` and ``finish`` are collectives: every rank calls
+    them in the same order and leaves with rank 0's parameters and result (or raises its error). The other ranks'
+    ``step(wait=False)`` futures complete when the round lands.
     """
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], url: Optional[str] = None,
-                 shm_dir: Optional[str] = None, transport: str = "shm"):
+                 shm_dir: Optional[str] = None, transport: str = "shm", *, process_group: Any = None):
         self.names, self.params = _named(named_parameters)
+        self._replicas: Optional[Replicas] = replicas_for(process_group, self.params)
+        self._round: Optional[_RoundInFlight] = None
+        self._sent: List[torch.Tensor] = []
+        """CPU copies of the region as sent by the round in flight, in the parameters' dtypes."""
+        self._follower_round: "Optional[Future[StepResult]]" = None
+        """On a rank other than the group's 0: the future of the round in flight there."""
+        self.averager: Optional[DecentralizedAverager] = None
+        """The agent's averager; None on a process group's ranks other than 0."""
+        if self._replicas is not None and not self._replicas.leader:
+            return
         self.averager = DecentralizedAverager(
             {n: (tuple(p.shape), _DTYPE_NAMES[p.dtype]) for n, p in zip(self.names, self.params)},
             url=url, shm_dir=shm_dir, transport=transport)
@@ -177,9 +194,10 @@ class ParameterAverager:
             self._region = [region_tensor(views[s.name], s.dtype) for s in self.averager.specs]
         self._host = _HostRegistration(self.averager, self.params)
         self._staging = [self._host.staging_for(slot.offset, r) for slot, r in zip(self.averager.slots, self._region)]
-        self._round: Optional[_RoundInFlight] = None
-        self._sent: List[torch.Tensor] = []
-        """CPU copies of the region as sent by the round in flight, in the parameters' dtypes."""
+
+    def _agent(self) -> DecentralizedAverager:
+        assert self.averager is not None, "only the process group's rank 0 talks to the agent"
+        return self.averager
 
     @overload
     def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
@@ -204,25 +222,42 @@ class ParameterAverager:
         changes nothing: call :meth:`land` (or the next ``step``) to apply the round.
         """
         self.land()
-        with torch.no_grad(), self.averager.get_tensors():
+        replicas = self._replicas
+        if replicas is None:
+            return self._step(weight, gather, timeout, wait)
+        if wait:
+            result = replicas.outcome(lambda: self._step(weight, gather, timeout, True))
+            if result.averaged:
+                replicas.params(self.params)
+            return result
+        if replicas.leader:
+            return self._step(weight, gather, timeout, False)
+        self._follower_round = Future()
+        self._follower_round.set_running_or_notify_cancel()
+        return self._follower_round
+
+    def _step(self, weight: Optional[float], gather: Any, timeout: Optional[float],
+              wait: bool) -> Union[StepResult, "Future[StepResult]"]:
+        averager = self._agent()
+        with torch.no_grad(), averager.get_tensors():
             for p, r, s in zip(self.params, self._region, self._staging):
                 self._host.copy(r, p.detach(), s)
             _sync(self.params)
             if not wait:
                 self._sent = [r.clone() for r in self._region]
         if wait:
-            result = self.averager.step(weight=weight, gather=gather, timeout=timeout)
+            result = averager.step(weight=weight, gather=gather, timeout=timeout)
             if result.averaged:
                 with torch.no_grad():
                     self._copy_into_params()
             return result
-        self._round = _RoundInFlight(self.averager, weight, gather, timeout)
+        self._round = _RoundInFlight(averager, weight, gather, timeout)
         return self._round.future
 
     @property
     def round_in_flight(self) -> bool:
         """True from ``step(wait=False)`` until the round is landed (or dropped), whether or not the agent is done."""
-        return self._round is not None
+        return self._round is not None or self._follower_round is not None
 
     def land(self) -> Optional[StepResult]:
         """Waits for the round in flight, if any, and applies it; returns its result, or None when none was in flight.
@@ -242,6 +277,23 @@ class ParameterAverager:
         agent refused or could not be reached), the parameters stay as trained and the error is raised here; the
         round counts as landed either way.
         """
+        replicas = self._replicas
+        if replicas is None or not self.round_in_flight:
+            return self._land()
+        follower_round, self._follower_round = self._follower_round, None
+        try:
+            result = replicas.outcome(self._land)
+        except BaseException as err:
+            if follower_round is not None:
+                follower_round.set_exception(err)
+            raise
+        if result is not None and result.averaged:
+            replicas.params(self.params)
+        if follower_round is not None:
+            follower_round.set_result(cast(StepResult, result))
+        return result
+
+    def _land(self) -> Optional[StepResult]:
         round_ = self._round
         if round_ is None:
             return None
@@ -254,7 +306,7 @@ class ParameterAverager:
             self._round, self._sent = None, []
 
     def _apply_correction(self) -> None:
-        with torch.no_grad(), self.averager.get_tensors():
+        with torch.no_grad(), self._agent().get_tensors():
             for p, r, sent in zip(self.params, self._region, self._sent):
                 correction = r.float() - sent.float()
                 correction = correction.to(p.device)
@@ -269,6 +321,9 @@ class ParameterAverager:
         if self._round is not None:
             self._round.drop()
             self._round, self._sent = None, []
+        if self._follower_round is not None:
+            self._follower_round.set_exception(RuntimeError("the round was dropped, not landed"))
+            self._follower_round = None
 
     def load_state_from_peers(self) -> str:
         """Copies the agent's state into the parameters unless it is ``initial``; returns the origin.
@@ -277,7 +332,15 @@ class ParameterAverager:
         replaces the parameters (its error, if the round raised one, is not raised).
         """
         self._drop()
-        origin = self.averager.load_state_from_peers()
+        if self._replicas is None:
+            return self._load_state()
+        origin = self._replicas.outcome(self._load_state)
+        if origin != "initial":
+            self._replicas.params(self.params)
+        return origin
+
+    def _load_state(self) -> str:
+        origin = self._agent().load_state_from_peers()
         if origin != "initial":
             with torch.no_grad():
                 self._copy_into_params()
@@ -290,8 +353,10 @@ class ParameterAverager:
 
     @property
     def complete(self) -> bool:
-        """See :attr:`DecentralizedAverager.complete`."""
-        return self.averager.complete
+        """See :attr:`DecentralizedAverager.complete` (with a process group: rank 0's answer, a collective)."""
+        if self._replicas is None:
+            return self._agent().complete
+        return self._replicas.outcome(lambda: self._agent().complete)
 
     def finish(self) -> Dict[str, Any]:
         """This trainer is done: lands the round in flight (:meth:`land`), then :meth:`DecentralizedAverager.finish`.
@@ -300,13 +365,22 @@ class ParameterAverager:
         call ``finish()`` again).
         """
         self.land()
-        return self.averager.finish()
+        if self._replicas is None:
+            return self._agent().finish()
+        return self._replicas.outcome(lambda: self._agent().finish())
 
     def close(self) -> None:
-        """Lands the round in flight, if any (its error becomes a RuntimeWarning), then unmaps and deletes the region."""
+        """Lands the round in flight, if any (its error becomes a RuntimeWarning), then unmaps and deletes the region.
+
+        With a process group this is not a collective: rank 0 lands its round for itself (call :meth:`land` on
+        every rank first to keep the replicas equal), the other ranks only forget theirs."""
+        if self._replicas is not None:
+            self._follower_round = None
+        if self.averager is None:
+            return
         if self._round is not None:
             try:
-                self.land()
+                self._land()
             except Exception as err:  # noqa: BLE001 - close() must not fail on the last round's error
                 warnings.warn(f"the round in flight at close() did not average: {err}", RuntimeWarning, stacklevel=2)
         self._host.close()
@@ -355,6 +429,14 @@ class DiLoCoOptimizer(Generic[_Outcome]):
     by the samples since that fragment's last outer step; the other fragments' θ, m and parameters are not
     touched. Each round moves 1/P of the bytes of a whole outer step. With ``overlap=True`` one round is in
     flight at a time: the next fragment's outer step lands it first. ``local_steps`` must be at least P.
+
+    ``process_group`` (data-parallel trainers, e.g. torchrun with DDP: the ranks that hold replicas of the model)
+    makes the group's rank 0 the only process that talks to the agent and holds θ and m (``averager`` is None on
+    the other ranks). Outer steps, landings (also the check after each inner step while a round is in flight),
+    ``load_state_from_peers`` (at construction too), ``outer_params_hash``, ``outer_parameters``, ``state_dict``,
+    ``complete`` and ``finish`` are then collectives: every rank calls them in the same order and leaves with
+    rank 0's parameters and result, or raises its error. The other ranks' overlapped futures complete when the
+    round lands. The pod's bytes on the wire are one trainer's, however many ranks it has.
     """
 
     @overload
@@ -362,14 +444,14 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
-                 overlap: Literal[False] = ..., fragments: int = ...) -> None: ...
+                 overlap: Literal[False] = ..., fragments: int = ..., process_group: Any = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Future[StepResult]]", named_parameters: Iterable[Tuple[str, torch.Tensor]],
                  inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
-                 overlap: Literal[True], fragments: int = ...) -> None: ...
+                 overlap: Literal[True], fragments: int = ..., process_group: Any = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Union[StepResult, Future[StepResult]]]",
@@ -377,13 +459,13 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  local_steps: int = ..., outer_lr: float = ..., outer_momentum: float = ...,
                  timeout: Optional[float] = ..., url: Optional[str] = ..., shm_dir: Optional[str] = ...,
                  transport: str = ..., average_momentum: bool = ..., *, overlap: bool,
-                 fragments: int = ...) -> None: ...
+                 fragments: int = ..., process_group: Any = ...) -> None: ...
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
                  local_steps: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  timeout: Optional[float] = None, url: Optional[str] = None, shm_dir: Optional[str] = None,
                  transport: str = "shm", average_momentum: bool = True, *, overlap: bool = False,
-                 fragments: int = 1):
+                 fragments: int = 1, process_group: Any = None):
         if local_steps < 1:
             raise ValueError(f"local_steps is {local_steps}; it must be at least 1")
         self.names, self.params = _named(named_parameters)
@@ -413,12 +495,20 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self._fragment_names: List[Optional[List[str]]] = [None] if fragments == 1 else [
             [f"outer/{n}" for n in self.names[a:b]] + ([f"momentum/{n}" for n in self.names[a:b]] if average_momentum else [])
             for a, b in self.fragment_bounds]
-        self.averager = DecentralizedAverager(tensors, url=url, shm_dir=shm_dir, transport=transport)
-        with self.averager.get_tensors() as views:
-            self._theta = [views[f"outer/{n}"] for n in self.names]
-            self._momentum: List[np.ndarray] = (
-                [views[f"momentum/{n}"] for n in self.names] if average_momentum
-                else [np.zeros(shapes[n], dtype=np.float32) for n in self.names])
+        self._replicas: Optional[Replicas] = replicas_for(process_group, self.params)
+        self._follower_round: "Optional[Future[StepResult]]" = None
+        """On a rank other than the group's 0: the future of the overlapped round in flight there."""
+        self.averager: Optional[DecentralizedAverager] = None
+        """The agent's averager; None on a process group's ranks other than 0 (which hold no θ or m either)."""
+        self._theta: List[np.ndarray] = []
+        self._momentum: List[np.ndarray] = []
+        if self._replicas is None or self._replicas.leader:
+            self.averager = DecentralizedAverager(tensors, url=url, shm_dir=shm_dir, transport=transport)
+            with self.averager.get_tensors() as views:
+                self._theta = [views[f"outer/{n}"] for n in self.names]
+                self._momentum = (
+                    [views[f"momentum/{n}"] for n in self.names] if average_momentum
+                    else [np.zeros(shapes[n], dtype=np.float32) for n in self.names])
         self._pinned = [torch.empty(tuple(p.shape), dtype=torch.float32, pin_memory=True) if p.is_cuda else None
                         for p in self.params]
         self.local_step = 0
@@ -470,9 +560,23 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         due = self._due_fragment()
         if due is not None:
             return self.outer_step(due)
-        if self._round is not None and self._round.done():
+        if self.round_in_flight and self._round_done():
             self.land()
         return None
+
+    def _round_done(self) -> bool:
+        """Whether the agent is done with the round in flight (with a process group: rank 0's answer)."""
+        done = self._round is not None and self._round.done()
+        return done if self._replicas is None else self._replicas.flag(done)
+
+    def _agent(self) -> DecentralizedAverager:
+        assert self.averager is not None, "only the process group's rank 0 talks to the agent"
+        return self.averager
+
+    @property
+    def _leads(self) -> bool:
+        """Whether this process holds θ, m and the agent (one process, or the process group's rank 0)."""
+        return self.averager is not None
 
     def _due_fragment(self) -> Optional[int]:
         for f, offset in enumerate(self.fragment_offsets):
@@ -503,34 +607,48 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             raise ValueError(f"fragment is {fragment}; this optimizer has fragments 0 to {self.fragments - 1}")
         part = range(*self.fragment_bounds[fragment])
         names = self._fragment_names[fragment]
+        weight = self._fragment_samples[fragment]
         if not self.overlap:
-            self._nesterov_into_region(keep_sent=False, part=part)
-            weight = self._fragment_samples[fragment]
-            result = self.averager.step(weight=max(weight, 1), timeout=self.timeout,
-                                        gather={"samples": weight}, names=names)
-            self._theta_into_model(part)
+            if self._replicas is None:
+                result = self._outer_round(part, names, weight)
+            else:
+                result = self._replicas.outcome(lambda: self._outer_round(part, names, weight))
+                self._replicas.params([self.params[i] for i in part])  # θ, or rank 0's own θ' when alone
             self.outer_step_count += 1
             self.last_result = result
-            self._report(self._samples, self._losses)
             self._samples, self._losses = 0, []
             self._fragment_samples[fragment] = 0
             return cast(_Outcome, result)
         self.land()
-        self._nesterov_into_region(keep_sent=True, part=part)
-        self._theta_into_model(part)  # this trainer's own θ', before the agent owns the region
-        weight = self._fragment_samples[fragment]
+        if self._leads:
+            self._nesterov_into_region(keep_sent=True, part=part)
+            self._theta_into_model(part)  # this trainer's own θ', before the agent owns the region
+        if self._replicas is not None:
+            self._replicas.params([self.params[i] for i in part])
         self._round_report = (self._samples, self._losses)
         self._samples, self._losses = 0, []
         self._fragment_samples[fragment] = 0
         self._round_fragment = fragment
-        self._round = _RoundInFlight(self.averager, max(weight, 1), {"samples": weight}, self.timeout, names)
         self.outer_step_count += 1
-        return cast(_Outcome, self._round.future)
+        if self._leads:
+            self._round = _RoundInFlight(self._agent(), max(weight, 1), {"samples": weight}, self.timeout, names)
+            return cast(_Outcome, self._round.future)
+        self._follower_round = Future()
+        self._follower_round.set_running_or_notify_cancel()
+        return cast(_Outcome, self._follower_round)
+
+    def _outer_round(self, part: range, names: Optional[List[str]], weight: int) -> StepResult:
+        """A blocking outer step's work with the agent: θ', m', the round, θ into the model, the progress report."""
+        self._nesterov_into_region(keep_sent=False, part=part)
+        result = self._agent().step(weight=max(weight, 1), timeout=self.timeout, gather={"samples": weight}, names=names)
+        self._theta_into_model(part)
+        self._report(self._samples, self._losses)
+        return result
 
     @property
     def round_in_flight(self) -> bool:
         """True from an overlapped outer step until its round lands (or is dropped), whether or not the agent is done."""
-        return self._round is not None
+        return self._round is not None or self._follower_round is not None
 
     @torch.no_grad()
     def land(self) -> Optional[StepResult]:
@@ -552,7 +670,27 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         this trainer's copies) and the model stays as trained, as a lone trainer without overlap. Raised (the
         agent refused the round or could not be reached): the same, and the error is raised here; the round
         counts as landed either way (no report is sent for it).
+
+        With a process group: rank 0 lands as above, and every rank leaves with its parameters and result.
         """
+        if self._replicas is None or not self.round_in_flight:
+            return self._land()
+        follower_round, self._follower_round = self._follower_round, None
+        part = range(*self.fragment_bounds[self._round_fragment])
+        try:
+            result = self._replicas.outcome(self._land)
+        except BaseException as err:
+            if follower_round is not None:
+                follower_round.set_exception(err)
+            raise
+        if result is not None and result.averaged:
+            self._replicas.params([self.params[i] for i in part])
+        self.last_result = result
+        if follower_round is not None:
+            follower_round.set_result(cast(StepResult, result))
+        return result
+
+    def _land(self) -> Optional[StepResult]:
         round_ = self._round
         if round_ is None:
             return None
@@ -567,7 +705,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         if not result.averaged:
             self._restore(sent_theta, sent_momentum, part)
         else:
-            with self.averager.get_tensors():
+            with self._agent().get_tensors():
                 for i, sent in zip(part, sent_theta):
                     _land_outer(self.params[i], self._theta[i], sent)
             _sync(self.params)
@@ -580,10 +718,13 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         if self._round is not None:
             self._round.drop()
             self._round, self._sent_theta, self._sent_momentum = None, [], []
+        if self._follower_round is not None:
+            self._follower_round.set_exception(RuntimeError("the outer round was dropped, not landed"))
+            self._follower_round = None
 
     def _restore(self, sent_theta: List[np.ndarray], sent_momentum: List[np.ndarray], part: range) -> None:
         """θ and m of the fragment's parameters (``part``) become the copies sent."""
-        with self.averager.get_tensors():
+        with self._agent().get_tensors():
             for i, sent in zip(part, sent_theta):
                 self._theta[i][...] = sent
             for i, sent in zip(part, sent_momentum):
@@ -601,13 +742,21 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         and the model (the round's error, if any, is not raised).
         """
         self._drop()
-        origin = self.averager.load_state_from_peers()
+        if self._replicas is None:
+            return self._load_state()
+        origin = self._replicas.outcome(self._load_state)
+        self._replicas.params(self.params)  # also where the ranks started from different parameters
+        return origin
+
+    def _load_state(self) -> str:
+        averager = self._agent()
+        origin = averager.load_state_from_peers()
         if origin == "initial":
-            with self.averager.get_tensors():
+            with averager.get_tensors():
                 for p, pinned, theta, m in zip(self.params, self._pinned, self._theta, self._momentum):
                     theta[...] = self._local_float32(p, pinned)
                     m[...] = 0
-            self.averager.publish_state()
+            averager.publish_state()
         else:
             self._theta_into_model()
         return origin
@@ -618,7 +767,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
 
         Lands the overlapped round in flight first (:meth:`land`, blocking; its error is raised here)."""
         self.land()
-        return self._theta_hash()
+        return self._theta_hash() if self._replicas is None else self._replicas.outcome(self._theta_hash)
 
     def _theta_hash(self) -> str:
         h = hashlib.blake2b()
@@ -627,9 +776,18 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         return h.hexdigest()[:16]
 
     def outer_parameters(self) -> Dict[str, torch.Tensor]:
-        """Copies of θ, by parameter name; lands the overlapped round in flight first (:meth:`land`, blocking)."""
+        """Copies of θ, by parameter name; lands the overlapped round in flight first (:meth:`land`, blocking).
+
+        With a process group every rank gets rank 0's (a collective)."""
         self.land()
-        return {n: torch.from_numpy(t.copy()) for n, t in zip(self.names, self._theta)}
+        return dict(zip(self.names, self._copies(self._theta)))
+
+    def _copies(self, arrays: List[np.ndarray]) -> List[torch.Tensor]:
+        """float32 CPU copies of θ or m (with a process group: rank 0's, on every rank)."""
+        own = [torch.from_numpy(a.copy()) for a in arrays] if self._leads else None
+        if self._replicas is None:
+            return cast(List[torch.Tensor], own)
+        return self._replicas.tensors(own, [tuple(p.shape) for p in self.params])
 
     def state_dict(self) -> Dict[str, Any]:
         """The inner optimizer's state, the counters, θ (``outer``) and m (``momentum``), copies by parameter name.
@@ -643,7 +801,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             "samples": self._samples,
             "losses": list(self._losses),
             "outer": self.outer_parameters(),
-            "momentum": {n: torch.from_numpy(m.copy()) for n, m in zip(self.names, self._momentum)},
+            "momentum": dict(zip(self.names, self._copies(self._momentum))),
             **({"fragment_samples": list(self._fragment_samples)} if self.fragments > 1 else {}),
         }
 
@@ -663,6 +821,8 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self._fragment_samples = ([int(x) for x in saved] if isinstance(saved, list) and len(saved) == self.fragments
                                   else [self._samples] * self.fragments)
         self._losses = [float(x) for x in state.get("losses", [])]
+        if self.averager is None:
+            return  # θ and m live on the process group's rank 0
         with self.averager.get_tensors():
             for n, theta, m in zip(self.names, self._theta, self._momentum):
                 theta[...] = state["outer"][n].detach().cpu().float().numpy()
@@ -671,8 +831,12 @@ class DiLoCoOptimizer(Generic[_Outcome]):
 
     @property
     def complete(self) -> bool:
-        """See :attr:`DecentralizedAverager.complete`: check it at start, a restarted trainer of a finished run exits."""
-        return self.averager.complete
+        """See :attr:`DecentralizedAverager.complete`: check it at start, a restarted trainer of a finished run exits.
+
+        With a process group: rank 0's answer (a collective)."""
+        if self._replicas is None:
+            return self._agent().complete
+        return self._replicas.outcome(lambda: self._agent().complete)
 
     def finish(self) -> Dict[str, Any]:
         """This trainer is done: see :meth:`DecentralizedAverager.finish`. Call it after the last outer step.
@@ -681,13 +845,21 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         here before the agent is told (the round counts as landed: call ``finish()`` again).
         """
         self.land()
-        return self.averager.finish()
+        if self._replicas is None:
+            return self._agent().finish()
+        return self._replicas.outcome(lambda: self._agent().finish())
 
     def close(self) -> None:
-        """Lands the overlapped round in flight, if any (its error becomes a RuntimeWarning), then unmaps the region."""
+        """Lands the overlapped round in flight, if any (its error becomes a RuntimeWarning), then unmaps the region.
+
+        With a process group this is not a collective: rank 0 lands its round for itself (call :meth:`land` on
+        every rank first to keep the replicas equal), the other ranks only forget theirs."""
+        self._follower_round = None
+        if self.averager is None:
+            return
         if self._round is not None:
             try:
-                self.land()
+                self._land()
             except Exception as err:  # noqa: BLE001 - close() must not fail on the last round's error
                 warnings.warn(f"the outer round in flight at close() did not average: {err}", RuntimeWarning, stacklevel=2)
         self._theta.clear()
@@ -698,7 +870,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         """θ, m of the parameters in ``part`` (m in this trainer with average_momentum=False) become θ', m';
         keep_sent copies them."""
         mu, lr = np.float32(self.outer_momentum), np.float32(self.outer_lr)
-        with self.averager.get_tensors():
+        with self._agent().get_tensors():
             for i in part:
                 local = self._local_float32(self.params[i], self._pinned[i])
                 nesterov_update(self._theta[i], self._momentum[i], local, lr, mu)
@@ -728,7 +900,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
     def _report(self, samples: int, losses: List[float]) -> None:
         loss = sum(losses) / len(losses) if losses else None
         try:
-            self.averager.client.report(loss=loss, samples=samples, params_hash=self._theta_hash())
+            self._agent().client.report(loss=loss, samples=samples, params_hash=self._theta_hash())
         except AgentError as err:
             if not self._reported_error:
                 warnings.warn(f"the agent refused a progress report: {err}", RuntimeWarning, stacklevel=3)

@@ -12,6 +12,9 @@
 
     opt = DiLoCoOptimizer(..., overlap=True)            # outer steps return a Future; their rounds land during
                                                         # the next inner steps (model = mean θ + inner progress)
+
+    opt = DiLoCoOptimizer(..., process_group=dist.group.WORLD)  # torchrun + DDP: rank 0 talks to the agent,
+                                                                # the other ranks follow it (collective calls)
 """
 from __future__ import annotations
 

@@ -43,6 +43,21 @@ class Replicas:
         self.device = device
         """Where broadcast tensors live: NCCL moves CUDA tensors only, gloo CPU ones."""
 
+    def check_replicas(self, names: Sequence[str], params: Sequence[torch.Tensor]) -> None:
+        """Raises ValueError on every rank unless every rank holds parameters of rank 0's names, shapes and dtypes."""
+        if self.size == 1:
+            return
+        mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in zip(names, params)]
+        box: List[Any] = [mine]
+        dist.broadcast_object_list(box, src=self.source, group=self.group,
+                                   device=self.device if self.device.type == "cuda" else None)
+        agree = torch.tensor([1 if box[0] == mine else 0], dtype=torch.int32, device=self.device)
+        dist.all_reduce(agree, op=dist.ReduceOp.MIN, group=self.group)
+        if int(agree.item()) == 0:
+            raise ValueError(f"the ranks of process_group hold different parameters (rank 0: {len(box[0])} tensors, "
+                             f"this rank: {len(mine)}{'' if box[0] == mine else ', not the same'}): pass the ranks "
+                             "that hold replicas of one model")
+
     def outcome(self, run: Optional[Callable[[], _T]]) -> _T:
         """The leader runs ``run``; every rank returns its value, or raises its error (other ranks pass None)."""
         value: Any = None
@@ -100,8 +115,14 @@ class Replicas:
         return out
 
 
-def replicas_for(process_group: Any, params: Sequence[torch.Tensor]) -> Optional[Replicas]:
-    """The Replicas of ``process_group`` (None: one process), checked against torch.distributed's state."""
+def sharded(names: Sequence[str]) -> bool:
+    """Whether parameter names are those of a FullyShardedDataParallel model (each rank then holds a shard)."""
+    return any("_fsdp_wrapped_module" in n for n in names)
+
+
+def replicas_for(process_group: Any, names: Sequence[str], params: Sequence[torch.Tensor]) -> Optional[Replicas]:
+    """The Replicas of ``process_group`` (None: one process), checked against torch.distributed's state and, a
+    collective, against the other ranks' parameters."""
     initialized = dist.is_available() and dist.is_initialized()
     if process_group is None:
         if initialized and dist.get_world_size() > 1:
@@ -112,8 +133,14 @@ def replicas_for(process_group: Any, params: Sequence[torch.Tensor]) -> Optional
     if not initialized:
         raise ValueError("process_group was given but torch.distributed is not initialized: call "
                          "torch.distributed.init_process_group first")
+    if sharded(names):
+        raise ValueError("these are parameters of a FullyShardedDataParallel model, and each rank holds a different "
+                         "shard of it: averaging needs replicas (DistributedDataParallel), or the full parameters "
+                         "gathered to one process")
     backend = dist.get_backend(process_group)
     device = params[0].device if backend == "nccl" else torch.device("cpu")
     if backend == "nccl" and device.type != "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
-    return Replicas(process_group, device)
+    replicas = Replicas(process_group, device)
+    replicas.check_replicas(names, params)
+    return replicas

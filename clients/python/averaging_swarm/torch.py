@@ -180,7 +180,7 @@ class ParameterAverager:
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], url: Optional[str] = None,
                  shm_dir: Optional[str] = None, transport: str = "shm", *, process_group: Any = None):
         self.names, self.params = _named(named_parameters)
-        self._replicas: Optional[Replicas] = replicas_for(process_group, self.params)
+        self._replicas: Optional[Replicas] = replicas_for(process_group, self.names, self.params)
         self._round: Optional[_RoundInFlight] = None
         self._sent: List[torch.Tensor] = []
         """CPU copies of the region as sent by the round in flight, in the parameters' dtypes."""
@@ -498,7 +498,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self._fragment_names: List[Optional[List[str]]] = [None] if fragments == 1 else [
             [f"outer/{n}" for n in self.names[a:b]] + ([f"momentum/{n}" for n in self.names[a:b]] if average_momentum else [])
             for a, b in self.fragment_bounds]
-        self._replicas: Optional[Replicas] = replicas_for(process_group, self.params)
+        self._replicas: Optional[Replicas] = replicas_for(process_group, self.names, self.params)
         self._follower_round: "Optional[Future[StepResult]]" = None
         """On a rank other than the group's 0: the future of the overlapped round in flight there."""
         self.averager: Optional[DecentralizedAverager] = None

@@ -32,7 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--init", required=True)
-    ap.add_argument("--mode", choices=["diloco", "overlap", "averager", "no-group"], required=True)
+    ap.add_argument("--mode", choices=["diloco", "overlap", "averager", "no-group", "mismatch"], required=True)
     ap.add_argument("--urls", nargs=2, required=True)
     ap.add_argument("--shm", nargs=2, required=True)
     ap.add_argument("--out", required=True)
@@ -42,11 +42,13 @@ def main() -> None:
     pod = a.rank // 2
     group = pods[pod]
     torch.manual_seed(7 + a.rank)  # replicas start apart: the optimizer's first state load makes them equal
-    model = torch.nn.Linear(6, 1)
+    # "mismatch": the second rank of each pod holds another model, which is no replica of the first's.
+    model = torch.nn.Linear(6, 2 if a.mode == "mismatch" and a.rank % 2 == 1 else 1)
     out: Dict[str, Any] = {"rank": a.rank}
-    if a.mode == "no-group":
+    if a.mode in ("no-group", "mismatch"):
         try:
-            ParameterAverager(model.named_parameters(), url=a.urls[pod], shm_dir=a.shm[pod])
+            ParameterAverager(model.named_parameters(), url=a.urls[pod], shm_dir=a.shm[pod],
+                              process_group=group if a.mode == "mismatch" else None)
         except ValueError as err:
             out["error"] = str(err)
         json.dump(out, open(a.out, "w"))

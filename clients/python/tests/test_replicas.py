@@ -92,3 +92,15 @@ def test_several_processes_without_a_process_group_are_refused_with_one_sentence
     swarm = start_swarm(2)
     for r in run_ranks(tmp_path, swarm, "no-group"):
         assert "pass process_group=" in r["error"] and "torch.distributed runs 4 processes" in r["error"]
+
+
+def test_ranks_of_a_process_group_that_hold_different_models_are_refused_on_every_rank(start_swarm, tmp_path):
+    swarm = start_swarm(2)
+    for r in run_ranks(tmp_path, swarm, "mismatch"):
+        assert "the ranks of process_group hold different parameters" in r["error"], r
+
+
+def test_the_parameters_of_a_sharded_model_are_told_apart_from_replicas():
+    from averaging_swarm.replicas import sharded
+    assert sharded(["_fsdp_wrapped_module.flat_param"]) and sharded(["_fsdp_wrapped_module.layer.weight", "bias"])
+    assert not sharded(["module.layer.weight", "layer.bias"])

@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--urls", nargs=2, required=True)
     ap.add_argument("--shm", nargs=2, required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cpu", help="where the model lives (cuda: gloo carries its tensors through the CPU)")
     a = ap.parse_args()
     dist.init_process_group("gloo", init_method=f"file://{a.init}", rank=a.rank, world_size=4)
     pods = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank creates both, in the same order
@@ -43,7 +44,7 @@ def main() -> None:
     group = pods[pod]
     torch.manual_seed(7 + a.rank)  # replicas start apart: the optimizer's first state load makes them equal
     # "mismatch": the second rank of each pod holds another model, which is no replica of the first's.
-    model = torch.nn.Linear(6, 2 if a.mode == "mismatch" and a.rank % 2 == 1 else 1)
+    model = torch.nn.Linear(6, 2 if a.mode == "mismatch" and a.rank % 2 == 1 else 1).to(a.device)
     out: Dict[str, Any] = {"rank": a.rank}
     if a.mode in ("no-group", "mismatch"):
         try:
@@ -81,7 +82,7 @@ def main() -> None:
     ddp = DistributedDataParallel(model, process_group=group)
     results = []
     for step in range(9):
-        x, y = batch(a.rank, step)
+        x, y = (t.to(a.device) for t in batch(a.rank, step))
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         outcome = opt.step(loss=loss.item())

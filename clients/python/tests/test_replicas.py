@@ -19,7 +19,7 @@ from helpers import weighted_mean32  # noqa: E402
 WORKER = Path(__file__).with_name("replica_worker.py")
 
 
-def run_ranks(tmp_path: Path, swarm: Any, mode: str) -> List[Dict[str, Any]]:
+def run_ranks(tmp_path: Path, swarm: Any, mode: str, device: str = "cpu") -> List[Dict[str, Any]]:
     """Starts the four ranks, waits for them all, and returns what each wrote (ranks 0–1 pod 0, 2–3 pod 1)."""
     init = tmp_path / "dist-init"
     # The ranks import the averaging_swarm this test imported (the source tree or the installed package).
@@ -33,7 +33,7 @@ def run_ranks(tmp_path: Path, swarm: Any, mode: str) -> List[Dict[str, Any]]:
         procs.append(subprocess.Popen(
             [sys.executable, str(WORKER), "--rank", str(rank), "--init", str(init), "--mode", mode,
              "--urls", swarm[0].url, swarm[1].url, "--shm", swarm[0].shm_dir, swarm[1].shm_dir,
-             "--out", str(tmp_path / f"rank-{rank}.json")], stdout=log, stderr=subprocess.STDOUT, env=env))
+             "--out", str(tmp_path / f"rank-{rank}.json"), "--device", device], stdout=log, stderr=subprocess.STDOUT, env=env))
         log.close()
     try:
         codes = [p.wait(timeout=150) for p in procs]
@@ -50,11 +50,13 @@ def f32(values: List[float]) -> np.ndarray:
     return np.asarray(values, dtype=np.float32)
 
 
-@pytest.mark.parametrize("mode", ["diloco", "overlap"])
+@pytest.mark.parametrize("mode,device", [
+    ("diloco", "cpu"), ("overlap", "cpu"),
+    pytest.param("diloco", "cuda", marks=pytest.mark.cuda), pytest.param("overlap", "cuda", marks=pytest.mark.cuda)])
 def test_diloco_with_a_process_group_averages_through_rank_0_and_leaves_every_replica_with_its_parameters(
-        start_swarm, tmp_path, mode):
+        start_swarm, tmp_path, mode, device):
     swarm = start_swarm(2)
-    ranks = run_ranks(tmp_path, swarm, mode)
+    ranks = run_ranks(tmp_path, swarm, mode, device)
     assert [r["leads"] for r in ranks] == [True, False, True, False], "only each pod's rank 0 talks to its agent"
     for pod in (0, 1):
         leader, follower = ranks[2 * pod], ranks[2 * pod + 1]

@@ -17,6 +17,8 @@ import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js
 import { netBytes, peakWindowRate, shortRound, smoothRate, SAMPLE_MS, type ByteSample } from './adapt/link-rate.js'
 import { bitsFromKey, groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
 import { schemaHash, subsetOf, subsetSchemaHash, subsetTag, elementCount, type TensorSchema } from './schema.js'
+import { DeltaBase, isDeltaRound } from './allreduce/delta-base.js'
+import { containerMemoryBytes } from './util/memory.js'
 import { PeerMode, type PeerInfo } from './proto/averaging.js'
 import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
 import { AveragingError, MatchmakingError, describeError } from './errors.js'
@@ -78,6 +80,9 @@ export interface AveragerConfig {
 const DIRECT_HANDSHAKE_TIMEOUT_MS = 10_000
 
 /** Defaults of the averaging parameters, from their table (api/averaging-parameters.ts), in seconds. */
+/** A delta round's base is kept only while the agent's memory stays within this share of its container's limit. */
+const DELTA_BASE_MEMORY_SHARE = 0.9
+
 export const DEFAULT_AVERAGER_CONFIG: Omit<AveragerConfig, 'prefix'> = { ...averagerDefaults(), mode: 'node' }
 
 export interface NamedTensor extends TensorSchema {
@@ -132,6 +137,11 @@ export interface StepResult {
   readonly allreduce: AllReduceResult
   /** The codec the group used this round (compression auto picks one per round). */
   readonly codec: CompressionName
+  /**
+   * The codec carried each member's change since the base the group shared, not its values
+   * (allreduce/delta-base.ts): the same mean, with a lossy codec's error relative to the change.
+   */
+  readonly delta: boolean
   /** The bandwidth we declared to the group this round: the config's, or the measured bytes/s (undefined before the first measurement). */
   readonly declaredBandwidth?: number
 }
@@ -143,6 +153,8 @@ export interface StepDetail {
   readonly error?: string
   /** The codec the group chose for the all-reduce. */
   readonly codec?: CompressionName
+  /** Whether the round carried changes since the group's shared base (StepResult.delta). */
+  readonly delta?: boolean
   /** The bandwidth we declared to the group, bytes/s (undefined: none yet, the group assumed its mean). */
   readonly declaredBandwidth?: number
 }
@@ -202,6 +214,8 @@ export class DecentralizedAverager {
   private readonly directHandlers = new Map<string, (channel: DirectFrameChannel) => void>()
   private transport: DirectTransport = mainThreadTransport
   private readonly tensorLock = new Mutex()
+  /** The result of our last round landed whole, which delta rounds send changes against; none in swarms that never compress. */
+  private readonly deltaBase: DeltaBase | undefined
   private readonly stepLock = new Mutex()
   private bits: string
   private readonly shutdownController = new AbortController()
@@ -222,6 +236,11 @@ export class DecentralizedAverager {
     this.log = hooks.log ?? silentLog
     this.codec = codecFor(config.compression === 'auto' ? 'none' : config.compression)
     this.bits = config.initialGroupBits
+    if (config.compression !== 'none' && config.mode !== 'auxiliary' && config.averagingAlpha === 1) {
+      const limit = containerMemoryBytes()
+      this.deltaBase = new DeltaBase(tensors.map(t => t.data.length), bytes => process.memoryUsage().rss + bytes <= DELTA_BASE_MEMORY_SHARE * limit,
+        bytes => { this.log.warn(`rounds send values, not changes: a ${(bytes / 2 ** 20).toFixed(0)} MiB copy of the last round's result does not fit in ${(DELTA_BASE_MEMORY_SHARE * 100).toFixed(0)} % of the agent's ${(limit / 2 ** 30).toFixed(1)} GiB`) })
+    }
     // The node's rendezvous, shared with state sharing: the node starts and stops it, never the averager.
     this.matchmaker = new Matchmaker(node, node.services.rendezvous, {
       prefix: config.prefix,
@@ -438,6 +457,7 @@ export class DecentralizedAverager {
       round: options.round ?? 0
     }
     const subset = options.names === undefined ? undefined : subsetOf(this.tensors, options.names)
+    if (this.deltaBase !== undefined) info.base = this.deltaBase.idFor(subset ?? this.tensors.map((_t, i) => i))
     const subsetHash = subset === undefined ? undefined : subsetSchemaHash(this.tensors, subset, config.compression, config.partSizeBytes)
     const prefix = subsetHash === undefined ? config.prefix : `${config.prefix}.s${subsetTag(subsetHash)}`
     const timeout = options.timeout ?? 2 * config.averagingExpiration + config.allreduceTimeout
@@ -471,12 +491,14 @@ export class DecentralizedAverager {
       this.hooks.onGroup?.(group)
       this.log.debug(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
       const codec = this.roundCodec(group)
+      // Every member computes it alike; an auxiliary member (no base of its own) reduces the changes as it would values.
+      const delta = isDeltaRound(group.infos, codec.name)
       const declaredBandwidth = info.bandwidth
-      const roundDetail = { matchmakingMs, codec: codec.name, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
+      const roundDetail = { matchmakingMs, codec: codec.name, delta, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
       try {
         // The matchmaking overlapped the caller's copy-in (StepOptions.ready): the values must be in.
         if (options.ready !== undefined) await options.ready
-        const result = await this.tensorLock.run(async () => await this.allReduce(group, codec, subset, options.landed))
+        const result = await this.tensorLock.run(async () => await this.averageTensors(group, codec, delta, subset, options.landed))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(bitsFromKey(group.gridKey, prefix, this.bits), group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
             const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
@@ -491,6 +513,7 @@ export class DecentralizedAverager {
           matchmakingMs,
           allreduce: result,
           codec: codec.name,
+          delta,
           ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {})
         }
       } catch (err) {
@@ -506,9 +529,30 @@ export class DecentralizedAverager {
     return codecFor(chooseCodec(group.infos.map(i => ({ none: i.secondsNone, float16: i.secondsFloat16 }))))
   }
 
-  /** One all-reduce with the group over our tensors, or over the subset's (their indices) only. */
-  private async allReduce (group: GroupInfo, codec: Codec, subset?: readonly number[], landed?: StepOptions['landed']): Promise<AllReduceResult> {
-    const tensors = subset === undefined ? this.tensors.map(t => t.data) : subset.map(i => this.tensors[i].data)
+  /**
+   * One all-reduce with the group over our tensors, or over the subset's (their indices) only; in a
+   * delta round over their changes since the shared base. A round that lands whole makes its result
+   * our base (allreduce/delta-base.ts); any other leaves the step's tensors without one.
+   */
+  private async averageTensors (group: GroupInfo, codec: Codec, delta: boolean, subset: readonly number[] | undefined, landed: StepOptions['landed']): Promise<AllReduceResult> {
+    const indices = subset ?? this.tensors.map((_t, i) => i)
+    const tensors = indices.map(i => this.tensors[i].data)
+    const base = this.deltaBase
+    if (base === undefined) return await this.allReduce(group, codec, tensors, landed)
+    let result: AllReduceResult | undefined
+    if (delta) base.subtract(indices, tensors)
+    try {
+      result = await this.allReduce(group, codec, tensors, landed)
+    } finally {
+      if (delta) base.add(indices, tensors)
+      if (result !== undefined && result.partsKeptLocal === 0) base.keep(indices, tensors, group.groupId)
+      else base.forget(indices)
+    }
+    return result
+  }
+
+  /** One all-reduce with the group over `tensors` (and its span repair). */
+  private async allReduce (group: GroupInfo, codec: Codec, tensors: Float32Array[], landed?: StepOptions['landed']): Promise<AllReduceResult> {
     const runner = this.newRunner(group, tensors, codec, landed)
     // Our link's rate: the kernel's byte counters, else the parts' bytes (agent/adapt/link-rate.ts).
     // Sampled from the runner's start, as its durationMs counts: a round long enough to measure by its

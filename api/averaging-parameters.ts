@@ -80,7 +80,7 @@ export const AVERAGING_PARAMETERS = {
   },
   compression: {
     env: 'AVS_COMPRESSION',
-    description: 'Wire compression of tensor parts: none, float16, uniform8bit or blockwise8bit; auto lets each group take none or float16 per round, whichever its members measured faster (float16 halves the bytes on slow links, costs CPU on fast ones).',
+    description: 'Wire compression of tensor parts: none, float16, uniform8bit or blockwise8bit; auto lets each group take none or float16 per round, whichever its members measured faster (float16 halves the bytes on slow links, costs CPU on fast ones). When every member of a group landed the same earlier round whole, a lossy codec carries each member\'s change since that round\'s result instead of its values (delta rounds): the same mean, with the codec\'s error relative to the change; it costs each agent a float32 copy of that result.',
     bound: { kind: 'enum', values: COMPRESSIONS },
     default: 'none'
   },

@@ -66,6 +66,8 @@ export const AGENT_METRICS = {
   declaredBandwidth: agent.gauge('averaging_declared_bandwidth_bytes_per_second'),
   /** All-reduces run, by the codec the group used (compression: auto picks none or float16 per round). */
   codecRounds: agent.counter('averaging_codec_rounds_total', ['codec']),
+  /** Of those, the rounds whose codec carried each member's change since the base its group shared, not its values (agent/allreduce/delta-base.ts). */
+  deltaRounds: agent.counter('averaging_delta_rounds_total'),
   peersConnected: agent.gauge('averaging_peers_connected'),
   routingTableSize: agent.gauge('averaging_dht_routing_table_size'),
   divergence: agent.gauge('averaging_parameter_divergence'),

@@ -105,9 +105,12 @@ export function buildDashboard (): Dashboard {
       },
       {
         title: 'Rounds by codec',
-        description: 'All-reduces per second by the codec their group used; with compression: auto, each group picks none or float16 from the times its members measured.',
+        description: 'All-reduces per second by the codec their group used; with compression: auto, each group picks none or float16 from the times its members measured. Delta rounds: those whose lossy codec carried changes since a round the whole group landed, not values.',
         unit: 'ops',
-        queries: [{ expr: `sum by (codec) (${rate(series(A.codecRounds, BY_SWARM))})`, legend: '{{codec}}' }]
+        queries: [
+          { expr: `sum by (codec) (${rate(series(A.codecRounds, BY_SWARM))})`, legend: '{{codec}}' },
+          { expr: `sum(${rate(series(A.deltaRounds, BY_SWARM))})`, legend: 'delta rounds' }
+        ]
       },
       {
         title: 'Peers connected',

@@ -248,19 +248,24 @@ export class ReducerSide {
     const partIndex = ctx.plan.spanStart[ctx.me] + result.partIndex
     // A mean can still leave float32's range (huge finite values and weights): it is never applied or sent.
     if (result.overflowed) ctx.options.log?.warn(`the mean of part ${partIndex} is not finite; every member keeps its own values there`)
-    if (ctx.mySlot >= 0) {
-      if (result.mean != null) ctx.applyMean(ctx.spanParts[result.partIndex], result.mean)
-      else ctx.partsKeptLocal++
-      this.hooks.ownMeanDelivered()
-    }
     // The mean is this part's own (lent) memory, and the codec's output a view of it or memory of its
     // own: the pieces stay unchanged while the writes below are queued, and go back once all have flushed.
-    const data = result.mean != null ? encodeForWire(ctx.options.codec, result.mean) : new Uint8Array(0)
+    const { codec } = ctx.options
+    const data = result.mean != null ? encodeForWire(codec, result.mean) : new Uint8Array(0)
+    if (ctx.mySlot >= 0) {
+      if (result.mean != null) {
+        // A lossy codec: we take the mean as the other members decode it, so that the whole group leaves
+        // the round with identical tensors (delta rounds rely on it: agent/allreduce/delta-base.ts).
+        if (codec.name !== 'none') decodeInto(codec, data, result.mean.length, result.mean)
+        ctx.applyMean(ctx.spanParts[result.partIndex], result.mean)
+      } else ctx.partsKeptLocal++
+      this.hooks.ownMeanDelivered()
+    }
     const frame = encodeTensorPartPieces({ partIndex, compression: COMPRESSION_WIRE[ctx.options.codec.name], data })
     const frameBytes = payloadBytes(frame)
     const reducer = this.reducer!
     const links = [...this.links].filter(([slot]) => !(reducer.isBanned(slot) && reducer.nextPartOf(slot) <= result.partIndex))
-    // Encoded apart from the mean (float16), the mean's memory is free already.
+    // Encoded apart from the mean (float16), the mean's memory is free already (applied above).
     if (result.mean != null && data.buffer !== result.mean.buffer) returnWireMemory(result.mean)
     const flushed = returnWhenFlushed(data, links.length)
     for (const [slot, link] of links) {

@@ -1,6 +1,6 @@
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../proto/averaging.js'
 import type { StoredEntry } from '../rendezvous/store.js'
-import { MAX_GATHER_BYTES, MAX_GROUP_SIZE, validRound } from './group-info.js'
+import { MAX_BASE_ID_BYTES, MAX_GATHER_BYTES, MAX_GROUP_SIZE, validRound } from './group-info.js'
 
 /**
  * Matchmaking's decisions, apart from the network: who leads whom, whom a leader turns away and
@@ -13,12 +13,15 @@ export function outranks (expA: number, idA: string, expB: number, idB: string):
   return expA < expB || (expA === expB && idA < idB)
 }
 
-/** What every member's plan relies on: a finite weight and bandwidth, at most MAX_GATHER_BYTES of gathered data. */
+/**
+ * What every member's plan relies on: a finite weight and bandwidth, at most MAX_GATHER_BYTES of gathered
+ * data, a base id no longer than a group id (MAX_BASE_ID_BYTES).
+ */
 export function validInfo (info: PeerInfo): boolean {
   return Number.isFinite(info.weight) && info.weight >= 0 && validRound(info.round) &&
     (info.bandwidth == null || (Number.isFinite(info.bandwidth) && info.bandwidth >= 0)) &&
     [info.secondsNone, info.secondsFloat16].every(s => s == null || (Number.isFinite(s) && s >= 0)) &&
-    info.userData.byteLength <= MAX_GATHER_BYTES
+    info.userData.byteLength <= MAX_GATHER_BYTES && (info.base == null || info.base.byteLength <= MAX_BASE_ID_BYTES)
 }
 
 /** What a leader's side of a search looks like to its join handler (a Search is one). */

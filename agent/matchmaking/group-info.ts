@@ -20,6 +20,9 @@ export const MAX_GROUP_SIZE = 1024
 /** The most bytes of gathered data (a member's userData: the JSON of its `gather`) a group carries per member. */
 export const MAX_GATHER_BYTES = 16 * 1024
 
+/** The longest base id a member may declare (PeerInfo.base: a group id, which is 20 bytes). */
+export const MAX_BASE_ID_BYTES = 32
+
 export function groupIdHex (groupId: Uint8Array): string {
   return Buffer.from(groupId).toString('hex')
 }

@@ -29,6 +29,7 @@ export class AgentMetrics {
   readonly earlyAssemblySavedSeconds: Counter
   readonly declaredBandwidth: Gauge
   readonly codecRounds: Counter<'codec'>
+  readonly deltaRounds: Counter
   readonly peersConnected: Gauge
   readonly routingTableSize: Gauge
   readonly divergence: Gauge
@@ -82,6 +83,7 @@ export class AgentMetrics {
     this.declaredBandwidth = new Gauge({ name: M.declaredBandwidth.name, help: 'Bandwidth this agent declared to its last group, bytes/s: the spec\'s, else its measured link rate; 0 before it declared any (the group assumes its mean).', registers })
     this.codecRounds = new Counter({ name: M.codecRounds.name, help: 'All-reduces run, by the codec the group used (compression auto picks none or float16 per round).', labelNames: M.codecRounds.labels, registers })
     for (const codec of COMPRESSION_NAMES) this.codecRounds.labels(codec).inc(0)
+    this.deltaRounds = new Counter({ name: M.deltaRounds.name, help: 'All-reduces whose codec carried each member\'s change since the base its group shared (a round all of them landed whole), not its values.', registers })
     this.connections = new Gauge({ name: M.connections.name, help: 'Open libp2p connections by how they reach the peer: direct, hole-punched (DCUtR) or relayed (circuit relay v2).', labelNames: M.connections.labels, registers })
     this.connectionsOpened = new Counter({ name: M.connectionsOpened.name, help: 'libp2p connections opened, by kind: direct, hole-punched or relayed.', labelNames: M.connectionsOpened.labels, registers })
     this.reachability = new Gauge({ name: M.reachability.name, help: '1 for how the swarm reaches this agent: public, relayed (behind NAT, through a relay slot) or unreachable (averages as a client).', labelNames: M.reachability.labels, registers })
@@ -117,6 +119,7 @@ export class AgentMetrics {
     // Set once a group formed: the round declared a bandwidth (or none) and the group chose a codec.
     if (detail.codec !== undefined) {
       this.codecRounds.labels(detail.codec).inc()
+      if (detail.delta === true) this.deltaRounds.inc()
       this.declaredBandwidth.set(detail.declaredBandwidth ?? 0)
     }
     const r = detail.result

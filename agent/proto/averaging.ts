@@ -35,6 +35,7 @@ export interface PeerInfo {
   secondsFloat16?: number
   dataAddrs: Uint8Array[]
   bandwidthMeasured?: boolean
+  base?: Uint8Array
 }
 
 export namespace PeerInfo {
@@ -104,6 +105,11 @@ export namespace PeerInfo {
         if (obj.bandwidthMeasured != null) {
           w.uint32(88)
           w.bool(obj.bandwidthMeasured)
+        }
+
+        if (obj.base != null) {
+          w.uint32(98)
+          w.bytes(obj.base)
         }
 
         if (opts.lengthDelimited !== false) {
@@ -176,6 +182,10 @@ export namespace PeerInfo {
             }
             case 11: {
               obj.bandwidthMeasured = reader.bool()
+              break
+            }
+            case 12: {
+              obj.base = reader.bytes()
               break
             }
             default: {
@@ -291,6 +301,13 @@ export namespace PeerInfo {
               }
               break
             }
+            case 12: {
+              yield {
+                field: `${prefix}.base`,
+                value: reader.bytes()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -360,6 +377,11 @@ export namespace PeerInfo {
     value: boolean
   }
 
+  export interface PeerInfoBaseFieldEvent {
+    field: '$.base'
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<PeerInfo>): Uint8Array {
     return encodeMessage(obj, PeerInfo.codec())
   }
@@ -368,7 +390,7 @@ export namespace PeerInfo {
     return decodeMessage(buf, PeerInfo.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent | PeerInfoDataAddrsFieldEvent | PeerInfoBandwidthMeasuredFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent | PeerInfoDataAddrsFieldEvent | PeerInfoBandwidthMeasuredFieldEvent | PeerInfoBaseFieldEvent> {
     return streamMessage(buf, PeerInfo.codec(), opts)
   }
 }
@@ -1426,6 +1448,11 @@ export namespace JoinRequest {
     value: boolean
   }
 
+  export interface JoinRequestInfoBaseFieldEvent {
+    field: '$.info.base'
+    value: Uint8Array
+  }
+
   export interface JoinRequestBringingFieldEvent {
     field: '$.bringing'
     value: number
@@ -1449,7 +1476,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestInfoBandwidthMeasuredFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestInfoBandwidthMeasuredFieldEvent | JoinRequestInfoBaseFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1947,6 +1974,12 @@ export namespace MessageFromLeader {
     index: number
   }
 
+  export interface MessageFromLeaderGatheredBaseFieldEvent {
+    field: '$.gathered[].base'
+    value: Uint8Array
+    index: number
+  }
+
   export interface MessageFromLeaderSuggestedLeaderFieldEvent {
     field: '$.suggestedLeader'
     value: Uint8Array
@@ -1996,7 +2029,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderGatheredBandwidthMeasuredFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent | MessageFromLeaderConfirmWantedFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderGatheredBandwidthMeasuredFieldEvent | MessageFromLeaderGatheredBaseFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent | MessageFromLeaderConfirmWantedFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -44,7 +44,8 @@ def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: 
 
 def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float, outer_lr: float, outer_momentum: float,
                     batch: int, seed: int, group_size: int = 0, local_momentum: bool = False,
-                    group_seed: int = 0, overlap_delay: int = 0, fragments: int = 1) -> List[torch.nn.Module]:
+                    group_seed: int = 0, overlap_delay: int = 0, fragments: int = 1,
+                    wire: str = "float32") -> List[torch.nn.Module]:
     """DiLoCo as DiLoCoOptimizer does it through the agents, in this process.
 
     Each outer step every trainer takes its own Nesterov step on its own pseudo-gradient (θ', m'), then each group
@@ -62,8 +63,16 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
     (fragment_bounds), fragment f's outer step (Nesterov, grouping and averaging on its parameters alone) at the
     inner steps s with (s − ⌊f·H/P⌋) % H == 0; with a delay, a round lands at the next fragment's outer step at the
     latest. 1: every outer step over all parameters (the same random groups and numbers as before fragments).
+
+    ``wire`` is what the all-reduce carries: ``float32`` (compression none, exact), ``float16-values`` (each
+    member's θ', m' rounded to float16, and the mean rounded again on its way back: the agents' float16 before
+    delta rounds), ``float16`` (the agents' float16 today: when every member of the group holds the same base,
+    the result of a round they all landed, each sends its change since it in float16 and the group lands base +
+    the float16 mean change; otherwise values, as ``float16-values``).
     """
     from averaging_swarm.torch import fragment_bounds  # the split the optimizer makes
+    if wire != "float32" and fragments > 1:
+        raise ValueError("--wire float16 and float16-values are simulated for whole-model rounds (--fragments 1) only")
     models = [make_model(seed) for _ in shards]
     inner = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-4) for m in models]
     orders = [batches(len(y), batch, seed=1000 + k) for k, (_, y) in enumerate(shards)]
@@ -81,6 +90,9 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
 
     sent: List[List[torch.Tensor]] = []
     """With overlap, each trainer's θ' of the round in flight (theta then holds the group's mean)."""
+    bases: List[Optional[tuple]] = [None] * n
+    """wire float16: each trainer's base, (id, copies of θ and m) after the last round its group landed."""
+    half = (lambda t: t.half().float())
     sent_part = range(0)
     land_at = 0
 
@@ -119,13 +131,24 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
                     land_at = min(step + delay, next_outer)
                 order = rng.permutation(n) if group_size else np.arange(n)
                 size = group_size or n
-                for group in (order[i:i + size] for i in range(0, n, size)):
+                for g, group in enumerate(order[i:i + size] for i in range(0, n, size)):
                     averaged = [theta] if local_momentum else [theta, momentum]
-                    for state in averaged:
+                    ids = {bases[k][0] if bases[k] is not None else None for k in group}
+                    delta = wire == "float16" and len(ids) == 1 and None not in ids
+                    for s_, state in enumerate(averaged):
                         for i in part:
-                            mean = torch.stack([state[k][i] for k in group]).mean(dim=0)
+                            if wire == "float32":
+                                mean = torch.stack([state[k][i] for k in group]).mean(dim=0)
+                            elif delta:
+                                base = bases[group[0]][1][s_][i]
+                                mean = base + half(torch.stack([half(state[k][i] - base) for k in group]).mean(dim=0))
+                            else:
+                                mean = half(torch.stack([half(state[k][i]) for k in group]).mean(dim=0))
                             for k in group:
                                 state[k][i].copy_(mean)
+                    if wire == "float16":
+                        for k in group:
+                            bases[k] = ((step, g), [[t.clone() for t in state[k]] for state in averaged])
                 for k, mod in enumerate(models):
                     params = list(mod.parameters())
                     for j, i in enumerate(part):
@@ -185,6 +208,8 @@ def main() -> None:
                    help="with --simulate: overlapped outer steps whose rounds land this many inner steps later (0: none)")
     p.add_argument("--fragments", type=int, default=1,
                    help="with --simulate: Streaming DiLoCo's fragments, each synced every --local-steps at staggered steps")
+    p.add_argument("--wire", choices=["float32", "float16", "float16-values"], default="float32",
+                   help="with --simulate: what the all-reduce carries (float16: changes since a shared base, as the agents do)")
     p.add_argument("--no-baselines", action="store_true", help="skip the lone-trainer and all-data baselines")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -209,12 +234,13 @@ def main() -> None:
         sim = [accuracy(m, xt, yt) for m in simulate_diloco(shards, args.steps, args.local_steps, args.lr, args.outer_lr,
                                                              args.outer_momentum, args.batch, args.seed, args.group_size,
                                                              args.local_momentum, args.group_seed, args.overlap_delay,
-                                                             args.fragments)]
+                                                             args.fragments, args.wire)]
         groups = f"random groups of {args.group_size}" if args.group_size else f"one group of {TRAINERS}"
         print(f"  {TRAINERS} trainers with DiLoCo simulated in-process ({groups}, "
               f"{'local' if args.local_momentum else 'averaged'} momentum"
               f"{f', rounds landing {args.overlap_delay} inner steps late' if args.overlap_delay else ''}"
-              f"{f', {args.fragments} fragments' if args.fragments > 1 else ''}): mean {np.mean(sim):.4f} "
+              f"{f', {args.fragments} fragments' if args.fragments > 1 else ''}"
+              f"{f', wire {args.wire}' if args.wire != 'float32' else ''}): mean {np.mean(sim):.4f} "
               f"(min {min(sim):.4f}, max {max(sim):.4f})")
     if args.no_baselines:
         return

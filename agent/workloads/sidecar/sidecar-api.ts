@@ -53,6 +53,8 @@ export interface StepSummary {
   readonly matchmakingMs?: number
   readonly allreduceMs?: number
   readonly divergence: number
+  /** The round carried the members' changes since the base they shared, not their values (StepResult.delta). */
+  readonly delta: boolean
   /** Rounds the swarm's state has behind it (restored or downloaded rounds count). */
   readonly round: number
   /** The run reached its completion (AVS_COMPLETION_ROUNDS): steps no longer average; the trainer may exit. */
@@ -479,6 +481,7 @@ export class SidecarApi {
       matchmakingMs: result?.matchmakingMs,
       allreduceMs: result?.allreduce.durationMs,
       divergence,
+      delta: result?.delta ?? false,
       round: this.rounds,
       complete: this.completion.done,
       generation: this.generation,

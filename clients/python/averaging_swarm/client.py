@@ -53,6 +53,9 @@ class StepResult:
     """Rounds behind the agent's state (restored or downloaded rounds count)."""
     complete: bool = False
     """The swarm's run is complete (``spec.completion``): steps no longer average; save and exit."""
+    delta: bool = False
+    """The round carried each member's change since the state the group shared, not its values (a lossy codec's
+    error is then relative to the change): see docs/trainer-api.md."""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
     """The agent's whole answer (groupId, partsKeptLocal, unreachedPeers, generation, bytesCopied, ...)."""
 
@@ -70,6 +73,7 @@ class StepResult:
             copy_ms=body.get("copyMs"),
             round=int(body.get("round", 0)),
             complete=bool(body.get("complete", False)),
+            delta=bool(body.get("delta", False)),
             raw={k: v for k, v in body.items() if k != "tensors"},
         )
 

@@ -1,4 +1,5 @@
 import { parsePrometheusText, sumOf } from '../../operator/controller/prom-text.js'
+import { AGENT_METRICS } from '../../api/metric-names.js'
 import type { LocalPod } from './pods.js'
 
 /** One sample of the whole swarm, read from every agent's /metrics. */
@@ -7,6 +8,10 @@ export interface SwarmSample {
   readonly ready: number
   readonly rounds: number
   readonly failures: number
+  /** Rounds whose codec carried changes since the group's shared base, all agents together (averaging_delta_rounds_total). */
+  readonly deltaRounds: number
+  /** Bytes the agents' all-reduces sent, all together (averaging_sent_bytes_total). */
+  readonly bytesSent: number
   readonly meanGroupSize: number
   readonly meanLoss: number
   readonly meanHeldOutLoss: number
@@ -47,6 +52,8 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
     ready: live.length,
     rounds: total('averaging_rounds_total', { outcome: 'success' }) + total('averaging_rounds_total', { outcome: 'partial' }),
     failures: total('averaging_rounds_total', { outcome: 'failure' }),
+    deltaRounds: total(AGENT_METRICS.deltaRounds.name),
+    bytesSent: total(AGENT_METRICS.bytesSent.name),
     meanGroupSize: groups > 0 ? total('averaging_group_size_sum') / groups : NaN,
     meanLoss: mean('averaging_training_loss'),
     meanHeldOutLoss: mean('averaging_training_heldout_loss'),

@@ -93,6 +93,8 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
     bases: List[Optional[tuple]] = [None] * n
     """wire float16: each trainer's base, (id, copies of θ and m) after the last round its group landed."""
     half = (lambda t: t.half().float())
+    wire_error = [0.0, 0.0]
+    """Σ‖θ mean as carried − exact mean‖² and Σ‖exact mean − the group's θ before the outer step‖², over rounds."""
     sent_part = range(0)
     land_at = 0
 
@@ -116,6 +118,7 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
         fragment = due(step)
         if fragment is not None:
             part = range(*bounds[fragment])
+            prior = [[theta[k][i].clone() for i in part] for k in range(n)]
             with torch.no_grad():
                 for k, mod in enumerate(models):
                     params = list(mod.parameters())
@@ -144,6 +147,11 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
                                 mean = base + half(torch.stack([half(state[k][i] - base) for k in group]).mean(dim=0))
                             else:
                                 mean = half(torch.stack([half(state[k][i]) for k in group]).mean(dim=0))
+                            if s_ == 0:
+                                exact = torch.stack([state[k][i] for k in group]).mean(dim=0)
+                                before = torch.stack([prior[k][i - part.start] for k in group]).mean(dim=0)
+                                wire_error[0] += float(((mean - exact) ** 2).sum())
+                                wire_error[1] += float(((exact - before) ** 2).sum())
                             for k in group:
                                 state[k][i].copy_(mean)
                     if wire == "float16":
@@ -155,6 +163,9 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
                         params[i].copy_(sent[k][j] if sent else theta[k][i])
     if sent:  # the last round lands after the last inner step (the trainer's finish())
         land()
+    if wire != "float32":
+        print(f"  wire {wire}: the mean θ as carried is off from the exact mean by "
+              f"{(wire_error[0] / wire_error[1]) ** 0.5:.2e} of the outer update's norm (all rounds)")
     return models
 
 

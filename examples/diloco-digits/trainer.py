@@ -176,7 +176,8 @@ def main() -> None:
         if result.averaged:
             last_averaged = opt.outer_parameters()
         print(f"outer step {outer}: inner step {step}{when}, loss {loss.item():.4f}, "
-              f"{'averaged in a group of ' + str(result.group_size) if result.averaged else 'alone (' + str(result.error) + ')'}, "
+              f"{'averaged in a group of ' + str(result.group_size) if result.averaged else 'alone (' + str(result.error) + ')'}"
+              f"{' (changes since a shared base)' if result.delta else ''}, "
               f"held-out accuracy {accuracy(model, xt, yt):.4f}, params {opt.outer_params_hash}", flush=True)
 
     for step in range(1, args.steps + 1):

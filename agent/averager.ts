@@ -2,7 +2,7 @@ import type { SwarmNode } from './net/node.js'
 import { Matchmaker } from './matchmaking/matchmaker.js'
 import { MAX_GATHER_BYTES, MAX_ROUND, validRound } from './matchmaking/group-info.js'
 import { AggregateRouter } from './allreduce/aggregate-handler.js'
-import { AllReduceRunner, type AllReduceResult } from './allreduce/runner.js'
+import { AllReduceRunner, type AllReduceOptions, type AllReduceResult } from './allreduce/runner.js'
 import { planRepair, withRepair, type SpanRepair } from './allreduce/repair.js'
 import { AggregateDialer } from './allreduce/aggregate-dialer.js'
 import type { DataChannelKind, DirectFrameChannel } from './net/frame-channel.js'
@@ -531,29 +531,32 @@ export class DecentralizedAverager {
 
   /**
    * One all-reduce with the group over our tensors, or over the subset's (their indices) only; in a
-   * delta round over their changes since the shared base. A round that lands whole makes its result
-   * our base (allreduce/delta-base.ts); any other leaves the step's tensors without one.
+   * delta round over their changes since the shared base. A round that lands whole leaves its result
+   * in the base buffers as our base (allreduce/delta-base.ts); any other leaves the step's tensors without one.
    */
   private async averageTensors (group: GroupInfo, codec: Codec, delta: boolean, subset: readonly number[] | undefined, landed: StepOptions['landed']): Promise<AllReduceResult> {
     const indices = subset ?? this.tensors.map((_t, i) => i)
     const tensors = indices.map(i => this.tensors[i].data)
-    const base = this.deltaBase
-    if (base === undefined) return await this.allReduce(group, codec, tensors, landed)
+    const bases = this.deltaBase
+    const buffers = bases?.buffersFor(indices)
+    if (bases === undefined || buffers === undefined) {
+      if (delta && this.config.mode !== 'auxiliary') throw new AveragingError('a delta round without base buffers (a bug: we declared a base)')
+      bases?.forget(indices)
+      return await this.allReduce(group, codec, tensors, landed)
+    }
     let result: AllReduceResult | undefined
-    if (delta) base.subtract(indices, tensors)
     try {
-      result = await this.allReduce(group, codec, tensors, landed)
+      result = await this.allReduce(group, codec, tensors, landed, { tensors: buffers, delta })
     } finally {
-      if (delta) base.add(indices, tensors)
-      if (result !== undefined && result.partsKeptLocal === 0) base.keep(indices, tensors, group.groupId)
-      else base.forget(indices)
+      if (result !== undefined && result.partsKeptLocal === 0) bases.landed(indices, group.groupId)
+      else bases.forget(indices)
     }
     return result
   }
 
-  /** One all-reduce with the group over `tensors` (and its span repair). */
-  private async allReduce (group: GroupInfo, codec: Codec, tensors: Float32Array[], landed?: StepOptions['landed']): Promise<AllReduceResult> {
-    const runner = this.newRunner(group, tensors, codec, landed)
+  /** One all-reduce with the group over `tensors` (and its span repair); `base`: AllReduceOptions.base. */
+  private async allReduce (group: GroupInfo, codec: Codec, tensors: Float32Array[], landed?: StepOptions['landed'], base?: AllReduceOptions['base']): Promise<AllReduceResult> {
+    const runner = this.newRunner(group, tensors, codec, landed, undefined, base)
     // Our link's rate: the kernel's byte counters, else the parts' bytes (agent/adapt/link-rate.ts).
     // Sampled from the runner's start, as its durationMs counts: a round long enough to measure by its
     // duration is one its samples span. Started after the address merges below, they spanned less than
@@ -592,13 +595,14 @@ export class DecentralizedAverager {
     // less than two request timeouts of it left, the failed spans stay local as before.
     const left = this.config.allreduceTimeout * 1000 - result.durationMs
     // A member that handed off is leaving: the repair is the others'.
-    const repair = left >= 2 * this.config.requestTimeout * 1000 && !runner.left ? planRepair(group, runner.plan, tensors, result) : null
-    return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec, left, landed), repair.parts)
+    const repair = left >= 2 * this.config.requestTimeout * 1000 && !runner.left ? planRepair(group, runner.plan, tensors, result, base?.tensors) : null
+    const repairBase = repair?.base !== undefined && base !== undefined ? { tensors: repair.base, delta: base.delta } : undefined
+    return repair == null ? result : withRepair(result, await this.repairSpans(repair, codec, left, landed, repairBase), repair.parts)
   }
 
   /** The survivors' all-reduce over the spans of reducers that died before answering (agent/allreduce/repair.ts). */
-  private async repairSpans (repair: SpanRepair, codec: Codec, timeoutMs: number, landed?: StepOptions['landed']): Promise<AllReduceResult> {
-    const runner = this.newRunner(repair.group, repair.tensors, codec, landed, { repairOf: repair.repairOf, timeoutMs })
+  private async repairSpans (repair: SpanRepair, codec: Codec, timeoutMs: number, landed?: StepOptions['landed'], base?: AllReduceOptions['base']): Promise<AllReduceResult> {
+    const runner = this.newRunner(repair.group, repair.tensors, codec, landed, { repairOf: repair.repairOf, timeoutMs }, base)
     this.router.register(repair.group.groupId, runner)
     this.runUnderLeaveNotice(runner)
     try {
@@ -651,7 +655,7 @@ export class DecentralizedAverager {
   }
 
   /** `repair`: a span repair's runner, with the round it repairs and what is left of the round's allreduceTimeout. */
-  private newRunner (group: GroupInfo, tensors: readonly Float32Array[], codec: Codec, landed?: StepOptions['landed'], repair?: { repairOf: Uint8Array, timeoutMs: number }): AllReduceRunner {
+  private newRunner (group: GroupInfo, tensors: readonly Float32Array[], codec: Codec, landed?: StepOptions['landed'], repair?: { repairOf: Uint8Array, timeoutMs: number }, base?: AllReduceOptions['base']): AllReduceRunner {
     const { config } = this
     const allreduceMs = config.allreduceTimeout * 1000
     const senderTimeoutMs = senderTimeoutSeconds(config) * 1000
@@ -680,6 +684,7 @@ export class DecentralizedAverager {
       kernels: config.kernels,
       ...(repair !== undefined ? { repairOf: repair.repairOf } : {}),
       ...(landed !== undefined ? { landed } : {}),
+      ...(base !== undefined ? { base } : {}),
       log: this.log.child({ component: 'allreduce' })
     })
   }

@@ -11,10 +11,13 @@ import type { CompressionName } from '../compression/index.js'
  * the same weighted mean (base + Σwᵢ(xᵢ − base)/Σwᵢ = Σwᵢxᵢ/Σwᵢ), with the codec's error relative to the
  * change, not to the values: float16 of a training update instead of float16 of the weights.
  *
- * Correctness needs only that the bases are equal, not that they relate to the tensors: a trainer
- * may send anything (a restored checkpoint, a state download); the change is then large and the
- * codec's error with it. The copy costs one float32 copy of the averaged tensors, kept only where it
- * fits (`fits`), and only in swarms whose codec can be lossy (float16, the 8-bit ones, auto).
+ * The all-reduce does the arithmetic in passes it makes anyway (round-context.ts): a part's change is
+ * taken as the part is encoded or contributed, base + mean change as it lands, and the result goes
+ * into the base buffer then too. Correctness needs only that the bases are equal, not that they
+ * relate to the tensors: a trainer may send anything (a restored checkpoint, a state download); the
+ * change is then large and the codec's error with it. The base costs one float32 copy of the averaged
+ * tensors, kept only where it fits (`fits`), and only in swarms whose codec can be lossy (float16,
+ * the 8-bit ones, auto).
  */
 export class DeltaBase {
   private readonly ids: Array<Uint8Array | undefined>
@@ -38,42 +41,29 @@ export class DeltaBase {
     return first
   }
 
-  /** The tensors become their change since the base, in place (a delta round's start). */
-  subtract (indices: readonly number[], tensors: readonly Float32Array[]): void {
-    indices.forEach((i, k) => {
-      const base = this.values[i]!
-      const t = tensors[k]
-      for (let j = 0; j < t.length; j++) t[j] -= base[j]
-    })
-  }
-
-  /** The tensors become base + what they hold (a delta round's end: the mean change, or our own where a part stayed local). */
-  add (indices: readonly number[], tensors: readonly Float32Array[]): void {
-    indices.forEach((i, k) => {
-      const base = this.values[i]!
-      const t = tensors[k]
-      for (let j = 0; j < t.length; j++) t[j] += base[j]
-    })
-  }
-
-  /** After a round landed whole: the tensors are the group's common result, our base from now on. */
-  keep (indices: readonly number[], tensors: readonly Float32Array[], groupId: Uint8Array): void {
+  /**
+   * The base buffers of the step's tensors (`indices`), allocated where missing, for the round to
+   * write each part's result into as it lands (and, in a delta round, to send changes against first);
+   * undefined when a missing one does not fit (then the round keeps no base). The round must land
+   * whole before `landed` makes them a base again: until then they hold some old, some new values.
+   */
+  buffersFor (indices: readonly number[]): Float32Array[] | undefined {
     const missing = indices.reduce((n, i) => n + (this.values[i] === undefined ? this.sizes[i] * 4 : 0), 0)
     if (missing > 0 && !this.fits(missing)) {
       if (!this.refusedOnce) this.onRefused?.(missing)
       this.refusedOnce = true
-      this.forget(indices)
-      return
+      return undefined
     }
-    const id = groupId.slice()
-    indices.forEach((i, k) => {
-      this.values[i] ??= new Float32Array(this.sizes[i])
-      this.values[i]!.set(tensors[k])
-      this.ids[i] = id
-    })
+    return indices.map(i => (this.values[i] ??= new Float32Array(this.sizes[i])))
   }
 
-  /** The tensors no longer hold a result the group shares (a part kept local, a failed round). */
+  /** The round landed whole: its result, now in the buffers, is the tensors' base, under the round's group id. */
+  landed (indices: readonly number[], groupId: Uint8Array): void {
+    const id = groupId.slice()
+    for (const i of indices) this.ids[i] = id
+  }
+
+  /** The buffers no longer hold a result the group shares (a part kept local, a failed round, a round without them). */
   forget (indices: readonly number[]): void {
     for (const i of indices) this.ids[i] = undefined
   }

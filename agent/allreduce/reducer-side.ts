@@ -2,7 +2,6 @@ import { payloadBytes, type FrameChannel } from '../net/frame-channel.js'
 import { AggregateReply, MatchCode } from '../proto/averaging.js'
 import { decodeInto } from '../compression/index.js'
 import { ProtocolError, TimeoutError, describeError } from '../errors.js'
-import { partView } from './plan.js'
 import { SpanReducer, type PartResult } from './span-reducer.js'
 import { SenderDeadlines, type CutOff } from './sender-deadlines.js'
 import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
@@ -234,8 +233,9 @@ export class ReducerSide {
     for (let k = 0; k < ctx.spanParts.length; k++) {
       await reducer.waitUntilWithin(k, PART_WINDOW)
       if (reducer.isBanned(ctx.mySlot) || this.handedOffAt !== undefined) return
-      const values = partView(ctx.options.tensors, ctx.plan, ctx.spanParts[k])
-      ctx.kernels.staging.set(values)
+      // Our values, or in a delta round our change (written into the staging buffer itself).
+      const values = ctx.outgoing(ctx.spanParts[k], ctx.kernels.staging)
+      if (values.buffer !== ctx.kernels.staging.buffer) ctx.kernels.staging.set(values)
       // Our own values are not checked here: a NaN of ours makes the part's mean NaN, which
       // onPartDone keeps out of everyone's tensors.
       reducer.contribute(ctx.mySlot, k, false)

@@ -30,6 +30,8 @@ export interface SpanRepair {
   readonly group: GroupInfo
   /** Views of our tensors over the failed reducers' parts, one per part: the repair's means land in place. */
   readonly tensors: Float32Array[]
+  /** The same views of the round's base buffers, when it had them (AllReduceOptions.base). */
+  readonly base?: Float32Array[]
   /** Parts of the group's vector the repair covers. */
   readonly parts: number
 }
@@ -52,7 +54,7 @@ export function repairGroupId (groupId: Uint8Array, failed: readonly number[], f
  * The repair our round calls for, or null: nothing failed, a failed reducer had answered in part
  * without handing the rest off, or too few are left.
  */
-export function planRepair (group: GroupInfo, plan: AllReducePlan, tensors: readonly Float32Array[], result: Pick<AllReduceResult, 'failedReducers' | 'unansweredReducers' | 'handedOffReducers'>): SpanRepair | null {
+export function planRepair (group: GroupInfo, plan: AllReducePlan, tensors: readonly Float32Array[], result: Pick<AllReduceResult, 'failedReducers' | 'unansweredReducers' | 'handedOffReducers'>, base?: readonly Float32Array[]): SpanRepair | null {
   if (result.failedReducers.length === 0) return null
   // Where each failed reducer's span is still ours, relative to its start.
   const from = new Map<number, number>()
@@ -79,6 +81,7 @@ export function planRepair (group: GroupInfo, plan: AllReducePlan, tensors: read
       leader: group.leader
     },
     tensors: parts.map(part => partView(tensors, plan, part)),
+    ...(base !== undefined ? { base: parts.map(part => partView(base, plan, part)) } : {}),
     parts: parts.length
   }
 }

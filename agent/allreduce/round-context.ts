@@ -86,11 +86,40 @@ export class RoundContext {
     if (kind === 'libp2p') this.onLibp2p.add(m)
   }
 
-  /** local += alpha * (mean - local) on one part of our tensors; `landed` sees the part before and after. */
+  /**
+   * Our part as it goes out: a view of its values, or in a delta round its change since the base,
+   * written into `into` (at least the part's length; the caller encodes or sums it before its next await).
+   */
+  outgoing (part: Part, into: Float32Array): Float32Array {
+    const values = partView(this.options.tensors, this.plan, part)
+    const base = this.options.base
+    if (base === undefined || !base.delta) return values
+    const from = partView(base.tensors, this.plan, part)
+    const out = into.subarray(0, values.length)
+    for (let i = 0; i < values.length; i++) out[i] = values[i] - from[i]
+    return out
+  }
+
+  /**
+   * local += alpha * (mean - local) on one part of our tensors; `landed` sees the part before and after.
+   * In a delta round `mean` is the mean change and becomes base + it first (it is ours to write: a
+   * decoded or lent buffer); with a base the result is written there too.
+   */
   applyMean (part: Part, mean: Float32Array): void {
     const local = partView(this.options.tensors, this.plan, part)
-    const { alpha, landed } = this.options
+    const { alpha, landed, base } = this.options
     if (alpha === 1) {
+      if (base !== undefined) {
+        const result = partView(base.tensors, this.plan, part)
+        if (!base.delta) result.set(mean)
+        else {
+          for (let i = 0; i < mean.length; i++) {
+            const value = mean[i] + result[i]
+            mean[i] = value
+            result[i] = value
+          }
+        }
+      }
       landed?.(local, mean)
       local.set(mean)
       return

@@ -44,6 +44,12 @@ export interface AllReduceOptions {
   readonly repairOf?: Uint8Array
   /** Called as each part of our tensors takes its mean, with the part's values before and after (StepOptions.landed). */
   readonly landed?: (before: Float32Array, after: Float32Array) => void
+  /**
+   * Buffers shaped as `tensors` into which each part's result is written as it lands (the next base:
+   * delta-base.ts; alpha 1 only). With `delta`, what we send of a part is its change since these
+   * buffers, the means are mean changes, and a part lands as buffer + mean change.
+   */
+  readonly base?: { readonly tensors: readonly Float32Array[], readonly delta: boolean }
   readonly log?: Log
 }
 

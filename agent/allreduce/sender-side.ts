@@ -2,7 +2,6 @@ import { payloadBytes, type DataChannelKind, type FrameChannel } from '../net/fr
 import { AggregateHeader, AggregateReply, MatchCode } from '../proto/averaging.js'
 import { decodeInto } from '../compression/index.js'
 import { AveragingError, ProtocolError, TimeoutError, describeError } from '../errors.js'
-import { partView } from './plan.js'
 import { ReducerDeadlines, type ReducerCutOff } from './reducer-deadlines.js'
 import { decodeTensorPartPieces, encodeTensorPartPieces } from './tensor-part-pieces.js'
 import { encodeForWire, returnWhenFlushed } from './wire-encoding.js'
@@ -53,6 +52,8 @@ export class SenderSide {
   private readonly openings = new Map<number, AbortController>()
   private readonly channels = { direct: 0, libp2p: 0 }
   private reusedChannels = 0
+  /** A delta round's changes of the part being encoded (ctx.outgoing): one part at a time, encoded before any await. */
+  private changeBuffer: Float32Array | undefined
 
   constructor (private readonly ctx: RoundContext, private readonly hooks: SenderSideHooks) {
     const { plan, options } = ctx
@@ -216,6 +217,11 @@ export class SenderSide {
     if (!options.dialer.keep(peer, options.group.infos[r], framed)) await framed.closeWrite()
   }
 
+  private changes (): Float32Array {
+    this.changeBuffer ??= new Float32Array(this.ctx.options.base?.delta === true ? this.ctx.plan.maxPartElements : 0)
+    return this.changeBuffer
+  }
+
   private async writeParts (framed: FrameChannel, start: number, end: number): Promise<void> {
     const { ctx } = this
     const wire = COMPRESSION_WIRE[ctx.options.codec.name]
@@ -223,8 +229,9 @@ export class SenderSide {
       const part = ctx.plan.parts[index]
       // A view of our tensors for the 'none' codec: they change only when this part's mean comes
       // back, which the reducer sends after it has read the whole part. Other codecs' bytes are in
-      // lent memory, back for reuse once the channel has written them.
-      const data = encodeForWire(ctx.options.codec, partView(ctx.options.tensors, ctx.plan, part))
+      // lent memory, back for reuse once the channel has written them (a delta round's changes
+      // are encoded, never sent as a view: only lossy codecs take changes).
+      const data = encodeForWire(ctx.options.codec, ctx.outgoing(part, this.changes()))
       const frame = encodeTensorPartPieces({ partIndex: index, compression: wire, data })
       await framed.write(frame, returnWhenFlushed(data, 1))
       ctx.bytesSent += payloadBytes(frame)

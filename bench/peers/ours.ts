@@ -59,7 +59,7 @@ await runBenchPeer(async (env) => {
     async allReduce () {
       const result = await averager!.step({ gather: env.rank, timeout: 300 })
       groupRanks = [...result.gathered.values()] as number[]
-      history.push(`${result.codec}${result.declaredBandwidth !== undefined ? `@${(result.declaredBandwidth * 8 / 1e6).toFixed(0)}M` : ''}`)
+      history.push(`${result.codec}${result.delta ? '+delta' : ''}${result.declaredBandwidth !== undefined ? `@${(result.declaredBandwidth * 8 / 1e6).toFixed(0)}M` : ''}`)
       if (result.allreduce.partsKeptLocal > 0) throw new Error(`${result.allreduce.partsKeptLocal} parts were not averaged`)
       return { matchmakingMs: result.matchmakingMs }
     },
@@ -69,7 +69,7 @@ await runBenchPeer(async (env) => {
       const parts = path?.kind === 'direct' && path.opened.libp2p === 0
         ? `parts over direct TLS 1.3 sockets (node:tls, peer ids bound in certificates) on ${path.threads > 0 ? `${path.threads} data thread(s)` : 'the main thread'}`
         : `parts over libp2p TCP + ${node.getConnections()[0]?.encryption ?? '?'} + yamux (${path?.opened.direct ?? 0} direct, ${path?.opened.libp2p ?? 0} libp2p channels)`
-      return `${parts}, ${averager?.kernelBackend ?? '?'} kernels, part ${env.partBytes} B, compression ${env.compression}; rank ${env.rank} codec@declared Mbit/s per round: ${history.join(' ')}`
+      return `${parts}, ${averager?.kernelBackend ?? '?'} kernels, part ${env.partBytes} B, compression ${env.compression}; rank ${env.rank} codec(+delta: changes since a shared base)@declared Mbit/s per round: ${history.join(' ')}`
     },
     async close () { await averager?.shutdown(); await node.stop() }
   }

@@ -90,3 +90,48 @@ test('a member whose base differs makes its group send values; the next whole ro
     await swarm.stop()
   }
 })
+
+test('a reducer killed in a delta round: the survivors repair its span with their changes, and every mean is exact', { timeout: 150_000 }, async () => {
+  // Five peers; in the second round the fifth drops off the network the moment it learns its group,
+  // before it sends or reduces (as in fault-tolerance.integration.test.ts).
+  let groups = 0
+  const swarm = await startSwarm(5, {
+    tensors: (p) => [{ name: 'w', shape: [ELEMENTS], data: Float32Array.from({ length: ELEMENTS }, (_, i) => 1000 + ((i * 7 + p * 3) % 11) / 8) }],
+    config: () => ({ targetGroupSize: 5, minGroupSize: 2, allreduceTimeout: 8, requestTimeout: 2, averagingExpiration: 6, partSizeBytes: 16384, compression: 'float16' }),
+    hooks: (i, nodes) => i === 4 ? { onGroup: () => { if (++groups === 2) void nodes[4].stop() } } : {}
+  })
+  const survivors = swarm.averagers.slice(0, 4)
+  const victim = swarm.averagers[4]
+  try {
+    const first = await Promise.all(swarm.averagers.map(async x => await x.step({ timeout: 60 })))
+    assert.ok(first.every(r => r.peers.length === 5 && r.allreduce.partsKeptLocal === 0))
+    const sent = await train(survivors, 1)
+    const expected = weightedMean(sent, sent.map(() => 1))
+    // The victim's kept direct channels may still carry its parts after its libp2p node stopped: it
+    // sends the survivors' mean, so the exact mean is the same whether or not its parts arrive.
+    await victim.withTensors(ts => { ts[0].data.set(expected) })
+    const stepping = Promise.all(survivors.map(async x => await x.step({ timeout: 60 })))
+    // Join last, so the victim follows and never leads.
+    await new Promise(resolve => setTimeout(resolve, 1000))
+    const victimStep = victim.step({ timeout: 30 }).catch(err => err as Error)
+    const results = await stepping
+    await victimStep
+    for (const r of results) {
+      assert.equal(r.peers.length, 5, 'the victim was in the group when it died')
+      assert.equal(r.delta, true)
+      assert.ok(r.allreduce.repairedParts > 0, 'its span was repaired')
+      assert.equal(r.allreduce.partsKeptLocal, 0)
+    }
+    const got = await tensorsOf(survivors)
+    for (let p = 0; p < 4; p++) assert.equal(maxAbsDiff(got[p], expected), 0, `peer ${p}: the survivors' exact mean, the repaired span too`)
+    // The round and its repair landed whole: the survivors share its result as their base.
+    const again = await train(survivors, 2)
+    const next = await Promise.all(survivors.map(async x => await x.step({ timeout: 60 })))
+    assert.ok(next.every(r => r.peers.length === 4 && r.delta), 'the next round is a delta round of the four')
+    const after = await tensorsOf(survivors)
+    const mean = weightedMean(again, again.map(() => 1))
+    for (let p = 0; p < 4; p++) assert.equal(maxAbsDiff(after[p], mean), 0, `peer ${p}: exact again`)
+  } finally {
+    await swarm.stop()
+  }
+})

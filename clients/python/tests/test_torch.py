@@ -95,6 +95,25 @@ def test_diloco_trainers_in_one_group_leave_each_outer_step_with_bit_identical_o
         o.close()
 
 
+def test_diloco_with_float16_sends_changes_from_its_second_outer_step_and_members_stay_bit_identical(start_swarm):
+    swarm = start_swarm(2, AVS_COMPRESSION="float16")
+    torch.manual_seed(1)
+    models = [torch.nn.Linear(4, 1) for _ in range(2)]
+    opts = [diloco(m, a, local_steps=2, timeout=30) for m, a in zip(models, swarm.agents)]
+    for outer in range(3):
+        runs = in_threads(*[lambda o=o, m=m, s=s: train(o, m, s, 2) for s, (o, m) in enumerate(zip(opts, models))])
+        for results in runs:
+            assert len(results) == 1 and results[0].averaged, results[0].error
+            # The first round has no base the pair shares; every later one does: the one before.
+            assert results[0].delta == (outer > 0), f"outer step {outer}: delta {results[0].delta}"
+        assert len({o.outer_params_hash for o in opts}) == 1, f"outer step {outer}: θ differs"
+        momenta = [o.state_dict()["momentum"] for o in opts]
+        for name in momenta[0]:
+            assert torch.equal(momenta[0][name], momenta[1][name])
+    for o in opts:
+        o.close()
+
+
 def test_diloco_alone_falls_back_to_its_own_pseudo_gradient_within_the_timeout(start_swarm):
     swarm = start_swarm(1)  # groups need 2: no group can form
     torch.manual_seed(1)

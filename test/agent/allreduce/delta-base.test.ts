@@ -19,30 +19,31 @@ test('isDeltaRound: a lossy codec and one non-empty base among every member that
   assert.equal(isDeltaRound([info(undefined, PeerMode.AUXILIARY)], 'float16'), false)
 })
 
-test('DeltaBase: keeps a whole round\'s result by tensor, sends changes against it, lands base + change', () => {
+test('DeltaBase: a base by tensor, set only when a round landed whole into its buffers', () => {
   const base = new DeltaBase([3, 2], () => true)
   assert.equal(base.idFor([0, 1]).byteLength, 0, 'no base before a round')
-  const t = [Float32Array.of(1, 2, 3), Float32Array.of(10, 20)]
-  base.keep([0, 1], t, Uint8Array.of(7))
+  const buffers = base.buffersFor([0, 1])!
+  assert.deepEqual(buffers.map(b => b.length), [3, 2])
+  assert.equal(base.idFor([0, 1]).byteLength, 0, 'buffers alone are no base: the round must land whole')
+  base.landed([0, 1], Uint8Array.of(7))
   assert.deepEqual([...base.idFor([0, 1])], [7])
-  t[0].set([1.5, 2, 2]); t[1].set([10, 21])
-  base.subtract([0, 1], t)
-  assert.deepEqual([...t[0]], [0.5, 0, -1]); assert.deepEqual([...t[1]], [0, 1])
-  base.add([0, 1], t)
-  assert.deepEqual([...t[0]], [1.5, 2, 2]); assert.deepEqual([...t[1]], [10, 21])
+  assert.equal(base.buffersFor([0])![0], buffers[0], 'the same buffers, round after round')
   // A subset round moves its tensors' base alone: the step over both then has none in common.
-  base.keep([1], [t[1]], Uint8Array.of(8))
+  base.landed([1], Uint8Array.of(8))
   assert.deepEqual([...base.idFor([1])], [8])
   assert.equal(base.idFor([0, 1]).byteLength, 0)
   base.forget([0])
   assert.equal(base.idFor([0]).byteLength, 0)
+  const id = Uint8Array.of(9)
+  base.landed([0], id)
+  id[0] = 1
+  assert.deepEqual([...base.idFor([0])], [9], 'the id is a copy')
 })
 
-test('DeltaBase: a copy that does not fit keeps no base and says so once', () => {
+test('DeltaBase: buffers that do not fit make no base, and it says so once', () => {
   const said: number[] = []
   const base = new DeltaBase([1000], bytes => bytes < 4000, bytes => { said.push(bytes) })
-  base.keep([0], [new Float32Array(1000)], Uint8Array.of(1))
-  base.keep([0], [new Float32Array(1000)], Uint8Array.of(2))
-  assert.equal(base.idFor([0]).byteLength, 0)
+  assert.equal(base.buffersFor([0]), undefined)
+  assert.equal(base.buffersFor([0]), undefined)
   assert.deepEqual(said, [4000])
 })

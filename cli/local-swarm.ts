@@ -291,8 +291,8 @@ function summarize (plan: SwarmPlan, run: RunningSwarm, w: Watched): Record<stri
     'run ended because': w.ended,
     'rounds completed (all agents)': String(last?.rounds ?? 0),
     'failed rounds': String(last?.failures ?? 0),
-    'delta rounds (changes since a shared base, not values)': String(last?.deltaRounds ?? 0),
-    'bytes sent by the all-reduces (all agents)': last != null ? `${(last.bytesSent / 2 ** 20).toFixed(1)} MiB` : '-',
+    'rounds carrying changes (delta)': String(last?.deltaRounds ?? 0),
+    'all-reduce bytes sent (all agents)': last != null ? `${(last.bytesSent / 2 ** 20).toFixed(1)} MiB` : '-',
     'mean group size': last != null && Number.isFinite(last.meanGroupSize) ? last.meanGroupSize.toFixed(2) : '-',
     ...(sidecar
       ? {

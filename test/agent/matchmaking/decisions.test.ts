@@ -6,7 +6,7 @@ import {
   MAX_HEARD, acceptsPartial, aloneCutoff, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, formedWithoutUs, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
   othersLooking, redirectKey, EXTRA_LOOKS, extraGrace, extrasLookAt, extrasLookDue, reverseAskAfter, reverseCandidate, reverseKey, seenAfterVisible, shortUnderKey, triedKey, validInfo, withHeard, withoutGrouped, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
-import { MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
+import { MAX_BASE_ID_BYTES, MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
 
 // Matchmaking's decisions without a network: the time is a number the test sets (a fake clock).
 
@@ -307,11 +307,12 @@ test('meetUnderLeftovers: a group short of the early quorum meets other short gr
 test('a leader refuses a follower whose codec timings the members would refuse: one such follower would spoil the group it joins', () => {
   // Every follower drops a BEGIN_ALLREDUCE whose gathered infos fail validInfo, while the leader
   // runs the round with them: a leader that accepted this follower would wait for a group that left.
-  for (const bad of [{ secondsNone: NaN }, { secondsNone: -1 }, { secondsFloat16: Infinity }]) {
+  for (const bad of [{ secondsNone: NaN }, { secondsNone: -1 }, { secondsFloat16: Infinity }, { base: new Uint8Array(MAX_BASE_ID_BYTES + 1) }]) {
     assert.equal(validInfo(info(bad)), false)
     assert.deepEqual(reasonToReject(LEADER, leading(), request({ info: info(bad) }), 'peer-F'), { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }, JSON.stringify(bad))
   }
   assert.equal(reasonToReject(LEADER, leading(), request({ info: info({ secondsNone: 0.5, secondsFloat16: 0 }) }), 'peer-F'), null)
+  assert.equal(reasonToReject(LEADER, leading(), request({ info: info({ base: new Uint8Array(20) }) }), 'peer-F'), null, 'a base id as long as a group id')
 })
 
 test('a leader that did not answer within a request timeout is not asked again, as a candidate or through a redirect, while it counts as gone', () => {

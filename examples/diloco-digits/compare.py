@@ -5,7 +5,9 @@
 - with --simulate, also 8 trainers with DiLoCo averaged in this process (every outer step one group of 8, or
   random groups of --group-size as the swarm's matchmaking makes them; --local-momentum averages θ alone;
   --overlap-delay D lands each round D inner steps after its outer step, as DiLoCoOptimizer(overlap=True) does;
-  --fragments P syncs the parameters in P fragments at staggered inner steps, as DiLoCoOptimizer(fragments=P)),
+  --fragments P syncs the parameters in P fragments at staggered inner steps, as DiLoCoOptimizer(fragments=P);
+  --wire float16 / float16-values rounds what the all-reduce carries as the agents' float16 does, changes since a
+  shared base / values, and prints how far the mean θ lands from the exact mean, against the outer update's norm),
   the swarm's result without agents, handy to tune --local-steps and the learning rates.
 
 It then prints the swarm's held-out accuracies from the latest `npm start -- examples/diloco-digits.yaml`

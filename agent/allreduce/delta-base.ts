@@ -1,5 +1,6 @@
 import { PeerMode, type PeerInfo } from '../proto/averaging.js'
 import type { CompressionName } from '../compression/index.js'
+import { equalBytes } from '../util/bytes.js'
 
 /**
  * Delta rounds. Members that land a round whole (every part's mean, averagingAlpha 1) leave it with
@@ -37,7 +38,7 @@ export class DeltaBase {
   idFor (indices: readonly number[]): Uint8Array {
     const first = this.ids[indices[0]]
     if (first === undefined) return new Uint8Array(0)
-    for (const i of indices) if (this.ids[i] === undefined || !sameBytes(this.ids[i]!, first)) return new Uint8Array(0)
+    for (const i of indices) if (this.ids[i] === undefined || !equalBytes(this.ids[i]!, first)) return new Uint8Array(0)
     return first
   }
 
@@ -85,11 +86,5 @@ export function isDeltaRound (infos: readonly PeerInfo[], codec: CompressionName
   const holders = infos.filter(i => i.mode !== PeerMode.AUXILIARY)
   if (holders.length === 0) return false
   const first = holders[0].base
-  return first != null && first.byteLength > 0 && holders.every(i => i.base != null && sameBytes(i.base, first))
-}
-
-function sameBytes (a: Uint8Array, b: Uint8Array): boolean {
-  if (a.byteLength !== b.byteLength) return false
-  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false
-  return true
+  return first != null && first.byteLength > 0 && holders.every(i => i.base != null && equalBytes(i.base, first))
 }

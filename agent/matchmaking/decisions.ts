@@ -1,6 +1,7 @@
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../proto/averaging.js'
 import type { StoredEntry } from '../rendezvous/store.js'
 import { MAX_BASE_ID_BYTES, MAX_GATHER_BYTES, MAX_GROUP_SIZE, validRound } from './group-info.js'
+import { equalBytes } from '../util/bytes.js'
 
 /**
  * Matchmaking's decisions, apart from the network: who leads whom, whom a leader turns away and
@@ -640,8 +641,3 @@ export function probeMissing (view: EarlyView, now: number): boolean {
   return after !== undefined && now >= view.declaredAt + after
 }
 
-function equalBytes (a: Uint8Array, b: Uint8Array): boolean {
-  if (a.byteLength !== b.byteLength) return false
-  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false
-  return true
-}

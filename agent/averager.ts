@@ -17,7 +17,8 @@ import { CodecClock, chooseCodec, type AutoCodec } from './adapt/codec-choice.js
 import { netBytes, peakWindowRate, shortRound, smoothRate, SAMPLE_MS, type ByteSample } from './adapt/link-rate.js'
 import { bitsFromKey, groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
 import { schemaHash, subsetOf, subsetSchemaHash, subsetTag, elementCount, type TensorSchema } from './schema.js'
-import { DeltaBase, isDeltaRound } from './allreduce/delta-base.js'
+import { DeltaBase, isDeltaRound, sharedBase } from './allreduce/delta-base.js'
+import { OuterStates, applyOuterStep, outerSchemaHash, planOuterStep, stateIndices, type OuterAveraged, type OuterPlan, type OuterStep } from './outer/outer-step.js'
 import { containerMemoryBytes } from './util/memory.js'
 import { PeerMode, type PeerInfo } from './proto/averaging.js'
 import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
@@ -120,6 +121,14 @@ export interface StepOptions {
    * A caller sums what the round moved here instead of in a second pass over the tensors.
    */
   readonly landed?: (before: Float32Array, after: Float32Array) => void
+  /**
+   * DiLoCo's outer step, taken here (agent/outer/outer-step.ts): `names` are the members' pseudo-
+   * gradients Δ, `outer` names θ and m and the step's hyperparameters. A group whose members hold
+   * the same θ, m averages Δ alone and each member steps with the mean; any other group's members
+   * step with their own Δ and average θ' and m'. Found a group or not, the step is taken once the
+   * values are in (a step alone steps with our own Δ).
+   */
+  readonly outer?: OuterStep
 }
 
 export interface StepResult {
@@ -142,6 +151,8 @@ export interface StepResult {
    * (allreduce/delta-base.ts): the same mean, with a lossy codec's error relative to the change.
    */
   readonly delta: boolean
+  /** An outer step's round (StepOptions.outer): whether it averaged the pseudo-gradients alone or θ' and m'. */
+  readonly outer?: OuterAveraged
   /** The bandwidth we declared to the group this round: the config's, or the measured bytes/s (undefined before the first measurement). */
   readonly declaredBandwidth?: number
 }
@@ -189,6 +200,9 @@ export interface AveragerHooks {
   readonly dataAddrs?: () => readonly Multiaddr[]
 }
 
+/** An outer step under way: armed once the step's checks passed, taken once θ, m were stepped. */
+interface OuterStepping { readonly plan: OuterPlan, armed: boolean, taken: boolean }
+
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
@@ -216,6 +230,8 @@ export class DecentralizedAverager {
   private readonly tensorLock = new Mutex()
   /** The result of our last round landed whole, which delta rounds send changes against; none in swarms that never compress. */
   private readonly deltaBase: DeltaBase | undefined
+  /** Which θ, m state outer steps left in each tensor (agent/outer/outer-step.ts). */
+  private readonly outerStates: OuterStates
   private readonly stepLock = new Mutex()
   private bits: string
   private readonly shutdownController = new AbortController()
@@ -236,6 +252,7 @@ export class DecentralizedAverager {
     this.log = hooks.log ?? silentLog
     this.codec = codecFor(config.compression === 'auto' ? 'none' : config.compression)
     this.bits = config.initialGroupBits
+    this.outerStates = new OuterStates(tensors.length)
     if (config.compression !== 'none' && config.mode !== 'auxiliary' && config.averagingAlpha === 1) {
       const limit = containerMemoryBytes()
       this.deltaBase = new DeltaBase(tensors.map(t => t.data.length), bytes => process.memoryUsage().rss + bytes <= DELTA_BASE_MEMORY_SHARE * limit,
@@ -437,10 +454,33 @@ export class DecentralizedAverager {
   /** Finds a group and averages with it once; throws AveragingError with a clear reason on failure. */
   async step (options: StepOptions = {}): Promise<StepResult> {
     if (!this.running) throw new AveragingError('the averager is shut down')
-    return await this.stepLock.run(async () => await this.runStep(options))
+    const outer = options.outer === undefined ? undefined : this.planOuter(options)
+    return await this.stepLock.run(async () => {
+      const stepping: OuterStepping | undefined = outer === undefined ? undefined : { plan: outer, armed: false, taken: false }
+      try {
+        return await this.runStep(options, stepping)
+      } catch (err) {
+        // No group, or a round that failed before the step was taken: we step with our own Δ.
+        if (stepping !== undefined) await this.stepAlone(stepping, options.ready)
+        throw err
+      }
+    })
   }
 
-  private async runStep (options: StepOptions): Promise<StepResult> {
+  /**
+   * The trainer replaced the tensors outside a round (its own state, a restored checkpoint): θ and m
+   * no longer hold the state outer steps shared with a group.
+   */
+  tensorsReplaced (): void {
+    this.outerStates.forget(this.tensors.map((_t, i) => i))
+  }
+
+  private planOuter (options: StepOptions): OuterPlan {
+    if (this.config.mode === 'auxiliary') throw new AveragingError('an auxiliary agent holds no state of its own: it takes no outer steps')
+    return planOuterStep(this.tensors, options.names, options.outer!)
+  }
+
+  private async runStep (options: StepOptions, stepping?: OuterStepping): Promise<StepResult> {
     const { config } = this
     const weight = config.mode === 'auxiliary' ? 0 : options.weight ?? 1
     if (!(weight >= 0) || !Number.isFinite(weight)) throw new AveragingError(`weight must be a finite number >= 0, got ${weight}`)
@@ -456,9 +496,19 @@ export class DecentralizedAverager {
       addrs: ownAddrBytes(this.node).slice(0, 16) as Array<Uint8Array<ArrayBuffer>>,
       round: options.round ?? 0
     }
-    const subset = options.names === undefined ? undefined : subsetOf(this.tensors, options.names)
-    if (this.deltaBase !== undefined) info.base = this.deltaBase.idFor(subset ?? this.tensors.map((_t, i) => i))
-    const subsetHash = subset === undefined ? undefined : subsetSchemaHash(this.tensors, subset, config.compression, config.partSizeBytes)
+    const outer = stepping?.plan
+    const subset = outer !== undefined ? [...outer.gradients].sort((a, b) => a - b) : options.names === undefined ? undefined : subsetOf(this.tensors, options.names)
+    if (outer !== undefined) {
+      // Members leave a round with one θ, m only when each lands the mean itself (averagingAlpha 1).
+      info.base = config.averagingAlpha === 1 ? this.outerStates.declared(outer) : new Uint8Array(0)
+      stepping!.armed = true
+    } else {
+      // The values this step brings replace whatever state outer steps left in these tensors.
+      this.outerStates.forget(subset ?? this.tensors.map((_t, i) => i))
+      if (this.deltaBase !== undefined) info.base = this.deltaBase.idFor(subset ?? this.tensors.map((_t, i) => i))
+    }
+    const tensorsHash = subset === undefined ? undefined : subsetSchemaHash(this.tensors, subset, config.compression, config.partSizeBytes)
+    const subsetHash = outer !== undefined && tensorsHash !== undefined ? outerSchemaHash(tensorsHash, outer) : tensorsHash
     const prefix = subsetHash === undefined ? config.prefix : `${config.prefix}.s${subsetTag(subsetHash)}`
     const timeout = options.timeout ?? 2 * config.averagingExpiration + config.allreduceTimeout
     const deadline = Date.now() / 1000 + timeout
@@ -492,13 +542,17 @@ export class DecentralizedAverager {
       this.log.debug(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
       const codec = this.roundCodec(group)
       // Every member computes it alike; an auxiliary member (no base of its own) reduces the changes as it would values.
-      const delta = isDeltaRound(group.infos, codec.name)
+      const delta = outer === undefined && isDeltaRound(group.infos, codec.name)
+      // An outer step's group averages Δ alone when every member holds the same θ, m and steps alike.
+      const averaged: OuterAveraged | undefined = outer === undefined ? undefined : sharedBase(group.infos) ? 'pseudo-gradients' : 'parameters'
       const declaredBandwidth = info.bandwidth
       const roundDetail = { matchmakingMs, codec: codec.name, delta, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
       try {
         // The matchmaking overlapped the caller's copy-in (StepOptions.ready): the values must be in.
         if (options.ready !== undefined) await options.ready
-        const result = await this.tensorLock.run(async () => await this.averageTensors(group, codec, delta, subset, options.landed))
+        const result = await this.tensorLock.run(async () => stepping !== undefined && averaged !== undefined
+          ? await this.outerRound(group, codec, stepping, averaged, options.landed)
+          : await this.averageTensors(group, codec, delta, subset, options.landed))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(bitsFromKey(group.gridKey, prefix, this.bits), group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
             const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
@@ -514,6 +568,7 @@ export class DecentralizedAverager {
           allreduce: result,
           codec: codec.name,
           delta,
+          ...(averaged !== undefined ? { outer: averaged } : {}),
           ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {})
         }
       } catch (err) {
@@ -552,6 +607,47 @@ export class DecentralizedAverager {
       else bases.forget(indices)
     }
     return result
+  }
+
+  /**
+   * An outer step's round (agent/outer/outer-step.ts). With the same θ, m on every member: Δ is
+   * averaged, then each member steps with the mean (bit-identical θ, m when the round landed whole).
+   * Otherwise: each member steps with its own Δ, then θ' and m' are averaged. The step is taken
+   * whether or not the all-reduce ends well (parts kept local hold our own values).
+   */
+  private async outerRound (group: GroupInfo, codec: Codec, stepping: OuterStepping, averaged: OuterAveraged, landed: StepOptions['landed']): Promise<AllReduceResult> {
+    const { plan } = stepping
+    const over = averaged === 'pseudo-gradients' ? [...plan.gradients].sort((a, b) => a - b) : stateIndices(plan)
+    if (averaged === 'parameters') this.takeOuterStep(stepping)
+    let result: AllReduceResult | undefined
+    try {
+      result = await this.allReduce(group, codec, over.map(i => this.tensors[i].data), landed)
+    } finally {
+      this.takeOuterStep(stepping)
+      if (result !== undefined && result.partsKeptLocal === 0 && this.config.averagingAlpha === 1) this.outerStates.landed(plan, group.groupId)
+      else this.outerStates.forget(stateIndices(plan))
+    }
+    return result
+  }
+
+  /** Steps θ, m with Δ as the tensors hold it, once per outer step. */
+  private takeOuterStep (stepping: OuterStepping): void {
+    if (stepping.taken) return
+    stepping.taken = true
+    const { plan } = stepping
+    const t = this.tensors
+    plan.gradients.forEach((g, k) => { applyOuterStep(t[plan.params[k]].data, t[plan.buffers[k]].data, t[g].data, plan.lr, plan.momentum, plan.nesterov) })
+  }
+
+  /** An outer step that found no group (or failed before stepping): our own Δ, once the values are in. */
+  private async stepAlone (stepping: OuterStepping, ready?: Promise<unknown>): Promise<void> {
+    if (!stepping.armed || stepping.taken) return
+    // A copy-in refused (a NaN) left Δ as it was: no step with someone else's values.
+    if (ready !== undefined && !(await ready.then(() => true, () => false))) return
+    await this.tensorLock.run(async () => {
+      this.takeOuterStep(stepping)
+      this.outerStates.forget(stateIndices(stepping.plan))
+    })
   }
 
   /** One all-reduce with the group over `tensors` (and its span repair); `base`: AllReduceOptions.base. */

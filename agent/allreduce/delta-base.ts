@@ -82,7 +82,11 @@ export function lossy (name: CompressionName): boolean {
  * values as before.
  */
 export function isDeltaRound (infos: readonly PeerInfo[], codec: CompressionName): boolean {
-  if (!lossy(codec)) return false
+  return lossy(codec) && sharedBase(infos)
+}
+
+/** Whether every member that holds state (not auxiliary) declared the same, non-empty base (PeerInfo.base). */
+export function sharedBase (infos: readonly PeerInfo[]): boolean {
   const holders = infos.filter(i => i.mode !== PeerMode.AUXILIARY)
   if (holders.length === 0) return false
   const first = holders[0].base

@@ -3,6 +3,7 @@ import { base64Length, decodeFloat32, firstNonFinite } from './tensor-codec.js'
 import { isDtype, DTYPES } from './dtypes.js'
 import type { StoredTensor } from './region-layout.js'
 import { MAX_GATHER_BYTES } from '../../matchmaking/group-info.js'
+import { planOuterStep, type OuterPlan, type OuterStep } from '../../outer/outer-step.js'
 
 export { containerMemoryBytes } from '../../util/memory.js'
 
@@ -88,6 +89,8 @@ export interface StepControl {
   readonly timeout?: number
   /** The registered tensors this step averages (default: all); checked against the schema by stepSubset. */
   readonly names?: readonly string[]
+  /** DiLoCo's outer step taken by the agent over `names` as the pseudo-gradients (agent/outer/outer-step.ts). */
+  readonly outer?: OuterStep
 }
 
 export interface StepRequest extends StepControl {
@@ -95,15 +98,41 @@ export interface StepRequest extends StepControl {
   readonly tensors: Float32Array[]
 }
 
-/** `{weight?, gather?, timeout?, names?}`: the control part of every step, whichever path its tensors take. */
+/** `{weight?, gather?, timeout?, names?, outer?}`: the control part of every step, whichever path its tensors take. */
 export function parseControl (body: unknown): StepControl {
-  if (!isObject(body)) throw new RequestError(400, 'the step control must be a JSON object {weight?, gather?, timeout?, names?}')
-  const { weight, timeout, gather, names } = body
+  if (!isObject(body)) throw new RequestError(400, 'the step control must be a JSON object {weight?, gather?, timeout?, names?, outer?}')
+  const { weight, timeout, gather, names, outer } = body
   if (weight !== undefined && (typeof weight !== 'number' || !Number.isFinite(weight) || weight < 0)) throw new RequestError(400, `weight must be a finite number >= 0, got ${JSON.stringify(weight)}`)
   if (timeout !== undefined && (typeof timeout !== 'number' || !(timeout > 0) || timeout > MAX_STEP_TIMEOUT)) throw new RequestError(400, `timeout must be a number of seconds above 0 and at most ${MAX_STEP_TIMEOUT}, got ${JSON.stringify(timeout)}`)
   if (gather !== undefined && Buffer.byteLength(JSON.stringify(gather)) > MAX_GATHER_BYTES) throw new RequestError(400, `gather must serialise to at most ${MAX_GATHER_BYTES} bytes of JSON`)
   if (names !== undefined && (!Array.isArray(names) || !names.every(n => typeof n === 'string'))) throw new RequestError(400, `names must be an array of registered tensor names, got ${JSON.stringify(names).slice(0, 200)}`)
-  return { weight: weight as number | undefined, timeout: timeout as number | undefined, gather, ...(names !== undefined ? { names: names as string[] } : {}) }
+  return {
+    weight: weight as number | undefined,
+    timeout: timeout as number | undefined,
+    gather,
+    ...(names !== undefined ? { names: names as string[] } : {}),
+    ...(outer !== undefined ? { outer: parseOuter(outer) } : {})
+  }
+}
+
+/** `{params, buffers, lr, momentum?, nesterov?}` (torch's SGD defaults: momentum 0, nesterov false); the tensors are checked by outerPlan. */
+function parseOuter (outer: unknown): OuterStep {
+  if (!isObject(outer)) throw new RequestError(400, `outer must be a JSON object {params, buffers, lr, momentum?, nesterov?}, got ${JSON.stringify(outer)?.slice(0, 200)}`)
+  const { params, buffers, lr, momentum = 0, nesterov = false } = outer
+  for (const [what, list] of [['params', params], ['buffers', buffers]] as const) {
+    if (!Array.isArray(list) || !list.every(n => typeof n === 'string')) throw new RequestError(400, `outer.${what} must be an array of registered tensor names, got ${JSON.stringify(list)?.slice(0, 200)}`)
+  }
+  return { params: params as string[], buffers: buffers as string[], lr: lr as number, momentum: momentum as number, nesterov: nesterov as boolean }
+}
+
+/** An outer step's tensors checked against the schema (undefined without one); what is wrong is a 400. */
+export function outerPlan (control: StepControl, schema: readonly TensorSchema[]): OuterPlan | undefined {
+  if (control.outer === undefined) return undefined
+  try {
+    return planOuterStep(schema, control.names, control.outer)
+  } catch (err) {
+    throw new RequestError(400, (err as Error).message)
+  }
 }
 
 /**

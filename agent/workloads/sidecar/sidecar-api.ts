@@ -10,8 +10,9 @@ import { firstNonFinite, jsonWithTensors } from './tensor-codec.js'
 import { readJsonBody, sendJson, sendJsonChunks } from './http-io.js'
 import {
   MAX_ELEMENTS, REGISTER_BODY_LIMIT, RequestError, checkJsonPath, containerMemoryBytes, describeSchema,
-  parseControl, parseRegister, parseReport, parseStep, sameSchema, stepBodyLimit, stepSubset, type StepControl
+  outerPlan, parseControl, parseRegister, parseReport, parseStep, sameSchema, stepBodyLimit, stepSubset, type StepControl
 } from './request-parsing.js'
+import { stateIndices, type OuterAveraged, type OuterPlan } from '../../outer/outer-step.js'
 import { packedBytes, regionLayout, type StoredTensor } from './region-layout.js'
 import { Region, Scratch, bytesOf } from './region.js'
 import { DistanceSum, relativeDistance } from './distance.js'
@@ -55,6 +56,8 @@ export interface StepSummary {
   readonly divergence: number
   /** The round carried the members' changes since the base they shared, not their values (StepResult.delta). */
   readonly delta: boolean
+  /** An outer step's round: it averaged the pseudo-gradients alone, or θ' and m' (StepResult.outer). */
+  readonly outer?: OuterAveraged
   /** Rounds the swarm's state has behind it (restored or downloaded rounds count). */
   readonly round: number
   /** The run reached its completion (AVS_COMPLETION_ROUNDS): steps no longer average; the trainer may exit. */
@@ -224,6 +227,7 @@ export class SidecarApi {
     })
     if (checkpoint == null) return false
     await averager.withTensors(ts => { ts.forEach(t => { t.data.set(checkpoint.tensors.get(t.name)!) }) })
+    averager.tensorsReplaced()
     this.rounds = checkpoint.manifest.round
     return true
   }
@@ -313,9 +317,10 @@ export class SidecarApi {
     const { control, body } = await this.readJsonStep(req, schema)
     // A step over some tensors (control.names) copies in, averages and hands back those alone.
     const subset = stepSubset(control, schema)
+    const plan = outerPlan(control, schema)
     if (body.tensors === undefined) {
       const region = this.registeredRegion()
-      sendJson(res, 200, await this.stepLock.run(async () => await this.regionStep(region, control, averager, subset)))
+      sendJson(res, 200, await this.stepLock.run(async () => await this.regionStep(region, control, averager, subset, plan)))
       return
     }
     checkJsonPath(schema)
@@ -326,10 +331,10 @@ export class SidecarApi {
       const moved = new DistanceSum()
       const round = await this.round(averager, control, undefined, moved)
       return await averager.withTensors(ts => {
-        const divergence = this.landedWhole(round, moved, subset) ? moved.value : relativeDistance(picked.map(i => request.tensors[i]), picked.map(i => ts[i].data))
+        const divergence = this.landedWhole(round, moved, averagedBy(round, plan, subset)) ? moved.value : relativeDistance(picked.map(i => request.tensors[i]), picked.map(i => ts[i].data))
         const summary = this.summarize(round, divergence, copy)
-        // Tensors outside the subset go back as sent.
-        const averaged = new Set(picked)
+        // Tensors outside the subset go back as sent (an outer step's θ and m as the agent stepped them).
+        const averaged = new Set(handedBack(plan, subset) ?? picked)
         const answer = request.tensors.map((sent, i) => averaged.has(i) ? ts[i].data : sent)
         return jsonWithTensors({ ...summary }, ts.map((t, i) => [t.name, answer[i]] as const))
       })
@@ -343,7 +348,7 @@ export class SidecarApi {
    * two, not their sum. A region the copy refuses (NaN, written during the read) ends the search and
    * answers the trainer with that error, the agent's tensors as they were.
    */
-  private async regionStep (region: Region, control: StepControl, averager: DecentralizedAverager, subset?: readonly number[]): Promise<StepSummary> {
+  private async regionStep (region: Region, control: StepControl, averager: DecentralizedAverager, subset?: readonly number[], plan?: OuterPlan): Promise<StepSummary> {
     const refused = new AbortController()
     const copying = this.readRegion(region, averager, subset)
     copying.catch(() => { refused.abort() })
@@ -354,12 +359,14 @@ export class SidecarApi {
     return await averager.withTensors(ts => {
       const now = ts.map(t => t.data)
       let divergence = moved.value
-      if (this.landedWhole(round, moved, subset)) {
+      // An outer step copied Δ in and hands back θ and m too.
+      const back = handedBack(plan, subset)
+      if (this.landedWhole(round, moved, averagedBy(round, plan, subset))) {
         // The divergence was summed as the parts landed: the write-back only writes (no second read of the region).
-        copy.bytes += region.writeFrom(now, ++this.generation, this.scratchBuffer(), subset)
+        copy.bytes += region.writeFrom(now, ++this.generation, this.scratchBuffer(), back)
       } else {
         const distance = new DistanceSum()
-        copy.bytes += region.writeBack(now, ++this.generation, this.scratchBuffer(), distance, subset)
+        copy.bytes += region.writeBack(now, ++this.generation, this.scratchBuffer(), distance, back)
         divergence = distance.value
       }
       copy.ms += performance.now() - start
@@ -380,14 +387,16 @@ export class SidecarApi {
 
   private async binaryStep (req: IncomingMessage, res: ServerResponse, schema: readonly StoredTensor[], averager: DecentralizedAverager): Promise<void> {
     const { control, staged, copy, subset } = await this.readBinary(req, schema, averager)
+    const plan = outerPlan(control, schema)
     const moved = new DistanceSum()
     const round = await this.round(averager, control, undefined, moved)
     const { summary, packed } = await averager.withTensors(ts => {
       const picked = subset ?? schema.map((_t, i) => i)
-      const divergence = this.landedWhole(round, moved, subset) ? moved.value : relativeDistance(picked.map(i => staged[i]), picked.map(i => ts[i].data))
-      // Tensors outside the subset go back as sent: packed from the staging buffer in place, which
-      // never overwrites a value before reading it (a packed tensor starts at or before its float32 copy).
-      const averaged = new Set(picked)
+      const divergence = this.landedWhole(round, moved, averagedBy(round, plan, subset)) ? moved.value : relativeDistance(picked.map(i => staged[i]), picked.map(i => ts[i].data))
+      // Tensors outside the subset go back as sent (an outer step's θ and m as the agent stepped them):
+      // packed from the staging buffer in place, which never overwrites a value before reading it (a
+      // packed tensor starts at or before its float32 copy).
+      const averaged = new Set(handedBack(plan, subset) ?? picked)
       const now = staged.map((sent, i) => averaged.has(i) ? ts[i].data : sent)
       const start = performance.now()
       // The staging buffer holds what was sent until the divergence is known; then it carries the answer.
@@ -406,6 +415,7 @@ export class SidecarApi {
     const control = parseControl(await readTensorsBody(req, schema, staging, this.scratchBuffer()))
     // The body carries every tensor; a step over a subset (control.names) checks and takes those alone.
     const subset = stepSubset(control, schema)
+    outerPlan(control, schema)
     const picked = subset ?? schema.map((_t, i) => i)
     let at = 0
     const staged = schema.map(t => { const n = elementCount(t.shape); at += n; return staging.subarray(at - n, at) })
@@ -443,6 +453,7 @@ export class SidecarApi {
       const result = await averager.step({
         weight: control.weight, gather: control.gather, timeout: control.timeout, signal, round: this.rounds,
         ...(control.names !== undefined ? { names: control.names } : {}),
+        ...(control.outer !== undefined ? { outer: control.outer } : {}),
         ...(overlap !== undefined ? { ready: overlap.ready } : {}),
         ...(moved !== undefined ? { landed: (before: Float32Array, after: Float32Array) => { moved.add(before, after) } } : {})
       })
@@ -482,6 +493,7 @@ export class SidecarApi {
       allreduceMs: result?.allreduce.durationMs,
       divergence,
       delta: result?.delta ?? false,
+      ...(result?.outer !== undefined ? { outer: result.outer } : {}),
       round: this.rounds,
       complete: this.completion.done,
       generation: this.generation,
@@ -549,6 +561,7 @@ export class SidecarApi {
         copy = await this.stepLock.run(async () => await this.timed(async () => await averager.withTensors(ts => { for (const i of picked) ts[i].data.set(request.tensors[i]) }), this.floatBytes(picked.map(i => schema[i]))))
       }
     }
+    averager.tensorsReplaced()
     await this.setOrigin('trainer', averager)
     sendJson(res, 200, { origin: this.origin, generation: this.generation, copyMs: copy.ms, bytesCopied: copy.bytes })
   }
@@ -590,6 +603,17 @@ export class SidecarApi {
     await this.averager?.shutdown()
     this.region?.close()
   }
+}
+
+/** The tensors a step hands back: its subset, with an outer step's θ and m (undefined: all of them). */
+function handedBack (plan: OuterPlan | undefined, subset: readonly number[] | undefined): number[] | undefined {
+  if (subset === undefined) return undefined
+  return plan === undefined ? [...subset] : [...new Set([...subset, ...stateIndices(plan)])].sort((a, b) => a - b)
+}
+
+/** The tensors the round averaged: the step's subset, or an outer step's θ and m when its group averaged those. */
+function averagedBy ({ result }: Round, plan: OuterPlan | undefined, subset: readonly number[] | undefined): readonly number[] | undefined {
+  return plan !== undefined && result?.outer === 'parameters' ? stateIndices(plan) : subset
 }
 
 /** A binary answer: u32le length + JSON + the packed tensors; resolves once sent, as the bytes live in the reused staging buffer. */

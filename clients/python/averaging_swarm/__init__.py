@@ -9,7 +9,7 @@
 PyTorch: ``averaging_swarm.torch`` (ParameterAverager, DiLoCoOptimizer).
 """
 from .averager import DecentralizedAverager
-from .client import AgentClient, AgentError, StepResult
+from .client import AgentClient, AgentError, OuterStep, StepResult
 
-__all__ = ["AgentClient", "AgentError", "DecentralizedAverager", "StepResult"]
+__all__ = ["AgentClient", "AgentError", "DecentralizedAverager", "OuterStep", "StepResult"]
 __version__ = "0.1.0"

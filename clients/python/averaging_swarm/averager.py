@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .client import AgentClient, AgentError, StepResult, encode_frame, step_control
+from .client import AgentClient, AgentError, OuterStep, StepResult, encode_frame, step_control
 from .layout import DTYPES, GENERATION_OFFSET, HEADER_BYTES, MAGIC, SEQ_OFFSET, Slot, TensorSpec, region_layout
 
 TensorLike = Union[np.ndarray, Tuple[Sequence[int], str]]
@@ -137,18 +137,22 @@ class DecentralizedAverager:
             self._header[seq] += 1
 
     def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
-             names: Optional[Sequence[str]] = None) -> StepResult:
+             names: Optional[Sequence[str]] = None, outer: Optional[OuterStep] = None) -> StepResult:
         """One averaging round; the tensors then hold the group's weighted mean, or the values sent when ``averaged`` is False.
 
         ``names`` (default: all): average these registered tensors only, with peers that average the same ones
         (a *subset*: Streaming DiLoCo's fragments). The other tensors are left exactly as they are: the agent
         neither reads nor writes them (shared memory), or sends them back as they came (binary). Empty, unknown
         or repeated names: :class:`AgentError` (400), nothing averaged.
+
+        ``outer`` (:class:`OuterStep`): DiLoCo's outer step, taken by the agent: ``names`` hold this trainer's
+        pseudo-gradients, the agent steps the θ and m that ``outer`` names (found a group or not) and they come back
+        with ``names`` (the pseudo-gradients as averaged, or as sent). ``result.outer`` says what the group averaged.
         """
         self._check_idle("step()")
         if self.transport == "shm":
-            return self.client.step(weight, gather, timeout, names)
-        body, tensors = self.client.request("POST", "/v1/step", frame=encode_frame(step_control(weight, gather, timeout, names), self._payload()),
+            return self.client.step(weight, gather, timeout, names, outer)
+        body, tensors = self.client.request("POST", "/v1/step", frame=encode_frame(step_control(weight, gather, timeout, names, outer), self._payload()),
                                             timeout=(timeout or 0) + self.client.timeout)
         self._receive(tensors)
         return StepResult.from_json(body)

@@ -56,6 +56,9 @@ class StepResult:
     delta: bool = False
     """The round carried each member's change since the state the group shared, not its values (a lossy codec's
     error is then relative to the change): see docs/trainer-api.md."""
+    outer: Optional[str] = None
+    """An outer step's round (``step(outer=...)``): ``"pseudo-gradients"`` when the group held the same θ and m and
+    averaged the pseudo-gradients alone, ``"parameters"`` when it averaged θ' and m'; None otherwise."""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
     """The agent's whole answer (groupId, partsKeptLocal, unreachedPeers, generation, bytesCopied, ...)."""
 
@@ -74,6 +77,7 @@ class StepResult:
             round=int(body.get("round", 0)),
             complete=bool(body.get("complete", False)),
             delta=bool(body.get("delta", False)),
+            outer=body.get("outer"),
             raw={k: v for k, v in body.items() if k != "tensors"},
         )
 
@@ -135,11 +139,12 @@ class AgentClient:
                 log.info("waiting for the agent: %s", loading.get("message"))
 
     def step(self, weight: Optional[float] = None, gather: Any = None, timeout: Optional[float] = None,
-             names: Optional[Sequence[str]] = None) -> StepResult:
+             names: Optional[Sequence[str]] = None, outer: Optional[OuterStep] = None) -> StepResult:
         """One averaging round over the registered region: the agent reads it, averages and writes the result back.
 
-        ``names``: average these registered tensors only (docs/trainer-api.md), with peers averaging the same ones."""
-        return StepResult.from_json(self.request("POST", "/v1/step", step_control(weight, gather, timeout, names),
+        ``names``: average these registered tensors only (docs/trainer-api.md), with peers averaging the same ones.
+        ``outer``: an outer step over ``names`` as the pseudo-gradients (:class:`OuterStep`)."""
+        return StepResult.from_json(self.request("POST", "/v1/step", step_control(weight, gather, timeout, names, outer),
                                                  timeout=(timeout or 0) + self.timeout)[0])
 
     def state(self) -> Dict[str, Any]:
@@ -199,9 +204,33 @@ class AgentClient:
             raise AgentError(f"the agent at {self.url} could not be reached: {reason}") from None
 
 
+@dataclass(frozen=True)
+class OuterStep:
+    """DiLoCo's outer step, taken by the agent in a step (``step(names=Δ, outer=OuterStep(...))``).
+
+    The step's ``names`` are the pseudo-gradients Δ; ``params`` and ``buffers`` name the outer parameters θ and
+    their momentum buffers m, pairwise with ``names`` (same shapes). The agent steps θ and m as torch's SGD with
+    these ``lr``, ``momentum`` and ``nesterov`` would (float32, bit for bit as numpy's float32). A group whose
+    members hold the same θ and m (they left the same rounds together) averages Δ alone and every member steps with
+    the mean, so their θ and m stay bit-identical with 1× the parameters on the wire; any other group's members step
+    with their own Δ and average θ' and m' (2×), after which they agree. Found a group or not, the step is taken.
+    """
+    params: Sequence[str]
+    buffers: Sequence[str]
+    lr: float
+    momentum: float = 0.0
+    nesterov: bool = False
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"params": [str(n) for n in self.params], "buffers": [str(n) for n in self.buffers],
+                "lr": float(self.lr), "momentum": float(self.momentum), "nesterov": bool(self.nesterov)}
+
+
 def step_control(weight: Optional[float], gather: Any, timeout: Optional[float],
-                 names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+                 names: Optional[Sequence[str]] = None, outer: Optional[OuterStep] = None) -> Dict[str, Any]:
     control: Dict[str, Any] = {}
+    if outer is not None:
+        control["outer"] = outer.to_json()
     if names is not None:
         if isinstance(names, str):
             raise TypeError("names must be a sequence of tensor names, not one string")

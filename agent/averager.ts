@@ -500,7 +500,9 @@ export class DecentralizedAverager {
     const subset = outer !== undefined ? [...outer.gradients].sort((a, b) => a - b) : options.names === undefined ? undefined : subsetOf(this.tensors, options.names)
     if (outer !== undefined) {
       // Members leave a round with one θ, m only when each lands the mean itself (averagingAlpha 1).
-      info.base = config.averagingAlpha === 1 ? this.outerStates.declared(outer) : new Uint8Array(0)
+      info.outerState = config.averagingAlpha === 1 ? this.outerStates.declared(outer) : new Uint8Array(0)
+      // A group that averages θ' and m' sends their changes since a base it shares, as any round does.
+      if (this.deltaBase !== undefined) info.base = this.deltaBase.idFor(stateIndices(outer))
       stepping!.armed = true
     } else {
       // The values this step brings replace whatever state outer steps left in these tensors.
@@ -541,17 +543,17 @@ export class DecentralizedAverager {
       this.hooks.onGroup?.(group)
       this.log.debug(`joined group ${groupIdHex(group.groupId).slice(0, 8)} of ${group.peerIds.length} (leader ${group.leader.slice(-6)}) after ${matchmakingMs} ms`)
       const codec = this.roundCodec(group)
-      // Every member computes it alike; an auxiliary member (no base of its own) reduces the changes as it would values.
-      const delta = outer === undefined && isDeltaRound(group.infos, codec.name)
       // An outer step's group averages Δ alone when every member holds the same θ, m and steps alike.
-      const averaged: OuterAveraged | undefined = outer === undefined ? undefined : sharedBase(group.infos) ? 'pseudo-gradients' : 'parameters'
+      const averaged: OuterAveraged | undefined = outer === undefined ? undefined : sharedBase(group.infos, 'outerState') ? 'pseudo-gradients' : 'parameters'
+      // Every member computes it alike; an auxiliary member (no base of its own) reduces the changes as it would values.
+      const delta = averaged !== 'pseudo-gradients' && isDeltaRound(group.infos, codec.name)
       const declaredBandwidth = info.bandwidth
       const roundDetail = { matchmakingMs, codec: codec.name, delta, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
       try {
         // The matchmaking overlapped the caller's copy-in (StepOptions.ready): the values must be in.
         if (options.ready !== undefined) await options.ready
         const result = await this.tensorLock.run(async () => stepping !== undefined && averaged !== undefined
-          ? await this.outerRound(group, codec, stepping, averaged, options.landed)
+          ? await this.outerRound(group, codec, stepping, averaged, delta, options.landed)
           : await this.averageTensors(group, codec, delta, subset, options.landed))
         if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
         this.bits = nextGroupBits(bitsFromKey(group.gridKey, prefix, this.bits), group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
@@ -615,13 +617,15 @@ export class DecentralizedAverager {
    * Otherwise: each member steps with its own Δ, then θ' and m' are averaged. The step is taken
    * whether or not the all-reduce ends well (parts kept local hold our own values).
    */
-  private async outerRound (group: GroupInfo, codec: Codec, stepping: OuterStepping, averaged: OuterAveraged, landed: StepOptions['landed']): Promise<AllReduceResult> {
+  private async outerRound (group: GroupInfo, codec: Codec, stepping: OuterStepping, averaged: OuterAveraged, delta: boolean, landed: StepOptions['landed']): Promise<AllReduceResult> {
     const { plan } = stepping
-    const over = averaged === 'pseudo-gradients' ? [...plan.gradients].sort((a, b) => a - b) : stateIndices(plan)
     if (averaged === 'parameters') this.takeOuterStep(stepping)
     let result: AllReduceResult | undefined
     try {
-      result = await this.allReduce(group, codec, over.map(i => this.tensors[i].data), landed)
+      // Δ is new every round: no base of its own (θ and m keep theirs, for the rounds that average them).
+      result = averaged === 'parameters'
+        ? await this.averageTensors(group, codec, delta, stateIndices(plan), landed)
+        : await this.allReduce(group, codec, [...plan.gradients].sort((a, b) => a - b).map(i => this.tensors[i].data), landed)
     } finally {
       this.takeOuterStep(stepping)
       if (result !== undefined && result.partsKeptLocal === 0 && this.config.averagingAlpha === 1) this.outerStates.landed(plan, group.groupId)

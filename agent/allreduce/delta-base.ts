@@ -85,10 +85,13 @@ export function isDeltaRound (infos: readonly PeerInfo[], codec: CompressionName
   return lossy(codec) && sharedBase(infos)
 }
 
-/** Whether every member that holds state (not auxiliary) declared the same, non-empty base (PeerInfo.base). */
-export function sharedBase (infos: readonly PeerInfo[]): boolean {
+/**
+ * Whether every member that holds state (not auxiliary) declared the same, non-empty id in `field`:
+ * PeerInfo.base (delta rounds) or PeerInfo.outerState (an outer step's shared θ, m: agent/outer/outer-step.ts).
+ */
+export function sharedBase (infos: readonly PeerInfo[], field: 'base' | 'outerState' = 'base'): boolean {
   const holders = infos.filter(i => i.mode !== PeerMode.AUXILIARY)
   if (holders.length === 0) return false
-  const first = holders[0].base
-  return first != null && first.byteLength > 0 && holders.every(i => i.base != null && equalBytes(i.base, first))
+  const first = holders[0][field]
+  return first != null && first.byteLength > 0 && holders.every(i => i[field] != null && equalBytes(i[field], first))
 }

@@ -22,7 +22,8 @@ export function validInfo (info: PeerInfo): boolean {
   return Number.isFinite(info.weight) && info.weight >= 0 && validRound(info.round) &&
     (info.bandwidth == null || (Number.isFinite(info.bandwidth) && info.bandwidth >= 0)) &&
     [info.secondsNone, info.secondsFloat16].every(s => s == null || (Number.isFinite(s) && s >= 0)) &&
-    info.userData.byteLength <= MAX_GATHER_BYTES && (info.base == null || info.base.byteLength <= MAX_BASE_ID_BYTES)
+    info.userData.byteLength <= MAX_GATHER_BYTES && (info.base == null || info.base.byteLength <= MAX_BASE_ID_BYTES) &&
+    (info.outerState == null || info.outerState.byteLength <= MAX_BASE_ID_BYTES)
 }
 
 /** What a leader's side of a search looks like to its join handler (a Search is one). */

@@ -36,6 +36,7 @@ export interface PeerInfo {
   dataAddrs: Uint8Array[]
   bandwidthMeasured?: boolean
   base?: Uint8Array
+  outerState?: Uint8Array
 }
 
 export namespace PeerInfo {
@@ -112,6 +113,11 @@ export namespace PeerInfo {
           w.bytes(obj.base)
         }
 
+        if (obj.outerState != null) {
+          w.uint32(106)
+          w.bytes(obj.outerState)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -186,6 +192,10 @@ export namespace PeerInfo {
             }
             case 12: {
               obj.base = reader.bytes()
+              break
+            }
+            case 13: {
+              obj.outerState = reader.bytes()
               break
             }
             default: {
@@ -308,6 +318,13 @@ export namespace PeerInfo {
               }
               break
             }
+            case 13: {
+              yield {
+                field: `${prefix}.outerState`,
+                value: reader.bytes()
+              }
+              break
+            }
             default: {
               reader.skipType(tag & 7)
               break
@@ -382,6 +399,11 @@ export namespace PeerInfo {
     value: Uint8Array
   }
 
+  export interface PeerInfoOuterStateFieldEvent {
+    field: '$.outerState'
+    value: Uint8Array
+  }
+
   export function encode (obj: Partial<PeerInfo>): Uint8Array {
     return encodeMessage(obj, PeerInfo.codec())
   }
@@ -390,7 +412,7 @@ export namespace PeerInfo {
     return decodeMessage(buf, PeerInfo.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent | PeerInfoDataAddrsFieldEvent | PeerInfoBandwidthMeasuredFieldEvent | PeerInfoBaseFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<PeerInfo>): Generator<PeerInfoModeFieldEvent | PeerInfoBandwidthFieldEvent | PeerInfoWeightFieldEvent | PeerInfoUserDataFieldEvent | PeerInfoDataPortFieldEvent | PeerInfoAddrsFieldEvent | PeerInfoRoundFieldEvent | PeerInfoSecondsNoneFieldEvent | PeerInfoSecondsFloat16FieldEvent | PeerInfoDataAddrsFieldEvent | PeerInfoBandwidthMeasuredFieldEvent | PeerInfoBaseFieldEvent | PeerInfoOuterStateFieldEvent> {
     return streamMessage(buf, PeerInfo.codec(), opts)
   }
 }
@@ -1453,6 +1475,11 @@ export namespace JoinRequest {
     value: Uint8Array
   }
 
+  export interface JoinRequestInfoOuterStateFieldEvent {
+    field: '$.info.outerState'
+    value: Uint8Array
+  }
+
   export interface JoinRequestBringingFieldEvent {
     field: '$.bringing'
     value: number
@@ -1476,7 +1503,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestInfoBandwidthMeasuredFieldEvent | JoinRequestInfoBaseFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestInfoBandwidthMeasuredFieldEvent | JoinRequestInfoBaseFieldEvent | JoinRequestInfoOuterStateFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }
@@ -1980,6 +2007,12 @@ export namespace MessageFromLeader {
     index: number
   }
 
+  export interface MessageFromLeaderGatheredOuterStateFieldEvent {
+    field: '$.gathered[].outerState'
+    value: Uint8Array
+    index: number
+  }
+
   export interface MessageFromLeaderSuggestedLeaderFieldEvent {
     field: '$.suggestedLeader'
     value: Uint8Array
@@ -2029,7 +2062,7 @@ export namespace MessageFromLeader {
     return decodeMessage(buf, MessageFromLeader.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderGatheredBandwidthMeasuredFieldEvent | MessageFromLeaderGatheredBaseFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent | MessageFromLeaderConfirmWantedFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<MessageFromLeader>): Generator<MessageFromLeaderCodeFieldEvent | MessageFromLeaderGroupIdFieldEvent | MessageFromLeaderOrderedPeerIdsFieldEvent | MessageFromLeaderGatheredModeFieldEvent | MessageFromLeaderGatheredBandwidthFieldEvent | MessageFromLeaderGatheredWeightFieldEvent | MessageFromLeaderGatheredUserDataFieldEvent | MessageFromLeaderGatheredDataPortFieldEvent | MessageFromLeaderGatheredAddrsFieldEvent | MessageFromLeaderGatheredRoundFieldEvent | MessageFromLeaderGatheredSecondsNoneFieldEvent | MessageFromLeaderGatheredSecondsFloat16FieldEvent | MessageFromLeaderGatheredDataAddrsFieldEvent | MessageFromLeaderGatheredBandwidthMeasuredFieldEvent | MessageFromLeaderGatheredBaseFieldEvent | MessageFromLeaderGatheredOuterStateFieldEvent | MessageFromLeaderSuggestedLeaderFieldEvent | MessageFromLeaderReasonFieldEvent | MessageFromLeaderArrivalDelaysFieldEvent | MessageFromLeaderGridKeyFieldEvent | MessageFromLeaderLeaderKeyFieldEvent | MessageFromLeaderNoRoomForFieldEvent | MessageFromLeaderStoppedLookingFieldEvent | MessageFromLeaderConfirmWantedFieldEvent> {
     return streamMessage(buf, MessageFromLeader.codec(), opts)
   }
 }

@@ -85,6 +85,19 @@ for (const compression of ['none', 'float16'] as const) {
           assert.equal(maxAbsDiff(got.m, shared.m), 0, `round ${round}, peer ${p}: m too`)
         }
       }
+      // A member's θ replaced (its trainer's own state): the group averages θ' and m' again. Under float16 it
+      // sends their changes since the first round's result, the base every member still holds.
+      await swarm.averagers[0].withTensors(ts => { ts[1].data[0] += 1 / 64 })
+      swarm.averagers[0].tensorsReplaced()
+      const before4 = await Promise.all(swarm.averagers.map(state))
+      const sent4 = await trainAll(swarm.averagers, 4)
+      const fourth = await Promise.all(swarm.averagers.map(async a => await a.step(STEP)))
+      assert.ok(fourth.every(r => r.outer === 'parameters' && r.delta === (compression === 'float16')), JSON.stringify(fourth.map(r => [r.outer, r.delta])))
+      const own4 = before4.map((s, p) => stepped(s.theta, s.m, sent4[p]))
+      const got4 = await Promise.all(swarm.averagers.map(state))
+      // Changes below 1 carried as float16: within its half-ulp of them (values near 1 would be off by up to 2^-11).
+      assert.ok(maxAbsDiff(got4[0].theta, mean(own4.map(o => o.theta))) <= 2 ** -13, 'θ is the mean of θ\'')
+      for (const g of got4.slice(1)) assert.equal(maxAbsDiff(g.theta, got4[0].theta), 0, 'one θ on every member')
     } finally {
       await swarm.stop()
     }

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .averager import DecentralizedAverager
-from .client import AgentError, StepResult
+from .client import AgentError, OuterStep, StepResult
 from .replicas import Replicas, replicas_for
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -125,17 +125,17 @@ class _RoundInFlight:
     """
 
     def __init__(self, averager: DecentralizedAverager, weight: Optional[float], gather: Any, timeout: Optional[float],
-                 names: Optional[List[str]] = None):
+                 names: Optional[List[str]] = None, outer: Optional[OuterStep] = None):
         self.future: "Future[StepResult]" = Future()
         self.future.set_running_or_notify_cancel()
-        self._thread = threading.Thread(target=self._run, args=(averager, weight, gather, timeout, names),
+        self._thread = threading.Thread(target=self._run, args=(averager, weight, gather, timeout, names, outer),
                                         name="averaging-swarm-step", daemon=True)
         self._thread.start()
 
     def _run(self, averager: DecentralizedAverager, weight: Optional[float], gather: Any,
-             timeout: Optional[float], names: Optional[List[str]]) -> None:
+             timeout: Optional[float], names: Optional[List[str]], outer: Optional[OuterStep]) -> None:
         try:
-            result = averager.step(weight=weight, gather=gather, timeout=timeout, names=names)
+            result = averager.step(weight=weight, gather=gather, timeout=timeout, names=names, outer=outer)
         except BaseException as err:  # noqa: B036 - handed to whoever waits on the future
             self.future.set_exception(err)
         else:
@@ -433,6 +433,16 @@ class DiLoCoOptimizer(Generic[_Outcome]):
     touched. Each round moves 1/P of the bytes of a whole outer step. With ``overlap=True`` one round is in
     flight at a time: the next fragment's outer step lands it first. ``local_steps`` must be at least P.
 
+    ``average_pseudo_gradients=True`` (DiLoCo as published: the swarm averages the pseudo-gradients, 1× the
+    parameters per outer step instead of θ' and m', 2×) registers the pseudo-gradients ``pseudo_gradient/<name>``
+    beside θ and m and has the agent take the outer step (:class:`averaging_swarm.OuterStep`, the same float32
+    arithmetic bit for bit): a group whose members hold one θ and m (they left the same rounds together) averages
+    Δ alone and every member steps with the mean, so θ and m stay bit-identical; any other group (a newcomer, a
+    member that missed a round, Moshpit groups that mix earlier groups) steps with each member's own Δ and averages
+    θ' and m' as without the option, after which its members agree. ``StepResult.outer`` says which. Costs one more
+    float32 copy of the parameters in the region and in the agent; needs ``average_momentum=True``. Every trainer
+    of a swarm must use the same setting (the registered tensors differ).
+
     ``process_group`` (data-parallel trainers, e.g. torchrun with DDP: the ranks that hold replicas of the model)
     makes the group's rank 0 the only process that talks to the agent and holds θ and m (``averager`` is None on
     the other ranks). Outer steps, landings (also the check after each inner step while a round is in flight),
@@ -447,14 +457,16 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
-                 overlap: Literal[False] = ..., fragments: int = ..., process_group: Any = ...) -> None: ...
+                 overlap: Literal[False] = ..., fragments: int = ..., process_group: Any = ...,
+                 average_pseudo_gradients: bool = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Future[StepResult]]", named_parameters: Iterable[Tuple[str, torch.Tensor]],
                  inner_optimizer: torch.optim.Optimizer, local_steps: int = ..., outer_lr: float = ...,
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
-                 overlap: Literal[True], fragments: int = ..., process_group: Any = ...) -> None: ...
+                 overlap: Literal[True], fragments: int = ..., process_group: Any = ...,
+                 average_pseudo_gradients: bool = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Union[StepResult, Future[StepResult]]]",
@@ -462,13 +474,14 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  local_steps: int = ..., outer_lr: float = ..., outer_momentum: float = ...,
                  timeout: Optional[float] = ..., url: Optional[str] = ..., shm_dir: Optional[str] = ...,
                  transport: str = ..., average_momentum: bool = ..., *, overlap: bool,
-                 fragments: int = ..., process_group: Any = ...) -> None: ...
+                 fragments: int = ..., process_group: Any = ...,
+                 average_pseudo_gradients: bool = ...) -> None: ...
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
                  local_steps: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  timeout: Optional[float] = None, url: Optional[str] = None, shm_dir: Optional[str] = None,
                  transport: str = "shm", average_momentum: bool = True, *, overlap: bool = False,
-                 fragments: int = 1, process_group: Any = None):
+                 fragments: int = 1, process_group: Any = None, average_pseudo_gradients: bool = False):
         if local_steps < 1:
             raise ValueError(f"local_steps is {local_steps}; it must be at least 1")
         self.names, self.params = _named(named_parameters)
@@ -488,16 +501,31 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self.timeout = timeout
         self.average_momentum = average_momentum
         """Whether m is averaged with θ (2× the parameters per outer step) or kept by each trainer (1×)."""
+        if average_pseudo_gradients and not average_momentum:
+            raise ValueError("average_pseudo_gradients=True keeps m in the agent beside θ, so that a group can average "
+                             "θ' and m' when its members' states differ: it needs average_momentum=True")
+        self.average_pseudo_gradients = average_pseudo_gradients
+        """Whether the agent takes the outer step and groups holding one θ, m average the pseudo-gradients alone."""
         self.overlap = overlap
         """Whether outer steps return a Future at once and their rounds land during the next inner steps."""
         shapes = {n: tuple(p.shape) for n, p in zip(self.names, self.params)}
         tensors: Dict[str, Tuple[Tuple[int, ...], str]] = {f"outer/{n}": (s, "float32") for n, s in shapes.items()}
         if average_momentum:
             tensors.update({f"momentum/{n}": (s, "float32") for n, s in shapes.items()})
+        if average_pseudo_gradients:
+            tensors.update({f"pseudo_gradient/{n}": (s, "float32") for n, s in shapes.items()})
         # The registered tensors each fragment's rounds average (None: all of them, an ordinary round).
         self._fragment_names: List[Optional[List[str]]] = [None] if fragments == 1 else [
             [f"outer/{n}" for n in self.names[a:b]] + ([f"momentum/{n}" for n in self.names[a:b]] if average_momentum else [])
             for a, b in self.fragment_bounds]
+        # With the agent taking the outer step: each fragment's round names its pseudo-gradients, θ and m.
+        self._fragment_outer: List[Optional[OuterStep]] = [None] * fragments
+        if average_pseudo_gradients:
+            self._fragment_names = [[f"pseudo_gradient/{n}" for n in self.names[a:b]] for a, b in self.fragment_bounds]
+            self._fragment_outer = [OuterStep(params=[f"outer/{n}" for n in self.names[a:b]],
+                                              buffers=[f"momentum/{n}" for n in self.names[a:b]],
+                                              lr=outer_lr, momentum=outer_momentum, nesterov=True)
+                                    for a, b in self.fragment_bounds]
         self._replicas: Optional[Replicas] = replicas_for(process_group, self.names, self.params)
         self._follower_round: "Optional[Future[StepResult]]" = None
         """On a rank other than the group's 0: the future of the overlapped round in flight there."""
@@ -505,6 +533,8 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         """The agent's averager; None on a process group's ranks other than 0 (which hold no θ or m either)."""
         self._theta: List[np.ndarray] = []
         self._momentum: List[np.ndarray] = []
+        self._gradient: List[np.ndarray] = []
+        """With average_pseudo_gradients: the region's Δ of each parameter (the agent's mean after a round)."""
         if self._replicas is None or self._replicas.leader:
             self.averager = DecentralizedAverager(tensors, url=url, shm_dir=shm_dir, transport=transport)
             with self.averager.get_tensors() as views:
@@ -512,6 +542,8 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                 self._momentum = (
                     [views[f"momentum/{n}"] for n in self.names] if average_momentum
                     else [np.zeros(shapes[n], dtype=np.float32) for n in self.names])
+                if average_pseudo_gradients:
+                    self._gradient = [views[f"pseudo_gradient/{n}"] for n in self.names]
         self._pinned = [torch.empty(tuple(p.shape), dtype=torch.float32, pin_memory=True) if p.is_cuda else None
                         for p in self.params]
         self.local_step = 0
@@ -623,7 +655,10 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             self._fragment_samples[fragment] = 0
             return cast(_Outcome, result)
         self.land()
-        if self._leads:
+        if self._leads and self.average_pseudo_gradients:
+            self._gradient_into_region(part, keep_sent=True)
+            self._theta_into_model(part, self._sent_theta)  # this trainer's own θ'; the agent steps θ in the region
+        elif self._leads:
             self._nesterov_into_region(keep_sent=True, part=part)
             self._theta_into_model(part)  # this trainer's own θ', before the agent owns the region
         if self._replicas is not None:
@@ -634,16 +669,23 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self._round_fragment = fragment
         self.outer_step_count += 1
         if self._leads:
-            self._round = _RoundInFlight(self._agent(), max(weight, 1), {"samples": weight}, self.timeout, names)
+            self._round = _RoundInFlight(self._agent(), max(weight, 1), {"samples": weight}, self.timeout, names,
+                                         self._fragment_outer[fragment])
             return cast(_Outcome, self._round.future)
         self._follower_round = Future()
         self._follower_round.set_running_or_notify_cancel()
         return cast(_Outcome, self._follower_round)
 
     def _outer_round(self, part: range, names: Optional[List[str]], weight: int) -> StepResult:
-        """A blocking outer step's work with the agent: θ', m', the round, θ into the model, the progress report."""
-        self._nesterov_into_region(keep_sent=False, part=part)
-        result = self._agent().step(weight=max(weight, 1), timeout=self.timeout, gather={"samples": weight}, names=names)
+        """A blocking outer step's work with the agent: θ', m' (or Δ, the agent stepping), the round, θ into the
+        model, the progress report."""
+        outer = self._fragment_outer[self._fragment_of(part)]
+        if outer is not None:
+            self._gradient_into_region(part, keep_sent=False)
+        else:
+            self._nesterov_into_region(keep_sent=False, part=part)
+        result = self._agent().step(weight=max(weight, 1), timeout=self.timeout, gather={"samples": weight}, names=names,
+                                    outer=outer)
         self._theta_into_model(part)
         self._report(self._samples, self._losses)
         return result
@@ -726,7 +768,11 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             self._follower_round = None
 
     def _restore(self, sent_theta: List[np.ndarray], sent_momentum: List[np.ndarray], part: range) -> None:
-        """θ and m of the fragment's parameters (``part``) become the copies sent."""
+        """θ and m of the fragment's parameters (``part``) become the copies sent. Not where the agent takes the
+        outer step: θ and m are the agent's then, and the region holds what it last wrote back (θ' after a step
+        alone, θ and m as they were when the agent refused the step)."""
+        if self.average_pseudo_gradients:
+            return
         with self._agent().get_tensors():
             for i, sent in zip(part, sent_theta):
                 self._theta[i][...] = sent
@@ -881,6 +927,26 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                 self._sent_theta = [self._theta[i].copy() for i in part]
                 self._sent_momentum = [self._momentum[i].copy() for i in part] if self.average_momentum else []
 
+    def _gradient_into_region(self, part: range, keep_sent: bool) -> None:
+        """Δ = θ − p (float32) of the parameters in ``part`` into the region, for the agent to step θ, m with;
+        keep_sent also computes this trainer's own θ', m' into copies (for the model while the round is in flight)."""
+        mu, lr = np.float32(self.outer_momentum), np.float32(self.outer_lr)
+        sent_theta: List[np.ndarray] = []
+        sent_momentum: List[np.ndarray] = []
+        with self._agent().get_tensors():
+            for i in part:
+                local = self._local_float32(self.params[i], self._pinned[i])
+                np.subtract(self._theta[i], local, out=self._gradient[i])
+                if keep_sent:
+                    theta, m = self._theta[i].copy(), self._momentum[i].copy()
+                    nesterov_update(theta, m, local, lr, mu)
+                    sent_theta.append(theta)
+                    sent_momentum.append(m)
+        self._sent_theta, self._sent_momentum = sent_theta, sent_momentum
+
+    def _fragment_of(self, part: range) -> int:
+        return next(f for f, (a, b) in enumerate(self.fragment_bounds) if a == part.start and b == part.stop)
+
     def _local_float32(self, p: torch.Tensor, pinned: Optional[torch.Tensor]) -> np.ndarray:
         if pinned is not None:
             pinned.copy_(p.detach(), non_blocking=True)
@@ -888,10 +954,10 @@ class DiLoCoOptimizer(Generic[_Outcome]):
             return pinned.numpy()
         return p.detach().to(torch.float32).numpy()
 
-    def _theta_into_model(self, part: Optional[range] = None) -> None:
-        """θ into the parameters in ``part`` (default: all)."""
-        for i in (range(len(self.params)) if part is None else part):
-            p, pinned, theta = self.params[i], self._pinned[i], self._theta[i]
+    def _theta_into_model(self, part: Optional[range] = None, source: Optional[List[np.ndarray]] = None) -> None:
+        """θ into the parameters in ``part`` (default: all); ``source``: arrays to load instead, one per parameter of part."""
+        for k, i in enumerate(range(len(self.params)) if part is None else part):
+            p, pinned, theta = self.params[i], self._pinned[i], self._theta[i] if source is None else source[k]
             src = torch.from_numpy(theta)
             if pinned is not None:
                 pinned.copy_(src)

@@ -834,3 +834,80 @@ def test_overlapped_diloco_fragments_land_each_fragments_round_on_its_parameters
     finally:
         for o in opts:
             o.close()
+
+
+def _outer_step_by_hand(opt: DiLoCoOptimizer, model: torch.nn.Module, seed: int) -> dict:
+    """The last inner step of an outer period taken by hand; returns the local parameters the outer step sees."""
+    x, y = regression(seed)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.inner_optimizer.step()
+    opt.inner_optimizer.zero_grad()
+    opt.local_step += 1
+    opt._samples += len(x) * (seed + 1)
+    opt._fragment_samples[0] += len(x) * (seed + 1)
+    return {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+
+
+def test_diloco_averaging_pseudo_gradients_steps_every_member_with_their_exact_mean(start_swarm):
+    swarm = start_swarm(3)
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(4, 1) for _ in range(3)]  # different initial weights: the first round averages θ', m'
+    opts = [diloco(m, a, local_steps=3, timeout=30, outer_lr=0.7, outer_momentum=0.9, average_pseudo_gradients=True)
+            for m, a in zip(models, swarm.agents)]
+    weights = [64 * (s + 1) for s in range(3)]
+    for outer in range(3):
+        before = [(o.outer_parameters(), o.state_dict()["momentum"]) for o in opts]
+        in_threads(*[lambda o=o, m=m, s=s: train(o, m, s, 2) for s, (o, m) in enumerate(zip(opts, models))])
+        local = [_outer_step_by_hand(o, m, s) for s, (o, m) in enumerate(zip(opts, models))]
+        results = in_threads(*[lambda o=o: o.outer_step() for o in opts])
+        assert all(r.averaged and r.group_size == 3 for r in results), [r.error for r in results]
+        assert {r.outer for r in results} == {"parameters" if outer == 0 else "pseudo-gradients"}, [r.outer for r in results]
+        assert len({o.outer_params_hash for o in opts}) == 1, f"outer step {outer}: θ differs"
+        theta = opts[0].outer_parameters()
+        momentum = opts[0].state_dict()["momentum"]
+        for o in opts[1:]:
+            for name in momentum:
+                assert torch.equal(o.state_dict()["momentum"][name], momentum[name]), f"outer step {outer}: m differs"
+        if outer == 0:
+            continue
+        # One θ, m before the round: each member stepped them with the weighted mean of the pseudo-gradients.
+        mu, lr = np.float32(0.9), np.float32(0.7)
+        for name in theta:
+            t0, m0 = before[0][0][name].numpy(), before[0][1][name].numpy()
+            mean = opts[0]._gradient[opts[0].names.index(name)].copy()  # the agent's mean Δ, written back
+            np.testing.assert_allclose(mean, weighted_mean32([t0 - loc[name] for loc in local], weights), rtol=1e-6, atol=1e-7)
+            m1 = m0 * mu
+            m1 += mean
+            update = m1 * mu
+            update += mean
+            update *= lr
+            np.testing.assert_array_equal(momentum[name].numpy(), m1, err_msg=name)
+            np.testing.assert_array_equal(theta[name].numpy(), t0 - update, err_msg=name)
+            for m in models:
+                assert torch.equal(dict(m.named_parameters())[name].detach(), theta[name]), "the model holds θ"
+    for o in opts:
+        o.close()
+
+
+def test_overlapped_diloco_averaging_pseudo_gradients_lands_one_theta_on_every_member(start_swarm):
+    swarm = start_swarm(2)
+    torch.manual_seed(4)
+    models = [torch.nn.Linear(4, 1) for _ in range(2)]
+    opts = [diloco(m, a, local_steps=2, timeout=30, overlap=True, average_pseudo_gradients=True)
+            for m, a in zip(models, swarm.agents)]
+    for outer in range(3):
+        futures = in_threads(*[lambda o=o, m=m, s=s: train(o, m, s, 2) for s, (o, m) in enumerate(zip(opts, models))])
+        landed = in_threads(*[lambda o=o: o.land() for o in opts])
+        assert all(len(f) == 1 and isinstance(f[0], Future) for f in futures)
+        assert all(r is not None and r.averaged for r in landed), [r and r.error for r in landed]
+        assert {r.outer for r in landed} == {"parameters" if outer == 0 else "pseudo-gradients"}
+        assert len({o.outer_params_hash for o in opts}) == 1, f"outer step {outer}: θ differs"
+    for o in opts:
+        o.close()
+
+
+def test_average_pseudo_gradients_needs_the_momentum_in_the_agent(start_swarm):
+    swarm = start_swarm(1)
+    model = torch.nn.Linear(4, 1)
+    with pytest.raises(ValueError, match="needs average_momentum=True"):
+        diloco(model, swarm[0], average_momentum=False, average_pseudo_gradients=True)

@@ -307,7 +307,7 @@ test('meetUnderLeftovers: a group short of the early quorum meets other short gr
 test('a leader refuses a follower whose codec timings the members would refuse: one such follower would spoil the group it joins', () => {
   // Every follower drops a BEGIN_ALLREDUCE whose gathered infos fail validInfo, while the leader
   // runs the round with them: a leader that accepted this follower would wait for a group that left.
-  for (const bad of [{ secondsNone: NaN }, { secondsNone: -1 }, { secondsFloat16: Infinity }, { base: new Uint8Array(MAX_BASE_ID_BYTES + 1) }]) {
+  for (const bad of [{ secondsNone: NaN }, { secondsNone: -1 }, { secondsFloat16: Infinity }, { base: new Uint8Array(MAX_BASE_ID_BYTES + 1) }, { outerState: new Uint8Array(MAX_BASE_ID_BYTES + 1) }]) {
     assert.equal(validInfo(info(bad)), false)
     assert.deepEqual(reasonToReject(LEADER, leading(), request({ info: info(bad) }), 'peer-F'), { code: MatchCode.PROTOCOL_VIOLATION, reason: 'malformed join request' }, JSON.stringify(bad))
   }

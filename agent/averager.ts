@@ -166,6 +166,8 @@ export interface StepDetail {
   readonly codec?: CompressionName
   /** Whether the round carried changes since the group's shared base (StepResult.delta). */
   readonly delta?: boolean
+  /** An outer step's round: what its group averaged (StepResult.outer). */
+  readonly outer?: OuterAveraged
   /** The bandwidth we declared to the group, bytes/s (undefined: none yet, the group assumed its mean). */
   readonly declaredBandwidth?: number
 }
@@ -548,7 +550,7 @@ export class DecentralizedAverager {
       // Every member computes it alike; an auxiliary member (no base of its own) reduces the changes as it would values.
       const delta = averaged !== 'pseudo-gradients' && isDeltaRound(group.infos, codec.name)
       const declaredBandwidth = info.bandwidth
-      const roundDetail = { matchmakingMs, codec: codec.name, delta, ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
+      const roundDetail = { matchmakingMs, codec: codec.name, delta, ...(averaged !== undefined ? { outer: averaged } : {}), ...(declaredBandwidth !== undefined ? { declaredBandwidth } : {}) }
       try {
         // The matchmaking overlapped the caller's copy-in (StepOptions.ready): the values must be in.
         if (options.ready !== undefined) await options.ready

@@ -68,6 +68,8 @@ export const AGENT_METRICS = {
   codecRounds: agent.counter('averaging_codec_rounds_total', ['codec']),
   /** Of those, the rounds whose codec carried each member's change since the base its group shared, not its values (agent/allreduce/delta-base.ts). */
   deltaRounds: agent.counter('averaging_delta_rounds_total'),
+  /** Outer steps' all-reduces that averaged the pseudo-gradients alone, their group holding one θ and m (agent/outer/outer-step.ts). */
+  pseudoGradientRounds: agent.counter('averaging_pseudo_gradient_rounds_total'),
   peersConnected: agent.gauge('averaging_peers_connected'),
   routingTableSize: agent.gauge('averaging_dht_routing_table_size'),
   divergence: agent.gauge('averaging_parameter_divergence'),

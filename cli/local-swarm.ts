@@ -292,6 +292,7 @@ function summarize (plan: SwarmPlan, run: RunningSwarm, w: Watched): Record<stri
     'rounds completed (all agents)': String(last?.rounds ?? 0),
     'failed rounds': String(last?.failures ?? 0),
     'rounds carrying changes (delta)': String(last?.deltaRounds ?? 0),
+    ...(sidecar ? { 'rounds averaging pseudo-gradients (DiLoCo)': String(last?.pseudoGradientRounds ?? 0) } : {}),
     'all-reduce bytes sent (all agents)': last != null ? `${(last.bytesSent / 2 ** 20).toFixed(1)} MiB` : '-',
     'mean group size': last != null && Number.isFinite(last.meanGroupSize) ? last.meanGroupSize.toFixed(2) : '-',
     ...(sidecar

@@ -105,11 +105,12 @@ export function buildDashboard (): Dashboard {
       },
       {
         title: 'Rounds by codec',
-        description: 'All-reduces per second by the codec their group used; with compression: auto, each group picks none or float16 from the times its members measured. Delta rounds: those whose lossy codec carried changes since a round the whole group landed, not values.',
+        description: 'All-reduces per second by the codec their group used; with compression: auto, each group picks none or float16 from the times its members measured. Delta rounds: those whose lossy codec carried changes since a round the whole group landed, not values. Pseudo-gradient rounds: DiLoCo outer steps whose group held one outer state and averaged the pseudo-gradients alone.',
         unit: 'ops',
         queries: [
           { expr: `sum by (codec) (${rate(series(A.codecRounds, BY_SWARM))})`, legend: '{{codec}}' },
-          { expr: `sum(${rate(series(A.deltaRounds, BY_SWARM))})`, legend: 'delta rounds' }
+          { expr: `sum(${rate(series(A.deltaRounds, BY_SWARM))})`, legend: 'delta rounds' },
+          { expr: `sum(${rate(series(A.pseudoGradientRounds, BY_SWARM))})`, legend: 'pseudo-gradient rounds' }
         ]
       },
       {

@@ -30,6 +30,7 @@ export class AgentMetrics {
   readonly declaredBandwidth: Gauge
   readonly codecRounds: Counter<'codec'>
   readonly deltaRounds: Counter
+  readonly pseudoGradientRounds: Counter
   readonly peersConnected: Gauge
   readonly routingTableSize: Gauge
   readonly divergence: Gauge
@@ -84,6 +85,7 @@ export class AgentMetrics {
     this.codecRounds = new Counter({ name: M.codecRounds.name, help: 'All-reduces run, by the codec the group used (compression auto picks none or float16 per round).', labelNames: M.codecRounds.labels, registers })
     for (const codec of COMPRESSION_NAMES) this.codecRounds.labels(codec).inc(0)
     this.deltaRounds = new Counter({ name: M.deltaRounds.name, help: 'All-reduces whose codec carried each member\'s change since the base its group shared (a round all of them landed whole), not its values.', registers })
+    this.pseudoGradientRounds = new Counter({ name: M.pseudoGradientRounds.name, help: 'Outer steps\' all-reduces that averaged the pseudo-gradients alone: every member of the group held the same outer parameters and momentum.', registers })
     this.connections = new Gauge({ name: M.connections.name, help: 'Open libp2p connections by how they reach the peer: direct, hole-punched (DCUtR) or relayed (circuit relay v2).', labelNames: M.connections.labels, registers })
     this.connectionsOpened = new Counter({ name: M.connectionsOpened.name, help: 'libp2p connections opened, by kind: direct, hole-punched or relayed.', labelNames: M.connectionsOpened.labels, registers })
     this.reachability = new Gauge({ name: M.reachability.name, help: '1 for how the swarm reaches this agent: public, relayed (behind NAT, through a relay slot) or unreachable (averages as a client).', labelNames: M.reachability.labels, registers })
@@ -120,6 +122,7 @@ export class AgentMetrics {
     if (detail.codec !== undefined) {
       this.codecRounds.labels(detail.codec).inc()
       if (detail.delta === true) this.deltaRounds.inc()
+      if (detail.outer === 'pseudo-gradients') this.pseudoGradientRounds.inc()
       this.declaredBandwidth.set(detail.declaredBandwidth ?? 0)
     }
     const r = detail.result

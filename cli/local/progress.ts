@@ -10,6 +10,8 @@ export interface SwarmSample {
   readonly failures: number
   /** Rounds whose codec carried changes since the group's shared base, all agents together (averaging_delta_rounds_total). */
   readonly deltaRounds: number
+  /** Outer steps' rounds that averaged the pseudo-gradients alone, all agents together (averaging_pseudo_gradient_rounds_total). */
+  readonly pseudoGradientRounds: number
   /** Bytes the agents' all-reduces sent, all together (averaging_sent_bytes_total). */
   readonly bytesSent: number
   readonly meanGroupSize: number
@@ -53,6 +55,7 @@ export async function sampleSwarm (pods: readonly LocalPod[], metricsPort: numbe
     rounds: total('averaging_rounds_total', { outcome: 'success' }) + total('averaging_rounds_total', { outcome: 'partial' }),
     failures: total('averaging_rounds_total', { outcome: 'failure' }),
     deltaRounds: total(AGENT_METRICS.deltaRounds.name),
+    pseudoGradientRounds: total(AGENT_METRICS.pseudoGradientRounds.name),
     bytesSent: total(AGENT_METRICS.bytesSent.name),
     meanGroupSize: groups > 0 ? total('averaging_group_size_sum') / groups : NaN,
     meanLoss: mean('averaging_training_loss'),

@@ -32,6 +32,11 @@ export interface StepOptions {
    * others are neither read nor written (region) or come back as sent (binary, JSON).
    */
   readonly names?: readonly string[]
+  /**
+   * DiLoCo's outer step, taken by the agent (docs/trainer-api.md): `names` hold the pseudo-gradients,
+   * `params` and `buffers` name θ and m pairwise; the answer hands back the three.
+   */
+  readonly outer?: { readonly params: readonly string[], readonly buffers: readonly string[], readonly lr: number, readonly momentum?: number, readonly nesterov?: boolean }
 }
 
 export interface StepResult {
@@ -46,6 +51,10 @@ export interface StepResult {
   readonly partsKeptLocal: number
   /** ‖sent − averaged‖ / ‖sent‖. */
   readonly divergence: number
+  /** The round carried changes since a base the group shared (a lossy codec). */
+  readonly delta?: boolean
+  /** An outer step's round: it averaged the pseudo-gradients alone, or θ' and m'. */
+  readonly outer?: 'pseudo-gradients' | 'parameters'
   /** Rounds behind the agent's state (rounds restored or downloaded count). */
   readonly round?: number
   /** The swarm's run is complete (spec.completion): steps no longer average, the trainer may exit. */
@@ -100,7 +109,12 @@ export class SidecarClient {
   /** Sets the agent's tensors without a round (from the region when `tensors` is omitted): a fresh trainer publishes its initial parameters. */
   async publishState (specs?: readonly TensorSpec[], tensors?: Record<string, StoredValues>): Promise<void> {
     if (specs === undefined || tensors === undefined) await this.call('POST', '/v1/state', {})
-    else await this.callBinary('POST', '/v1/state', frame({}, specs.map(t => tensors[t.name])))
+    else {
+      // A binary body; the answer is JSON ({origin, generation, ...}), as for the region.
+      const res = await this.request('/v1/state', { method: 'POST', headers: { 'content-type': TENSORS_CONTENT_TYPE }, body: new Blob([frame({}, specs.map(t => tensors[t.name]))]) })
+      const answer = await res.json() as { error?: string }
+      if (!res.ok) throw new SidecarError(res.status, answer.error ?? `the agent answered ${res.status}`)
+    }
   }
 
   /** Progress for the agent's metrics: loss, samples since the last report, a 16-hex-digit parameter hash. */

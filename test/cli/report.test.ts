@@ -25,7 +25,7 @@ test('niceTicks: round steps of 1, 2 or 5 × 10^k that cover the range', () => {
 
 test('the report is full width and labels both axes with round ticks', () => {
   const samples: SwarmSample[] = [10, 20, 30, 40, 50, 60].map((t, i) => ({
-    t, ready: 4, rounds: 13 * i, failures: 0, deltaRounds: 0, bytesSent: 0, meanGroupSize: 4, meanLoss: NaN, meanHeldOutLoss: NaN, meanDivergence: 0.1 / (i + 1), meanSteps: NaN, meanTrainerLoss: 2 - i * 0.3, trainerSamples: 100 * i, completed: 0, checkpointRound: NaN
+    t, ready: 4, rounds: 13 * i, failures: 0, deltaRounds: 0, pseudoGradientRounds: 0, bytesSent: 0, meanGroupSize: 4, meanLoss: NaN, meanHeldOutLoss: NaN, meanDivergence: 0.1 / (i + 1), meanSteps: NaN, meanTrainerLoss: 2 - i * 0.3, trainerSamples: 100 * i, completed: 0, checkpointRound: NaN
   }))
   const html = renderReport('digits', 4, samples, [], { agents: '4' }, 'sidecar')
   assert.match(html, /<svg viewBox="0 0 \d+ \d+" width="100%"/)

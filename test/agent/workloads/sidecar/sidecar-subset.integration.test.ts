@@ -3,6 +3,7 @@ import assert from 'node:assert/strict'
 import { startSidecarSwarm } from '../../sidecar-fixture.js'
 import { SharedRegion, SidecarClient, SidecarError, type StoredValues, type TensorSpec } from '../../../../clients/typescript/sidecar-client.js'
 import { count, dyadicValues, narrowOne, widenOne } from './dyadic-values.js'
+import { applyOuterStep } from '../../../../agent/outer/outer-step.js'
 
 // Two fragments, as a Streaming DiLoCo trainer registers them: A = outer/a + momentum/a, B = the rest.
 const SPECS: TensorSpec[] = [
@@ -122,6 +123,64 @@ test('empty, unknown, repeated or malformed names are a 400 with one sentence, a
     assert.deepEqual(plain(region.read()), plain(values(6, 6)), 'nor the region')
     const status = await client.status() as { steps: { averaged: number, failed: number } }
     assert.deepEqual(status.steps, { averaged: 0, failed: 0 }, 'no round ran')
+  } finally {
+    await swarm.stop()
+  }
+})
+
+// An outer step (agent/outer/outer-step.ts) through the sidecar: Δ in, θ and m stepped by the agent.
+const OUTER_SPECS: TensorSpec[] = [
+  { name: 'pseudo_gradient/w', shape: [6, 5] },
+  { name: 'outer/w', shape: [6, 5] },
+  { name: 'momentum/w', shape: [6, 5] }
+]
+const OUTER = { params: ['outer/w'], buffers: ['momentum/w'], lr: 0.5, momentum: 0.5, nesterov: true }
+
+test('an outer step takes Δ from the trainer and hands back θ and m as the agent stepped them; a malformed one is a 400', { timeout: 120_000 }, async () => {
+  const swarm = await startSidecarSwarm(2, {}, { shm: true })
+  try {
+    const clients = swarm.agents.map(a => new SidecarClient(a.url))
+    for (const c of clients) await c.register(OUTER_SPECS)
+    // Both start from one θ (m zero): as a DiLoCo trainer publishes its initial parameters.
+    const theta = Float32Array.from({ length: 30 }, (_x, i) => 1 + i / 64)
+    const zeros = new Float32Array(30)
+    for (const c of clients) await c.publishState(OUTER_SPECS, { 'pseudo_gradient/w': zeros, 'outer/w': theta, 'momentum/w': zeros })
+    const delta = (agent: number, step: number): Float32Array => Float32Array.from({ length: 30 }, (_x, i) => ((i * (step + 2) + agent * 3) % 9 - 4) / 64)
+    // What a trainer sends for θ and m is ignored: the agent's are stepped.
+    const junk = Float32Array.from({ length: 30 }, () => 123)
+    let shared = { theta, m: zeros }
+    for (let step = 1; step <= 2; step++) {
+      const sent = [delta(0, step), delta(1, step)]
+      const results = await Promise.all(clients.map(async (c, i) => await c.stepBinary(OUTER_SPECS, { 'pseudo_gradient/w': sent[i], 'outer/w': junk, 'momentum/w': junk }, { timeout: 30, names: ['pseudo_gradient/w'], outer: OUTER })))
+      // Published states are the trainers' own: the first round averages θ' and m' (equal here), the second Δ alone.
+      const mean = Float32Array.from({ length: 30 }, (_x, i) => (sent[0][i] + sent[1][i]) / 2)
+      const own = sent.map(d => { const t = shared.theta.slice(); const m = shared.m.slice(); applyOuterStep(t, m, d, 0.5, 0.5, true); return { t, m } })
+      const expectedTheta = step === 1 ? Float32Array.from({ length: 30 }, (_x, i) => (own[0].t[i] + own[1].t[i]) / 2) : (() => { const t = shared.theta.slice(); const m = shared.m.slice(); applyOuterStep(t, m, mean, 0.5, 0.5, true); return t })()
+      for (const [i, r] of results.entries()) {
+        assert.equal(r.averaged, true, `agent ${i}: ${r.error ?? ''}`)
+        assert.equal(r.outer, step === 1 ? 'parameters' : 'pseudo-gradients', `step ${step}`)
+        assert.deepEqual([...r.tensors['outer/w']], [...expectedTheta], `step ${step}, agent ${i}: θ as the agent stepped it`)
+        assert.deepEqual([...r.tensors['pseudo_gradient/w']], step === 1 ? [...sent[i]] : [...mean], `step ${step}, agent ${i}: Δ`)
+      }
+      shared = { theta: Float32Array.from(results[0].tensors['outer/w']), m: Float32Array.from(results[0].tensors['momentum/w']) }
+    }
+    const client = clients[0]
+    const before = plain((await client.stateBinary(OUTER_SPECS)).tensors)
+    const cases: Array<[string, unknown, RegExp]> = [
+      ['no names', { names: undefined, outer: OUTER }, /an outer step needs names/],
+      ['shapes', { outer: { ...OUTER, params: ['pseudo_gradient/w'], buffers: ['outer/w'] } }, /is named twice in the outer step/],
+      ['unknown', { outer: { ...OUTER, buffers: ['momentum/x'] } }, /outer\.buffers holds "momentum\/x", which is not a registered tensor/],
+      ['not an object', { outer: 'sgd' }, /outer must be a JSON object/],
+      ['lr', { outer: { ...OUTER, lr: -1 } }, /outer\.lr must be a finite number >= 0/]
+    ]
+    for (const [what, options, pattern] of cases) {
+      await assert.rejects(client.stepBinary(OUTER_SPECS, { 'pseudo_gradient/w': zeros, 'outer/w': junk, 'momentum/w': junk }, { timeout: 1, names: ['pseudo_gradient/w'], ...(options as object) }), (err: SidecarError) => {
+        assert.equal(err.status, 400, `${what}: ${err.message}`)
+        assert.match(err.message, pattern, what)
+        return true
+      })
+    }
+    assert.deepEqual(plain((await client.stateBinary(OUTER_SPECS)).tensors), before, 'no refused step touched the agent\'s tensors')
   } finally {
     await swarm.stop()
   }

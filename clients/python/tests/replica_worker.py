@@ -32,7 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--init", required=True)
-    ap.add_argument("--mode", choices=["diloco", "overlap", "averager", "no-group", "mismatch"], required=True)
+    ap.add_argument("--mode", choices=["diloco", "overlap", "pseudo", "averager", "no-group", "mismatch"], required=True)
     ap.add_argument("--urls", nargs=2, required=True)
     ap.add_argument("--shm", nargs=2, required=True)
     ap.add_argument("--out", required=True)
@@ -67,7 +67,8 @@ def main() -> None:
         return
     inner = torch.optim.SGD(model.parameters(), lr=0.05)
     opt = DiLoCoOptimizer(model.named_parameters(), inner, local_steps=3, timeout=30, url=a.urls[pod],
-                          shm_dir=a.shm[pod], process_group=group, overlap=a.mode == "overlap")
+                          shm_dir=a.shm[pod], process_group=group, overlap=a.mode == "overlap",
+                          average_pseudo_gradients=a.mode == "pseudo")
     out["leads"] = opt.averager is not None
     out["start"] = flat(params)
     sent: List[List[float]] = []
@@ -94,7 +95,8 @@ def main() -> None:
         results = [f.result() for f in results]
         out["landed_at_end"] = landed is not None
     out.update(sent=sent, params=flat(params), averaged=[r.averaged for r in results],
-               group_sizes=[r.group_size for r in results], hash=opt.outer_params_hash,
+               group_sizes=[r.group_size for r in results], outer_kinds=[r.outer for r in results],
+               hash=opt.outer_params_hash,
                outer=flat(list(opt.outer_parameters().values())), complete=opt.complete)
     opt.close()
     json.dump(out, open(a.out, "w"))

@@ -78,6 +78,19 @@ def test_diloco_with_a_process_group_averages_through_rank_0_and_leaves_every_re
         assert all(r["landed_at_end"] is True for r in ranks), "the last outer step's round landed at land() on every rank"
 
 
+def test_diloco_averaging_pseudo_gradients_with_a_process_group_leaves_every_rank_of_both_pods_with_one_theta(
+        start_swarm, tmp_path):
+    swarm = start_swarm(2)
+    ranks = run_ranks(tmp_path, swarm, "pseudo", "cpu")
+    assert [r["leads"] for r in ranks] == [True, False, True, False]
+    for r in ranks:
+        assert r["averaged"] == [True, True, True]
+        # The pods start apart; after the first round (θ', m') both hold one θ, m: Δ alone from then on.
+        assert r["outer_kinds"] == ["parameters", "pseudo-gradients", "pseudo-gradients"], r["outer_kinds"]
+        assert r["hash"] == ranks[0]["hash"] and r["outer"] == ranks[0]["outer"], "one θ on every rank of both pods"
+        assert r["params"] == r["outer"], "the model holds θ after a blocking outer step"
+
+
 def test_parameter_averager_with_a_process_group_gives_every_replica_the_group_mean(start_swarm, tmp_path):
     swarm = start_swarm(2)
     ranks = run_ranks(tmp_path, swarm, "averager")

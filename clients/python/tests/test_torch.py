@@ -794,6 +794,29 @@ def test_diloco_fragments_average_one_fragment_per_outer_step_and_leave_the_othe
             o.close()
 
 
+def test_diloco_fragments_averaging_pseudo_gradients_track_each_fragments_shared_state(start_swarm):
+    swarm = start_swarm(2)
+    models = [fragment_model(53), fragment_model(54)]  # θ0 differs: each fragment's first round averages θ', m'
+    opts = [fragmented(m, a, average_pseudo_gradients=True) for m, a in zip(models, swarm.agents)]
+    try:
+        runs = in_threads(*[lambda o=o, m=m, i=i: run_inner_steps(o, m, 70 + i, (1, 3)[i], 8)
+                            for i, (o, m) in enumerate(zip(opts, models))])
+        for run in runs:
+            outcomes = [(r.outer, r.averaged) for _, _, r in run if r is not None]
+            # Fragment 1 at inner steps 2 and 6, fragment 0 at 4 and 8: each fragment's state is its own.
+            assert outcomes == [("parameters", True), ("parameters", True),
+                                ("pseudo-gradients", True), ("pseudo-gradients", True)], outcomes
+        assert opts[0].outer_params_hash == opts[1].outer_params_hash
+        t0, m0 = theta_m(opts[0])
+        t1, m1 = theta_m(opts[1])
+        for n in t0:
+            np.testing.assert_array_equal(t0[n], t1[n], err_msg=n)
+            np.testing.assert_array_equal(m0[n], m1[n], err_msg=n)
+    finally:
+        for o in opts:
+            o.close()
+
+
 def test_overlapped_diloco_fragments_land_each_fragments_round_on_its_parameters_alone(start_swarm):
     swarm = start_swarm(2)
     models = [fragment_model(52), fragment_model(52)]

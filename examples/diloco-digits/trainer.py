@@ -15,8 +15,9 @@ at once with the trainer's own θ' in the model, and the round lands (model = me
 first inner step after the agent is done, or before the next outer step at the latest.
 --fragments P syncs the parameters in P fragments (Streaming DiLoCo, DiLoCoOptimizer(fragments=P)): fragment f every
 --local-steps inner steps at offset f·H/P, one round over that fragment's outer parameters and momentum only.
---pseudo-gradients averages the pseudo-gradients alone wherever a group's members hold one θ and m, the agent taking the
-outer step (DiLoCoOptimizer(average_pseudo_gradients=True): 1x the parameters per outer step instead of 2x there).
+--average-parameters averages θ' and m' in every round (DiLoCoOptimizer(average_pseudo_gradients=False)); by default a
+group whose members hold one θ and m averages the pseudo-gradients alone, the agent taking the outer step (1x the
+parameters per outer step instead of 2x there).
 
 Shard: --shard, else $AVS_SHARD_INDEX, else derived from $AVS_POD_NAME (the YAML gives the trainer its pod
 name): <swarm>-bootstrap-<i>-0 is shard i, <swarm>-agent-<n> is shard --bootstrap-replicas + n.
@@ -126,9 +127,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--fragments", type=int, default=1,
                    help="Streaming DiLoCo's fragments (DiLoCoOptimizer(fragments=P)): each outer step syncs one of P "
                         "parts of the parameters, each part every --local-steps inner steps, at staggered steps")
-    p.add_argument("--pseudo-gradients", action="store_true",
-                   help="average the pseudo-gradients alone where a group holds one outer state, the agent taking the "
-                        "outer step (DiLoCoOptimizer(average_pseudo_gradients=True))")
+    p.add_argument("--average-parameters", action="store_true",
+                   help="average the outer parameters and momentum in every round, also where a group holds one outer "
+                        "state (DiLoCoOptimizer(average_pseudo_gradients=False)); by default such a group averages the "
+                        "pseudo-gradients alone")
     return p.parse_args(argv)
 
 
@@ -158,9 +160,10 @@ def main() -> None:
     opt = DiLoCoOptimizer(model.named_parameters(), inner, local_steps=args.local_steps, outer_lr=args.outer_lr,
                           outer_momentum=args.outer_momentum, timeout=args.timeout,
                           average_momentum=not args.local_momentum, overlap=args.overlap, fragments=args.fragments,
-                          average_pseudo_gradients=args.pseudo_gradients)
+                          average_pseudo_gradients=False if args.average_parameters else None)
     print(f"state from the agent: {opt.origin}; outer momentum {'local' if args.local_momentum else 'averaged'}; "
-          f"{'pseudo-gradients averaged where a group holds one outer state; ' if args.pseudo_gradients else ''}"
+          f"rounds average {'the pseudo-gradients where the group holds one outer state, else ' if opt.average_pseudo_gradients else ''}"
+          f"the outer parameters; "
           f"outer steps {'overlapped' if args.overlap else 'blocking'}; fragments {args.fragments} "
           f"(parameters {opt.fragment_bounds}, offsets {opt.fragment_offsets})", flush=True)
     if opt.complete:

@@ -15,7 +15,7 @@ import {
 import { stateIndices, type OuterAveraged, type OuterPlan } from '../../outer/outer-step.js'
 import { packedBytes, regionLayout, type StoredTensor } from './region-layout.js'
 import { Region, Scratch, bytesOf } from './region.js'
-import { DistanceSum, relativeDistance } from './distance.js'
+import { DistanceSum, outerDivergence, relativeDistance } from './distance.js'
 import { MAX_CONTROL_BYTES, TENSORS_CONTENT_TYPE, controlHead, isTensorsBody, packTensors, readTensorsBody } from './binary-body.js'
 import { Completion } from '../completion.js'
 import { RestoreSourceError, stateHolders, type CompletedRound, type Snapshot } from '../../checkpoint/checkpointer.js'
@@ -331,7 +331,7 @@ export class SidecarApi {
       const moved = new DistanceSum()
       const round = await this.round(averager, control, undefined, moved)
       return await averager.withTensors(ts => {
-        const divergence = this.landedWhole(round, moved, averagedBy(round, plan, subset)) ? moved.value : relativeDistance(picked.map(i => request.tensors[i]), picked.map(i => ts[i].data))
+        const divergence = this.landedDivergence(round, moved, ts, plan, subset) ?? relativeDistance(picked.map(i => request.tensors[i]), picked.map(i => ts[i].data))
         const summary = this.summarize(round, divergence, copy)
         // Tensors outside the subset go back as sent (an outer step's θ and m as the agent stepped them).
         const averaged = new Set(handedBack(plan, subset) ?? picked)
@@ -358,10 +358,10 @@ export class SidecarApi {
     const start = performance.now()
     return await averager.withTensors(ts => {
       const now = ts.map(t => t.data)
-      let divergence = moved.value
+      let divergence = this.landedDivergence(round, moved, ts, plan, subset)
       // An outer step copied Δ in and hands back θ and m too.
       const back = handedBack(plan, subset)
-      if (this.landedWhole(round, moved, averagedBy(round, plan, subset))) {
+      if (divergence !== undefined) {
         // The divergence was summed as the parts landed: the write-back only writes (no second read of the region).
         copy.bytes += region.writeFrom(now, ++this.generation, this.scratchBuffer(), back)
       } else {
@@ -370,8 +370,19 @@ export class SidecarApi {
         divergence = distance.value
       }
       copy.ms += performance.now() - start
-      return this.summarize(round, divergence, copy)
+      return this.summarize(round, divergence ?? 0, copy)
     })
+  }
+
+  /**
+   * The step's divergence from what its landing summed (`moved`), or undefined when that does not
+   * cover the step (landedWhole). An outer step whose group averaged the pseudo-gradients reports how
+   * far that moved θ (outerDivergence), as one that averaged θ' does.
+   */
+  private landedDivergence (round: Round, moved: DistanceSum, tensors: readonly NamedTensor[], plan: OuterPlan | undefined, subset: readonly number[] | undefined): number | undefined {
+    if (!this.landedWhole(round, moved, averagedBy(round, plan, subset))) return undefined
+    if (plan === undefined || round.result?.outer !== 'pseudo-gradients') return moved.value
+    return outerDivergence(moved, plan.params.map(i => tensors[i].data), plan.lr, plan.momentum, plan.nesterov)
   }
 
   /**
@@ -392,7 +403,7 @@ export class SidecarApi {
     const round = await this.round(averager, control, undefined, moved)
     const { summary, packed } = await averager.withTensors(ts => {
       const picked = subset ?? schema.map((_t, i) => i)
-      const divergence = this.landedWhole(round, moved, averagedBy(round, plan, subset)) ? moved.value : relativeDistance(picked.map(i => staged[i]), picked.map(i => ts[i].data))
+      const divergence = this.landedDivergence(round, moved, ts, plan, subset) ?? relativeDistance(picked.map(i => staged[i]), picked.map(i => ts[i].data))
       // Tensors outside the subset go back as sent (an outer step's θ and m as the agent stepped them):
       // packed from the staging buffer in place, which never overwrites a value before reading it (a
       // packed tensor starts at or before its float32 copy).

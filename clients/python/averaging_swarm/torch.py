@@ -398,13 +398,15 @@ _Outcome = TypeVar("_Outcome")
 class DiLoCoOptimizer(Generic[_Outcome]):
     """DiLoCo: ``local_steps`` inner steps, then one outer Nesterov step on the swarm's averaged pseudo-gradient.
 
-    The averaged tensors are, per parameter, the outer parameters ``outer/<name>`` (θ) and, with
-    ``average_momentum=True`` (default), the outer momentum ``momentum/<name>`` (m), float32. Each outer step
-    computes Δ = θ − θ_local, m' = μ·m + Δ and θ' = θ − lr·(Δ + μ·m') (torch's SGD with ``nesterov=True``) in
-    numpy float32 on the CPU, averages θ' (and m') weighted by the samples since the last outer step, and loads
-    the mean θ into the model. Members of one group leave with bit-identical θ (and m, when averaged), and
-    without overlap the model holds θ (cast to the parameters' dtype), so their models are bit-identical too;
-    alone (no group within ``timeout``) a trainer keeps its own θ', m'. Needs the agent's averagingAlpha to be 1.
+    The agent holds, per parameter, the outer parameters ``outer/<name>`` (θ) and, with ``average_momentum=True``
+    (default), the outer momentum ``momentum/<name>`` (m), float32. Each outer step computes the pseudo-gradient
+    Δ = θ − θ_local and the step m' = μ·m + Δ, θ' = θ − lr·(Δ + μ·m') (torch's SGD with ``nesterov=True``, in
+    float32), and the group averages, weighted by the samples since the last outer step: the pseudo-gradients
+    alone, every member then stepping with their mean, where every member holds the same θ and m (the default
+    ``average_pseudo_gradients``, below), else θ' and m'. Either way the mean θ goes into the model. Members of
+    one group leave with bit-identical θ (and m, when averaged), and without overlap the model holds θ (cast to
+    the parameters' dtype), so their models are bit-identical too; alone (no group within ``timeout``) a trainer
+    keeps its own θ', m'. Needs the agent's averagingAlpha to be 1.
 
     ``average_momentum=False`` registers θ alone: each outer step moves 1× the parameters instead of 2×, and each
     trainer keeps its own m (never averaged, never published: a newcomer downloads θ only and starts with m = 0).
@@ -433,15 +435,17 @@ class DiLoCoOptimizer(Generic[_Outcome]):
     touched. Each round moves 1/P of the bytes of a whole outer step. With ``overlap=True`` one round is in
     flight at a time: the next fragment's outer step lands it first. ``local_steps`` must be at least P.
 
-    ``average_pseudo_gradients=True`` (DiLoCo as published: the swarm averages the pseudo-gradients, 1× the
-    parameters per outer step instead of θ' and m', 2×) registers the pseudo-gradients ``pseudo_gradient/<name>``
+    ``average_pseudo_gradients`` (default: True, unless ``average_momentum=False``; DiLoCo as published: the swarm
+    averages the pseudo-gradients, 1× the parameters per outer step instead of θ' and m', 2×) registers the
+    pseudo-gradients ``pseudo_gradient/<name>``
     beside θ and m and has the agent take the outer step (:class:`averaging_swarm.OuterStep`, the same float32
     arithmetic bit for bit): a group whose members hold one θ and m (they left the same rounds together) averages
     Δ alone and every member steps with the mean, so θ and m stay bit-identical; any other group (a newcomer, a
     member that missed a round, Moshpit groups that mix earlier groups) steps with each member's own Δ and averages
-    θ' and m' as without the option, after which its members agree. ``StepResult.outer`` says which. Costs one more
-    float32 copy of the parameters in the region and in the agent; needs ``average_momentum=True``. Every trainer
-    of a swarm must use the same setting (the registered tensors differ).
+    θ' and m' as with ``average_pseudo_gradients=False``, after which its members agree. ``StepResult.outer`` says
+    which. Costs one more float32 copy of the parameters in the region and in the agent (False saves it, and every
+    round then moves θ' and m'); needs ``average_momentum=True``. Every trainer of a swarm must use the same setting
+    (the registered tensors differ).
 
     ``process_group`` (data-parallel trainers, e.g. torchrun with DDP: the ranks that hold replicas of the model)
     makes the group's rank 0 the only process that talks to the agent and holds θ and m (``averager`` is None on
@@ -458,7 +462,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
                  overlap: Literal[False] = ..., fragments: int = ..., process_group: Any = ...,
-                 average_pseudo_gradients: bool = ...) -> None: ...
+                 average_pseudo_gradients: Optional[bool] = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Future[StepResult]]", named_parameters: Iterable[Tuple[str, torch.Tensor]],
@@ -466,7 +470,7 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  outer_momentum: float = ..., timeout: Optional[float] = ..., url: Optional[str] = ...,
                  shm_dir: Optional[str] = ..., transport: str = ..., average_momentum: bool = ..., *,
                  overlap: Literal[True], fragments: int = ..., process_group: Any = ...,
-                 average_pseudo_gradients: bool = ...) -> None: ...
+                 average_pseudo_gradients: Optional[bool] = ...) -> None: ...
 
     @overload
     def __init__(self: "DiLoCoOptimizer[Union[StepResult, Future[StepResult]]]",
@@ -475,13 +479,13 @@ class DiLoCoOptimizer(Generic[_Outcome]):
                  timeout: Optional[float] = ..., url: Optional[str] = ..., shm_dir: Optional[str] = ...,
                  transport: str = ..., average_momentum: bool = ..., *, overlap: bool,
                  fragments: int = ..., process_group: Any = ...,
-                 average_pseudo_gradients: bool = ...) -> None: ...
+                 average_pseudo_gradients: Optional[bool] = ...) -> None: ...
 
     def __init__(self, named_parameters: Iterable[Tuple[str, torch.Tensor]], inner_optimizer: torch.optim.Optimizer,
                  local_steps: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  timeout: Optional[float] = None, url: Optional[str] = None, shm_dir: Optional[str] = None,
                  transport: str = "shm", average_momentum: bool = True, *, overlap: bool = False,
-                 fragments: int = 1, process_group: Any = None, average_pseudo_gradients: bool = False):
+                 fragments: int = 1, process_group: Any = None, average_pseudo_gradients: Optional[bool] = None):
         if local_steps < 1:
             raise ValueError(f"local_steps is {local_steps}; it must be at least 1")
         self.names, self.params = _named(named_parameters)
@@ -501,6 +505,8 @@ class DiLoCoOptimizer(Generic[_Outcome]):
         self.timeout = timeout
         self.average_momentum = average_momentum
         """Whether m is averaged with θ (2× the parameters per outer step) or kept by each trainer (1×)."""
+        if average_pseudo_gradients is None:
+            average_pseudo_gradients = average_momentum
         if average_pseudo_gradients and not average_momentum:
             raise ValueError("average_pseudo_gradients=True keeps m in the agent beside θ, so that a group can average "
                              "θ' and m' when its members' states differ: it needs average_momentum=True")

@@ -99,7 +99,8 @@ def test_diloco_with_float16_sends_changes_from_its_second_outer_step_and_member
     swarm = start_swarm(2, AVS_COMPRESSION="float16")
     torch.manual_seed(1)
     models = [torch.nn.Linear(4, 1) for _ in range(2)]
-    opts = [diloco(m, a, local_steps=2, timeout=30) for m, a in zip(models, swarm.agents)]
+    # θ' and m' travel (average_pseudo_gradients=False): as changes since the round before.
+    opts = [diloco(m, a, local_steps=2, timeout=30, average_pseudo_gradients=False) for m, a in zip(models, swarm.agents)]
     for outer in range(3):
         runs = in_threads(*[lambda o=o, m=m, s=s: train(o, m, s, 2) for s, (o, m) in enumerate(zip(opts, models))])
         for results in runs:
@@ -518,7 +519,8 @@ def theta_m(opt: DiLoCoOptimizer) -> tuple:
 def test_overlapped_outer_steps_land_the_groups_theta_and_keep_each_trainers_inner_steps(start_swarm):
     swarm = start_swarm(2)
     models = [dyadic_model(31), dyadic_model(31)]  # the same θ0 on both, whichever of them publishes it
-    opts = [overlapped(m, a, timeout=30) for m, a in zip(models, swarm.agents)]
+    # Every round averages θ' and m' (the expectations below are their weighted means, bit for bit).
+    opts = [overlapped(m, a, timeout=30, average_pseudo_gradients=False) for m, a in zip(models, swarm.agents)]
     rng = np.random.default_rng(7)
     try:
         theta0 = {n: as32(p) for n, p in models[0]}
@@ -635,11 +637,59 @@ def test_overlapped_outer_steps_land_the_groups_theta_and_keep_each_trainers_inn
             o.close()
 
 
+def test_an_overlapped_outer_step_alone_averaging_pseudo_gradients_keeps_theta_prime_and_a_refused_one_keeps_theta(
+        start_swarm):
+    swarm = start_swarm(1)  # groups need 2: no group can form
+    model = dyadic_model(42)
+    opt = overlapped(model, swarm[0], timeout=2)  # average_pseudo_gradients by default
+    rng = np.random.default_rng(9)
+    try:
+        assert opt.average_pseudo_gradients
+        theta0 = model32(model)
+        zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
+        known_sgd_step(opt, model, rng, 5)
+        theta1, m1 = nesterov(theta0, zeros, model32(model))
+        future = opt.outer_step()
+        deltas = add_by_hand(model, rng)
+        result = future.result()
+        assert not result.averaged and result.outer is None
+        grads = known_sgd_step(opt, model, rng, 5)  # the agent is done: this step lands the round
+        assert not opt.round_in_flight
+        theta, momentum = theta_m(opt)
+        for n, p in model:
+            # Alone, the agent stepped θ, m with this trainer's own Δ: θ', m' bit for bit as numpy computes them.
+            np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"θ is θ' ({n})")
+            np.testing.assert_array_equal(momentum[n], m1[n], err_msg=f"m is m' ({n})")
+            np.testing.assert_array_equal(as32(p), theta1[n] + deltas[n] - grads[n] / 16, err_msg=f"as trained ({n})")
+        # A NaN in the model makes Δ NaN: the agent refuses the copy-in and steps nothing; θ, m stay as they were
+        # (the agent's), and the model as trained.
+        w = dict(model)["w"]
+        with torch.no_grad():
+            w[0, 0] = float("nan")
+        future = opt.outer_step()
+        assert isinstance(future.exception(), AgentError)
+        with torch.no_grad():
+            w[0, 0] = 0.25
+        with pytest.raises(AgentError):
+            opt.step(samples=5)
+        theta, momentum = theta_m(opt)
+        for n in theta0:
+            np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"θ as before the refused step ({n})")
+            np.testing.assert_array_equal(momentum[n], m1[n], err_msg=f"m as before ({n})")
+        state = opt.averager.client.state()  # the agent's own tensors into the region: the same θ
+        assert state["origin"] in ("trainer", "averaged")
+        theta, _ = theta_m(opt)
+        for n in theta0:
+            np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"the agent holds θ as before ({n})")
+    finally:
+        opt.close()
+
+
 @pytest.mark.parametrize("average_momentum", [True, False])
 def test_an_overlapped_outer_step_alone_keeps_its_own_outer_parameters_and_momentum(start_swarm, average_momentum):
     swarm = start_swarm(1)  # groups need 2: no group can form
     model = dyadic_model(41)
-    opt = overlapped(model, swarm[0], timeout=2, average_momentum=average_momentum)
+    opt = overlapped(model, swarm[0], timeout=2, average_momentum=average_momentum, average_pseudo_gradients=False)
     rng = np.random.default_rng(8)
     try:
         assert opt.origin == "initial"

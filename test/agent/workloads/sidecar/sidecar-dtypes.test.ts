@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { REGION_MAGIC, regionLayout, type StoredTensor } from '../../../../agent/workloads/sidecar/region-layout.js'
 import { Region, Scratch, narrowThrough, widenThrough } from '../../../../agent/workloads/sidecar/region.js'
-import { DistanceSum, relativeDistance } from '../../../../agent/workloads/sidecar/distance.js'
+import { DistanceSum, outerDivergence, relativeDistance } from '../../../../agent/workloads/sidecar/distance.js'
+import { applyOuterStep } from '../../../../agent/outer/outer-step.js'
 import { elementCount } from '../../../../agent/schema.js'
 import { readTensorsBody } from '../../../../agent/workloads/sidecar/binary-body.js'
 
@@ -168,5 +169,24 @@ test('binary bodies\' 16-bit tensors widen and narrow in place through the scrat
     upper.set(expected)
     widenThrough(scratch, dtype, upper, into)
     assert.deepEqual(new Uint32Array(into.buffer), new Uint32Array(wide.buffer), `${dtype} widened`)
+  }
+})
+
+test('a pseudo-gradient round reports how far it moved θ from this trainer\'s own θ\', as a θ\' round does', () => {
+  const n = 5000
+  const theta = Float32Array.from({ length: n }, (_, i) => 1 + Math.sin(i) / 4)
+  const m = Float32Array.from({ length: n }, (_, i) => Math.cos(i) / 50)
+  const own = Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.7) / 30)
+  const mean = Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.3) / 30)
+  for (const nesterov of [true, false]) {
+    const ownTheta = theta.slice(); const ownM = m.slice()
+    applyOuterStep(ownTheta, ownM, own, 0.7, 0.9, nesterov)
+    const stepped = theta.slice(); const steppedM = m.slice()
+    applyOuterStep(stepped, steppedM, mean, 0.7, 0.9, nesterov)
+    const moved = new DistanceSum()
+    moved.add(own, mean)
+    const reported = outerDivergence(moved, [stepped], 0.7, 0.9, nesterov)
+    const direct = relativeDistance([ownTheta], [stepped])
+    assert.ok(Math.abs(reported - direct) <= 0.02 * direct, `nesterov ${nesterov}: ${reported} against ${direct}`)
   }
 })

@@ -18,7 +18,7 @@ import { netBytes, peakWindowRate, shortRound, smoothRate, SAMPLE_MS, type ByteS
 import { bitsFromKey, groupKey, isGroupBits, nextGroupBits } from './moshpit/group-bits.js'
 import { schemaHash, subsetOf, subsetSchemaHash, subsetTag, elementCount, type TensorSchema } from './schema.js'
 import { DeltaBase, isDeltaRound, sharedBase } from './allreduce/delta-base.js'
-import { OuterStates, applyOuterStep, outerSchemaHash, planOuterStep, stateIndices, type OuterAveraged, type OuterPlan, type OuterStep } from './outer/outer-step.js'
+import { OuterStates, applyOuterStep, outerSchemaHash, planOuterStep, stateIndices, type OuterAveraged, type OuterPlan, type OuterStateSnapshot, type OuterStep } from './outer/outer-step.js'
 import { containerMemoryBytes } from './util/memory.js'
 import { PeerMode, type PeerInfo } from './proto/averaging.js'
 import { groupIdHex, type GroupInfo } from './matchmaking/group-info.js'
@@ -477,6 +477,16 @@ export class DecentralizedAverager {
     this.outerStates.forget(this.tensors.map((_t, i) => i))
   }
 
+  /** Which shared θ, m state outer steps left in each tensor, as a state download carries it (call under withTensors). */
+  outerStatesSnapshot (): OuterStateSnapshot {
+    return this.outerStates.snapshot()
+  }
+
+  /** The tensors now hold a donor's, and with them its shared states (a snapshot from its download's metadata). */
+  adoptOuterStates (snapshot: unknown): boolean {
+    return this.outerStates.adopt(snapshot)
+  }
+
   private planOuter (options: StepOptions): OuterPlan {
     if (this.config.mode === 'auxiliary') throw new AveragingError('an auxiliary agent holds no state of its own: it takes no outer steps')
     return planOuterStep(this.tensors, options.names, options.outer!)
@@ -557,7 +567,9 @@ export class DecentralizedAverager {
         const result = await this.tensorLock.run(async () => stepping !== undefined && averaged !== undefined
           ? await this.outerRound(group, codec, stepping, averaged, delta, options.landed)
           : await this.averageTensors(group, codec, delta, subset, options.landed))
-        if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000)
+        // Timed as a round over every tensor would take: subset rounds (fragments) and an outer step's
+        // rounds (Δ alone, or θ' and m') average different shares of them, and auto compares codecs across rounds.
+        if (config.compression === 'auto') this.codecClock.record(codec.name as AutoCodec, result.durationMs / 1000 / this.shareOf(averaged === 'pseudo-gradients' ? outer!.gradients : averaged === 'parameters' ? stateIndices(outer!) : subset))
         this.bits = nextGroupBits(bitsFromKey(group.gridKey, prefix, this.bits), group.groupId, group.myIndex, group.peerIds.length, config.targetGroupSize)
             const outcome = result.partsKeptLocal > 0 || result.bannedSenders.length > 0 ? 'partial' : 'success'
         this.hooks.onStep?.(outcome, { ...roundDetail, result })
@@ -580,6 +592,14 @@ export class DecentralizedAverager {
         throw err instanceof AveragingError ? err : new AveragingError(`all-reduce failed: ${describeError(err)}`)
       }
     }
+  }
+
+  /** The share of our values that the tensors `indices` hold (all of them: 1). */
+  private shareOf (indices: readonly number[] | undefined): number {
+    if (indices === undefined) return 1
+    const total = this.tensors.reduce((n, t) => n + t.data.length, 0)
+    const part = indices.reduce((n, i) => n + this.tensors[i].data.length, 0)
+    return total > 0 && part > 0 ? part / total : 1
   }
 
   /** The fixed codec, or for auto the one every member computes from the same gathered infos. */

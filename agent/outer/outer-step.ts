@@ -149,6 +149,44 @@ export class OuterStates {
   forget (indices: readonly number[]): void {
     for (const i of indices) this.ids[i] = undefined
   }
+
+  /**
+   * The ids as a donor's state download carries them (its metadata `outer`): the distinct ids in hex,
+   * and for each tensor the index of its id among them, or -1. Taken with the tensors, under their lock.
+   */
+  snapshot (): OuterStateSnapshot {
+    const ids: string[] = []
+    const of = this.ids.map(id => {
+      if (id === undefined) return -1
+      const hex = Buffer.from(id).toString('hex')
+      const at = ids.indexOf(hex)
+      return at >= 0 ? at : ids.push(hex) - 1
+    })
+    return { ids, of }
+  }
+
+  /**
+   * A newcomer that downloaded a donor's tensors holds the donor's states too: it joins the rounds
+   * of its donor's group without first averaging θ' and m'. Anything malformed adopts nothing.
+   */
+  adopt (value: unknown): boolean {
+    if (!isSnapshot(value, this.ids.length)) {
+      this.forget(this.ids.map((_x, i) => i))
+      return false
+    }
+    const ids = value.ids.map(hex => new Uint8Array(Buffer.from(hex, 'hex')))
+    value.of.forEach((at, i) => { this.ids[i] = at < 0 ? undefined : ids[at] })
+    return true
+  }
+}
+
+export interface OuterStateSnapshot { readonly ids: readonly string[], readonly of: readonly number[] }
+
+function isSnapshot (value: unknown, count: number): value is OuterStateSnapshot {
+  if (value == null || typeof value !== 'object') return false
+  const { ids, of } = value as Record<string, unknown>
+  return Array.isArray(ids) && ids.length <= count && ids.every(h => typeof h === 'string' && /^(?:[0-9a-f]{2}){1,32}$/.test(h)) &&
+    Array.isArray(of) && of.length === count && of.every(at => Number.isInteger(at) && at >= -1 && at < ids.length)
 }
 
 function sameShape (a: readonly number[], b: readonly number[]): boolean {

@@ -207,6 +207,8 @@ export class SidecarApi {
       this.ctx.log.info({ donor: downloaded.donor }, 'sidecar loaded the swarm state from a peer')
       const round = Number(downloaded.metadata.round)
       this.rounds = Number.isSafeInteger(round) && round > 0 ? round : 0
+      // The donor's θ and m came with the states its outer steps shared (absent from an older donor: none).
+      averager.adoptOuterStates(downloaded.metadata.outer)
       await this.setOrigin('peers', averager)
       return
     }
@@ -277,7 +279,7 @@ export class SidecarApi {
     this.sharingStarted = true
     await this.sharing.start(async () => await averager.withTensors(ts => ({
       tensors: ts.map(t => ({ name: t.name, shape: t.shape, data: t.data.slice() })),
-      metadata: { steps: this.stepsOk, origin: this.origin, round: this.rounds }
+      metadata: { steps: this.stepsOk, origin: this.origin, round: this.rounds, outer: averager.outerStatesSnapshot() }
     })), averager.directEndpoint()).catch((err: unknown) => { this.ctx.log.warn({ err: describeError(err) }, 'sidecar could not start serving its state') })
   }
 

@@ -115,6 +115,27 @@ def test_diloco_with_float16_sends_changes_from_its_second_outer_step_and_member
         o.close()
 
 
+def test_a_diloco_newcomer_holds_its_donors_outer_state_and_joins_pseudo_gradient_rounds_at_once(start_swarm):
+    swarm = start_swarm(3, AVS_MIN_GROUP_SIZE="2")
+    torch.manual_seed(5)
+    models = [torch.nn.Linear(4, 1) for _ in range(3)]
+    first = [diloco(m, a, local_steps=2, timeout=30) for m, a in zip(models[:2], swarm.agents[:2])]
+    for outer in range(2):
+        runs = in_threads(*[lambda o=o, m=m, s=s: train(o, m, s, 2) for s, (o, m) in enumerate(zip(first, models))])
+        assert [r[0].outer for r in runs] == ["parameters" if outer == 0 else "pseudo-gradients"] * 2
+    # The third trainer starts now: its agent downloads a member's θ, m, and the state its rounds shared.
+    newcomer = diloco(models[2], swarm.agents[2], local_steps=2, timeout=30)
+    assert newcomer.origin == "peers"
+    assert newcomer.outer_params_hash == first[0].outer_params_hash
+    opts = first + [newcomer]
+    runs = in_threads(*[lambda o=o, m=m, s=s: train(o, m, s, 2) for s, (o, m) in enumerate(zip(opts, models))])
+    assert all(r[0].averaged and r[0].group_size == 3 for r in runs), [(r[0].error, r[0].group_size) for r in runs]
+    assert [r[0].outer for r in runs] == ["pseudo-gradients"] * 3, "no θ', m' round for the newcomer"
+    assert len({o.outer_params_hash for o in opts}) == 1
+    for o in opts:
+        o.close()
+
+
 def test_diloco_alone_falls_back_to_its_own_pseudo_gradient_within_the_timeout(start_swarm):
     swarm = start_swarm(1)  # groups need 2: no group can form
     torch.manual_seed(1)
@@ -637,6 +658,30 @@ def test_overlapped_outer_steps_land_the_groups_theta_and_keep_each_trainers_inn
             o.close()
 
 
+def overlapped_round_alone(opt: DiLoCoOptimizer, model: list, rng: np.random.Generator) -> tuple:
+    """One overlapped outer step that finds no group, landed by the next inner step: θ and m are θ', m' (bit for bit
+    as numpy computes them, whichever side took the step) and the model as trained. Returns (θ', m', result)."""
+    assert opt.origin == "initial"
+    theta0 = model32(model)
+    zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
+    known_sgd_step(opt, model, rng, 5)
+    theta1, m1 = nesterov(theta0, zeros, model32(model))
+    future = opt.outer_step()
+    assert isinstance(future, Future)
+    deltas = add_by_hand(model, rng)
+    result = future.result()
+    assert not result.averaged and result.error and result.outer is None
+    assert opt.round_in_flight, "the future's result alone lands nothing"
+    grads = known_sgd_step(opt, model, rng, 5)  # the agent is done: this step lands the round
+    assert not opt.round_in_flight and opt.last_result is result
+    theta, momentum = theta_m(opt)
+    for n, p in model:
+        np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"θ stays θ' ({n})")
+        np.testing.assert_array_equal(momentum[n], m1[n], err_msg=f"m stays m' ({n})")
+        np.testing.assert_array_equal(as32(p), theta1[n] + deltas[n] - grads[n] / 16, err_msg=f"as trained ({n})")
+    return theta1, m1, result
+
+
 def test_an_overlapped_outer_step_alone_averaging_pseudo_gradients_keeps_theta_prime_and_a_refused_one_keeps_theta(
         start_swarm):
     swarm = start_swarm(1)  # groups need 2: no group can form
@@ -645,22 +690,8 @@ def test_an_overlapped_outer_step_alone_averaging_pseudo_gradients_keeps_theta_p
     rng = np.random.default_rng(9)
     try:
         assert opt.average_pseudo_gradients
-        theta0 = model32(model)
-        zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
-        known_sgd_step(opt, model, rng, 5)
-        theta1, m1 = nesterov(theta0, zeros, model32(model))
-        future = opt.outer_step()
-        deltas = add_by_hand(model, rng)
-        result = future.result()
-        assert not result.averaged and result.outer is None
-        grads = known_sgd_step(opt, model, rng, 5)  # the agent is done: this step lands the round
-        assert not opt.round_in_flight
-        theta, momentum = theta_m(opt)
-        for n, p in model:
-            # Alone, the agent stepped θ, m with this trainer's own Δ: θ', m' bit for bit as numpy computes them.
-            np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"θ is θ' ({n})")
-            np.testing.assert_array_equal(momentum[n], m1[n], err_msg=f"m is m' ({n})")
-            np.testing.assert_array_equal(as32(p), theta1[n] + deltas[n] - grads[n] / 16, err_msg=f"as trained ({n})")
+        # Alone, the agent steps θ, m with this trainer's own Δ.
+        theta1, m1, _ = overlapped_round_alone(opt, model, rng)
         # A NaN in the model makes Δ NaN: the agent refuses the copy-in and steps nothing; θ, m stay as they were
         # (the agent's), and the model as trained.
         w = dict(model)["w"]
@@ -673,13 +704,13 @@ def test_an_overlapped_outer_step_alone_averaging_pseudo_gradients_keeps_theta_p
         with pytest.raises(AgentError):
             opt.step(samples=5)
         theta, momentum = theta_m(opt)
-        for n in theta0:
+        for n in theta1:
             np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"θ as before the refused step ({n})")
             np.testing.assert_array_equal(momentum[n], m1[n], err_msg=f"m as before ({n})")
         state = opt.averager.client.state()  # the agent's own tensors into the region: the same θ
         assert state["origin"] in ("trainer", "averaged")
         theta, _ = theta_m(opt)
-        for n in theta0:
+        for n in theta1:
             np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"the agent holds θ as before ({n})")
     finally:
         opt.close()
@@ -692,24 +723,7 @@ def test_an_overlapped_outer_step_alone_keeps_its_own_outer_parameters_and_momen
     opt = overlapped(model, swarm[0], timeout=2, average_momentum=average_momentum, average_pseudo_gradients=False)
     rng = np.random.default_rng(8)
     try:
-        assert opt.origin == "initial"
-        theta0 = model32(model)
-        zeros = {n: np.zeros_like(v) for n, v in theta0.items()}
-        known_sgd_step(opt, model, rng, 5)
-        theta1, m1 = nesterov(theta0, zeros, model32(model))
-        future = opt.outer_step()
-        assert isinstance(future, Future)
-        deltas = add_by_hand(model, rng)
-        result = future.result()
-        assert not result.averaged and result.error
-        assert opt.round_in_flight, "the future's result alone lands nothing"
-        grads = known_sgd_step(opt, model, rng, 5)  # the agent is done: this step lands the round
-        assert not opt.round_in_flight and opt.last_result is result
-        theta, momentum = theta_m(opt)
-        for n, p in model:
-            np.testing.assert_array_equal(theta[n], theta1[n], err_msg=f"θ stays θ' ({n})")
-            np.testing.assert_array_equal(momentum[n], m1[n], err_msg=f"m stays m' ({n})")
-            np.testing.assert_array_equal(as32(p), theta1[n] + deltas[n] - grads[n] / 16, err_msg=f"as trained ({n})")
+        theta1, m1, _ = overlapped_round_alone(opt, model, rng)
 
         # A round the agent refuses (a NaN in θ'): the inner step that lands it raises the error, the inner step
         # taken; θ and m stay θ', m' (NaN included) and the model as trained.

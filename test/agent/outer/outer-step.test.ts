@@ -66,3 +66,20 @@ test('members declare one state only for the same group and the same hyperparame
   b.forget([4])
   assert.equal(b.declared(plan).byteLength, 0, 'one tensor replaced: no shared state')
 })
+
+test('a donor\'s states travel with its state download; anything malformed is adopted as no state', () => {
+  const plan = planOuterStep(schema, ['delta/w', 'delta/b'], outer)
+  const donor = new OuterStates(schema.length)
+  donor.landed(plan, new Uint8Array(20).fill(3))
+  const snapshot = JSON.parse(JSON.stringify(donor.snapshot())) as unknown
+  const newcomer = new OuterStates(schema.length)
+  assert.equal(newcomer.adopt(snapshot), true)
+  assert.deepEqual(newcomer.declared(plan), donor.declared(plan), 'the newcomer declares its donor\'s state')
+  for (const bad of [null, 'x', { ids: ['zz'], of: [0, -1, 0, -1, 0, 0] }, { ids: ['03'], of: [0, 1, 0, 0, 0, 0] },
+    { ids: ['03'], of: [0, 0] }, { ids: ['aa'.repeat(33)], of: [0, 0, 0, 0, 0, 0] }, { ids: [], of: [0.5, -1, -1, -1, -1, -1] }]) {
+    const c = new OuterStates(schema.length)
+    c.landed(plan, new Uint8Array(20).fill(3))
+    assert.equal(c.adopt(bad), false, JSON.stringify(bad))
+    assert.equal(c.declared(plan).byteLength, 0, 'a malformed snapshot leaves no state')
+  }
+})

@@ -29,8 +29,9 @@ import { sampleSwarm, type SwarmSample } from './local/progress.js'
 import { renderReport, type SoloPoint } from './local/report.js'
 import { startTrainers, stopTrainers, trainerArgv, type TrainerExit } from './local/trainers.js'
 import { UserError } from './local/user-error.js'
+import { FaultInjector, parseFaultPlan, type FaultPlan } from './local/faults.js'
 
-interface LocalSwarmOptions { readonly file: string, readonly duration: number, readonly out: string, readonly checkpoints: string, readonly python?: string }
+interface LocalSwarmOptions { readonly file: string, readonly duration: number, readonly out: string, readonly checkpoints: string, readonly python?: string, readonly faults?: FaultPlan }
 
 function parseOptions (): LocalSwarmOptions {
   const program = new Command()
@@ -41,11 +42,14 @@ function parseOptions (): LocalSwarmOptions {
     .option('-o, --out <dir>', 'where logs and the report go', 'runs')
     .option('--checkpoints <dir>', 'the folder that stands in for spec.checkpoint.volume (checkpoints go to <dir>/<swarm>/; a later run of the same swarm resumes from them)', 'runs/checkpoints')
     .option('--python <path>', 'interpreter that runs a sidecar trainer whose command is python or python3 (default: the one on PATH, with <repo>/.venv/bin first when it exists)')
+    .option('--faults <kinds>', 'inject faults while the swarm runs, taking turns: kill (SIGKILL an agent, start it again 1 s later as the kubelet restarts a crashed container; its trainer runs on) and stop (SIGSTOP an agent for 5 s), e.g. kill,stop')
+    .option('--fault-every <seconds>', 'one fault every this many seconds, with --faults', '15')
     .parse()
-  const opts = program.opts<{ duration: string, out: string, checkpoints: string, python?: string }>()
+  const opts = program.opts<{ duration: string, out: string, checkpoints: string, python?: string, faults?: string, faultEvery: string }>()
   const duration = Number(opts.duration)
   if (!(duration > 0)) throw new UserError(`--duration must be a positive number of seconds, got "${opts.duration}"`)
-  return { file: program.args[0] ?? 'examples/local.yaml', duration, out: opts.out, checkpoints: resolve(opts.checkpoints), python: opts.python }
+  const faults = opts.faults === undefined ? undefined : parseFaultPlan(opts.faults, opts.faultEvery)
+  return { file: program.args[0] ?? 'examples/local.yaml', duration, out: opts.out, checkpoints: resolve(opts.checkpoints), python: opts.python, faults }
 }
 
 function loadSwarm (file: string): AveragingSwarm {
@@ -142,6 +146,8 @@ interface RunningSwarm {
   /** POST /v1/finish calls under way for trainers that exited 0 (spec.completion.onTrainerExit). */
   readonly finishing: Array<Promise<void>>
   interrupted: boolean
+  /** --faults: what was injected. */
+  faults?: FaultInjector
   /** Wakes the watch loop early (an exit or an interrupt). */
   wake: () => void
   stop: () => Promise<void>
@@ -161,6 +167,7 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
     runDir, agents: [], trainerChildren: [], exits: [], trainerExits: [], finishing: [], interrupted: false, wake: () => {},
     stop: async () => {
       stopping = true
+      run.faults?.stop()
       await stopTrainers(run.trainerChildren)
       // As the kubelet does: SIGTERM, then SIGKILL after the pod's grace period (Kubernetes' 30 s when the
       // spec sets none), the time the agents were told (AVS_TERMINATION_GRACE_SECONDS) to hand a round off by.
@@ -184,11 +191,20 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
     agentEnvOf.set(pod.name, extra)
     const agent = new AgentProcess({
       name: pod.name, env: { ...pod.env, ...extra }, logDir: runDir,
-      onExit: (code, signal) => { if (!stopping) { run.exits.push(`${pod.name} exited (${signal ?? code}); see ${agent.logPath}`); run.wake() } }
+      onExit: (code, signal) => {
+        if (stopping || run.faults?.tookExit(agent) === true) return
+        run.exits.push(`${pod.name} exited (${signal ?? code}); see ${agent.logPath}`)
+        run.wake()
+      }
     })
     agent.start()
     return agent
   })
+  if (opts.faults !== undefined) {
+    run.faults = new FaultInjector(agents, opts.faults, sidecar, line => { console.log(line) })
+    run.faults.start()
+    console.log(`Faults: ${opts.faults.kinds.join(', ')} in turn, one every ${opts.faults.everyMs / 1000} s`)
+  }
   const trainerChildren = !sidecar
     ? []
     : startTrainers({
@@ -313,10 +329,25 @@ function summarize (plan: SwarmPlan, run: RunningSwarm, w: Watched): Record<stri
     // A claim is a folder here (--checkpoints); a bucket is the bucket.
     summary['newest checkpoint'] = `round ${checkpointed.checkpointRound}: ${where.startsWith('s3://') ? where : join(run.checkpointDir ?? '', plan.swarm.metadata.name, `round-${checkpointed.checkpointRound}.json`)} (load it: safetensors.torch.load_file on the round-*.safetensors it names, README "Checkpoints")`
   }
+  if (run.faults !== undefined) {
+    const count = (kind: string): number => run.faults!.injected.filter(f => f.kind === kind).length
+    summary['faults injected'] = `${run.faults.injected.length}: ${count('kill')} agents killed and started again, ${count('stop')} frozen`
+    if (sidecar) summary['trainers that waited out their agent'] = `${trainerReconnects(run.runDir, trainers)} times (the trainer's client registered again with the new agent)`
+  }
   for (const e of run.trainerExits) {
     summary[`trainer ${e.pod}`] = e.code === 0 ? (e.lastOut !== '' ? e.lastOut : 'finished') : `failed (${e.signal ?? `exit code ${e.code}`}): ${e.lastErr !== '' ? e.lastErr : '(no stderr)'}`
   }
   return summary
+}
+
+/** How often the trainers' clients found their agent restarted and registered again (their logs say so). */
+function trainerReconnects (runDir: string, trainers: readonly LocalPod[]): number {
+  let n = 0
+  for (const pod of trainers) {
+    const path = join(runDir, `${pod.name}.trainer.log`)
+    if (existsSync(path)) n += readFileSync(path, 'utf8').split('\n').filter(l => l.includes('the agent is back after')).length
+  }
+  return n
 }
 
 /** Writes report.html and summary.json, prints the summary, and fails the command when a trainer failed. */

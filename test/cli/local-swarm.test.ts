@@ -94,6 +94,29 @@ test('local runtime: a 4-agent swarm with checkpoints and completion averages, p
   assert.deepEqual(checkpoint.manifest.tensors.map(t => t.name), ['dense1/kernel', 'dense1/bias', 'dense2/kernel', 'dense2/bias'])
 })
 
+test('local runtime: --faults kills and freezes agents in turn; a killed agent comes back with the swarm\'s state and averages again', { timeout: 150_000 }, async () => {
+  writeFileSync(join(dir, 'faults.yaml'), swarm())
+  const bad = await run(CLI, [join(dir, 'faults.yaml'), '--faults', 'reboot'])
+  assert.equal(bad.code, 1)
+  assert.match(bad.err, /--faults takes a list of kill and stop \(e\.g\. kill,stop\), got "reboot"/)
+  const { code, out, err } = await run(CLI, [join(dir, 'faults.yaml'), '--duration', '40', '--faults', 'kill,stop', '--fault-every', '5', '--out', join(dir, 'fault-runs')], {}, 140_000)
+  assert.equal(code, 0, out + err)
+  assert.match(out, /run ended because +--duration 40 s reached/, 'no agent exit ended the run')
+  const injected = /faults injected +(\d+): (\d+) agents killed and started again, (\d+) frozen/.exec(out)
+  assert.ok(injected !== null && Number(injected[2]) >= 3 && Number(injected[3]) >= 3, out)
+  // The first kill (the second fault, 10 s in): its agent's new process loads the swarm's state and averages with the others.
+  const victim = /fault: (\S+)'s agent killed \(SIGKILL\); a new process in 1 s\n/.exec(out)
+  assert.ok(victim !== null, out)
+  const runDir = join(dir, 'fault-runs', readdirSync(join(dir, 'fault-runs'))[0])
+  const log = readFileSync(join(runDir, `${victim[1]}.log`), 'utf8')
+  const second = log.split('--- incarnation 2 ')[1]
+  assert.ok(second !== undefined, `${victim[1]} was started again:\n${log}`)
+  assert.match(second, /loaded the swarm state from a peer/)
+  assert.match(second, /"msg":"averaged"/)
+  const summary = JSON.parse(readFileSync(join(runDir, 'summary.json'), 'utf8')) as { samples: Array<{ ready: number }> }
+  assert.ok(summary.samples.some(s => s.ready === 4), 'all four agents ready at some sample')
+})
+
 // A tiny trainer for the sidecar runs: it pulls a 4-value "model" towards its own target (its
 // shard), averages through its agent every step, reports its loss, and exits after 6 steps. The
 // trainer of pod -agent-2 fails at once with one line on stderr, as a broken trainer would.

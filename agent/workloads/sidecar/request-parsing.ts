@@ -7,10 +7,15 @@ import { planOuterStep, type OuterPlan, type OuterStep } from '../../outer/outer
 
 export { containerMemoryBytes } from '../../util/memory.js'
 
-/** A request the trainer got wrong: the HTTP status and one sentence it can act on. */
+/**
+ * A request the trainer got wrong: the HTTP status and one sentence it can act on, and a `code` for the
+ * refusals a client acts on by itself (`not-registered`: this agent holds no tensors, so it restarted since
+ * the trainer registered; the client registers again; `shutting-down`: the agent is stopping, and a restarted one
+ * takes its place in the pod).
+ */
 export class RequestError extends Error {
   override name = 'RequestError'
-  constructor (readonly status: number, message: string) { super(message) }
+  constructor (readonly status: number, message: string, readonly code?: string) { super(message) }
 }
 
 export const MAX_TENSORS = 4096

@@ -114,7 +114,8 @@ export class SidecarApi {
     const done = this.route(req, res).catch(err => {
       const status = err instanceof RequestError ? err.status : 500
       if (status >= 500) this.ctx.log.warn({ err: describeError(err) }, 'sidecar request failed')
-      if (!res.headersSent) sendJson(res, status, { error: describeError(err) }, status === 413)
+      const code = err instanceof RequestError ? err.code : undefined
+      if (!res.headersSent) sendJson(res, status, { error: describeError(err), ...(code === undefined ? {} : { code }) }, status === 413)
       else res.destroy()
     }).finally(() => { this.inFlight.delete(done) })
     this.inFlight.add(done)
@@ -137,7 +138,7 @@ export class SidecarApi {
       res.setHeader('allow', Object.keys(route).join(', '))
       throw new RequestError(405, `${path} takes ${Object.keys(route).join(' or ')}, not ${req.method ?? 'an empty method'}`)
     }
-    if (this.closing) throw new RequestError(503, 'the agent is shutting down')
+    if (this.closing) throw new RequestError(503, 'the agent is shutting down', 'shutting-down')
     await handler()
   }
 
@@ -284,7 +285,7 @@ export class SidecarApi {
   }
 
   private registered (): Registered {
-    if (this.schema === undefined || this.averager === undefined) throw new RequestError(409, 'no tensors are registered yet; call POST /v1/register first')
+    if (this.schema === undefined || this.averager === undefined) throw new RequestError(409, 'no tensors are registered yet; call POST /v1/register first', 'not-registered')
     return { schema: this.schema, averager: this.averager }
   }
 

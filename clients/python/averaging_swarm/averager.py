@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import mmap
 import os
 import re
 import struct
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+import time
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
-from .client import AgentClient, AgentError, OuterStep, StepResult, encode_frame, step_control
+from .client import REGISTER_PROGRESS_SECONDS, AgentClient, AgentError, OuterStep, StepResult, encode_frame, step_control
 from .layout import DTYPES, GENERATION_OFFSET, HEADER_BYTES, MAGIC, SEQ_OFFSET, Slot, TensorSpec, region_layout
 
 TensorLike = Union[np.ndarray, Tuple[Sequence[int], str]]
@@ -19,6 +21,11 @@ TensorLike = Union[np.ndarray, Tuple[Sequence[int], str]]
 
 _names = itertools.count()
 _REGION_NAME = re.compile(r"^trainer-(\d+)(?:-\d+)?\.avs$")
+_T = TypeVar("_T")
+log = logging.getLogger("averaging_swarm")
+
+#: Seconds a call waits for a lost agent to come back (a container restart; Kubernetes' crash back-off reaches 300 s).
+RECONNECT_TIMEOUT = 600.0
 
 
 def _spec(name: str, value: TensorLike) -> Tuple[TensorSpec, Optional[np.ndarray]]:
@@ -50,10 +57,15 @@ class DecentralizedAverager:
     hands the agent only control calls; ``transport="binary"`` keeps the tensors in this process and sends
     them in ``application/vnd.avs.tensors`` bodies. Either way :meth:`get_tensors` gives numpy views of the
     values, and :meth:`step` leaves the group's weighted mean in them.
+
+    The trainer outlives its agent's restarts (a crashed agent container comes back in the same pod): a call that
+    finds the agent gone, or back without our tensors, waits up to ``reconnect_timeout`` seconds for it, registers
+    the same tensors and region again and runs once more. The agent then holds the swarm's state if a peer or a
+    checkpoint gave it one, else ours; our tensors are left as they were (0 gives up at once).
     """
 
     def __init__(self, tensors: Mapping[str, TensorLike], url: Optional[str] = None, shm_dir: Optional[str] = None,
-                 transport: str = "shm", client: Optional[AgentClient] = None):
+                 transport: str = "shm", client: Optional[AgentClient] = None, reconnect_timeout: float = RECONNECT_TIMEOUT):
         if transport not in ("shm", "binary"):
             raise ValueError(f"transport is {transport!r}; use 'shm' or 'binary'")
         if not tensors:
@@ -63,6 +75,9 @@ class DecentralizedAverager:
         self.slots, self.region_bytes = region_layout(self.specs)
         self.transport = transport
         self.client = client or AgentClient(url)
+        self.reconnect_timeout = reconnect_timeout
+        self.reconnects = 0
+        """How many times the agent was found restarted and registered with again."""
         self.region_path: Optional[str] = None
         self._writing = False
         if transport == "shm":
@@ -85,12 +100,60 @@ class DecentralizedAverager:
                 if initial is not None:
                     views[spec.name][...] = initial
         try:
-            self.registration = self.client.register(self.specs, os.path.basename(self.region_path) if self.region_path else None)
-            if self.region_path is not None:
-                self._check_layout(self.registration.get("region"))
+            self._register()
         except BaseException:
             self.close()
             raise
+
+    def _register(self) -> None:
+        self.registration = self.client.register(self.specs, os.path.basename(self.region_path) if self.region_path else None)
+        if self.region_path is not None:
+            self._check_layout(self.registration.get("region"))
+
+    def _call(self, call: Callable[[], _T]) -> _T:
+        """Runs one call to the agent; if the agent was lost (see the class docstring), reattaches and runs it once more."""
+        try:
+            return call()
+        except AgentError as err:
+            if not err.agent_lost or self.reconnect_timeout <= 0:
+                raise
+            cause = err
+        self._reattach(cause)
+        return call()
+
+    def _reattach(self, cause: AgentError) -> None:
+        """Waits for the agent to answer again, registers our tensors and region with it, and gives it our tensors
+        when it has no state of its own (no peer or checkpoint offered one)."""
+        started = time.monotonic()
+        deadline = started + self.reconnect_timeout
+        log.warning("lost the agent (%s); waiting up to %g s for it to come back", cause, self.reconnect_timeout)
+        note = started + REGISTER_PROGRESS_SECONDS
+        while True:
+            try:
+                self._register()
+                origin = str(self.client.status().get("origin", "initial"))
+                break
+            except AgentError as err:
+                if not (err.status is None or err.status >= 500):
+                    raise
+                now = time.monotonic()
+                if now > deadline:
+                    raise AgentError(f"the agent at {self.client.url} did not come back within {self.reconnect_timeout:g} s "
+                                     f"(reconnect_timeout): {err}") from None
+                if now > note:
+                    log.info("still waiting for the agent at %s (%.0f s): %s", self.client.url, now - started, err)
+                    note = now + REGISTER_PROGRESS_SECONDS
+                time.sleep(0.2)
+        torn = self._header is not None and int(self._header[SEQ_OFFSET // 8]) % 2 == 1 and not self._writing
+        if torn:
+            # The agent died while writing into the region: each value is the old or the new one. We are its only writer now.
+            self._header[SEQ_OFFSET // 8] += 1
+            log.warning("the agent died while writing into the region: its tensors hold part of that write")
+        if self.registration.get("created", True) and origin == "initial":
+            self._publish()
+        self.reconnects += 1
+        log.warning("the agent is back after %.1f s; registered again (its state: %s)", time.monotonic() - started,
+                    "ours" if origin == "initial" else f"from {origin}")
 
     def _create_region(self, folder: str) -> str:
         if not os.path.isdir(folder):
@@ -151,11 +214,14 @@ class DecentralizedAverager:
         """
         self._check_idle("step()")
         if self.transport == "shm":
-            return self.client.step(weight, gather, timeout, names, outer)
-        body, tensors = self.client.request("POST", "/v1/step", frame=encode_frame(step_control(weight, gather, timeout, names, outer), self._payload()),
-                                            timeout=(timeout or 0) + self.client.timeout)
-        self._receive(tensors)
-        return StepResult.from_json(body)
+            return self._call(lambda: self.client.step(weight, gather, timeout, names, outer))
+
+        def binary_step() -> StepResult:
+            body, tensors = self.client.request("POST", "/v1/step", frame=encode_frame(step_control(weight, gather, timeout, names, outer), self._payload()),
+                                                timeout=(timeout or 0) + self.client.timeout)
+            self._receive(tensors)
+            return StepResult.from_json(body)
+        return self._call(binary_step)
 
     def load_state_from_peers(self) -> str:
         """Loads the agent's tensors (a live peer's state for a newcomer) into ours; returns their origin.
@@ -164,14 +230,20 @@ class DecentralizedAverager:
         """
         self._check_idle("load_state_from_peers()")
         if self.transport == "shm":
-            return str(self.client.state()["origin"])
-        body, tensors = self.client.request("GET", "/v1/state", accept_binary=True)
-        self._receive(tensors)
-        return str(body["origin"])
+            return str(self._call(self.client.state)["origin"])
+
+        def binary_state() -> str:
+            body, tensors = self.client.request("GET", "/v1/state", accept_binary=True)
+            self._receive(tensors)
+            return str(body["origin"])
+        return self._call(binary_state)
 
     def publish_state(self) -> None:
         """Makes our current tensors the agent's state (origin ``trainer``), the one peers download."""
         self._check_idle("publish_state()")
+        self._call(self._publish)
+
+    def _publish(self) -> None:
         if self.transport == "shm":
             self.client.publish_state()
         else:
@@ -181,12 +253,12 @@ class DecentralizedAverager:
     def complete(self) -> bool:
         """Whether the swarm's run has ended for this agent (completion reached, or ``finish()`` taken). A trainer
         that a cluster restarts after it finished sees True at once and should exit 0 rather than train again."""
-        return bool(self.client.status().get("complete", False))
+        return bool(self._call(self.client.status).get("complete", False))
 
     def finish(self) -> Dict[str, Any]:
         """Tells the agent this trainer is done (``POST /v1/finish``). With ``spec.completion.onTrainerExit`` the
         agent's run ends at its newest averaged round and this returns once the final checkpoint is durable."""
-        return self.client.finish()
+        return self._call(self.client.finish)
 
     def close(self) -> None:
         """Unmaps and deletes the region file; the agent refuses steps until a new averager registers."""

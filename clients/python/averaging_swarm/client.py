@@ -1,6 +1,7 @@
 """The control API of the agent (docs/trainer-api.md) over loopback HTTP, standard library only."""
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -26,11 +27,20 @@ Buffer = Union[bytes, bytearray, memoryview]
 
 
 class AgentError(Exception):
-    """The agent refused a request (``status`` is its HTTP status) or could not be used (``status`` is None)."""
+    """The agent refused a request (``status`` is its HTTP status) or could not be used (``status`` is None).
 
-    def __init__(self, message: str, status: Optional[int] = None):
+    ``code`` names the refusals a client acts on: ``not-registered`` (the agent holds no tensors: it restarted),
+    ``shutting-down`` (it is stopping; a restarted agent takes its place in the pod)."""
+
+    def __init__(self, message: str, status: Optional[int] = None, code: Optional[str] = None):
         super().__init__(message)
         self.status = status
+        self.code = code
+
+    @property
+    def agent_lost(self) -> bool:
+        """The agent could not be reached, or answered as one that restarted since the tensors were registered."""
+        return self.status is None or self.code in ("not-registered", "shutting-down")
 
 
 @dataclass
@@ -198,7 +208,10 @@ class AgentClient:
                     return decode_frame(payload)
                 return (json.loads(payload) if payload else {}), None
         except urllib.error.HTTPError as err:
-            raise AgentError(_error_message(err.code, err.read()), err.code) from None
+            message, code = _error_of(err.code, err.read())
+            raise AgentError(message, err.code, code) from None
+        except http.client.HTTPException as err:  # the agent went away mid-answer (IncompleteRead, BadStatusLine)
+            raise AgentError(f"the agent at {self.url} could not be reached: {type(err).__name__}") from None
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
             raise AgentError(f"the agent at {self.url} could not be reached: {reason}") from None
@@ -244,8 +257,11 @@ def step_control(weight: Optional[float], gather: Any, timeout: Optional[float],
     return control
 
 
-def _error_message(status: int, text: bytes) -> str:
+def _error_of(status: int, text: bytes) -> Tuple[str, Optional[str]]:
+    """The agent's one-sentence error and its ``code``, if any."""
     try:
-        return str(json.loads(text)["error"])
-    except (ValueError, KeyError, TypeError):
-        return f"the agent answered {status} without a JSON error"
+        body = json.loads(text)
+        code = body.get("code")
+        return str(body["error"]), (str(code) if code is not None else None)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"the agent answered {status} without a JSON error", None

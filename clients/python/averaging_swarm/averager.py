@@ -58,7 +58,8 @@ class DecentralizedAverager:
     them in ``application/vnd.avs.tensors`` bodies. Either way :meth:`get_tensors` gives numpy views of the
     values, and :meth:`step` leaves the group's weighted mean in them.
 
-    The trainer outlives its agent's restarts (a crashed agent container comes back in the same pod): a call that
+    The agent may start after the trainer (containers of a pod start together): the constructor waits up to
+    ``reconnect_timeout`` seconds for its API. The trainer outlives its agent's restarts (a crashed agent container comes back in the same pod): a call that
     finds the agent gone, or back without our tensors, waits up to ``reconnect_timeout`` seconds for it, registers
     the same tensors and region again and runs once more. The agent then holds the swarm's state if a peer or a
     checkpoint gave it one, else ours; our tensors are left as they were (0 gives up at once).
@@ -100,7 +101,8 @@ class DecentralizedAverager:
                 if initial is not None:
                     views[spec.name][...] = initial
         try:
-            self._register()
+            # In a pod the trainer and the agent start together: wait for the agent's API as for a restarted agent.
+            self._register_when_up(None)
         except BaseException:
             self.close()
             raise
@@ -109,6 +111,32 @@ class DecentralizedAverager:
         self.registration = self.client.register(self.specs, os.path.basename(self.region_path) if self.region_path else None)
         if self.region_path is not None:
             self._check_layout(self.registration.get("region"))
+
+    def _register_when_up(self, lost: Optional[AgentError]) -> str:
+        """Registers, waiting up to ``reconnect_timeout`` while the agent cannot be reached or is stopping
+        (``lost``: why the agent went away, None at the start); returns the agent's state's origin."""
+        started = time.monotonic()
+        deadline = started + max(self.reconnect_timeout, 0)
+        if lost is not None:
+            log.warning("lost the agent (%s); waiting up to %g s for it to come back", lost, self.reconnect_timeout)
+        note = started + REGISTER_PROGRESS_SECONDS
+        while True:
+            try:
+                self._register()
+                return str(self.client.status().get("origin", "initial"))
+            except AgentError as err:
+                if not (err.status is None or err.status >= 500):
+                    raise
+                now = time.monotonic()
+                if now > deadline:
+                    if lost is None and self.reconnect_timeout <= 0:
+                        raise
+                    raise AgentError(f"the agent at {self.client.url} did not {'come back' if lost else 'answer'} within "
+                                     f"{self.reconnect_timeout:g} s (reconnect_timeout): {err}") from None
+                if now > note:
+                    log.info("still waiting for the agent at %s (%.0f s): %s", self.client.url, now - started, err)
+                    note = now + REGISTER_PROGRESS_SECONDS
+                time.sleep(0.2)
 
     def _call(self, call: Callable[[], _T]) -> _T:
         """Runs one call to the agent; if the agent was lost (see the class docstring), reattaches and runs it once more."""
@@ -125,25 +153,7 @@ class DecentralizedAverager:
         """Waits for the agent to answer again, registers our tensors and region with it, and gives it our tensors
         when it has no state of its own (no peer or checkpoint offered one)."""
         started = time.monotonic()
-        deadline = started + self.reconnect_timeout
-        log.warning("lost the agent (%s); waiting up to %g s for it to come back", cause, self.reconnect_timeout)
-        note = started + REGISTER_PROGRESS_SECONDS
-        while True:
-            try:
-                self._register()
-                origin = str(self.client.status().get("origin", "initial"))
-                break
-            except AgentError as err:
-                if not (err.status is None or err.status >= 500):
-                    raise
-                now = time.monotonic()
-                if now > deadline:
-                    raise AgentError(f"the agent at {self.client.url} did not come back within {self.reconnect_timeout:g} s "
-                                     f"(reconnect_timeout): {err}") from None
-                if now > note:
-                    log.info("still waiting for the agent at %s (%.0f s): %s", self.client.url, now - started, err)
-                    note = now + REGISTER_PROGRESS_SECONDS
-                time.sleep(0.2)
+        origin = self._register_when_up(cause)
         torn = self._header is not None and int(self._header[SEQ_OFFSET // 8]) % 2 == 1 and not self._writing
         if torn:
             # The agent died while writing into the region: each value is the old or the new one. We are its only writer now.

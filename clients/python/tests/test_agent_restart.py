@@ -62,6 +62,20 @@ def test_a_trainer_rides_through_its_agents_restart_and_averages_exactly_again(s
     b.close()
 
 
+def test_a_trainer_that_starts_before_its_agent_waits_for_it(start_swarm):
+    swarm = start_swarm(1)
+    restarter = restart_later(swarm[0], signal.SIGKILL, delay=1.5)  # down now, as an agent still starting in its pod
+    try:
+        averager = DecentralizedAverager({"w": np.full(3, 2.0, np.float32)}, url=swarm[0].url, shm_dir=swarm[0].shm_dir)
+    finally:
+        restarter.join()
+    assert averager.registration["created"] is True
+    assert averager.load_state_from_peers() == "initial"
+    with pytest.raises(AgentError, match="could not be reached"):
+        DecentralizedAverager({"w": np.ones(3, np.float32)}, url="http://127.0.0.1:9", shm_dir=swarm[0].shm_dir, reconnect_timeout=0)
+    averager.close()
+
+
 def test_an_agent_that_does_not_come_back_fails_the_call_in_one_sentence(start_swarm):
     swarm = start_swarm(1)
     averager = DecentralizedAverager({"w": np.ones(3, np.float32)}, url=swarm[0].url, shm_dir=swarm[0].shm_dir,

@@ -27,7 +27,7 @@ import { expandPods, writeMembersMount, type LocalPod } from './local/pods.js'
 import { startStaticDns } from './local/dns.js'
 import { sampleSwarm, type SwarmSample } from './local/progress.js'
 import { renderReport, type SoloPoint } from './local/report.js'
-import { startTrainers, stopTrainers, trainerArgv, type TrainerExit } from './local/trainers.js'
+import { startTrainers, stopTrainers, trainerArgv, type TrainerExit, type Trainers } from './local/trainers.js'
 import { UserError } from './local/user-error.js'
 import { FaultInjector, parseFaultPlan, type FaultPlan } from './local/faults.js'
 
@@ -42,7 +42,7 @@ function parseOptions (): LocalSwarmOptions {
     .option('-o, --out <dir>', 'where logs and the report go', 'runs')
     .option('--checkpoints <dir>', 'the folder that stands in for spec.checkpoint.volume (checkpoints go to <dir>/<swarm>/; a later run of the same swarm resumes from them)', 'runs/checkpoints')
     .option('--python <path>', 'interpreter that runs a sidecar trainer whose command is python or python3 (default: the one on PATH, with <repo>/.venv/bin first when it exists)')
-    .option('--faults <kinds>', 'inject faults while the swarm runs, taking turns: kill (SIGKILL an agent, start it again 1 s later as the kubelet restarts a crashed container; its trainer runs on) and stop (SIGSTOP an agent for 5 s), e.g. kill,stop')
+    .option('--faults <kinds>', 'inject faults while the swarm runs, taking turns: kill (SIGKILL an agent, start it again 1 s later as the kubelet restarts a crashed container; its trainer runs on), stop (SIGSTOP an agent for 5 s) and pod (SIGKILL agent and trainer, both started again 1 s later: a pod lost and recreated), e.g. kill,stop,pod')
     .option('--fault-every <seconds>', 'one fault every this many seconds, with --faults', '15')
     .parse()
   const opts = program.opts<{ duration: string, out: string, checkpoints: string, python?: string, faults?: string, faultEvery: string }>()
@@ -140,6 +140,8 @@ interface RunningSwarm {
   readonly runDir: string
   readonly agents: readonly AgentProcess[]
   readonly trainerChildren: readonly ChildProcess[]
+  /** The sidecar swarm's trainers (undefined for a builtin swarm). */
+  readonly trainerControl?: Trainers
   /** One line for each agent that exited on its own. */
   readonly exits: string[]
   readonly trainerExits: TrainerExit[]
@@ -200,13 +202,8 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
     agent.start()
     return agent
   })
-  if (opts.faults !== undefined) {
-    run.faults = new FaultInjector(agents, opts.faults, sidecar, line => { console.log(line) })
-    run.faults.start()
-    console.log(`Faults: ${opts.faults.kinds.join(', ')} in turn, one every ${opts.faults.everyMs / 1000} s`)
-  }
-  const trainerChildren = !sidecar
-    ? []
+  const trainerControl = !sidecar
+    ? undefined
     : startTrainers({
       trainers, python: opts.python, repoRoot: fileURLToPath(new URL('../..', import.meta.url)), runDir, metricsPort: plan.metricsPort, agentEnvOf, stopping: () => stopping,
       onExit: (exit, logPath) => {
@@ -219,7 +216,12 @@ function startSwarm (plan: SwarmPlan, opts: LocalSwarmOptions): RunningSwarm {
         if (run.trainerExits.length === trainers.length) run.wake()
       }
     })
-  return Object.assign(run, { agents, trainerChildren })
+  if (opts.faults !== undefined) {
+    run.faults = new FaultInjector(agents, opts.faults, trainerControl, line => { console.log(line) })
+    run.faults.start()
+    console.log(`Faults: ${opts.faults.kinds.join(', ')} in turn, one every ${opts.faults.everyMs / 1000} s`)
+  }
+  return Object.assign(run, { agents, trainerChildren: trainerControl?.children ?? [], trainerControl })
 }
 
 /** POST /v1/finish to a pod's agent (idempotent: a trainer that called finish() itself gets the same answer). */
@@ -331,7 +333,7 @@ function summarize (plan: SwarmPlan, run: RunningSwarm, w: Watched): Record<stri
   }
   if (run.faults !== undefined) {
     const count = (kind: string): number => run.faults!.injected.filter(f => f.kind === kind).length
-    summary['faults injected'] = `${run.faults.injected.length}: ${count('kill')} agents killed and started again, ${count('stop')} frozen`
+    summary['faults injected'] = `${run.faults.injected.length}: ${count('kill')} agents killed and started again, ${count('stop')} frozen${count('pod') > 0 ? `, ${count('pod')} pods killed and started again (agent and trainer)` : ''}`
     if (sidecar) summary['trainers that waited out their agent'] = `${trainerReconnects(run.runDir, trainers)} times (the trainer's client registered again with the new agent)`
   }
   for (const e of run.trainerExits) {

@@ -1,15 +1,18 @@
 /**
- * Faults a local swarm injects while it runs (`npm start -- FILE --faults kill,stop`): what a crashed agent
- * container or a stalled node does to the training. A kill is SIGKILL to one agent and a new process of it a
- * second later, as the kubelet restarts a crashed container in its pod: the pod's trainer keeps running (the
- * Python client waits for the agent and registers again). A stop is SIGSTOP for a few seconds, then SIGCONT.
+ * Faults a local swarm injects while it runs (`npm start -- FILE --faults kill,stop,pod`): what a crashed agent
+ * container, a stalled node or a lost pod does to the training. A kill is SIGKILL to one agent and a new process of
+ * it a second later, as the kubelet restarts a crashed container in its pod: the pod's trainer keeps running (the
+ * Python client waits for the agent and registers again). A stop is SIGSTOP for a few seconds, then SIGCONT. A pod
+ * fault kills agent and trainer and starts both again a second later, as a StatefulSet recreates a lost pod (the
+ * trainer starts over from the swarm's state; in a builtin swarm it is a kill).
  * Victims take turns in pod order, kinds in the order given, one fault every `everyMs` on a fixed clock.
  */
 import type { AgentProcess } from '../../agent/process/agent-process.js'
+import type { Trainers } from './trainers.js'
 import { UserError } from './user-error.js'
 
-export type LocalFault = 'kill' | 'stop'
-const KINDS: readonly LocalFault[] = ['kill', 'stop']
+export type LocalFault = 'kill' | 'stop' | 'pod'
+const KINDS: readonly LocalFault[] = ['kill', 'stop', 'pod']
 
 export interface FaultPlan {
   readonly kinds: readonly LocalFault[]
@@ -24,7 +27,7 @@ export interface FaultPlan {
 export function parseFaultPlan (faults: string, everySeconds: string): FaultPlan {
   const kinds = faults.split(',').map(k => k.trim()).filter(k => k.length > 0)
   const unknown = kinds.find(k => !(KINDS as readonly string[]).includes(k))
-  if (kinds.length === 0 || unknown !== undefined) throw new UserError(`--faults takes a list of ${KINDS.join(' and ')} (e.g. kill,stop), got "${faults}"`)
+  if (kinds.length === 0 || unknown !== undefined) throw new UserError(`--faults takes a list of kill, stop and pod (e.g. kill,stop), got "${faults}"`)
   const every = Number(everySeconds)
   if (!(every >= 2)) throw new UserError(`--fault-every must be at least 2 seconds, got "${everySeconds}"`)
   return { kinds: kinds as LocalFault[], everyMs: every * 1000, restartDelayMs: 1000, freezeMs: Math.min(5000, every * 1000 / 2) }
@@ -41,8 +44,8 @@ export class FaultInjector {
   private turn = 0
   private stopped = false
 
-  /** `sidecar`: the agents have trainers, which run on through their agent's faults. */
-  constructor (private readonly agents: readonly AgentProcess[], private readonly plan: FaultPlan, private readonly sidecar: boolean, private readonly log: (line: string) => void) {}
+  /** `trainers`: a sidecar swarm's, which run on through their agent's kills and freezes and die with their pod. */
+  constructor (private readonly agents: readonly AgentProcess[], private readonly plan: FaultPlan, private readonly trainers: Trainers | undefined, private readonly log: (line: string) => void) {}
 
   start (): void {
     this.clock = setInterval(() => { this.next() }, this.plan.everyMs)
@@ -73,10 +76,20 @@ export class FaultInjector {
     this.turn++
     if (this.stopped || !agent.running || agent.stopped) return
     this.injected.push({ kind, pod: agent.name, at: Date.now() })
-    if (kind === 'kill') {
+    if (kind === 'kill' || kind === 'pod') {
       this.expectedExits.add(agent)
-      this.log(`fault: ${agent.name}'s agent killed (SIGKILL); a new process in ${this.plan.restartDelayMs / 1000} s${this.sidecar ? ', its trainer running on' : ''}`)
-      agent.killAndWait().then(() => { this.later(this.plan.restartDelayMs, () => { if (!agent.running) agent.start() }) }, () => {})
+      const withTrainer = kind === 'pod' && this.trainers !== undefined
+      this.log(withTrainer
+        ? `fault: ${agent.name} lost (agent and trainer SIGKILLed); both start again in ${this.plan.restartDelayMs / 1000} s`
+        : `fault: ${agent.name}'s agent killed (SIGKILL); a new process in ${this.plan.restartDelayMs / 1000} s${this.trainers !== undefined ? ', its trainer running on' : ''}`)
+      const trainerGone = withTrainer ? this.trainers!.kill(agent.name) : Promise.resolve(false)
+      // A trainer that had finished stays finished: only one killed here starts again.
+      Promise.all([agent.killAndWait(), trainerGone]).then(([, trainerKilled]) => {
+        this.later(this.plan.restartDelayMs, () => {
+          if (!agent.running) agent.start()
+          if (trainerKilled) this.trainers!.start(agent.name)
+        })
+      }, () => {})
     } else {
       this.log(`fault: ${agent.name}'s agent frozen (SIGSTOP) for ${this.plan.freezeMs / 1000} s`)
       agent.signal('SIGSTOP')

@@ -55,14 +55,26 @@ export interface TrainerRun {
   readonly onExit: (exit: TrainerExit, logPath: string) => void
 }
 
-/** Starts each pod's trainer once its agent is ready; returns the list the started processes join. */
-export function startTrainers (r: TrainerRun): ChildProcess[] {
+/** The trainers of a run: the processes running now (one per pod at most), and a pod's trainer killed or started again. */
+export interface Trainers {
+  /** The trainer processes running or exited on their own (a killed one leaves the list). */
+  readonly children: ChildProcess[]
+  /** SIGKILL to the pod's trainer (its exit is not reported as the trainer's own); false when none runs. */
+  kill: (pod: string) => Promise<boolean>
+  /** Starts the pod's trainer again (a pod started again: agent and trainer together, without waiting for the agent). */
+  start: (pod: string) => void
+}
+
+/** Starts each pod's trainer once its agent is ready. */
+export function startTrainers (r: TrainerRun): Trainers {
   const children: ChildProcess[] = []
+  const running = new Map<string, ChildProcess>()
+  const killed = new Set<ChildProcess>()
   const venvBin = join(r.repoRoot, '.venv', 'bin')
   const pathFirst = existsSync(venvBin) ? [venvBin] : []
   const first = r.trainers[0].trainer!
   console.log(`trainers run locally as \`${trainerArgv(r.trainers[0], r.python).join(' ')}\` in ${r.repoRoot}${pathFirst.length > 0 ? ` with ${venvBin} first on PATH` : ''}; the trainer image ${first.image} is not used locally`)
-  for (const pod of r.trainers) {
+  const spawnTrainer = (pod: LocalPod): void => {
     const argv = trainerArgv(pod, r.python)
     const env: NodeJS.ProcessEnv = {
       ...process.env,
@@ -72,22 +84,41 @@ export function startTrainers (r: TrainerRun): ChildProcess[] {
       PYTHONUNBUFFERED: '1'
     }
     const logPath = join(r.runDir, `${pod.name}.trainer.log`)
-    // A pod starts its containers together; starting each trainer once its agent is ready spares
-    // the trainer's client the retries (it must still tolerate them in a cluster).
-    void waitReady(pod, r.metricsPort, r.stopping).then(() => {
-      if (r.stopping()) return
-      const child = spawn(argv[0], argv.slice(1), { cwd: r.repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
-      let lastErr = ''; let lastOut = ''
-      lastLineOf(child.stderr, l => { lastErr = l })
-      lastLineOf(child.stdout, l => { lastOut = l })
-      const log = createWriteStream(logPath)
-      child.stdout?.pipe(log); child.stderr?.pipe(log)
-      child.on('error', (err) => { lastErr = `cannot start ${argv[0]}: ${err.message}` })
-      child.on('close', (code, signal) => { if (!r.stopping()) r.onExit({ pod: pod.name, code, signal, lastErr, lastOut }, logPath) })
-      children.push(child)
+    const child = spawn(argv[0], argv.slice(1), { cwd: r.repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    let lastErr = ''; let lastOut = ''
+    lastLineOf(child.stderr, l => { lastErr = l })
+    lastLineOf(child.stdout, l => { lastOut = l })
+    const log = createWriteStream(logPath, { flags: 'a' })
+    child.stdout?.pipe(log); child.stderr?.pipe(log)
+    child.on('error', (err) => { lastErr = `cannot start ${argv[0]}: ${err.message}` })
+    child.on('close', (code, signal) => {
+      if (running.get(pod.name) === child) running.delete(pod.name)
+      if (killed.delete(child)) return
+      if (!r.stopping()) r.onExit({ pod: pod.name, code, signal, lastErr, lastOut }, logPath)
     })
+    children.push(child)
+    running.set(pod.name, child)
   }
-  return children
+  for (const pod of r.trainers) {
+    // A pod starts its containers together; starting each trainer once its agent is ready spares
+    // the trainer's client the wait (it waits for its agent in a cluster).
+    void waitReady(pod, r.metricsPort, r.stopping).then(() => { if (!r.stopping()) spawnTrainer(pod) })
+  }
+  return {
+    children,
+    kill: async (name) => {
+      const child = running.get(name)
+      if (child === undefined || child.exitCode !== null || child.signalCode !== null) return false
+      killed.add(child)
+      children.splice(children.indexOf(child), 1)
+      await new Promise<void>(done => { child.once('close', () => { done() }); child.kill('SIGKILL') })
+      return true
+    },
+    start: (name) => {
+      const pod = r.trainers.find(p => p.name === name)
+      if (pod !== undefined && !running.has(name) && !r.stopping()) spawnTrainer(pod)
+    }
+  }
 }
 
 /** SIGTERM to each, then SIGKILL to those still running after 15 s. */

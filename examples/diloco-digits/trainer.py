@@ -189,7 +189,8 @@ def main() -> None:
               f"{'averaged in a group of ' + str(result.group_size) if result.averaged else 'alone (' + str(result.error) + ')'}"
               f"{' (changes since a shared base)' if result.delta else ''}"
               f"{' (pseudo-gradients)' if result.outer == 'pseudo-gradients' else ''}, "
-              f"held-out accuracy {accuracy(model, xt, yt):.4f}, params {opt.outer_params_hash}", flush=True)
+              f"held-out accuracy {accuracy(model, xt, yt):.4f}, params {opt.outer_params_hash}, "
+              f"{time.time() - started:.1f} s", flush=True)
 
     for step in range(1, args.steps + 1):
         idx = next(order).to(dev)

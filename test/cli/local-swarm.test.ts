@@ -98,7 +98,7 @@ test('local runtime: --faults kills and freezes agents in turn; a killed agent c
   writeFileSync(join(dir, 'faults.yaml'), swarm())
   const bad = await run(CLI, [join(dir, 'faults.yaml'), '--faults', 'reboot'])
   assert.equal(bad.code, 1)
-  assert.match(bad.err, /--faults takes a list of kill and stop \(e\.g\. kill,stop\), got "reboot"/)
+  assert.match(bad.err, /--faults takes a list of kill, stop and pod \(e\.g\. kill,stop\), got "reboot"/)
   const { code, out, err } = await run(CLI, [join(dir, 'faults.yaml'), '--duration', '40', '--faults', 'kill,stop', '--fault-every', '5', '--out', join(dir, 'fault-runs')], {}, 140_000)
   assert.equal(code, 0, out + err)
   assert.match(out, /run ended because +--duration 40 s reached/, 'no agent exit ended the run')
@@ -116,6 +116,58 @@ test('local runtime: --faults kills and freezes agents in turn; a killed agent c
   const summary = JSON.parse(readFileSync(join(runDir, 'summary.json'), 'utf8')) as { samples: Array<{ ready: number }> }
   assert.ok(summary.samples.some(s => s.ready === 4), 'all four agents ready at some sample')
 })
+
+test('local runtime: --faults pod kills a sidecar pod\'s agent and trainer and starts both again; the new trainer averages with the others', { timeout: 150_000 }, async () => {
+  writeFileSync(join(dir, 'looping-trainer.mjs'), LOOPING_TRAINER)
+  writeFileSync(join(dir, 'pods.yaml'), `apiVersion: averaging.swarm.io/v1alpha1
+kind: AveragingSwarm
+metadata: {name: pods}
+spec:
+  replicas: 3
+  network: {port: 31337}
+  metrics: {port: 9400}
+  averaging: {targetGroupSize: 3, minGroupSize: 2, averagingExpiration: 2s, requestTimeout: 1s, allreduceTimeout: 20s}
+  bootstrap: {replicas: 1}
+  workload:
+    type: sidecar
+    sidecarPort: 19501
+    trainer:
+      image: example/unused:1
+      command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(join(dir, 'looping-trainer.mjs'))}]
+`)
+  const { code, out, err } = await run(CLI, [join(dir, 'pods.yaml'), '--duration', '40', '--faults', 'pod', '--fault-every', '12', '--out', join(dir, 'pod-runs')], {}, 140_000)
+  assert.equal(code, 0, out + err)
+  assert.match(out, /run ended because +--duration 40 s reached/, 'no agent exit ended the run')
+  assert.match(out, /faults injected +\d+: 0 agents killed and started again, 0 frozen, \d+ pods killed and started again \(agent and trainer\)/)
+  const victim = /fault: (\S+) lost \(agent and trainer SIGKILLed\); both start again in 1 s\n/.exec(out)
+  assert.ok(victim !== null, out)
+  const runDir = join(dir, 'pod-runs', readdirSync(join(dir, 'pod-runs'))[0])
+  // The trainer's log holds both incarnations; the second registered (its client waited for the new agent) and averaged.
+  const second = readFileSync(join(runDir, `${victim[1]}.trainer.log`), 'utf8').split('trainer started\n')
+  assert.equal(second.length >= 3, true, `${victim[1]}'s trainer started twice:\n${second.join('|')}`)
+  assert.match(second[2], /step \d+ averaged=true/, `the restarted trainer averaged:\n${second[2]}`)
+  assert.doesNotMatch(out, /trainer of \S+ failed/, 'a killed trainer is not reported as failed')
+})
+
+// A trainer that steps until it is stopped, announcing each start; it waits for its agent's API as the Python client
+// does (a pod starts agent and trainer together).
+const LOOPING_TRAINER = `
+const base = 'http://127.0.0.1:' + process.env.AVS_SIDECAR_PORT
+const call = async (path, body) => {
+  const r = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  return await r.json()
+}
+console.log('trainer started')
+for (;;) {
+  try { await call('/v1/register', { tensors: [{ name: 'w', shape: [4] }] }); break } catch { await new Promise(r => setTimeout(r, 200)) }
+}
+const enc = a => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('base64')
+const w = new Float32Array(4).fill(1)
+for (let i = 0; ; i++) {
+  const r = await call('/v1/step', { tensors: { w: enc(w) }, weight: 1, timeout: 5 }).catch(async err => { await new Promise(r => setTimeout(r, 200)); return { averaged: false, error: err.message } })
+  console.log('step ' + i + ' averaged=' + r.averaged)
+}
+`
 
 // A tiny trainer for the sidecar runs: it pulls a 4-value "model" towards its own target (its
 // shard), averages through its agent every step, reports its loss, and exits after 6 steps. The

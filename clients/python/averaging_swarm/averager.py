@@ -58,11 +58,12 @@ class DecentralizedAverager:
     them in ``application/vnd.avs.tensors`` bodies. Either way :meth:`get_tensors` gives numpy views of the
     values, and :meth:`step` leaves the group's weighted mean in them.
 
-    The agent may start after the trainer (containers of a pod start together): the constructor waits up to
-    ``reconnect_timeout`` seconds for its API. The trainer outlives its agent's restarts (a crashed agent container comes back in the same pod): a call that
-    finds the agent gone, or back without our tensors, waits up to ``reconnect_timeout`` seconds for it, registers
-    the same tensors and region again and runs once more. The agent then holds the swarm's state if a peer or a
-    checkpoint gave it one, else ours; our tensors are left as they were (0 gives up at once).
+    The agent may start after the trainer (a pod starts its containers together): the constructor waits up to
+    ``reconnect_timeout`` seconds for its API. The trainer outlives its agent's restarts (a crashed agent container
+    comes back in the same pod): a call that finds the agent gone, or back without our tensors, waits up to
+    ``reconnect_timeout`` seconds for it, registers the same tensors and region again and runs once more. The agent
+    then holds the swarm's state if a peer or a checkpoint gave it one, else ours; our tensors are left as they were.
+    ``reconnect_timeout=0`` waits for nothing: the first failed call raises.
     """
 
     def __init__(self, tensors: Mapping[str, TensorLike], url: Optional[str] = None, shm_dir: Optional[str] = None,

@@ -372,7 +372,11 @@ async function main (): Promise<void> {
   const opts = parseOptions()
   const plan = await planSwarm(opts)
   const run = startSwarm(plan, opts)
-  process.once('SIGINT', () => { console.log('\nInterrupted: stopping the agents.'); run.interrupted = true; run.wake() })
+  // SIGTERM as Ctrl-C (a process manager, `timeout`, `kill`): otherwise node dies at once and the agents and
+  // trainers it started run on, holding their ports.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => { console.log(`\n${signal === 'SIGINT' ? 'Interrupted' : 'Stopped (SIGTERM)'}: stopping the agents.`); run.interrupted = true; run.wake() })
+  }
   const watched = await watchSwarm(plan, run, opts.duration)
   // A trainer still running is stopped with the swarm.
   await run.stop()

@@ -31,9 +31,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trainer import TRAINERS, accuracy, batches, load_split, make_model, shard_indices  # noqa: E402
 
 
-def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: int, seed: int, data_seed: int) -> torch.nn.Module:
+def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: int, seed: int, data_seed: int,
+                beta2: float = 0.999) -> torch.nn.Module:
     model = make_model(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, beta2), weight_decay=1e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
     order = batches(len(y), batch, seed=data_seed)
     for _ in range(steps):
@@ -47,7 +48,7 @@ def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: 
 def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float, outer_lr: float, outer_momentum: float,
                     batch: int, seed: int, group_size: int = 0, local_momentum: bool = False,
                     group_seed: int = 0, overlap_delay: int = 0, fragments: int = 1,
-                    wire: str = "float32") -> List[torch.nn.Module]:
+                    wire: str = "float32", beta2: float = 0.999) -> List[torch.nn.Module]:
     """DiLoCo as DiLoCoOptimizer does it through the agents, in this process.
 
     Each outer step every trainer takes its own Nesterov step on its own pseudo-gradient (θ', m'), then each group
@@ -76,7 +77,7 @@ def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float
     if wire != "float32" and fragments > 1:
         raise ValueError("--wire float16 and float16-values are simulated for whole-model rounds (--fragments 1) only")
     models = [make_model(seed) for _ in shards]
-    inner = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-4) for m in models]
+    inner = [torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, beta2), weight_decay=1e-4) for m in models]
     orders = [batches(len(y), batch, seed=1000 + k) for k, (_, y) in enumerate(shards)]
     theta = [[p.detach().clone() for p in models[0].parameters()] for _ in models]
     momentum = [[torch.zeros_like(p) for p in theta[0]] for _ in models]
@@ -205,6 +206,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=800, help="inner steps, as the trainers' --steps")
     p.add_argument("--local-steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--beta2", type=float, default=0.999, help="the inner AdamW's beta2, as the trainers' --beta2")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--batch", type=int, default=32)
@@ -247,7 +249,7 @@ def main() -> None:
         sim = [accuracy(m, xt, yt) for m in simulate_diloco(shards, args.steps, args.local_steps, args.lr, args.outer_lr,
                                                              args.outer_momentum, args.batch, args.seed, args.group_size,
                                                              args.local_momentum, args.group_seed, args.overlap_delay,
-                                                             args.fragments, args.wire)]
+                                                             args.fragments, args.wire, args.beta2)]
         groups = f"random groups of {args.group_size}" if args.group_size else f"one group of {TRAINERS}"
         print(f"  {TRAINERS} trainers with DiLoCo simulated in-process ({groups}, "
               f"{'local' if args.local_momentum else 'averaged'} momentum"
@@ -258,10 +260,10 @@ def main() -> None:
     if args.no_baselines:
         return
     x, y = shards[args.shard]
-    alone = accuracy(train_alone(x, y, args.steps, args.lr, args.batch, args.seed, 1000 + args.shard), xt, yt)
+    alone = accuracy(train_alone(x, y, args.steps, args.lr, args.batch, args.seed, 1000 + args.shard, args.beta2), xt, yt)
     everything = accuracy(train_alone(torch.from_numpy(x_train), torch.from_numpy(y_train), args.steps, args.lr, args.batch,
-                                      args.seed, 999), xt, yt)
-    alone_all = [accuracy(train_alone(*shards[k], args.steps, args.lr, args.batch, args.seed, 1000 + k), xt, yt)
+                                      args.seed, 999, args.beta2), xt, yt)
+    alone_all = [accuracy(train_alone(*shards[k], args.steps, args.lr, args.batch, args.seed, 1000 + k, args.beta2), xt, yt)
                  for k in range(TRAINERS)]
     print(f"  one trainer alone on shard {args.shard}:               {alone:.4f} "
           f"(each shard alone: mean {np.mean(alone_all):.4f}, max {max(alone_all):.4f})")

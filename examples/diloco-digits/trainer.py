@@ -110,6 +110,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=800, help="inner steps in all")
     p.add_argument("--local-steps", type=int, default=20, help="inner steps between outer steps (DiLoCo's H)")
     p.add_argument("--lr", type=float, default=2e-3, help="inner AdamW learning rate")
+    p.add_argument("--beta2", type=float, default=0.999,
+                   help="the inner AdamW's beta2 (torch's default 0.999; LLM recipes use 0.95): at a shard loss near 0, with "
+                        "0.999 a sudden larger gradient can blow up the inner steps and the outer momentum carries it to the "
+                        "swarm (RELIABILITY.md, \"Fifteen minutes with pods lost too\")")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--batch", type=int, default=32)
@@ -131,7 +135,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="average the outer parameters and momentum in every round, also where a group holds one outer "
                         "state (DiLoCoOptimizer(average_pseudo_gradients=False)); by default such a group averages the "
                         "pseudo-gradients alone")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not 0 <= args.beta2 < 1:
+        p.error(f"--beta2 must be in [0, 1), got {args.beta2}")
+    return args
 
 
 def device() -> torch.device:
@@ -156,7 +163,7 @@ def main() -> None:
           f"(per class {counts.tolist()}); held-out {len(y_test)} rows; device {dev}", flush=True)
 
     model = make_model(args.seed).to(dev)
-    inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    inner = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, args.beta2), weight_decay=1e-4)
     opt = DiLoCoOptimizer(model.named_parameters(), inner, local_steps=args.local_steps, outer_lr=args.outer_lr,
                           outer_momentum=args.outer_momentum, timeout=args.timeout,
                           average_momentum=not args.local_momentum, overlap=args.overlap, fragments=args.fragments,

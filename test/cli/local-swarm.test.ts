@@ -94,6 +94,32 @@ test('local runtime: a 4-agent swarm with checkpoints and completion averages, p
   assert.deepEqual(checkpoint.manifest.tensors.map(t => t.name), ['dense1/kernel', 'dense1/bias', 'dense2/kernel', 'dense2/bias'])
 })
 
+test('local runtime: SIGTERM stops the run as Ctrl-C does: the agents stop with it and the summary is written', { timeout: 120_000 }, async () => {
+  writeFileSync(join(dir, 'term.yaml'), swarm())
+  const outDir = join(dir, 'term-runs')
+  const child = spawn(process.execPath, [CLI, join(dir, 'term.yaml'), '--duration', '100', '--out', outDir], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''; let err = ''
+  child.stderr.on('data', (d: Buffer) => { err += d.toString() })
+  const exited = new Promise<number | null>(resolve => { child.on('exit', code => { resolve(code) }) })
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`no agent became ready:\n${out}${err}`)) }, 90_000)
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString()
+      if (/^ +\d+s +4\/4 /m.test(out)) { clearTimeout(timer); resolve() }
+    })
+  })
+  child.kill('SIGTERM')
+  assert.equal(await exited, 0, out + err)
+  assert.match(out, /Stopped \(SIGTERM\): stopping the agents\./)
+  assert.match(out, /run ended because +interrupted/)
+  const runDir = join(outDir, readdirSync(outDir)[0])
+  assert.ok(existsSync(join(runDir, 'summary.json')), 'the summary was written')
+  const pids = readdirSync(runDir).filter(f => f.endsWith('.log')).flatMap(f => [...readFileSync(join(runDir, f), 'utf8').matchAll(/--- incarnation \d+ \(pid (\d+)\)/g)].map(m => Number(m[1])))
+  assert.equal(pids.length, 4, `one agent process per pod: ${pids.join(', ')}`)
+  const running = pids.filter(pid => { try { process.kill(pid, 0); return true } catch { return false } })
+  assert.deepEqual(running, [], 'no agent outlives the command')
+})
+
 test('local runtime: --faults kills and freezes agents in turn; a killed agent comes back with the swarm\'s state and averages again', { timeout: 150_000 }, async () => {
   writeFileSync(join(dir, 'faults.yaml'), swarm())
   const bad = await run(CLI, [join(dir, 'faults.yaml'), '--faults', 'reboot'])

@@ -94,6 +94,24 @@ test('local runtime: a 4-agent swarm with checkpoints and completion averages, p
   assert.deepEqual(checkpoint.manifest.tensors.map(t => t.name), ['dense1/kernel', 'dense1/bias', 'dense2/kernel', 'dense2/bias'])
 })
 
+/** A sidecar swarm whose pods' trainer is `node <dir>/<script>` (the image is not used locally). */
+const sidecarSwarm = (name: string, replicas: number, sidecarPort: number, script: string, trainerExtra = ''): string => `apiVersion: averaging.swarm.io/v1alpha1
+kind: AveragingSwarm
+metadata: {name: ${name}}
+spec:
+  replicas: ${replicas}
+  network: {port: 31337}
+  metrics: {port: 9400}
+  averaging: {targetGroupSize: 3, minGroupSize: 2, averagingExpiration: 2s, requestTimeout: 1s, allreduceTimeout: 20s}
+  bootstrap: {replicas: 1}
+  workload:
+    type: sidecar
+    sidecarPort: ${sidecarPort}
+    trainer:
+      image: example/unused:1
+      command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(join(dir, script))}]${trainerExtra}
+`
+
 test('local runtime: SIGTERM stops the run as Ctrl-C does: the agents stop with it and the summary is written', { timeout: 120_000 }, async () => {
   writeFileSync(join(dir, 'term.yaml'), swarm())
   const outDir = join(dir, 'term-runs')
@@ -145,22 +163,7 @@ test('local runtime: --faults kills and freezes agents in turn; a killed agent c
 
 test('local runtime: --faults pod kills a sidecar pod\'s agent and trainer and starts both again; the new trainer averages with the others', { timeout: 150_000 }, async () => {
   writeFileSync(join(dir, 'looping-trainer.mjs'), LOOPING_TRAINER)
-  writeFileSync(join(dir, 'pods.yaml'), `apiVersion: averaging.swarm.io/v1alpha1
-kind: AveragingSwarm
-metadata: {name: pods}
-spec:
-  replicas: 3
-  network: {port: 31337}
-  metrics: {port: 9400}
-  averaging: {targetGroupSize: 3, minGroupSize: 2, averagingExpiration: 2s, requestTimeout: 1s, allreduceTimeout: 20s}
-  bootstrap: {replicas: 1}
-  workload:
-    type: sidecar
-    sidecarPort: 19501
-    trainer:
-      image: example/unused:1
-      command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(join(dir, 'looping-trainer.mjs'))}]
-`)
+  writeFileSync(join(dir, 'pods.yaml'), sidecarSwarm('pods', 3, 19501, 'looping-trainer.mjs'))
   const { code, out, err } = await run(CLI, [join(dir, 'pods.yaml'), '--duration', '40', '--faults', 'pod', '--fault-every', '12', '--out', join(dir, 'pod-runs')], {}, 140_000)
   assert.equal(code, 0, out + err)
   assert.match(out, /run ended because +--duration 40 s reached/, 'no agent exit ended the run')
@@ -227,24 +230,9 @@ console.log('trainer done: ' + averaged + ' averaged rounds')
 
 test('local runtime: a sidecar swarm runs each pod trainer, averages, shows the trainers loss, and reports a failing trainer', { timeout: 180_000 }, async () => {
   writeFileSync(join(dir, 'trainer.mjs'), TRAINER)
-  writeFileSync(join(dir, 'sidecar.yaml'), `apiVersion: averaging.swarm.io/v1alpha1
-kind: AveragingSwarm
-metadata: {name: side}
-spec:
-  replicas: 4
-  network: {port: 31337}
-  metrics: {port: 9400}
-  averaging: {targetGroupSize: 3, minGroupSize: 2, averagingExpiration: 2s, requestTimeout: 1s, allreduceTimeout: 20s}
-  bootstrap: {replicas: 1}
-  workload:
-    type: sidecar
-    sidecarPort: 19401
-    trainer:
-      image: example/unused:1
-      command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(join(dir, 'trainer.mjs'))}]
+  writeFileSync(join(dir, 'sidecar.yaml'), sidecarSwarm('side', 4, 19401, 'trainer.mjs', `
       env:
-        - {name: AVS_POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
-`)
+        - {name: AVS_POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}`))
   const { code, out, err } = await run(CLI, [join(dir, 'sidecar.yaml'), '--duration', '90', '--out', join(dir, 'side-runs')], {}, 170_000)
   assert.equal(code, 1, 'a failed trainer makes the run fail\n' + out + err)
   assert.match(out, /the trainer image example\/unused:1 is not used locally/)

@@ -33,6 +33,11 @@ export interface CompletedRound {
   readonly self: string
   /** Samples (or steps) behind this state, for the manifest. */
   readonly samples: number
+  /**
+   * The tensors moved after this round (a step that did not average left the trainer's copy-in, or an
+   * outer step taken alone, in them): they no longer hold the round's result, which the other members do.
+   */
+  readonly movedSince?: boolean
 }
 
 /** The members of a round's group that keep the state and may write it: all but auxiliary peers (no volume, weight 0). */
@@ -203,18 +208,21 @@ export class Checkpointer {
   /**
    * At completion: returns once round `r.round` (or a later one) is durable. The group's writer
    * writes it; the others wait for its manifest up to `waitMs`, then write it themselves (one of
-   * several writers wins; the rest hear the round is taken). False when it could not be made durable.
+   * several writers wins; the rest hear the round is taken). A writer whose tensors moved after the
+   * round (`r.movedSince`) waits as the others do, so that a member still holding the round's result
+   * writes it. False when it could not be made durable.
    */
   async final (r: CompletedRound, snapshot: Snapshot, waitMs: number, trainerState?: Record<string, unknown>): Promise<boolean> {
     await this.drain()
     if (this.durable >= r.round) return true
-    if (!leads(r)) {
+    if (!leads(r) || r.movedSince === true) {
       const until = Date.now() + waitMs
       while (Date.now() < until) {
         if (await this.seen(r.round)) return true
         await new Promise(resolve => setTimeout(resolve, FINAL_POLL_MS))
       }
-      this.log.warn(`the final checkpoint of round ${r.round} did not appear within ${Math.round(waitMs / 1000)} s; writing it here`)
+      this.log.warn(`the final checkpoint of round ${r.round} did not appear within ${Math.round(waitMs / 1000)} s; writing it here` +
+        (r.movedSince === true ? ', from tensors that moved after that round (steps that did not average)' : ''))
     }
     await this.writeNow(r, snapshot, trainerState)
     // Refused because another agent is writing it: wait for its manifest rather than retry later.

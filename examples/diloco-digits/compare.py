@@ -32,7 +32,7 @@ from trainer import TRAINERS, accuracy, batches, load_split, make_model, shard_i
 
 
 def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: int, seed: int, data_seed: int,
-                beta2: float = 0.999) -> torch.nn.Module:
+                beta2: float = 0.95) -> torch.nn.Module:
     model = make_model(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, beta2), weight_decay=1e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -48,7 +48,7 @@ def train_alone(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, batch: 
 def simulate_diloco(shards: List[tuple], steps: int, local_steps: int, lr: float, outer_lr: float, outer_momentum: float,
                     batch: int, seed: int, group_size: int = 0, local_momentum: bool = False,
                     group_seed: int = 0, overlap_delay: int = 0, fragments: int = 1,
-                    wire: str = "float32", beta2: float = 0.999) -> List[torch.nn.Module]:
+                    wire: str = "float32", beta2: float = 0.95) -> List[torch.nn.Module]:
     """DiLoCo as DiLoCoOptimizer does it through the agents, in this process.
 
     Each outer step every trainer takes its own Nesterov step on its own pseudo-gradient (θ', m'), then each group
@@ -206,7 +206,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=800, help="inner steps, as the trainers' --steps")
     p.add_argument("--local-steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--beta2", type=float, default=0.999, help="the inner AdamW's beta2, as the trainers' --beta2")
+    p.add_argument("--beta2", type=float, default=0.95, help="the inner AdamW's beta2, as the trainers' --beta2")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--batch", type=int, default=32)

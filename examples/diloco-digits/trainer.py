@@ -110,10 +110,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=800, help="inner steps in all")
     p.add_argument("--local-steps", type=int, default=20, help="inner steps between outer steps (DiLoCo's H)")
     p.add_argument("--lr", type=float, default=2e-3, help="inner AdamW learning rate")
-    p.add_argument("--beta2", type=float, default=0.999,
-                   help="the inner AdamW's beta2 (torch's default 0.999; LLM recipes use 0.95): at a shard loss near 0, with "
-                        "0.999 a sudden larger gradient can blow up the inner steps and the outer momentum carries it to the "
-                        "swarm (RELIABILITY.md, \"Fifteen minutes with pods lost too\")")
+    p.add_argument("--beta2", type=float, default=0.95,
+                   help="the inner AdamW's beta2 (0.95, as LLM recipes use; torch's default is 0.999): at a shard loss near 0, "
+                        "with 0.999 a sudden larger gradient can blow up the inner steps and the outer momentum carries it to "
+                        "the swarm (RELIABILITY.md, \"Fifteen minutes with pods lost too\")")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--batch", type=int, default=32)
@@ -168,11 +168,14 @@ def main() -> None:
                           outer_momentum=args.outer_momentum, timeout=args.timeout,
                           average_momentum=not args.local_momentum, overlap=args.overlap, fragments=args.fragments,
                           average_pseudo_gradients=False if args.average_parameters else None)
+    started = time.time()
     print(f"state from the agent: {opt.origin}; outer momentum {'local' if args.local_momentum else 'averaged'}; "
           f"rounds average {'the pseudo-gradients where the group holds one outer state, else ' if opt.average_pseudo_gradients else ''}"
           f"the outer parameters; "
           f"outer steps {'overlapped' if args.overlap else 'blocking'}; fragments {args.fragments} "
-          f"(parameters {opt.fragment_bounds}, offsets {opt.fragment_offsets})", flush=True)
+          f"(parameters {opt.fragment_bounds}, offsets {opt.fragment_offsets}); "
+          f"inner steps from {time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(started))}.{int(started % 1 * 1000):03d}Z",
+          flush=True)
     if opt.complete:
         # A cluster restarts a container that exited 0: this trainer already finished the run.
         print("the run is complete already (this trainer finished before); nothing to do", flush=True)
@@ -181,7 +184,6 @@ def main() -> None:
     loss_fn = torch.nn.CrossEntropyLoss()
     averaged = 0
     last_averaged = None
-    started = time.time()
     order = batches(len(rows), args.batch, seed=1000 + shard)
     in_flight: Optional[Tuple[int, int]] = None
     """With --overlap: (outer step, inner step) of the round in flight."""

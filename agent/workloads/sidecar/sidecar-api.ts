@@ -101,6 +101,8 @@ export class SidecarApi {
   private rounds = 0
   /** The newest round this agent averaged, and its group: the final round when the trainer finishes. */
   private lastCompleted?: CompletedRound
+  /** A step after lastCompleted did not average: the tensors may hold the trainer's copy-in or a step alone. */
+  private movedSinceRound = false
   private readonly completion: Completion
   private lastStep?: StepSummary & { at: string }
   private readonly memoryBytes: number
@@ -256,7 +258,9 @@ export class SidecarApi {
     }
     await this.stepLock.run(async () => {
       const self = this.ctx.node.peerId.toString()
-      const last: CompletedRound = this.lastCompleted ?? { round: this.rounds, peers: [self], self, samples: this.stepsOk }
+      const last: CompletedRound = this.lastCompleted !== undefined
+        ? { ...this.lastCompleted, movedSince: this.movedSinceRound }
+        : { round: this.rounds, peers: [self], self, samples: this.stepsOk }
       const snapshot = this.schema !== undefined && this.averager !== undefined ? this.snapshotOf(this.averager, this.schema) : undefined
       await this.completion.trainerFinished(last, snapshot)
     })
@@ -478,6 +482,7 @@ export class SidecarApi {
       this.sharing?.setPriority(this.stepsOk).catch(() => {})
       const completed: CompletedRound = { round: this.rounds, peers: stateHolders(result), self: this.ctx.node.peerId.toString(), samples: this.stepsOk }
       this.lastCompleted = completed
+      this.movedSinceRound = false
       const snapshot = this.snapshotOf(averager, schema)
       await this.ctx.checkpointer?.afterRound(completed, snapshot)
       await this.completion.reached(completed, snapshot)
@@ -487,6 +492,7 @@ export class SidecarApi {
       // A copy-in the region refused ended the round: the trainer's error (regionStep answers it), no failed round.
       if (overlap?.signal.aborted === true) return { error }
       this.stepsFailed++
+      this.movedSinceRound = true
       this.ctx.log.info({ error }, 'sidecar step did not average')
       return { error }
     }

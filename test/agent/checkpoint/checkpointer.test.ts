@@ -97,6 +97,29 @@ test('at completion a member that does not write waits for the writer\'s manifes
   })
 })
 
+test('at completion a writer whose tensors moved after the round (a step that did not average) leaves the round to a member that still holds its result', async () => {
+  await withDir(async dir => {
+    const lines: string[] = []
+    const policy = { store: { kind: 'folder' as const, dir }, every: 10, keep: 5 }
+    const writer = new Checkpointer(policy, 'sw', new AgentMetrics('t'), { info: () => {}, warn: l => lines.push(l) })
+    const member = new Checkpointer(policy, 'sw', new AgentMetrics('t'), quiet)
+    // 'a' leads round 3 by its peer id, but its trainer's last step found no group and moved its tensors (values 9).
+    const round = { round: 3, peers: ['a', 'b'], samples: 3 }
+    const writerTaken: string[] = []
+    const moved = writer.final({ ...round, self: 'a', movedSince: true }, snapshotOf(values(9), 4000, writerTaken), 10_000)
+    assert.equal(await member.final({ ...round, self: 'b' }, snapshotOf(values(3), 4000, []), 300), true)
+    assert.equal(await moved, true)
+    assert.deepEqual(writerTaken, [], 'the writer whose tensors moved wrote nothing')
+    const { checkpoint } = await loadNewestCheckpoint(dir, 'sw', undefined, { log: () => {} })
+    assert.equal(checkpoint?.manifest.round, 3)
+    assert.deepEqual(checkpoint.tensors.get('w'), values(3), 'round 3 holds the round\'s result, not the moved tensors')
+    // Alone (nobody else holds the round), it writes after the wait and says what the checkpoint holds.
+    const alone = new Checkpointer(policy, 'other', new AgentMetrics('t'), { info: () => {}, warn: l => lines.push(l) })
+    assert.equal(await alone.final({ ...round, self: 'a', movedSince: true }, snapshotOf(values(9), 4000, []), 300), true)
+    assert.ok(lines.some(l => /round 3 did not appear within 0 s; writing it here, from tensors that moved after that round/.test(l)), lines.join('\n'))
+  })
+})
+
 test('checkpoint.interval: a round is also written once the interval passed since the newest checkpoint, counting other groups\' writes', async () => {
   await withDir(async dir => {
     // Near the real time: manifests carry the real time of their write, which the checkpointers read back.

@@ -372,6 +372,8 @@ async function stopAgent (a: RunningAgent): Promise<void> {
 }
 
 async function main (): Promise<number> {
+  // Milliseconds since the process began: its modules are loaded (part of a restarted agent's way back into rounds).
+  const modulesLoaded = performance.now()
   let config = loadConfig()
   if (config === undefined) return 2
   const log = pino({ level: config.logLevel, base: { swarm: config.swarm, pod: config.podName } })
@@ -384,7 +386,8 @@ async function main (): Promise<number> {
   // A changed address goes into our peer record, which identify pushes to the peers we know.
   announce?.watch(ANNOUNCE_REREAD_MS, () => { void node.peerStore.patch(node.peerId, { multiaddrs: node.getMultiaddrs().map(a => a.decapsulateCode(P2P_CODE)) }).catch(() => {}) })
   const server = await startMetricsServer(config.podIP, config.metricsPort, metrics.registry, { live: () => true, ready: () => ready && settled })
-  log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort }, 'agent started')
+  const startup = { modulesMs: Math.round(modulesLoaded), nodeMs: Math.round(performance.now() - modulesLoaded) }
+  log.info({ peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String), metricsPort: config.metricsPort, startup }, 'agent started')
   // A sidecar agent's trainer owns the model: tfjs (0.35 s of CPU at every start, a restart's
   // way back into rounds) is loaded only by the builtin workload that trains with it.
   const backend = config.workload === 'builtin' ? (await loadTensorBackend()).name : 'trainer'

@@ -23,8 +23,9 @@ import {
 } from '@aws-sdk/client-s3'
 import { SafetensorsReader, writeSafetensors } from './safetensors.js'
 import { TransferProgress } from '../util/transfer-progress.js'
+import { bucketPrefix, checkBucketOptions, folderKey, s3Url } from './s3-keys.js'
 import {
-  CheckpointError, CheckpointTakenError, DEFAULT_KEEP, MAX_MANIFEST_BYTES, checkSwarmName, checkWriteOptions, dataName, describeWrite, isDataOf,
+  CheckpointError, CheckpointTakenError, DEFAULT_KEEP, MAX_MANIFEST_BYTES, checkWriteOptions, dataName, describeWrite, isDataOf,
   manifestName, oneLine, parseManifest, pruneBound, refuseTaken, roundsOf, schemaMismatch, verifyData, type CheckpointSchema,
   type LoadedCheckpoint, type Manifest, type RoundEntry, type Skipped, type VerifyResult
 } from './manifest.js'
@@ -53,8 +54,6 @@ export interface TransferReport {
 
 export type S3WriteOptions = Omit<import('./checkpoint.js').WriteCheckpointOptions, 'dir'>
 
-const MIN_PART_BYTES = 5 << 20
-const DEFAULT_PART_BYTES = 64 << 20
 /** S3's limit on parts per upload; the part size grows past partBytes when a file needs more. */
 const MAX_PARTS = 10_000
 /** 409 ConditionalRequestConflict (a concurrent conditional write in flight, AWS): retried this many times. */
@@ -90,13 +89,9 @@ export class S3CheckpointStore {
   private readonly partBytes: number
 
   constructor (readonly options: S3StoreOptions, private readonly report?: TransferReport) {
-    if (options.bucket === '') throw new CheckpointError('The S3 bucket name is empty.')
+    this.partBytes = checkBucketOptions(options)
     this.bucket = options.bucket
-    this.prefix = (options.prefix ?? '').replace(/^\/+|\/+$/g, '')
-    this.partBytes = options.partBytes ?? DEFAULT_PART_BYTES
-    if (!Number.isSafeInteger(this.partBytes) || this.partBytes < MIN_PART_BYTES) {
-      throw new CheckpointError(`partBytes must be an integer of at least ${MIN_PART_BYTES}, not ${this.partBytes}.`)
-    }
+    this.prefix = bucketPrefix(options.prefix)
     this.where = options.endpoint ?? `AWS S3 (${options.region})`
     this.client = new S3Client({
       endpoint: options.endpoint,
@@ -107,12 +102,9 @@ export class S3CheckpointStore {
   }
 
   /** `<prefix>/<swarm>/` */
-  folderKey (swarm: string): string {
-    checkSwarmName(swarm)
-    return `${this.prefix === '' ? '' : this.prefix + '/'}${swarm}/`
-  }
+  folderKey (swarm: string): string { return folderKey(this.prefix, swarm) }
 
-  url (key: string): string { return `s3://${this.bucket}/${key}` }
+  url (key: string): string { return s3Url(this.bucket, key) }
 
   /** A missing bucket as one sentence; anything else unchanged. */
   private storeError (err: unknown): unknown {

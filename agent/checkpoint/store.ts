@@ -7,7 +7,8 @@
  */
 import { join } from 'node:path'
 import { listCheckpoints, loadNewestCheckpoint, readManifest, swarmDir, verifyCheckpoint, writeCheckpoint, type WriteCheckpointOptions } from './checkpoint.js'
-import { S3CheckpointStore, type S3StoreOptions, type TransferReport } from './s3-store.js'
+import type { S3CheckpointStore, S3StoreOptions, TransferReport } from './s3-store.js'
+import { bucketPrefix, checkBucketOptions, folderKey, s3Url } from './s3-keys.js'
 import type { CheckpointSchema, LoadedCheckpoint, Manifest, RoundEntry, Skipped } from './manifest.js'
 
 export type StoreWriteOptions = Omit<WriteCheckpointOptions, 'dir'>
@@ -66,34 +67,43 @@ export class FolderStore implements CheckpointStore {
   close (): void {}
 }
 
-/** The S3 store under the same interface. */
+/** The S3 store under the same interface; the SDK is loaded at the first request (s3-keys.ts says why). */
 export class BucketStore implements CheckpointStore {
-  readonly s3: S3CheckpointStore
+  private store?: Promise<S3CheckpointStore>
+  private readonly prefix: string
 
-  constructor (options: S3StoreOptions, report?: TransferReport) { this.s3 = new S3CheckpointStore(options, report) }
-
-  where (swarm: string): string { return this.s3.url(this.s3.folderKey(swarm)) }
-
-  async write (opts: StoreWriteOptions): Promise<{ manifest: Manifest, location: string }> {
-    const { manifest, key } = await this.s3.write(opts)
-    return { manifest, location: this.s3.url(key) }
+  constructor (private readonly options: S3StoreOptions, private readonly report?: TransferReport) {
+    checkBucketOptions(options)
+    this.prefix = bucketPrefix(options.prefix)
   }
 
-  async list (swarm: string): Promise<RoundEntry[]> { return await this.s3.list(swarm) }
+  private async s3 (): Promise<S3CheckpointStore> {
+    this.store ??= import('./s3-store.js').then(m => new m.S3CheckpointStore(this.options, this.report))
+    return await this.store
+  }
 
-  async manifest (swarm: string, round: number): Promise<Manifest | undefined> { return await this.s3.readManifest(swarm, round) }
+  where (swarm: string): string { return s3Url(this.options.bucket, folderKey(this.prefix, swarm)) }
+
+  async write (opts: StoreWriteOptions): Promise<{ manifest: Manifest, location: string }> {
+    const { manifest, key } = await (await this.s3()).write(opts)
+    return { manifest, location: s3Url(this.options.bucket, key) }
+  }
+
+  async list (swarm: string): Promise<RoundEntry[]> { return await (await this.s3()).list(swarm) }
+
+  async manifest (swarm: string, round: number): Promise<Manifest | undefined> { return await (await this.s3()).readManifest(swarm, round) }
 
   async loadNewest (swarm: string, schema: CheckpointSchema, log: (line: string) => void): Promise<{ checkpoint: LoadedCheckpoint | null, skipped: Skipped[] }> {
-    return await this.s3.loadNewest(swarm, schema, { log })
+    return await (await this.s3()).loadNewest(swarm, schema, { log })
   }
 
   async load (swarm: string, round: number, schema: CheckpointSchema): Promise<{ checkpoint: LoadedCheckpoint } | { reason: string }> {
-    const r = await this.s3.verify(swarm, round, { schema, load: true })
+    const r = await (await this.s3()).verify(swarm, round, { schema, load: true })
     if (!r.ok) return { reason: `${r.file}: ${r.reason}` }
-    return { checkpoint: { manifest: r.manifest, path: this.s3.url(this.s3.folderKey(swarm) + r.manifest.file.name), tensors: r.tensors! } }
+    return { checkpoint: { manifest: r.manifest, path: this.where(swarm) + r.manifest.file.name, tensors: r.tensors! } }
   }
 
-  close (): void { this.s3.destroy() }
+  close (): void { void this.store?.then(s => { s.destroy() }, () => {}) }
 }
 
 /** `report`: progress of a bucket's long uploads and downloads (a folder's are local copies). */

@@ -7,8 +7,9 @@ import { runChaos } from '../../tools/faults/chaos-run.js'
 
 // Faults: a smaller chaos run than `npm run chaos` (6 real agent processes, one
 // SIGKILL then restart, one SIGTERM (graceful leave) then restart, one SIGSTOP then SIGCONT, each
-// aimed at an agent in the middle of a step).
-test('chaos: 6 agents survive a SIGKILL+restart, a SIGTERM+restart and a SIGSTOP/SIGCONT mid-round', { timeout: 300_000 }, async () => {
+// aimed at an agent in the middle of a step). The agents run from the one-file bundle the agent image
+// runs (AGENT_BUNDLE, scripts/bundle-agent.mjs), so restarts are tested as pods restart.
+test('chaos: 6 agents of the image\'s bundle survive a SIGKILL+restart, a SIGTERM+restart and a SIGSTOP/SIGCONT mid-round', { timeout: 300_000 }, async () => {
   const outDir = mkdtempSync(join(tmpdir(), 'avs-chaos-'))
   // Faults hit only agents with 2 or more rounds left, and each kill or term waits for its victim's
   // restart (~5 s of rounds on a quiet machine): with 10 rounds the third fault found no agent left
@@ -19,7 +20,7 @@ test('chaos: 6 agents survive a SIGKILL+restart, a SIGTERM+restart and a SIGSTOP
     agents: 6, bootstrap: 2, rounds, seed: 'test', elements: 16384, periodMs: 1000,
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: 10 },
     faults: ['kill', 'term', 'stop'], warmupLimitMs: 120_000, faultGapMs: 2000, freezeMs: 4000, restartDelayMs: 500,
-    subnet: 1 + (process.pid % 200), slackMs, outDir, log: () => {}
+    subnet: 1 + (process.pid % 200), slackMs, outDir, bundled: true, log: () => {}
   })
   const detail = `${JSON.stringify(r.faults)}\n${r.violations.join('\n')}\nlogs: ${outDir}`
   assert.equal(r.faults.length, 3, `every fault was injected\n${detail}`)

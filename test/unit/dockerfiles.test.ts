@@ -49,22 +49,29 @@ const chart = parse(readFileSync('charts/averaging-swarm/Chart.yaml', 'utf8'))
 const values = parse(readFileSync('charts/averaging-swarm/values.yaml', 'utf8'))
 
 describe('Dockerfiles', () => {
-  for (const [file, main, defaultImage] of [
-    ['Dockerfile.operator', 'dist/operator/main.js', `${values.image.repository}:${chart.appVersion}`],
-    ['Dockerfile.agent', 'dist/agent/main.js', `${values.agent.image.repository}:${chart.appVersion}`]
+  // The agent image runs the agent bundled into one file (scripts/bundle-agent.mjs) from dist/agent/main.js: the
+  // modules checked are the bundle's sources.
+  for (const [file, main, source, defaultImage] of [
+    ['Dockerfile.operator', 'dist/operator/main.js', 'dist/operator/main.js', `${values.image.repository}:${chart.appVersion}`],
+    ['Dockerfile.agent', 'dist/agent-bundle/main.js', 'dist/agent/main.js', `${values.agent.image.repository}:${chart.appVersion}`]
   ] as const) {
-    test(`${file}: starts ${main}, which exists and loads only copied sources and production dependencies`, () => {
+    test(`${file}: starts ${main}, which exists and is built from copied sources and production dependencies only`, () => {
       const d = readDockerfile(file)
       assert.deepEqual(d.entrypoint, ['node', main])
       assert.ok(existsSync(main), `${main} exists after npm run build`)
-      const { files, packages } = importClosure(main)
+      if (main !== source) {
+        const text = readFileSync(file, 'utf8')
+        assert.match(text, /^COPY scripts\/bundle-agent\.mjs scripts\/bundle-agent\.mjs$/m, `${file} copies the bundling script`)
+        assert.match(text, /node scripts\/bundle-agent\.mjs \\\n && npm prune/, `${file} bundles the agent before the dev dependencies (esbuild) are pruned`)
+      }
+      const { files, packages } = importClosure(source)
       assert.ok(files.length > 5, 'the import walk found the entry point\'s modules')
       for (const f of files) {
         assert.ok(existsSync(f), `${f} exists`)
         const top = relative('dist', f).split('/')[0]
         assert.ok(d.copiedDirs.includes(top), `${f} comes from ${top}/, which ${file} copies (${d.copiedDirs.join(', ')})`)
       }
-      for (const p of packages) assert.ok(p in pkg.dependencies, `${p} (imported by ${main}) is a production dependency, so npm prune --omit=dev keeps it`)
+      for (const p of packages) assert.ok(p in pkg.dependencies, `${p} (imported by ${source}) is a production dependency, so npm prune --omit=dev keeps it`)
     })
 
     test(`${file}: multi-stage, non-root, tagged as the chart's default image`, () => {

@@ -795,12 +795,12 @@ export class DecentralizedAverager {
       // is larger than a request and queues behind other members' parts (no new parameter).
       deadlineSlackMs: 2 * config.requestTimeout * 1000,
       reducerTimeoutMs: Math.min(allreduceMs, 2 * senderTimeoutMs),
-      // A late member that echoes matchmaking's liveness check is waited for, up to the fixed
+      // A late member that answers matchmaking's liveness check is waited for, up to the fixed
       // timeouts: on a congested link one TCP flow can stall for seconds. No verdict (a client-mode
       // member serves no check) proves nothing: it is cut off as before.
       alive: async (peer, withinMs, signal) => {
         const verdict = await this.matchmaker.liveness.check(peerIdFromString(peer), withinMs, signal)
-        return verdict === 'no verdict' ? 'unknown' : verdict === 'echoed'
+        return verdict === 'no verdict' ? 'unknown' : verdict === 'answered'
       },
       aliveCheckMs: config.requestTimeout * 1000,
       kernels: config.kernels,

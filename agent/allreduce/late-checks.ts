@@ -11,7 +11,7 @@
  * later checks `probeMs` before each limit. A member silent through a check is cut off as the check ends;
  * one whose check gives no verdict (a client-mode agent serves none) at its limit.
  * The floor (two request timeouts) is there for members that are alive and slow; one that does not
- * answer a one-byte echo within a request timeout is not (SIGSTOP, a dead host behind an open
+ * answer a one-byte liveness check within a request timeout is not (SIGSTOP, a dead host behind an open
  * connection). With the check only `probeMs` before the floor's limit, a frozen member of a round of
  * small tensors held its group the whole floor: the chaos harness's freezes, ~2.05 s per round where
  * the round took 40 ms, three members each, about 1 % of the swarm's time at one freeze per 30 s.
@@ -88,14 +88,14 @@ export class LateChecks {
   /**
    * When member i's next check starts: probeMs before the limit, or sooner once it is late by the
    * statistics if it has not been checked yet this round (a member slow on every part answers once,
-   * not one echo a part).
+   * not one check a part).
    */
   private checkAt (i: number, since: number, limit: number, checkMs: number): number {
     const beforeLimit = limit - this.options!.probeMs
     return this.checked.has(i) ? beforeLimit : Math.min(beforeLimit, since + checkMs)
   }
 
-  /** The limit of member i's wait: from `since`, or from its last echo if later. */
+  /** The limit of member i's wait: from `since`, or from its last answer if later. */
   private limit (i: number, since: number, limitMs: number): number {
     return Math.max(since, this.aliveSince.get(i) ?? since) + limitMs
   }

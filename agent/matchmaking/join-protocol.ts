@@ -18,7 +18,7 @@ export const MAX_JOIN_STREAMS_PER_PEER = 4
 export const MAX_JOIN_STREAMS_PER_CONNECTION = 32
 
 /**
- * Liveness: the asker's byte echoed, on the event loop with no lock or matchmaking
+ * Liveness: one byte sent as the stream opens, on the event loop with no lock or matchmaking
  * state behind it. Its own protocol rather than libp2p's ping, which allows one outbound stream
  * per connection, shared with libp2p's connection monitor: a monitor ping hanging on a frozen peer,
  * or a previous ping's stream still closing (seen for seconds at 64 agents in one process), refused

@@ -8,6 +8,15 @@ import { Silences } from './silences.js'
 
 /** A liveness check that failed at once (a dial refused, a stream limit) is tried again after this, within its request timeout. */
 const CHECK_RETRY_MS = 50
+/**
+ * How long an answered check's stream may stay open before we abort it: its asker closes it once it
+ * read the answer, which on a congested link comes seconds after we sent it. A bound of a request
+ * timeout (2 s) reset streams whose answer and close were still queued behind parts, and the reset,
+ * right behind them, failed the asker's negotiation (bench:links under load, one run in 8: "The
+ * stream has been reset" after 7.2 s). The bound is only there so that an asker that never closes
+ * holds no stream for good (8 per connection at most).
+ */
+export const ANSWERED_HOLD_MS = 60_000
 /** The liveness protocol's answer. */
 const ALIVE = new Uint8Array([1])
 
@@ -15,8 +24,8 @@ const ALIVE = new Uint8Array([1])
 function aborted (signal: AbortSignal | undefined): boolean { return signal?.aborted === true }
 
 /**
- * Both sides of matchmaking's liveness check (`/avs/<prefix>/alive/1.0.0`, a one-byte echo): whether a
- * leader we follow, or a peer we see looking, is still there. Not libp2p's ping, whose one outbound
+ * Both sides of matchmaking's liveness check (`/avs/<prefix>/alive/1.0.0`: one byte, sent as the
+ * stream opens): whether a leader we follow, or a peer we see looking, is still there. Not libp2p's ping, whose one outbound
  * stream per connection is shared with libp2p's connection monitor (RELIABILITY.md).
  */
 export class Liveness {
@@ -31,18 +40,25 @@ export class Liveness {
     private readonly now: () => number = () => Date.now() / 1000
   ) {}
 
-  /** Answers others' checks; a stream still open `requestTimeoutMs` after it came is aborted. */
-  async serve (requestTimeoutMs: number): Promise<void> {
-    // Echoes the asker's first byte, then closes; the asker tears the stream down once answered.
-    // Whatever is still open a request timeout after it came (an asker that sends nothing, a close
-    // the asker never completes) is aborted: no peer holds these streams longer than an ask.
+  /** Answers others' checks as their streams open; one its asker has not closed `holdMs` later is aborted. */
+  async serve (holdMs: number = ANSWERED_HOLD_MS): Promise<void> {
+    // Answers as soon as the stream is negotiated; the asker tears the stream down once answered.
+    // Not an echo of the asker's byte: that byte comes a round trip after the negotiation, and where
+    // the connection also carries an all-reduce's parts (libp2p data path) it queued behind them for
+    // seconds, past the 2-s bound we then put on the stream, so every check of a member on a
+    // congested connection ended unanswered (4 agents on 10 Mbit/s links, bench:links: 23 checks,
+    // 23 "closed unanswered" after 2.1–5.2 s). Answered at once, the check is the one round trip
+    // check-budget.ts allows for. An asker from before this still sends its byte, and reads the
+    // answer whenever it comes (a stream buffers what arrives before its reader).
+    // Our end is closed only once the asker's byte came, never with the answer: a close that reached
+    // the asker with it, before its negotiation had put back the byte read past the protocol's name,
+    // closed its readable end first and failed the check ("Cannot push data onto a stream that is
+    // closed", bench:links under load).
     await this.node.handle(aliveProtocol(this.prefix), (stream) => {
-      const bound = setTimeout(() => { stream.abort(new MatchmakingError('liveness stream idle past a request timeout')) }, requestTimeoutMs)
+      const bound = setTimeout(() => { stream.abort(new MatchmakingError('liveness stream left open past its hold')) }, holdMs)
       stream.addEventListener('close', () => { clearTimeout(bound) }, { once: true })
-      stream.addEventListener('message', () => {
-        try { stream.send(ALIVE) } catch {}
-        stream.close().catch(() => {})
-      }, { once: true })
+      stream.addEventListener('message', () => { stream.close().catch(() => {}) }, { once: true })
+      try { stream.send(ALIVE) } catch {}
     }, { maxInboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, maxOutboundStreams: MAX_ALIVE_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
   }
 
@@ -51,8 +67,8 @@ export class Liveness {
   }
 
   /**
-   * Whether `peer` answers a liveness check (aliveProtocol: one byte echoed, which a live agent
-   * does on its event loop whatever its matchmaking waits on) within `withinMs`, counted in time our
+   * Whether `peer` answers a liveness check (aliveProtocol: one byte as the stream opens, which a live
+   * agent sends on its event loop whatever its matchmaking waits on) within `withinMs`, counted in time our
    * own event loop was awake (awake-timeout.ts): false only when a check was outstanding that long
    * without an answer (a frozen process, which does not even complete
    * the protocol negotiation), or when every attempt for that long failed at once with no
@@ -65,18 +81,18 @@ export class Liveness {
   }
 
   /**
-   * The check itself: 'echoed' (the peer answered), 'silent' (see answers: no answer, or no
+   * The check itself: 'answered' (the peer answered), 'silent' (see answers: no answer, or no
    * connection, for withinMs) or 'no verdict' (it does not speak the protocol, as a client-mode
    * agent that serves nothing; a failure at once while connected; `signal` aborted).
    */
-  async check (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<'echoed' | 'silent' | 'no verdict'> {
+  async check (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<'answered' | 'silent' | 'no verdict'> {
     const verdict = await this.verdict(peer, withinMs, signal)
     if (verdict === 'silent') this.silences.noteSilent(peer.toString(), this.now())
-    else if (verdict === 'echoed') this.silences.noteAlive(peer.toString(), this.now())
+    else if (verdict === 'answered') this.silences.noteAlive(peer.toString(), this.now())
     return verdict
   }
 
-  private async verdict (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<'echoed' | 'silent' | 'no verdict'> {
+  private async verdict (peer: PeerId, withinMs: number, signal?: AbortSignal): Promise<'answered' | 'silent' | 'no verdict'> {
     const started = Date.now()
     for (;;) {
       if (aborted(signal)) return 'no verdict'
@@ -100,9 +116,10 @@ export class Liveness {
           opened.addEventListener('message', yes)
           opened.addEventListener('close', no)
           any.addEventListener('abort', no)
+          // Agents from before answering at once wait for this byte before they answer.
           opened.send(ALIVE)
         })
-        if (answered) return 'echoed'
+        if (answered) return 'answered'
         if (aborted(signal)) return 'no verdict'
         if (timeout.aborted) return 'silent'
         this.log?.debug(`liveness check of ${peer.toString().slice(-6)} closed unanswered after ${Date.now() - started} ms`)

@@ -1,6 +1,7 @@
 /**
  * The agent as a process seen from outside: how the local swarm (cli/), the benchmarks (bench/), the
- * fault-injection runs (tools/faults/) and the tests start dist/agent/main.js. One agent is configured by an
+ * fault-injection runs (tools/faults/) and the tests start the agent: the bundle the agent image runs
+ * (dist/agent-bundle/main.js), or dist/agent/main.js as tsc leaves it where asked. One agent is configured by an
  * env record whose names come from the agent's env contract (api/agent-env.ts), never spelled here.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -37,7 +38,7 @@ export function agentEnv (values: Partial<Record<AgentEnvKey, string | number | 
 }
 
 /** The command line that runs the agent, inside a network namespace (`ip netns exec`) when one is named. */
-export function agentCommand (netns?: string, main: string = AGENT_MAIN): [string, string[]] {
+export function agentCommand (netns?: string, main: string = AGENT_BUNDLE): [string, string[]] {
   return netns !== undefined
     ? ['ip', ['netns', 'exec', netns, process.execPath, main]]
     : [process.execPath, [main]]
@@ -53,12 +54,12 @@ export interface AgentProcessOptions {
   readonly netns?: string
   /** Called when an incarnation exits, with its exit code or signal. */
   readonly onExit?: (code: number | null, signal: NodeJS.Signals | null) => void
-  /** The entry point: AGENT_MAIN (default) or AGENT_BUNDLE, which the agent image runs. */
+  /** The entry point: AGENT_BUNDLE (default), which the agent image runs, or AGENT_MAIN, as tsc leaves it. */
   readonly main?: string
 }
 
 /**
- * One agent as a real OS process (dist/agent/main.js), optionally inside a network namespace. A
+ * One agent as a real OS process (the image's bundle by default), optionally inside a network namespace. A
  * restart starts a new process with the same env, as a kubelet restarts a pod's container. Every
  * incarnation appends to the same log file, so "loaded the swarm state" lines can be counted.
  */

@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { createServer, type Server } from 'node:net'
-import { AGENT_MAIN, agentEnv } from '../../agent/process/agent-process.js'
+import { AGENT_BUNDLE, agentEnv } from '../../agent/process/agent-process.js'
 import { freePorts, listenOn } from '../../agent/util/ports.js'
 
 // A port the agent cannot listen on (taken by another process on a host-network node, a wrong
@@ -16,7 +16,7 @@ async function hold (): Promise<{ server: Server, port: number }> {
 }
 
 async function agentExit (env: Record<string, string>): Promise<{ code: number | null, stderr: string }> {
-  const child = spawn(process.execPath, [AGENT_MAIN], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
+  const child = spawn(process.execPath, [AGENT_BUNDLE], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const code = await new Promise<number | null>(resolve => child.on('exit', resolve))

@@ -6,7 +6,7 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { AGENT_MAIN } from '../../agent/process/agent-process.js'
+import { AGENT_BUNDLE } from '../../agent/process/agent-process.js'
 import { loadNewestCheckpoint } from '../../agent/checkpoint/index.js'
 
 const CLI = fileURLToPath(new URL('../../cli/local-swarm.js', import.meta.url))
@@ -35,7 +35,7 @@ spec:
 ${extra}`
 
 test('the agent rejects bad environment values with one sentence each and no stack trace', async () => {
-  const { code, err } = await run(AGENT_MAIN, [], { AVS_SWARM: '', AVS_POD_NAME: 'x-0', AVS_PREFIX: 'p', AVS_TARGET_GROUP_SIZE: 'four', AVS_PERIOD: '10 minutes' })
+  const { code, err } = await run(AGENT_BUNDLE, [], { AVS_SWARM: '', AVS_POD_NAME: 'x-0', AVS_PREFIX: 'p', AVS_TARGET_GROUP_SIZE: 'four', AVS_PERIOD: '10 minutes' })
   assert.equal(code, 2)
   assert.match(err, /AVS_SWARM is required/)
   assert.match(err, /AVS_TARGET_GROUP_SIZE: "four" is not an integer/)

@@ -20,7 +20,7 @@ test('chaos: 6 agents of the image\'s bundle survive a SIGKILL+restart, a SIGTER
     agents: 6, bootstrap: 2, rounds, seed: 'test', elements: 16384, periodMs: 1000,
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: 10 },
     faults: ['kill', 'term', 'stop'], warmupLimitMs: 120_000, faultGapMs: 2000, freezeMs: 4000, restartDelayMs: 500,
-    subnet: 1 + (process.pid % 200), slackMs, outDir, bundled: true, log: () => {}
+    subnet: 1 + (process.pid % 200), slackMs, outDir, log: () => {}
   })
   const detail = `${JSON.stringify(r.faults)}\n${r.violations.join('\n')}\nlogs: ${outDir}`
   assert.equal(r.faults.length, 3, `every fault was injected\n${detail}`)

@@ -2,7 +2,7 @@ import { appendFileSync, mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { seededRandom } from '../../agent/util/random.js'
 import { startStaticDns } from '../../cli/local/dns.js'
-import { AGENT_BUNDLE, AgentProcess, stopAgents } from '../../agent/process/agent-process.js'
+import { AGENT_MAIN, AgentProcess, stopAgents } from '../../agent/process/agent-process.js'
 import { buildSidecarSwarm, type SwarmTiming } from './sidecar-swarm.js'
 import { runTrainer, type StartRecord, type StepRecord } from './sidecar-trainer.js'
 import { spread, rises } from './consensus.js'
@@ -43,8 +43,8 @@ export interface ChaosOptions {
   readonly outDir: string
   /** The agents' log level (default info). */
   readonly logLevel?: string
-  /** Run the agents from the bundle the agent image runs (AGENT_BUNDLE) instead of dist/agent/main.js. */
-  readonly bundled?: boolean
+  /** Run the agents from dist/agent/main.js as tsc leaves it (~970 modules) instead of the bundle the agent image runs. */
+  readonly unbundled?: boolean
   /**
    * Seconds from SIGTERM to the kill in a term fault: the swarm's terminationGracePeriodSeconds,
    * which the agents hear of (default 30, Kubernetes' when the spec sets none).
@@ -131,7 +131,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     logLevel: o.logLevel,
     ...(o.graceSeconds !== undefined ? { terminationGraceSeconds: o.graceSeconds } : {})
   }).then(r => { for (const [k, v] of r.dnsRecords) records.set(k, v); return r })
-  const procs = agents.map(a => new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir, ...(o.bundled === true ? { main: AGENT_BUNDLE } : {}) }))
+  const procs = agents.map(a => new AgentProcess({ name: a.name, env: a.env, logDir: o.outDir, ...(o.unbundled === true ? { main: AGENT_MAIN } : {}) }))
   const t = o.timing
   // The averager's step timeout bounds matchmaking; a formed group then has the all-reduce timeout.
   const stepTimeoutMs = (2 * t.averagingExpiration + t.allreduceTimeout) * 1000

@@ -61,7 +61,7 @@ function commandLine (): Command {
     .option('--slack <ms>', 'allowance over each step\'s bound for HTTP and JSON on a loaded machine', '2000')
     .option('--out <dir>', 'agent logs', 'runs')
     .option('--grace <s>', 'seconds from SIGTERM to SIGKILL in a term fault: the swarm\'s terminationGracePeriodSeconds, which the agents hear of (a round still running near the kill hands its span off)')
-    .option('--bundled', 'run the agents from dist/agent-bundle/main.js, the one file the agent image runs (npm run build makes it), not dist/agent/main.js')
+    .option('--unbundled', 'run the agents from dist/agent/main.js as tsc leaves it (~970 modules), not dist/agent-bundle/main.js, the one file the agent image runs (the default)')
     .option('--log-level <level>', 'the agents\' log level (debug: matchmaking\'s and the all-reduce\'s decisions, to tell what a slow step waited for)', 'info')
 }
 
@@ -78,7 +78,7 @@ async function main (): Promise<void> {
     periodMs: Number(o.period), faults, warmupLimitMs: 120_000, faultGapMs: Number(o.faultGap), fixedCadence: o.fixedCadence !== undefined, overlap: o.overlap !== undefined,
     freezeMs: Number(o.freeze), restartDelayMs: Number(o.restartDelay),
     timing: { targetGroupSize: 4, minGroupSize: 2, averagingExpiration: 3, requestTimeout: 1, allreduceTimeout: Number(o.allreduceTimeout) },
-    subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, logLevel: o.logLevel, bundled: o.bundled !== undefined,
+    subnet: 1 + (process.pid % 200), slackMs: Number(o.slack), outDir, logLevel: o.logLevel, unbundled: o.unbundled !== undefined,
     ...(o.grace !== undefined ? { graceSeconds: Number(o.grace) } : {}), log: (l) => { console.log(l) }
   }
   let baseline: ChaosResult | undefined

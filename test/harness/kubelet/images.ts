@@ -6,7 +6,7 @@
 import { join } from 'node:path'
 import type { V1Container } from '@kubernetes/client-node'
 import { repoRoot } from '../paths.js'
-import { AGENT_MAIN } from '../../../agent/process/agent-process.js'
+import { AGENT_BUNDLE } from '../../../agent/process/agent-process.js'
 
 export interface ImageEntrypoint {
   /** argv[0]; relative paths are resolved against `cwd`. */
@@ -21,7 +21,8 @@ export type ImageTable = ReadonlyArray<readonly [string, ImageEntrypoint]>
 const node = join(repoRoot, 'node_modules', '.bin', 'node')
 
 export const DEFAULT_IMAGES: ImageTable = [
-  ['averaging-swarm/agent', { entrypoint: [node, AGENT_MAIN], cwd: repoRoot }],
+  // The one file Dockerfile.agent's entrypoint runs (npm run build bundles it), so pods here start as the image's do.
+  ['averaging-swarm/agent', { entrypoint: [node, AGENT_BUNDLE], cwd: repoRoot }],
   ['averaging-swarm/operator', { entrypoint: [node, join(repoRoot, 'dist', 'operator', 'main.js')], cwd: repoRoot }],
   // A tiny HTTP server for the harness's own proofs (test/harness/images/http-echo.ts).
   ['averaging-swarm/http-echo', { entrypoint: [node, join(repoRoot, 'dist', 'test', 'harness', 'images', 'http-echo.js')], cwd: repoRoot }]

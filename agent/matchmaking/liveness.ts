@@ -9,14 +9,16 @@ import { Silences } from './silences.js'
 /** A liveness check that failed at once (a dial refused, a stream limit) is tried again after this, within its request timeout. */
 const CHECK_RETRY_MS = 50
 /**
- * How long an answered check's stream may stay open before we abort it: its asker closes it once it
- * read the answer, which on a congested link comes seconds after we sent it. A bound of a request
- * timeout (2 s) reset streams whose answer and close were still queued behind parts, and the reset,
- * right behind them, failed the asker's negotiation (bench:links under load, one run in 8: "The
- * stream has been reset" after 7.2 s). The bound is only there so that an asker that never closes
- * holds no stream for good (8 per connection at most).
+ * How long an answered check's stream may stay open before we abort it, in request timeouts: its
+ * asker closes it once it read the answer, which on a congested link comes seconds after we sent it.
+ * A bound of one request timeout (2 s) reset streams whose answer was still queued behind parts, and
+ * the reset, right behind it, failed the asker's negotiation (bench:links under load, one run in 8:
+ * "The stream has been reset" after 7.2 s). Five cover the longest an asker waits for the answer
+ * there (check-budget.ts: a request timeout plus two yamux windows each way at the flow's rate,
+ * ~7 s at 10 Mbit/s with 2-s requests); a peer that opens the stream and never closes it holds it
+ * no longer than that (the fuzz harness's idle streams).
  */
-export const ANSWERED_HOLD_MS = 60_000
+export const ANSWERED_HOLD_REQUESTS = 5
 /** The liveness protocol's answer. */
 const ALIVE = new Uint8Array([1])
 
@@ -40,8 +42,9 @@ export class Liveness {
     private readonly now: () => number = () => Date.now() / 1000
   ) {}
 
-  /** Answers others' checks as their streams open; one its asker has not closed `holdMs` later is aborted. */
-  async serve (holdMs: number = ANSWERED_HOLD_MS): Promise<void> {
+  /** Answers others' checks as their streams open; a stream still open ANSWERED_HOLD_REQUESTS request timeouts later is aborted. */
+  async serve (requestTimeoutMs: number): Promise<void> {
+    const holdMs = ANSWERED_HOLD_REQUESTS * requestTimeoutMs
     // Answers as soon as the stream is negotiated; the asker tears the stream down once answered.
     // Not an echo of the asker's byte: that byte comes a round trip after the negotiation, and where
     // the connection also carries an all-reduce's parts (libp2p data path) it queued behind them for

@@ -157,7 +157,7 @@ export class Matchmaker {
       },
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
-    await this.liveness.serve()
+    await this.liveness.serve(this.config.requestTimeout * 1000)
   }
 
   async stop (): Promise<void> {

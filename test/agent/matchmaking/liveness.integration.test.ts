@@ -14,7 +14,7 @@ const WITHIN_MS = 300
 test('liveness: a live peer is not judged silent because our own event loop stalled past the timeout', { timeout: 30_000 }, async () => {
   const [asker, peer] = await startConnectedNodes(2)
   const served = new Liveness(peer, 'test')
-  await served.serve()
+  await served.serve(1000)
   try {
     const liveness = new Liveness(asker, 'test')
     assert.equal(await liveness.check(peer.peerId, WITHIN_MS), 'answered', 'a quick check')
@@ -52,7 +52,7 @@ test('liveness: a peer that holds the check unanswered is silent within about th
 test('liveness: a live peer answers as the stream opens, without waiting for a byte from the asker', { timeout: 30_000 }, async () => {
   const [asker, peer] = await startConnectedNodes(2)
   const served = new Liveness(peer, 'test')
-  await served.serve()
+  await served.serve(1000)
   try {
     const stream = await asker.dialProtocol(peer.peerId, aliveProtocol('test'))
     // Nothing sent: the asker's byte is still queued behind megabytes, as on a congested link.

@@ -26,7 +26,7 @@ const prometheus = prometheusBinary()
 const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build'
   : helm === undefined ? 'the helm layer package is not installed: run npm ci'
     : prometheus === undefined ? 'prometheus is not installed: apt-get install prometheus'
-      : !existsSync('dist/agent/main.js') || !existsSync('dist/operator/main.js') ? 'the agent or the operator is not built' : false
+      : !existsSync('dist/agent-bundle/main.js') || !existsSync('dist/operator/main.js') ? 'the agent or the operator is not built' : false
 
 /**
  * Queries whose metrics the code defines but does not yet emit: these run as TODO (reported, not

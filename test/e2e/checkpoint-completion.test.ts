@@ -28,8 +28,8 @@ const SWARM = 'ckpt'
 const CLAIM = 'avs-checkpoints'
 const PV = 'avs-checkpoints-pv'
 const ROUNDS = 6
-const AGENT_BUILT = existsSync('dist/agent/main.js')
-const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build' : !AGENT_BUILT ? 'needs dist/agent/main.js' : false
+const AGENT_BUILT = existsSync('dist/agent-bundle/main.js')
+const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build' : !AGENT_BUILT ? 'needs dist/agent-bundle/main.js (npm run build)' : false
 
 describe('checkpoints and completion on a real cluster', { skip, timeout: 600_000 }, () => {
   let cluster: Cluster

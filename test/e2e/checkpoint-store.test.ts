@@ -30,8 +30,8 @@ import { S3CheckpointStore } from '../../agent/checkpoint/s3-store.js'
 import { startVersitygw, versitygwBinary, versitygwBuilt } from '../agent/checkpoint/versitygw.js'
 
 const NS = 'ml'
-const AGENT_BUILT = existsSync('dist/agent/main.js')
-const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build' : !AGENT_BUILT ? 'needs dist/agent/main.js' : false
+const AGENT_BUILT = existsSync('dist/agent-bundle/main.js')
+const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build' : !AGENT_BUILT ? 'needs dist/agent-bundle/main.js (npm run build)' : false
 /** Rounds every few seconds: groups of two, short timeouts. */
 const FAST = { targetGroupSize: 2, minGroupSize: 2, averagingExpiration: '3s', requestTimeout: '1s', allreduceTimeout: '20s', period: '2s' }
 const TRAINER_LINE = 'trainer: no data to train on'

@@ -26,7 +26,7 @@ const NS = 'ml'
 const HOST = 'hostport'
 const LB = 'balanced'
 const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build'
-  : !existsSync('dist/agent/main.js') || !existsSync('dist/operator/main.js') ? 'the operator or the agent is not built' : false
+  : !existsSync('dist/agent-bundle/main.js') || !existsSync('dist/operator/main.js') ? 'the operator or the agent is not built' : false
 
 describe('exposed swarms, joined from outside the cluster', { skip, timeout: 180_000 }, () => {
   let cluster: Cluster

@@ -19,7 +19,7 @@ const NS = 'ml'
 const RELEASE = 'avs'
 const DEPLOYMENT = 'avs-averaging-swarm'
 const CRD = 'averagingswarms.averaging.swarm.io'
-const AGENT_BUILT = existsSync('dist/agent/main.js')
+const AGENT_BUILT = existsSync('dist/agent-bundle/main.js')
 const helm = helmBinary()
 const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build'
   : helm === undefined ? 'the helm layer package is not installed: run npm ci'

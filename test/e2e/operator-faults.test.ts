@@ -24,7 +24,7 @@ const NS = 'faults'
 const SWARM = 'roll'
 const HASH = 'averaging.swarm.io/config-hash'
 const skip = !controlPlaneBuilt() ? 'the control plane is not built: run npm run cluster:build'
-  : !existsSync('dist/agent/main.js') ? 'the agent is not built' : false
+  : !existsSync('dist/agent-bundle/main.js') ? 'the agent is not built' : false
 
 type Kind = 'Pod' | 'StatefulSet' | 'Service' | 'Secret' | 'ConfigMap' | 'PodDisruptionBudget'
 const OWNED: Kind[] = ['StatefulSet', 'Service', 'Secret', 'ConfigMap', 'PodDisruptionBudget']

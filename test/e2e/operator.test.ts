@@ -23,7 +23,7 @@ import { AGENT_CONTAINER } from '../../operator/builders/pod-template.js'
 import { operatorKubeconfig } from './operator-identity.js'
 
 const NS = 'ml'
-const AGENT_BUILT = existsSync('dist/agent/main.js')
+const AGENT_BUILT = existsSync('dist/agent-bundle/main.js')
 const skip = controlPlaneBuilt() ? false : 'the control plane is not built: run npm run cluster:build'
 
 describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
@@ -115,7 +115,7 @@ describe('operator on a real cluster', { skip, timeout: 600_000 }, () => {
     assert.deepEqual(wrong, [])
   })
 
-  test('an agent that exits on its configuration: the Degraded condition and an Event say why', { skip: AGENT_BUILT ? false : 'needs dist/agent/main.js' }, async () => {
+  test('an agent that exits on its configuration: the Degraded condition and an Event say why', { skip: AGENT_BUILT ? false : 'needs dist/agent-bundle/main.js (npm run build)' }, async () => {
     // Every averaging parameter the CRD admits runs; a variable outside the averaging table
     // (AVS_KERNELS, which the operator leaves to the user) can still stop the agent.
     await rest.request('POST', resourcePath('AveragingSwarm', NS), {

@@ -141,7 +141,7 @@ describe('pod status', () => {
 describe('image table', () => {
   it('maps the agent image to the checkout and honours container.command', () => {
     const agent = resolveCommand({ name: 'a', image: 'ghcr.io/x/averaging-swarm/agent:1.0', args: ['--x'] }, DEFAULT_IMAGES, '/tmp')
-    assert.ok(typeof agent !== 'string' && agent.args[0].endsWith('dist/agent/main.js') && agent.args[1] === '--x')
+    assert.ok(typeof agent !== 'string' && agent.args[0].endsWith('dist/agent-bundle/main.js') && agent.args[1] === '--x', 'the one file Dockerfile.agent runs')
     assert.equal(agent.fromImage, 2, 'node and the entry script are the checkout\'s, never rewritten as volume paths')
     const sleep = resolveCommand({ name: 's', image: 'busybox', command: ['sleep', '5'] }, DEFAULT_IMAGES, '/tmp')
     assert.deepEqual(sleep, { file: 'sleep', args: ['5'], cwd: '/tmp', fromImage: 0 })

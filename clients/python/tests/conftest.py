@@ -1,4 +1,4 @@
-"""Real agents as processes (``node dist/agent/main.js``, workload sidecar), one shared-memory folder each."""
+"""Real agents as processes (``node dist/agent-bundle/main.js``, the one file the agent image runs; workload sidecar), one shared-memory folder each."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-AGENT_MAIN = REPO / "dist" / "agent" / "main.js"
+AGENT_MAIN = REPO / "dist" / "agent-bundle" / "main.js"
 NODE = REPO / "node_modules" / ".bin" / "node"
 
 

@@ -98,7 +98,7 @@ test('the agent container keeps its log tail as termination message (FallbackToL
 })
 
 test('the agent prints an invalid configuration as one last stderr line naming field and variable, and exits 2', () => {
-  const r = spawnSync(process.execPath, ['dist/agent/main.js'], {
+  const r = spawnSync(process.execPath, ['dist/agent-bundle/main.js'], {
     env: { PATH: process.env.PATH, AVS_SWARM: 'demo', AVS_POD_NAME: 'demo-agent-2', AVS_PREFIX: 'ml_demo', AVS_ALLREDUCE_TIMEOUT: '0s', AVS_MIN_GROUP_SIZE: '1' },
     encoding: 'utf8', timeout: 60_000
   })

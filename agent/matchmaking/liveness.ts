@@ -18,7 +18,7 @@ const CHECK_RETRY_MS = 50
  * ~7 s at 10 Mbit/s with 2-s requests); a peer that opens the stream and never closes it holds it
  * no longer than that (the fuzz harness's idle streams).
  */
-export const ANSWERED_HOLD_REQUESTS = 5
+const ANSWERED_HOLD_REQUESTS = 5
 /** The liveness protocol's answer. */
 const ALIVE = new Uint8Array([1])
 
@@ -27,8 +27,9 @@ function aborted (signal: AbortSignal | undefined): boolean { return signal?.abo
 
 /**
  * Both sides of matchmaking's liveness check (`/avs/<prefix>/alive/1.0.0`: one byte, sent as the
- * stream opens): whether a leader we follow, or a peer we see looking, is still there. Not libp2p's ping, whose one outbound
- * stream per connection is shared with libp2p's connection monitor (RELIABILITY.md).
+ * stream opens): whether a leader we follow, or a peer we see looking, is still there. Not libp2p's
+ * ping, whose one outbound stream per connection is shared with libp2p's connection monitor
+ * (RELIABILITY.md).
  */
 export class Liveness {
   /** What the checks found (and what other requests found: Silences), for later searches. */
@@ -42,7 +43,7 @@ export class Liveness {
     private readonly now: () => number = () => Date.now() / 1000
   ) {}
 
-  /** Answers others' checks as their streams open; a stream still open ANSWERED_HOLD_REQUESTS request timeouts later is aborted. */
+  /** Answers others' checks as their streams open; one still open ANSWERED_HOLD_REQUESTS request timeouts later is aborted. */
   async serve (requestTimeoutMs: number): Promise<void> {
     const holdMs = ANSWERED_HOLD_REQUESTS * requestTimeoutMs
     // Answers as soon as the stream is negotiated; the asker tears the stream down once answered.

@@ -9,6 +9,8 @@ export interface LinksRow {
   readonly rates: readonly number[]
   readonly impl: string
   readonly codec: string
+  /** Where the row's peer logs (and flows.md) are. */
+  readonly logDir: string
   readonly outcome: RunOutcome
   readonly stats: RunStats | null
   /** Busiest link at line rate with equal spans (ring all-reduce, undeclared bandwidth). */

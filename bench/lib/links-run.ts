@@ -91,7 +91,7 @@ export async function runLinksRow (o: LinksRowOptions): Promise<LinksRow> {
   }
   const bytes = elements * bytesPerElement(codec)
   return {
-    profile, rates, impl, codec, outcome, stats: statsOf(outcome), flows,
+    profile, rates, impl, codec, logDir, outcome, stats: statsOf(outcome), flows,
     floorEqualS: equalSplitFloor(bytes, rates),
     floorBestS: bestSplitFloor(bytes, rates),
     movedBytesPerRoundPerPeer: moved.length > 0 ? moved.reduce((s, m) => s + m.sent + m.received, 0) / moved.length / rounds : null,

@@ -3,7 +3,6 @@ import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { runLinksRow } from '../../bench/lib/links-run.js'
 import { shapedLinksUnsupported } from '../../bench/lib/shaped-links.js'
 import { ONE_FLOW, measureRate } from '../../bench/lib/tcp-goodput.js'
@@ -66,9 +65,8 @@ test('bench:links: 4 peers with parts on libp2p streams over 10 Mbit/s links ave
     assert.equal(round.length, 12, 'every directed pair of the 4 ranks moved bytes')
     // Liveness checks between members share these congested connections; each must be answered, not
     // closed unanswered at the answerer's bound (they all were while the answer waited for the asker's byte).
-    const logDir = fileURLToPath(new URL('../../../bench/results/logs/links-test/10m-ours-libp2p-none', import.meta.url))
-    const unanswered = readdirSync(logDir).filter(f => f.endsWith('.log'))
-      .flatMap(f => readFileSync(join(logDir, f), 'utf8').split('\n').filter(l => /liveness check of \S+ (closed unanswered|failed)/.test(l)))
+    const unanswered = readdirSync(row.logDir).filter(f => f.endsWith('.log'))
+      .flatMap(f => readFileSync(join(row.logDir, f), 'utf8').split('\n').filter(l => /liveness check of \S+ (closed unanswered|failed)/.test(l)))
     assert.deepEqual(unanswered, [], 'no liveness check went unanswered')
   } finally {
     const left = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter(l => l.startsWith(tag))

@@ -580,6 +580,8 @@ export interface EarlyView {
   readonly fewest?: number
   /** Peers that did not answer our probe within a request timeout (isSilent): not waited for. */
   readonly silent?: SilentPeers
+  /** Peers whose group and ours were found too big for one group under this key (Search.noRoom): not waited for. */
+  readonly noRoom?: ReadonlySet<string>
 }
 
 /**
@@ -622,15 +624,22 @@ export function earlyAfter (view: EarlyView): number | undefined {
  * answers the probe (join-protocol.ts aliveProtocol, served without our locks), so it is waited for; one that was
  * stalled past a request timeout is turned away when it asks (counted as a late arrival, which
  * moves the cutoff) and looks again, the cost of any of its asks timing out.
+ * Nor is a peer that cannot join us whole (missingPeers: Search.noRoom).
  */
 export function assembleEarly (view: EarlyView, known: readonly StoredEntry[], selfId: string, now: number): boolean {
   if (!probeMissing(view, now)) return false
   return missingPeers(view, known, selfId, now).every(e => view.silent != null && isSilent(view.silent, e.peerId, now))
 }
 
-/** The peers a leader sees looking under its key (unexpired) that have not joined it: whom assembleEarly waits for. */
-export function missingPeers (view: Pick<EarlyView, 'followers'>, known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
-  return known.filter(e => e.looking && e.expiration > now && e.peerId !== selfId && !view.followers.has(e.peerId))
+/**
+ * The peers a leader sees looking under its key (unexpired) that have not joined it and could:
+ * whom assembleEarly waits for. A peer whose group and ours were found too big for one (noRoom) is
+ * not among them: two groups of three that took themselves to the leftover key for the same lone
+ * peer there, each refused by the other as full, waited for each other until their declarations
+ * ended (blocking trainers under churn: ~2 s of three members' steps, many times a minute).
+ */
+export function missingPeers (view: Pick<EarlyView, 'followers' | 'noRoom'>, known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
+  return known.filter(e => e.looking && e.expiration > now && e.peerId !== selfId && !view.followers.has(e.peerId) && view.noRoom?.has(e.peerId) !== true)
 }
 
 /**

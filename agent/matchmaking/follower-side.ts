@@ -140,7 +140,7 @@ export class FollowerSide {
         if (reply != null) this.liveness.silences.noteAlive(leaderId, this.now())
         if (reply?.code !== MatchCode.ACCEPTED) {
           search.rejections.push(describeReply(reply))
-          search.noteRefusal(reply, this.now(), this.config.targetGroupSize)
+          search.noteRefusal(reply, this.now(), this.config.targetGroupSize, leaderId)
           this.config.log?.debug(`${leaderId.slice(-6)} refused: ${search.rejections[search.rejections.length - 1]}`)
           await framed.closeWrite()
           // Unlike hivemind (which ignores the hint), follow a busy leader's own leader: chains merge in one hop.
@@ -241,7 +241,7 @@ export class FollowerSide {
       return await this.awaitGroup(search, leader, leaderId, leaderExpiration, framed)
     }
     search.rejections.push(describeReply(reply))
-    search.noteRefusal(reply, this.now(), this.config.targetGroupSize)
+    search.noteRefusal(reply, this.now(), this.config.targetGroupSize, leaderId)
     this.config.log?.debug(`${leaderId.slice(-6)} (below us) refused: ${search.rejections[search.rejections.length - 1]}`)
     await framed.closeWrite().catch(() => {})
     if (!follow || reply?.code !== MatchCode.BAD_EXPIRATION_TIME || reply.suggestedLeader.byteLength === 0) return null

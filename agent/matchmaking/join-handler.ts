@@ -29,6 +29,8 @@ export interface JoinHandlerContext {
   onTurnedAway (groupKey: string): void
   /** A peer under our key that ranks above us asked us to lead it (refused: BAD_EXPIRATION_TIME): we ask it in turn. */
   onOutranked (peerId: string, expiration: number): void
+  /** A peer asked and our group had no room for it and its followers (GROUP_IS_FULL, noted in Search.noRoom): an early assembly need not wait for it. */
+  onNoRoom (): void
   now (): number
   readonly log?: Log
 }
@@ -62,6 +64,10 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
             // A full group names its members, so that an asker one too many under our key knows they are
             // not coming, whatever its view still shows (decisions.ts withoutGrouped).
             if (rejection.code === MatchCode.GROUP_IS_FULL && search != null && groupFull(search.followers.size, ctx.targetGroupSize)) reply.orderedPeerIds = memberIds(ctx, search)
+            if (rejection.code === MatchCode.GROUP_IS_FULL && search != null) {
+              search.noteNoRoom(from, ctx.targetGroupSize)
+              ctx.onNoRoom()
+            }
             // When we stopped looking, so that the asker tells whether our group formed without it or before it came (decisions.ts formedWithoutUs).
             if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) reply.stoppedLooking = Math.max(STOPPED_LOOKING_MIN, ctx.stoppedLooking())
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply

@@ -155,6 +155,7 @@ export class Matchmaker {
         this.config.log?.debug(`${peerId.slice(-6)} (exp ${expiration.toFixed(3)}) asked us to lead it and ranks above us: asking it in turn`)
         this.wakeup.notify()
       },
+      onNoRoom: () => { this.wakeup.notify() },
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
     await this.liveness.serve(this.config.requestTimeout * 1000)
@@ -398,7 +399,8 @@ export class Matchmaker {
       cutoff: this.arrivals.cutoff(this.config.requestTimeout, this.config.averagingExpiration),
       quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize),
       fewest: shortKeyFewest(this.config.minGroupSize),
-      silent: search.silent
+      silent: search.silent,
+      noRoom: search.noRoom
     }
   }
 

@@ -61,6 +61,13 @@ export class Search {
   readonly seenLooking = new Set<string>()
   /** Peers a full group under the current key listed when it turned us away, and when (decisions.ts withoutGrouped). */
   readonly grouped = new Map<string, number>()
+  /**
+   * Peers under the current key that, with the followers they lead, do not fit in one group with
+   * ours: refused by us as full (join-handler.ts), or refusing us so (GROUP_IS_FULL). Groups only
+   * grow while they look, so neither joins the other this time: the early assembly does not wait
+   * for them (decisions.ts missingPeers).
+   */
+  readonly noRoom = new Set<string>()
   /** The declaration (its expiration) we repeated with a wide exchange (Matchmaker.widenIfShort), and when we last did. */
   widened: number | null = null
   widenedAt = -Infinity
@@ -122,6 +129,7 @@ export class Search {
     this.turnedAway = 0
     this.seenLooking.clear()
     this.grouped.clear()
+    this.noRoom.clear()
     this.cameFor.clear()
     this.visibleSince = null
     this.aloneSeconds = 0
@@ -132,13 +140,19 @@ export class Search {
    * (decisions.ts formedWithoutUs), and the members a full group lists kept (at most `maxListed` a
    * refusal, and a few full groups' worth in all: a hostile leader's list cannot grow it unbounded).
    */
-  noteRefusal (reply: { readonly code: MatchCode, readonly stoppedLooking?: number, readonly orderedPeerIds?: readonly Uint8Array[] } | null, now: number, maxListed: number): void {
+  noteRefusal (reply: { readonly code: MatchCode, readonly stoppedLooking?: number, readonly orderedPeerIds?: readonly Uint8Array[] } | null, now: number, maxListed: number, from?: string): void {
+    if (reply?.code === MatchCode.GROUP_IS_FULL && from !== undefined) this.noteNoRoom(from, maxListed)
     if (!formedWithoutUs(reply, now, this.visibleSince)) return
     this.turnedAway++
     if (reply?.code !== MatchCode.GROUP_IS_FULL) return
     for (const id of listedPeers(reply.orderedPeerIds ?? [], maxListed)) {
       if (id !== this.selfId && this.grouped.size < maxListed * 4) this.grouped.set(id, now)
     }
+  }
+
+  /** `peerId` and its followers do not fit in one group with ours under the current key (a few full groups' worth kept, as `grouped`). */
+  noteNoRoom (peerId: string, maxListed: number): void {
+    if (this.noRoom.size < maxListed * 4 || this.noRoom.has(peerId)) this.noRoom.add(peerId)
   }
 
   /** No assembly at the current declaration's expiration by the timer (it ended, or a new one follows). */

@@ -53,6 +53,20 @@ test('assembleEarly: a quorum, past the cutoff, and nobody looking under the key
   assert.equal(assembleEarly({ ...view, cutoff: undefined }, key, 'a', 105), false)
 })
 
+test('assembleEarly does not wait for a peer whose group and ours cannot make one group (noRoom), and still waits for the others', () => {
+  // Two groups of three under the leftover key, each refused by the other as full: waiting for each
+  // other, both ran out their declarations.
+  const view: EarlyView = { followers: new Map([['b', 1], ['c', 1]]), declaredAt: 100, cutoff: 1.5, quorum: 3 }
+  const key = [looking('a'), looking('b'), looking('c'), looking('d')]
+  assert.equal(assembleEarly(view, key, 'a', 102), false, 'd may still join')
+  assert.equal(assembleEarly({ ...view, noRoom: new Set(['d']) }, key, 'a', 102), true)
+  assert.deepEqual(missingPeers({ ...view, noRoom: new Set(['d']) }, [...key, looking('e')], 'a', 102).map(e => e.peerId), ['e'])
+  assert.equal(assembleEarly({ ...view, noRoom: new Set(['d']) }, [...key, looking('e')], 'a', 102), false, 'e may still join')
+  // Not before the arrival cutoff, and not without a quorum, whatever noRoom says.
+  assert.equal(assembleEarly({ ...view, noRoom: new Set(['d']) }, key, 'a', 101), false)
+  assert.equal(assembleEarly({ ...view, followers: new Map([['b', 1]]), noRoom: new Set(['d']) }, key.slice(0, 2).concat(key[3]), 'a', 102), false)
+})
+
 test('a key short of its quorum assembles early too, after SHORT_KEY_CUTOFFS cutoffs, with at least minGroupSize members and never alone', () => {
   const pair: EarlyView = { followers: new Map([['b', 1]]), declaredAt: 100, cutoff: 1.5, quorum: 3, fewest: shortKeyFewest(2) }
   const key = [looking('a'), looking('b')]

@@ -22,7 +22,7 @@ const now = (): number => Date.now() / 1000
 function leaderContext (selfId: string, target: number, over: Pick<JoinHandlerContext, 'current'> & Partial<JoinHandlerContext>): JoinHandlerContext {
   return {
     selfId, mode: PeerMode.NODE, schemaHash: SCHEMA, targetGroupSize: target, requestTimeoutMs: 5000, lock: new Mutex(), now,
-    stoppedLooking: () => 0, onFollowerJoined: () => {}, onFollowerLeft: () => {}, onTurnedAway: () => {}, onOutranked: () => {},
+    stoppedLooking: () => 0, onFollowerJoined: () => {}, onFollowerLeft: () => {}, onTurnedAway: () => {}, onOutranked: () => {}, onNoRoom: () => {},
     ...over
   }
 }
@@ -186,5 +186,30 @@ test('a full group names its members: in its GROUP_IS_FULL, and in an ACCEPTED t
     assert.deepEqual(late.orderedPeerIds.map(b => decoder.decode(b)), [leaderId, 'f1', partialNode.peerId.toString()])
   } finally {
     await Promise.allSettled([leaderNode.stop(), partialNode.stop(), lateNode.stop()])
+  }
+})
+
+test('an asker refused whole for want of room is one our early assembly no longer waits for, and the search loop hears of it', { timeout: 60_000 }, async () => {
+  // Under the leftover key groups stay whole (accepts_partial false): a leader of three asking a
+  // leader of three is refused, and each waited for the other until its declaration ended.
+  const [leaderNode, askerNode] = await startConnectedNodes(2)
+  try {
+    const leaderId = leaderNode.peerId.toString()
+    const search = new Search(leaderId, KEY, info(), now() + 60)
+    search.declaredExpiration = now() + 30
+    search.declaredAt = now()
+    for (const f of ['f1', 'f2']) search.followers.set(f, { peerId: f, info: info(), joinedAfter: undefined, settle: () => {}, confirmed: true })
+    let heard = 0
+    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler(leaderContext(leaderId, 4, { current: () => search, onNoRoom: () => { heard++ } })))
+    const framed = await openFramed(askerNode, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
+    await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: search.declaredExpiration + 5, groupKey: KEY, info: info(), bringing: 2, acceptsPartial: false, confirms: true }))
+    const first = await framed.read(5000)
+    assert.ok(first != null)
+    assert.equal(MessageFromLeader.decode(first).code, MatchCode.GROUP_IS_FULL)
+    assert.deepEqual([...search.noRoom], [askerNode.peerId.toString()])
+    assert.equal(heard, 1)
+    assert.deepEqual([...search.followers.keys()], ['f1', 'f2'], 'nobody joined')
+  } finally {
+    await Promise.allSettled([leaderNode.stop(), askerNode.stop()])
   }
 })

@@ -238,6 +238,7 @@ test('entering another key forgets what the search learned under the old one, an
   search.heard.set('b', { peerId: 'b', expiration: 5, looking: true, priority: 0, addrs: [] })
   search.turnedAway = 2
   search.grouped.set('g', 1)
+  search.noteNoRoom('n', 4)
   search.cameFor.add('x')
   search.seenLooking.add('c')
   search.visibleSince = 3
@@ -247,7 +248,7 @@ test('entering another key forgets what the search learned under the old one, an
   search.enterKey('leftovers')
   assert.equal(search.groupKey, 'leftovers')
   assert.equal(search.homeKey, 'key')
-  assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.grouped.size, search.cameFor.size, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, 0, 0, null, 0])
+  assert.deepEqual([search.tried.size, search.heard.size, search.turnedAway, search.grouped.size, search.noRoom.size, search.cameFor.size, search.seenLooking.size, search.visibleSince, search.aloneSeconds], [0, 0, 0, 0, 0, 0, 0, null, 0])
   assert.deepEqual([search.followers.size, search.silent.get('d'), search.seenSince.get('e@2')], [1, 9, 1])
 })
 
@@ -268,6 +269,18 @@ test('a refusal saying a group filled without us is counted, and the members a f
   assert.equal(search.turnedAway, 3)
   assert.equal(search.grouped.size, 7)
   assert.equal(search.grouped.has(ids[9]), false)
+})
+
+test('a peer refusing us as full, or refused by us so, is noted as one our group cannot take this key (bounded); other refusals are not', () => {
+  const search = new Search('self', 'key', info(1), 1000)
+  search.noteRefusal(leaderMessage(MatchCode.GROUP_IS_FULL, 'no room for the asker and the 2 follower(s) it leads'), 50, 4, 'full-leader')
+  search.noteRefusal(leaderMessage(MatchCode.NOT_A_LEADER, 'leader follows another peer'), 50, 4, 'busy-leader')
+  search.noteRefusal(leaderMessage(MatchCode.BAD_EXPIRATION_TIME, 'leader expires after the follower'), 50, 4, 'later-leader')
+  search.noteRefusal(leaderMessage(MatchCode.GROUP_IS_FULL, 'group is full'), 50, 4)
+  search.noteNoRoom('big-asker', 4)
+  assert.deepEqual([...search.noRoom], ['full-leader', 'big-asker'])
+  for (let i = 0; i < 40; i++) search.noteNoRoom(`p${i}`, 4)
+  assert.equal(search.noRoom.size, 16, 'a few full groups\' worth, whatever the wire says')
 })
 
 // A follower that confirms (JoinRequest.confirms) holds its place from our ACCEPTED but is a member only

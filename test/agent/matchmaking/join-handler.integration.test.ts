@@ -27,13 +27,20 @@ function leaderContext (selfId: string, target: number, over: Pick<JoinHandlerCo
   }
 }
 
+/** A leader's search under KEY, declared now for 30 s, with these followers already confirmed. */
+function declaredSearch (leaderId: string, followers: readonly string[] = []): Search {
+  const search = new Search(leaderId, KEY, info(), now() + 60)
+  search.declaredExpiration = now() + 30
+  search.declaredAt = now()
+  for (const f of followers) search.followers.set(f, { peerId: f, info: info(), joinedAfter: undefined, settle: () => {}, confirmed: true })
+  return search
+}
+
 test('a join request whose asker gave up before the busy leader answered it does not make the asker a follower', { timeout: 60_000 }, async () => {
   const [leaderNode, askerNode] = await startConnectedNodes(2)
   try {
     const leaderId = leaderNode.peerId.toString()
-    const search = new Search(leaderId, KEY, info(), now() + 60)
-    search.declaredExpiration = now() + 30
-    search.declaredAt = now()
+    const search = declaredSearch(leaderId)
     const lock = new Mutex()
     let decided = 0
     let joinedCalls = 0
@@ -162,10 +169,7 @@ test('a full group names its members: in its GROUP_IS_FULL, and in an ACCEPTED t
   const [leaderNode, partialNode, lateNode] = await startConnectedNodes(3)
   try {
     const leaderId = leaderNode.peerId.toString()
-    const search = new Search(leaderId, KEY, info(), now() + 60)
-    search.declaredExpiration = now() + 30
-    search.declaredAt = now()
-    search.followers.set('f1', { peerId: 'f1', info: info(), joinedAfter: undefined, settle: () => {}, confirmed: true })
+    const search = declaredSearch(leaderId, ['f1'])
     await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler(leaderContext(leaderId, 3, { current: () => search })))
     const decoder = new TextDecoder()
     const ask = async (from: typeof partialNode, bringing: number): Promise<MessageFromLeader> => {
@@ -195,14 +199,11 @@ test('an asker refused whole for want of room is one our early assembly no longe
   const [leaderNode, askerNode] = await startConnectedNodes(2)
   try {
     const leaderId = leaderNode.peerId.toString()
-    const search = new Search(leaderId, KEY, info(), now() + 60)
-    search.declaredExpiration = now() + 30
-    search.declaredAt = now()
-    for (const f of ['f1', 'f2']) search.followers.set(f, { peerId: f, info: info(), joinedAfter: undefined, settle: () => {}, confirmed: true })
+    const search = declaredSearch(leaderId, ['f1', 'f2'])
     let heard = 0
     await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler(leaderContext(leaderId, 4, { current: () => search, onNoRoom: () => { heard++ } })))
     const framed = await openFramed(askerNode, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
-    await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: search.declaredExpiration + 5, groupKey: KEY, info: info(), bringing: 2, acceptsPartial: false, confirms: true }))
+    await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: search.declaredExpiration! + 5, groupKey: KEY, info: info(), bringing: 2, acceptsPartial: false, confirms: true }))
     const first = await framed.read(5000)
     assert.ok(first != null)
     assert.equal(MessageFromLeader.decode(first).code, MatchCode.GROUP_IS_FULL)

@@ -63,8 +63,8 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
             const reply = leaderMessage(rejection.code, rejection.reason)
             // A full group names its members, so that an asker one too many under our key knows they are
             // not coming, whatever its view still shows (decisions.ts withoutGrouped).
-            if (rejection.code === MatchCode.GROUP_IS_FULL && search != null && groupFull(search.followers.size, ctx.targetGroupSize)) reply.orderedPeerIds = memberIds(ctx, search)
             if (rejection.code === MatchCode.GROUP_IS_FULL && search != null) {
+              if (groupFull(search.followers.size, ctx.targetGroupSize)) reply.orderedPeerIds = memberIds(ctx, search)
               search.noteNoRoom(from, ctx.targetGroupSize)
               ctx.onNoRoom()
             }

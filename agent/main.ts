@@ -10,7 +10,7 @@ import { loadAgentConfig, type AgentConfig } from './config.js'
 import { createSwarmNode, type SwarmNode } from './net/node.js'
 import { AnnounceFile } from './net/announce-file.js'
 import { P2P_CODE } from './net/rpc.js'
-import { awaitFirstPeer, connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable } from './net/bootstrap.js'
+import { awaitFirstPeer, connectBootstrap, rejoinWhileIsolated, routingTableSize, settleRoutingTable, SETTLE_MAX_MS } from './net/bootstrap.js'
 import { DecentralizedAverager } from './averager.js'
 import { handOffOnNotice, LeaveNotice } from './leave-notice.js'
 import { AgentMetrics } from './metrics/agent-metrics.js'
@@ -230,19 +230,24 @@ function abortOnSignals (log: Log, graceSeconds: number): AbortController {
 /**
  * Joins the swarm through the bootstrap peers and learns how it is reached (`reach`, which turns
  * the DHT server where it can be); returns whether it joined, `routed`, which settles once the
- * routing table has (the workload starts meanwhile: a restarted agent's trainer registers and its
- * state downloads while the table fills; the first round waits for it), and a watchdog that joins
- * again whenever the routing table runs empty (peers gone, Identify lost under load).
+ * routing table holds a peer (the first round waits for it: the rendezvous finds a key's replicas
+ * through the closer peers they name, so a table still filling is enough), `settled`, once the
+ * table stopped growing (readiness), and a watchdog that joins again whenever the routing table
+ * runs empty (peers gone, Identify lost under load). The workload starts meanwhile: a restarted
+ * agent's trainer registers and its state downloads while the table fills.
  */
-async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log, reach: (joined: boolean) => Promise<R>): Promise<{ joined: boolean, routed: Promise<void>, watchdog: NodeJS.Timeout, reached: R }> {
+async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: AbortSignal, log: Log, reach: (joined: boolean) => Promise<R>): Promise<{ joined: boolean, routed: Promise<unknown>, settled: Promise<void>, watchdog: NodeJS.Timeout, reached: R }> {
   const bootstrapOptions = { peers: config.bootstrapPeers, dnsServers: config.dnsServers, signal, log }
   const joined = await connectBootstrap(node, bootstrapOptions)
   const reached = await reach(joined)
-  const routed = joined && config.bootstrapPeers.length > 0
+  const settling = Date.now()
+  const settled = joined && config.bootstrapPeers.length > 0
     ? settleRoutingTable(node)
-      .then(async size => { log.info(`routing table settled at ${size === 0 ? await rejoinWhileIsolated(node, bootstrapOptions) : size} peers`) })
+      .then(async size => { log.info(`routing table settled at ${size === 0 ? await rejoinWhileIsolated(node, bootstrapOptions) : size} peers in ${Date.now() - settling} ms`) })
       .catch((err: unknown) => { log.warn(`settling the routing table failed: ${describeError(err)}`) })
     : Promise.resolve()
+  // An isolated agent (its table empty after the settle) rejoins first: `settled` covers that.
+  const routed = Promise.race([awaitFirstPeer(node, SETTLE_MAX_MS).then(found => found ? undefined : settled), settled])
   let rejoining = false
   const watchdog = setInterval(() => {
     if (rejoining || config.bootstrapPeers.length === 0 || routingTableSize(node) > 0 || signal.aborted) return
@@ -250,7 +255,7 @@ async function joinSwarm<R> (node: SwarmNode, config: AgentConfig, signal: Abort
     void rejoinWhileIsolated(node, bootstrapOptions, 1).finally(() => { rejoining = false })
   }, 30_000)
   watchdog.unref()
-  return { joined, routed, watchdog, reached }
+  return { joined, routed, settled, watchdog, reached }
 }
 
 /** An averager for the workload's tensors, its rounds counted in the metrics and its data channel logged. */
@@ -396,8 +401,8 @@ async function main (): Promise<number> {
   const shutdown = abortOnSignals(log, config.terminationGraceSeconds)
   const workload = config.workload
   const modes = new AveragingMode(config.averager.mode, log, (mode) => { metrics.info.reset(); metrics.info.labels(backend, mode, workload, VERSION).set(1) })
-  const { joined, routed, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, modes, log))
-  void routed.then(() => { settled = true })
+  const { joined, routed, settled: tableSettled, watchdog, reached } = await joinSwarm(node, config, shutdown.signal, log, async (joined) => await reachSwarm(node, config!, joined, metrics, modes, log))
+  void tableSettled.then(() => { settled = true })
   config = { ...config, averager: reached.averager }
   metrics.info.labels(backend, modes.mode, config.workload, VERSION).set(1)
   const checkpointer = checkpointerFor(config, metrics, log)

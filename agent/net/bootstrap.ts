@@ -73,13 +73,12 @@ export async function connectBootstrap (node: SwarmNode, options: BootstrapOptio
 export const SETTLE_MAX_MS = 8000
 
 /**
- * After the first bootstrap connection the routing table fills over a few self-queries. The
- * rendezvous picks a key's replicas from it, so a newcomer that looks up too early asks the
- * wrong peers: wait until the table stops growing (or maxMs passes). The refresh that starts the
- * wait fills most of it; the quiet period after it was 1.5 s, a third of a restarted agent's way
- * back into rounds (restart to first averaged step 6.0 s in the chaos run), from before the
- * rendezvous followed the closer peers its replicas name, which finds a key's replicas from a
- * table that is still filling.
+ * After the first bootstrap connection the routing table fills over a few self-queries (kad-dht's
+ * refresh runs in the background: refreshRoutingTable returns at once): resolves with its size
+ * once it stopped growing for quietMs (or maxMs passed). The agent's readiness waits for it; its
+ * first round does not (main.ts joinSwarm): the rendezvous follows the closer peers a key's
+ * replicas name, so one peer in the table finds them, and waiting here was a restarted agent's
+ * longest wait on its way back into rounds (0.7 s after its trainer registered).
  */
 export async function settleRoutingTable (node: SwarmNode, maxMs = SETTLE_MAX_MS, quietMs = 500): Promise<number> {
   const size = (): number => routingTableSize(node)

@@ -108,6 +108,14 @@ export interface NodeInternals {
    * it announced both, peers learnt only the private one from the DHT and never reached it.
    */
   announceRelayOnly: (on: boolean) => void
+  /**
+   * What the identify libp2p runs on every new connection told us of it: the address the peer sees
+   * us at (undefined where it sent none); absent until that identify finished. ./reach.ts reads it
+   * rather than running identify again on a connection whose own identify is still under way (the
+   * peer takes one at a time and closes the second unread: a restarted agent's retry after 250 ms
+   * was most of its 0.3 s to decide how it is reached).
+   */
+  readonly identified: (connectionId: string) => { readonly observedAddr?: Multiaddr } | undefined
 }
 
 /**
@@ -195,8 +203,9 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
       // a key's replicas, and the rest of a 4-agent swarm grouped without it (restore test).
       identifyPush: identifyPush(),
       ping: ping(),
-      internals: (components: Pick<NodeInternals, 'transportManager'> & { addressManager: AddressManagerInternals }): NodeInternals => ({
+      internals: (components: Pick<NodeInternals, 'transportManager'> & { addressManager: AddressManagerInternals, events: Pick<Libp2p, 'addEventListener'> }): NodeInternals => ({
         transportManager: components.transportManager,
+        identified: identifiedConnections(components.events),
         confirmObservedAddr: (addr) => { components.addressManager.confirmObservedAddr(addr, { type: 'observed' }) },
         confirmListenAddrs: () => {
           const pending = components.addressManager.getAddressesWithMetadata().filter(a => a.type === 'transport' && !a.verified).map(a => a.multiaddr)
@@ -222,4 +231,15 @@ export async function createSwarmNode (options: SwarmNodeOptions): Promise<Swarm
     }
   })
   return node as unknown as SwarmNode
+}
+
+/** Remembers, per open connection, what libp2p's identify on it reported (NodeInternals.identified). */
+function identifiedConnections (events: Pick<Libp2p, 'addEventListener'>): NodeInternals['identified'] {
+  const seen = new Map<string, { observedAddr?: Multiaddr }>()
+  events.addEventListener('peer:identify', (evt) => {
+    const { connection, observedAddr } = evt.detail
+    if (connection.status === 'open') seen.set(connection.id, observedAddr !== undefined ? { observedAddr } : {})
+  })
+  events.addEventListener('connection:close', (evt) => { seen.delete(evt.detail.id) })
+  return (connectionId) => seen.get(connectionId)
 }

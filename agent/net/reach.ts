@@ -4,6 +4,7 @@ import { describeError } from '../errors.js'
 import { P2P_CODE } from './rpc.js'
 import { RELAY_V2_HOP_CODEC } from './relay.js'
 import type { SwarmNode } from './node.js'
+import type { Connection } from '@libp2p/interface'
 import type { Log } from '../log.js'
 
 /**
@@ -31,21 +32,15 @@ export async function natObserved (node: SwarmNode, signal: AbortSignal): Promis
   const own = new Set([...node.getMultiaddrs().map(ipOf), ...Object.values(networkInterfaces()).flat().map(i => i?.address)].filter((ip): ip is string => ip != null))
   const observed: string[] = []
   const errors: string[] = []
-  for (const connection of node.getConnections()) {
-    if (connection.status !== 'open' || isCircuit(connection.remoteAddr)) continue
-    // Right after connecting, libp2p's own identify still runs on the connection and the peer
-    // takes one identify stream at a time (it closes ours unread): ask again a moment later.
-    for (let attempt = 1; attempt <= 4 && !signal.aborted; attempt++) {
-      try {
-        const result = await node.services.identify.identify(connection, { signal })
-        if (result.observedAddr != null) observed.push(result.observedAddr.toString())
-        break
-      } catch (err) {
-        if (attempt === 4) errors.push(describeError(err)) // a peer that does not answer tells us nothing
-        else await new Promise(resolve => setTimeout(resolve, 250 * attempt))
-      }
+  const asked = node.getConnections().filter(c => c.status === 'open' && !isCircuit(c.remoteAddr))
+  await Promise.all(asked.map(async connection => {
+    try {
+      const addr = await observedOn(node, connection, signal)
+      if (addr !== undefined) observed.push(addr.toString())
+    } catch (err) {
+      errors.push(describeError(err)) // a peer that does not answer tells us nothing
     }
-  }
+  }))
   const ips = observed.map(a => ipOf(multiaddr(a))).filter((ip): ip is string => ip != null)
   return { behindNat: ips.some(ip => !own.has(ip)), observed, errors }
 }
@@ -116,6 +111,32 @@ async function decideReachability (node: SwarmNode, setting: 'auto' | 'public' |
   const slot = await reserveRelaySlot(node, log)
   if (slot !== undefined) return { kind: 'relayed', why, relay: slot.relay, addrs: slot.addrs }
   return { kind: 'unreachable', why: `${why}; no member relay gave it a slot` }
+}
+
+/** How long libp2p's own identify of a new connection is waited for before we ask ourselves. */
+const OWN_IDENTIFY_WAIT_MS = 1000
+
+/**
+ * The address a connection's peer sees us at: from the identify libp2p ran as the connection
+ * opened (waited for up to OWN_IDENTIFY_WAIT_MS), else from one we run ourselves.
+ */
+async function observedOn (node: SwarmNode, connection: Connection, signal: AbortSignal): Promise<Multiaddr | undefined> {
+  const waitUntil = Date.now() + OWN_IDENTIFY_WAIT_MS
+  for (;;) {
+    const identified = node.services.internals.identified(connection.id)
+    if (identified !== undefined) return identified.observedAddr
+    if (Date.now() >= waitUntil || signal.aborted || connection.status !== 'open') break
+    await new Promise(resolve => setTimeout(resolve, 10))
+  }
+  // The peer takes one identify stream at a time (it closes ours unread while libp2p's own runs): ask again a moment later.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return (await node.services.identify.identify(connection, { signal })).observedAddr
+    } catch (err) {
+      if (attempt === 4 || signal.aborted) throw err
+      await new Promise(resolve => setTimeout(resolve, 250 * attempt))
+    }
+  }
 }
 
 function ipOf (ma: Multiaddr): string | null {

@@ -142,7 +142,8 @@ async function register (o: TrainerOptions): Promise<void> {
     if (res !== undefined && (res.status === 200 || res.status === 201)) return
     if (res !== undefined && res.status < 500) throw new Error(`register answered ${res.status}: ${JSON.stringify(res.body)}`)
     if (Date.now() > deadline) throw new Error(`agent ${o.agent}'s sidecar API did not accept a register within 300 s`)
-    await sleep(200, o.signal)
+    // As the Python client does (AGENT_POLL_SECONDS): part of a restarted agent's way back into rounds.
+    await sleep(50, o.signal)
   }
 }
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from .client import REGISTER_PROGRESS_SECONDS, AgentClient, AgentError, OuterStep, StepResult, encode_frame, step_control
+from .client import AGENT_POLL_SECONDS, REGISTER_PROGRESS_SECONDS, AgentClient, AgentError, OuterStep, StepResult, encode_frame, step_control
 from .layout import DTYPES, GENERATION_OFFSET, HEADER_BYTES, MAGIC, SEQ_OFFSET, Slot, TensorSpec, region_layout
 
 TensorLike = Union[np.ndarray, Tuple[Sequence[int], str]]
@@ -137,7 +137,7 @@ class DecentralizedAverager:
                 if now > note:
                     log.info("still waiting for the agent at %s (%.0f s): %s", self.client.url, now - started, err)
                     note = now + REGISTER_PROGRESS_SECONDS
-                time.sleep(0.2)
+                time.sleep(AGENT_POLL_SECONDS)
 
     def _call(self, call: Callable[[], _T]) -> _T:
         """Runs one call to the agent; if the agent was lost (see the class docstring), reattaches and runs it once more."""

@@ -19,6 +19,9 @@ log = logging.getLogger("averaging_swarm")
 
 #: Seconds between two progress lines while ``register`` waits for the agent's state download.
 REGISTER_PROGRESS_SECONDS = 10.0
+#: Seconds between two attempts to reach an agent that is starting: a refused loopback connection costs
+#: next to nothing, and every tenth of a second here is a restarted agent's way back into rounds.
+AGENT_POLL_SECONDS = 0.05
 #: A request ``timeout`` that waits as long as the agent takes (it bounds its own work).
 WAIT_FOR_AGENT = -1.0
 

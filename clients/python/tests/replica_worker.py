@@ -103,4 +103,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # Left to the interpreter's exit, gloo's threads were destroyed still running, now and then: "terminate
+        # called without an active exception" and SIGABRT after the rank had written its results (torch 1.13).
+        if dist.is_initialized():
+            dist.destroy_process_group()

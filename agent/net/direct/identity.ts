@@ -66,12 +66,28 @@ export async function authenticatedPeer (socket: TLSSocket, expected?: PeerId): 
  */
 export class DataChannelIdentities {
   readonly [Symbol.toStringTag] = 'averaging-swarm/data-channel-identity'
+  private made?: Promise<DataChannelIdentity>
 
   constructor (private readonly components: { readonly privateKey: PrivateKey }) {}
 
-  /** A fresh certificate bound to the node's peer id (createDataChannelIdentity). */
+  /**
+   * Made as the node starts, while it dials its bootstrap peers: the averager's listener and the
+   * state download each made their own when they first needed it (13-17 ms each in a fresh
+   * process), both on a restarted agent's way back into rounds.
+   */
+  start (): void {
+    void this.create().catch(() => {})
+  }
+
+  /** libp2p starts only services that stop as well; the certificate lives as long as the process. */
+  stop (): void {}
+
+  /** The node's certificate (createDataChannelIdentity), made once: the averager and state sharing present the same one. */
   async create (): Promise<DataChannelIdentity> {
-    return await createDataChannelIdentity(this.components.privateKey)
+    const made = this.made ??= createDataChannelIdentity(this.components.privateKey)
+    // A failure is not kept: the next caller tries again.
+    made.catch(() => { if (this.made === made) this.made = undefined })
+    return await made
   }
 }
 

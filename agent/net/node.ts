@@ -238,7 +238,9 @@ function identifiedConnections (events: Pick<Libp2p, 'addEventListener'>): NodeI
   const seen = new Map<string, { observedAddr?: Multiaddr }>()
   events.addEventListener('peer:identify', (evt) => {
     const { connection, observedAddr } = evt.detail
-    if (connection.status === 'open') seen.set(connection.id, observedAddr !== undefined ? { observedAddr } : {})
+    // An identify push (a peer's addresses or protocols changed) carries no observed address: keep the one we had.
+    if (connection.status !== 'open' || (observedAddr === undefined && seen.has(connection.id))) return
+    seen.set(connection.id, observedAddr !== undefined ? { observedAddr } : {})
   })
   events.addEventListener('connection:close', (evt) => { seen.delete(evt.detail.id) })
   return (connectionId) => seen.get(connectionId)

@@ -7,6 +7,7 @@ import { buildSidecarSwarm, type SwarmTiming } from './sidecar-swarm.js'
 import { runTrainer, type StartRecord, type StepRecord } from './sidecar-trainer.js'
 import { spread, rises } from './consensus.js'
 import { freePorts } from '../../agent/util/ports.js'
+import { stalledWithin, StallWatch, type Stall } from './stall-watch.js'
 
 /** kill: SIGKILL, then a new process; term: SIGTERM (a spot or preemption notice: graceful leave), then a new process; stop: SIGSTOP, then SIGCONT. */
 export type FaultKind = 'kill' | 'term' | 'stop'
@@ -110,6 +111,10 @@ export interface ChaosResult {
   readonly averagedPerMinute: number
   /** The window averagedPerMinute counts over. */
   readonly throughputWindowMs: number
+  /** Times the harness stood still (the machine paused, or the harness itself): ms since the run began, and how long. */
+  readonly stalls: readonly Stall[]
+  /** Of the window, the time the harness stood still: averagedPerMinute over the rest is what the swarm did while it ran. */
+  readonly stalledInWindowMs: number
 }
 
 /**
@@ -120,6 +125,8 @@ export interface ChaosResult {
  */
 export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const started = Date.now()
+  const watch = new StallWatch()
+  watch.start()
   mkdirSync(o.outDir, { recursive: true })
   const random = seededRandom(`chaos-${o.seed}`)
   const records = new Map<string, string>()
@@ -263,6 +270,7 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
     endAt = Date.now()
     await sleep(500)
   } finally {
+    watch.stop()
     for (const c of controllers.values()) c.abort()
     await stopAgents(procs)
     dns.close()
@@ -316,7 +324,11 @@ export async function runChaos (o: ChaosOptions): Promise<ChaosResult> {
   const windowEnd = throughputWindowEnd(faults.map(f => f.at), o.faultGapMs, endAt)
   const useful = steps.filter(s => s.averaged && s.startedAt >= warmAt && s.startedAt + s.wallMs <= windowEnd).length
   const averagedPerMinute = windowEnd > warmAt ? useful / ((windowEnd - warmAt) / 60_000) : NaN
-  return { agents: summaries, faults, spreadSeries, spreadRises: up.length, stepBoundMs, maxStepMs, violations, wallMs: Date.now() - started, stateBytes: o.elements * 4, averagedPerMinute, throughputWindowMs: windowEnd - warmAt }
+  const stalls = watch.stalls.map(s => ({ at: s.at - started, ms: s.ms }))
+  return {
+    agents: summaries, faults, spreadSeries, spreadRises: up.length, stepBoundMs, maxStepMs, violations, wallMs: Date.now() - started, stateBytes: o.elements * 4,
+    averagedPerMinute, throughputWindowMs: windowEnd - warmAt, stalls, stalledInWindowMs: stalledWithin(watch.stalls, warmAt, windowEnd)
+  }
 }
 
 /**

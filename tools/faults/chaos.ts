@@ -32,11 +32,28 @@ function report (r: ChaosResult, command: string, load: string, baseline?: Chaos
     `state per agent:                        ${r.stateBytes} bytes`,
     `run time:                               ${ms(r.wallMs)}`,
     `averaged steps per minute (all agents): ${r.averagedPerMinute.toFixed(1)} over ${ms(r.throughputWindowMs)}${r.faults.length > 0 ? ' of the fault schedule' : ''}${baseline === undefined ? '' : ` against ${baseline.averagedPerMinute.toFixed(1)} without faults in the same run: ${(100 * r.averagedPerMinute / baseline.averagedPerMinute).toFixed(1)} %`}`,
+    ...stallLines(r, baseline),
     `violations:                             ${r.violations.length === 0 ? 'none' : ''}`,
     ...r.violations.map(v => `  - ${v}`),
     `machine load (1-min average, start/end): ${load}`,
     `command: ${command}`
   ].join('\n')
+}
+
+/**
+ * The times the harness stood still (the whole machine, e.g. a VM paused for a snapshot, or the harness
+ * hosting every trainer), and the throughput over the rest of the window, against a baseline's rest too.
+ */
+function stallLines (r: ChaosResult, baseline?: ChaosResult): string[] {
+  const list = (x: ChaosResult): string => x.stalls.length === 0
+    ? 'none'
+    : `${x.stalls.length}, ${ms(x.stalls.reduce((n, s) => n + s.ms, 0))} in all (${x.stalls.slice(0, 5).map(s => `${ms(s.ms)} at ${ms(s.at)}`).join(', ')}${x.stalls.length > 5 ? ', ...' : ''})`
+  const lines = [`harness stood still (≥ 1 s late):       ${list(r)}${baseline === undefined ? '' : `; without faults: ${list(baseline)}`}`]
+  const rest = (x: ChaosResult): number => x.averagedPerMinute * x.throughputWindowMs / (x.throughputWindowMs - x.stalledInWindowMs)
+  if (r.stalledInWindowMs > 0 || (baseline !== undefined && baseline.stalledInWindowMs > 0)) {
+    lines.push(`  averaged steps per minute while it ran: ${rest(r).toFixed(1)}${baseline === undefined ? '' : ` against ${rest(baseline).toFixed(1)} without faults: ${(100 * rest(r) / rest(baseline)).toFixed(1)} %`}`)
+  }
+  return lines
 }
 
 /** The command line and its defaults. */

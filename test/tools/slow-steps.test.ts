@@ -17,13 +17,13 @@ test('slow-steps.py: the survivors\' matchmaking over the quiet median per fault
   try {
     const dir = join(root, 'chaos-2026-12-04T14-05-50-738Z')
     mkdirSync(dir)
-    const step = (agent: number, atS: number, mmMs: number, peers = ['AAAAAA', 'BBBBBB']): string => JSON.stringify({
-      agent, incarnation: 1, attempt: 1, startedAt: T0 + atS * 1000, wallMs: mmMs + 20, averaged: true, groupSize: peers.length,
+    const step = (agent: number, atS: number, mmMs: number, peers = ['AAAAAA', 'BBBBBB'], groupId?: string): string => JSON.stringify({
+      agent, incarnation: 1, attempt: 1, startedAt: T0 + atS * 1000, wallMs: mmMs + 20, averaged: true, groupSize: peers.length, groupId,
       peers, matchmakingMs: mmMs, allreduceMs: 20, partsKeptLocal: 0, unreachedPeers: [], nonFinite: false
     })
     // Quiet steps (matchmaking 500 ms) before the fault at 40 s; agent 1's two slow steps after it. A
     // third peer in one group of each tells which index each log is (the only id in all its groups).
-    const steps = [step(0, 1, 500, ['AAAAAA', 'CCCCCC']), step(1, 2, 500, ['BBBBBB', 'CCCCCC']), step(0, 5, 500), step(1, 41, 2500), step(1, 46, 3500), step(0, 60, 500), step(1, 61, 500)]
+    const steps = [step(0, 1, 500, ['AAAAAA', 'CCCCCC']), step(1, 2, 500, ['BBBBBB', 'CCCCCC']), step(0, 5, 500), step(1, 41, 2500), step(1, 46, 3500), step(0, 60, 500, undefined, 'g60'), step(1, 61, 500, undefined, 'g60')]
     writeFileSync(join(dir, 'steps.jsonl'), steps.join('\n') + '\n')
     const log = (peerId: string, lines: Array<[number, string]>): string => [
       JSON.stringify({ time: T0, peerId: `12D3KooW${peerId}`, msg: 'agent started' }),
@@ -41,6 +41,8 @@ test('slow-steps.py: the survivors\' matchmaking over the quiet median per fault
     assert.match(stdout, /^SIGSTOP: 1 faults, .* 5\.0 s \(5\.0 s a fault\)$/m, '2000 + 3000 ms over the median, the victim\'s own steps left out')
     assert.match(stdout, /went to or waited under the leftover key\s+1 steps\s+2\.5 s/)
     assert.match(stdout, /no move: waited for arrivals or the expiration\s+1 steps\s+3\.5 s/)
+    // The group of 60 s: agent 0 waited 1 s for agent 1, then both 0.5 s until it formed at 61.5 s.
+    assert.match(stdout, /groups of 2:\s+1 groups\s+2 member-steps; waiting for their last member\s+1\.0 s, after it until formed\s+1\.0 s$/m)
   } finally {
     rmSync(root, { recursive: true, force: true })
   }

@@ -5,9 +5,10 @@ usage: python3 tools/faults/slow-steps.py RUN_DIR CHAOS_OUTPUT [--over MS]
 
 RUN_DIR is the folder `npm run chaos` names ("logs in ..."): steps.jsonl and each agent's log;
 CHAOS_OUTPUT is what the command printed (its fault lines give the victims and times). Prints, per
-fault kind, the survivors' step time over the median of steps outside every fault's 15 s, and the
+fault kind, the survivors' step time over the median of steps outside every fault's 15 s, the
 survivors' steps whose matchmaking took over --over ms (default 1500) sorted by what their agent's
-log says in that step. The logs say most at `--log-level debug`.
+log says in that step, and every group size's waits split at its last member's arrival (the spread
+of arrivals, then the time until the group formed). The logs say most at `--log-level debug`.
 """
 import argparse
 import datetime
@@ -115,6 +116,32 @@ def main():
     print(f'survivors\' steps with matchmaking over {a.over:.0f} ms, by what their logs say:')
     for kind, n in counts.most_common():
         print(f'  {kind:45} {n:5} steps {seconds[kind]:8.1f} s')
+    print_group_waits(steps, mm)
+
+
+def print_group_waits(steps, mm):
+    """Every averaged group's members' waits, split at the start of its last member's step: before it, the spread of
+    the arrivals (what blocking trainers carry from round to round); after it, until the group formed (its latest
+    member's start plus matchmaking), the time the rule took with everyone in: a quorum waiting out its arrival cutoff."""
+    groups = {}
+    for s in steps:
+        if s['averaged'] and s.get('groupId'):
+            groups.setdefault(s['groupId'], []).append(s)
+    if not groups:
+        return
+    by_size = {}
+    for members in groups.values():
+        last = max(m['startedAt'] for m in members)
+        formed = max(m['startedAt'] + mm(m) for m in members)
+        row = by_size.setdefault(len(members), [0, 0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += len(members)
+        row[2] += sum(last - m['startedAt'] for m in members) / 1000
+        row[3] += len(members) * max(0, formed - last) / 1000
+    print('averaged groups, each member\'s wait split at its last member\'s start:')
+    for size in sorted(by_size):
+        g, n, spread, after = by_size[size]
+        print(f'  groups of {size}: {g:5} groups {n:6} member-steps; waiting for their last member {spread:8.1f} s, after it until formed {after:8.1f} s')
 
 
 if __name__ == '__main__':

@@ -548,6 +548,23 @@ export function meetUnderLeftovers (members: number, targetGroupSize: number, mi
   return members >= 2 && members < earlyQuorum(targetGroupSize, minGroupSize)
 }
 
+/**
+ * Whether a group short of the quorum that found nobody under the leftover key may go there to meet other
+ * short groups (meetUnderLeftovers) at `now`: not before a request timeout has passed since it declared,
+ * the time its key-mates' declarations take to be stored and asked. Its first look falls EXTRAS_LOOK_LEAD
+ * request timeouts before its expiration, which a declaration of two request timeouts or less puts at
+ * the declaration itself: a key of four whose views lagged under load (replicas showing two or three of
+ * it) formed two pairs, and each went to the leftover key ~0.1 s after declaring, before the pairs could
+ * find each other; there they met the pairs of another key, and the grid's second round mixed only two
+ * first-round groups (16 peers on a 4×4 grid, six-second declarations and three-second requests: a
+ * clean-clone CI run with a build running beside it). With the wait, the pairs of one key find each other
+ * under it, or meet the other short groups after it. Where the first look falls a request timeout or more
+ * after declaring (the defaults: 15 s and 3 s), nothing changes.
+ */
+export function meetDue (declaredAt: number, now: number, requestTimeout: number): boolean {
+  return now - declaredAt >= requestTimeout
+}
+
 /** The declarations of others that are looking and unexpired at `now`: who else is under a key (the extras a short leader goes to, among others). */
 export function othersLooking (known: readonly StoredEntry[], selfId: string, now: number): StoredEntry[] {
   return known.filter(e => e.looking && e.peerId !== selfId && e.expiration > now)

@@ -16,7 +16,7 @@ import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.js'
 import type { GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneEarly, declaredBeforeSilence, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
+  MAX_HEARD, aloneEarly, declaredBeforeSilence, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetDue, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
   aloneCutoff, reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, extraGrace, extrasLookAt, extrasLookDue, silentUntil, triedKey, withHeard, withoutGrouped, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -473,7 +473,7 @@ export class Matchmaker {
     const leftovers = await this.rendezvous.find(leftoverKey).catch(() => [])
     const extras = othersLooking(leftovers, this.selfId, this.now())
     const members = search.followers.size + 1
-    const meet = extras.length === 0 && meetUnderLeftovers(members, this.config.targetGroupSize, this.config.minGroupSize)
+    const meet = extras.length === 0 && meetUnderLeftovers(members, this.config.targetGroupSize, this.config.minGroupSize) && meetDue(search.declaredAt, this.now(), this.config.requestTimeout)
     if (extras.length === 0 && !meet && looks === 0) this.config.log?.debug(`${members} of ${this.config.targetGroupSize} under ${search.groupKey}, nobody under the leftover key yet: looking again in ${(search.extraLooks.graceEnds - now).toFixed(2)} s before assembling`)
     if ((extras.length === 0 && !meet) || search.assembled || search.currentLeader != null || search.declaredExpiration !== expiration) return false
     const from = search.groupKey

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { MatchCode, PeerMode, type JoinRequest, type PeerInfo } from '../../../agent/proto/averaging.js'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import {
-  MAX_HEARD, acceptsPartial, aloneCutoff, aloneEarly, aloneUnderKey, bestCandidate, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, formedWithoutUs, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
+  MAX_HEARD, acceptsPartial, aloneCutoff, aloneEarly, aloneUnderKey, bestCandidate, meetDue, meetUnderLeftovers, peekHomeDue, enoughToAssemble, extraUnderKey, followRedirect, formedWithoutUs, groupFull, heardEntry, isSilent, noRoomFor, outranks, reasonToReject,
   othersLooking, redirectKey, EXTRA_LOOKS, extraGrace, extrasLookAt, extrasLookDue, reverseAskAfter, reverseCandidate, reverseKey, seenAfterVisible, shortUnderKey, triedKey, validInfo, withHeard, withoutGrouped, type LeaderConfig, type LeaderState
 } from '../../../agent/matchmaking/decisions.js'
 import { MAX_BASE_ID_BYTES, MAX_GATHER_BYTES } from '../../../agent/matchmaking/group-info.js'
@@ -295,6 +295,12 @@ test('peekHomeDue: alone under the leftover key past the usual arrival time, on 
   assert.equal(peekHomeDue(search, [], 'me', 102.9, { ...view, cutoff: 3, readAt: 102.8 }), false, 'within the arrival time')
 })
 
+
+test('meetDue: a short group goes to meet others under the leftover key a request timeout after it declared, not before', () => {
+  assert.equal(meetDue(100, 100.13, 3), false, 'its key-mates\' declarations may not be seen yet')
+  assert.equal(meetDue(100, 103, 3), true)
+  assert.equal(meetDue(100, 101.2, 1), true, 'a first look a request timeout after declaring (3-s declarations, 1-s requests) is unchanged')
+})
 
 test('meetUnderLeftovers: a group short of the early quorum meets other short groups under the leftover key', () => {
   assert.equal(meetUnderLeftovers(2, 4, 2), true, 'a pair, at groups of four (quorum 3)')

@@ -558,8 +558,9 @@ export function meetUnderLeftovers (members: number, targetGroupSize: number, mi
  * find each other; there they met the pairs of another key, and the grid's second round mixed only two
  * first-round groups (16 peers on a 4×4 grid, six-second declarations and three-second requests: a
  * clean-clone CI run with a build running beside it). With the wait, the pairs of one key find each other
- * under it, or meet the other short groups after it. Where the first look falls a request timeout or more
- * after declaring (the defaults: 15 s and 3 s), nothing changes.
+ * under it, or meet the other short groups after it. The early look (when the pair could assemble early:
+ * SHORT_KEY_CUTOFFS arrival cutoffs) waits as well; where both come a request timeout or more after
+ * declaring, nothing changes.
  */
 export function meetDue (declaredAt: number, now: number, requestTimeout: number): boolean {
   return now - declaredAt >= requestTimeout

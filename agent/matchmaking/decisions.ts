@@ -600,6 +600,23 @@ export interface EarlyView {
   readonly silent?: SilentPeers
   /** Peers whose group and ours were found too big for one group under this key (Search.noRoom): not waited for. */
   readonly noRoom?: ReadonlySet<string>
+  /** Under the leftover key: when a quorum there stops waiting for the arrival cutoff (leftoverSettled). */
+  readonly settledAt?: number
+}
+
+/**
+ * When a leader under the leftover key with a quorum stops waiting for the followers' arrival cutoff:
+ * once `settle` (extraGrace: an ask, its refusal and a store) has passed since it could be seen there.
+ * The cutoff is learnt from followers joining under grid keys, where a key's members come as their
+ * steps begin; nobody is due under the leftover key, where peers come only as they find themselves one
+ * too many or alone, at once. With trainers that block on their steps under churn, arrivals spread
+ * over the whole 3-s declaration, the cutoff reached its cap (the declaration), and 41 of 46 groups of
+ * three under the leftover key waited out their declarations there (one debug run of 453 s: ~2 s of
+ * three members' steps each), refused as full by everybody else looking there. Peers seen looking
+ * there that could still join are waited for as before (assembleEarly).
+ */
+export function leftoverSettled (visibleSince: number, settle: number): number {
+  return visibleSince + settle
 }
 
 /**
@@ -618,13 +635,14 @@ export function shortKeyFewest (minGroupSize: number): number {
 
 /**
  * Seconds after its declaration from which a leader with this view's followers may assemble short
- * of its expiration (undefined: not before its expiration): the arrival cutoff with a quorum,
- * SHORT_KEY_CUTOFFS of it with at least `fewest` members.
+ * of its expiration (undefined: not before its expiration): the arrival cutoff with a quorum (under
+ * the leftover key, its settling if sooner: leftoverSettled), SHORT_KEY_CUTOFFS of it with at least
+ * `fewest` members.
  */
 export function earlyAfter (view: EarlyView): number | undefined {
   if (view.cutoff === undefined) return undefined
   const members = view.followers.size + 1
-  if (members >= view.quorum) return view.cutoff
+  if (members >= view.quorum) return view.settledAt === undefined ? view.cutoff : Math.min(view.cutoff, Math.max(0, view.settledAt - view.declaredAt))
   if (view.fewest !== undefined && members >= view.fewest) return SHORT_KEY_CUTOFFS * view.cutoff
   return undefined
 }

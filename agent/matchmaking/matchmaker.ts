@@ -16,7 +16,7 @@ import { createJoinHandler } from './join-handler.js'
 import { joinProtocol, MAX_JOIN_STREAMS_PER_CONNECTION } from './join-protocol.js'
 import type { GroupInfo } from './group-info.js'
 import {
-  MAX_HEARD, aloneEarly, declaredBeforeSilence, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetDue, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
+  MAX_HEARD, aloneEarly, declaredBeforeSilence, earlyAfter, leftoverSettled, isSilent, aloneUnderKey, assembleEarly, bestCandidate, earlyQuorum, extraUnderKey, heardEntry, meetDue, meetUnderLeftovers, missingPeers, othersLooking, peekHomeDue, probeMissing, seenAfterVisible,
   aloneCutoff, reverseAskAfter, reverseCandidate, reverseKey, shortKeyFewest, shortUnderKey, extraGrace, extrasLookAt, extrasLookDue, silentUntil, triedKey, withHeard, withoutGrouped, type AloneView, type EarlyView
 } from './decisions.js'
 import { ArrivalClock } from './arrivals.js'
@@ -231,6 +231,7 @@ export class Matchmaker {
         } else if (outcome != null) return outcome
         search.declaredExpiration = Math.min(now + this.config.averagingExpiration, search.deadline)
         search.declaredAt = now
+        search.earlyHeldBy = undefined
         this.assembleOnExpiry(search)
         known = await this.declare(search, search.declaredExpiration)
         knownAt = this.now()
@@ -336,7 +337,11 @@ export class Matchmaker {
       }
       search.expiryPending = false
       this.wakeup.notify()
-      if (search.assembleIfEnough(this.config.minGroupSize) != null) return
+      const members = search.followers.size + 1
+      if (search.assembleIfEnough(this.config.minGroupSize) != null) {
+        if (members < this.config.targetGroupSize) this.config.log?.debug(`assembled ${members} of ${this.config.targetGroupSize} at the expiration under ${search.groupKey}; not early for ${search.earlyHeldBy ?? 'no check since its followers came'}`)
+        return
+      }
       if (!search.waitingForAnswers) return
       // Waiting for the answer to our own join request (Search.assembleIfEnough): our followers wait
       // for us until our expiration plus a request timeout, so we assemble by half of it whatever
@@ -356,19 +361,27 @@ export class Matchmaker {
    */
   private assembleShort (search: Search, known: readonly StoredEntry[]): boolean {
     if (search.currentLeader != null || search.followers.size === 0 || search.declaredAt == null || search.declaredExpiration == null) return false
+    const held = (why: string): false => {
+      search.earlyHeldBy = why
+      return false
+    }
     // A follower still to confirm is waited for: assembled now, it would be sent away (Search.assemble).
-    if (search.unconfirmed > 0) return false
+    if (search.unconfirmed > 0) return held('a follower still to confirm')
     const now = this.now()
-    if (now < search.holdUntil) return false
+    // A pair that came to meet other short groups waits for them; once it leads a quorum, no short group fits and leftoverSettled decides.
+    if (now < search.holdUntil && search.followers.size + 1 < earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize)) return held('holding for other short groups under the leftover key')
     // Looked for extras under the leftover key once and found none: look once more before assembling (decisions.ts extraGrace).
-    if (this.extraLooks(search) === 1 && shortUnderKey(search, this.config.targetGroupSize, 1) && now < search.extraLooks.graceEnds) return false
+    if (this.extraLooks(search) === 1 && shortUnderKey(search, this.config.targetGroupSize, 1) && now < search.extraLooks.graceEnds) return held('a second look for extras due')
     // A follower we accepted brings followers of its own, sent on to us: they are coming. (Assembled
     // without them, such a follower was turned away and sat out its step: a pair meeting a pair.)
-    if (search.awaitingBrought(now) > 0) return false
+    if (search.awaitingBrought(now) > 0) return held('followers brought by a follower still to come')
     const view = this.earlyView(search, search.declaredAt)
     if (!assembleEarly(view, known, this.selfId, now)) {
-      if (probeMissing(view, now)) for (const e of missingPeers(view, known, this.selfId, now)) this.probeMissingPeer(search, e)
-      return false
+      const after = earlyAfter(view)
+      if (!probeMissing(view, now)) return held(after === undefined ? (view.cutoff === undefined ? 'no arrival times yet' : 'too few members to assemble early') : `the arrival cutoff, ${after.toFixed(2)} s after declaring`)
+      const missing = missingPeers(view, known, this.selfId, now)
+      for (const e of missing) this.probeMissingPeer(search, e)
+      return held(`${missing.length} peer(s) seen looking under ${search.groupKey} that answer`)
     }
     const size = search.followers.size + 1
     search.assemble()
@@ -400,7 +413,10 @@ export class Matchmaker {
       quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize),
       fewest: shortKeyFewest(this.config.minGroupSize),
       silent: search.silent,
-      noRoom: search.noRoom
+      noRoom: search.noRoom,
+      settledAt: search.groupKey === search.leftoverKey && search.visibleSince != null
+        ? leftoverSettled(search.visibleSince, extraGrace(this.config.requestTimeout, search.storeSeconds))
+        : undefined
     }
   }
 
@@ -645,11 +661,13 @@ export class Matchmaker {
 
   private async declare (search: Search, expiration: number): Promise<StoredEntry[]> {
     search.storedAt = null
+    const started = this.now()
     try {
       const known = await this.rendezvous.declare(search.groupKey, {
         peerId: this.selfId, expiration, looking: true, priority: 0, addrs: ownAddrBytes(this.node)
       })
       search.storedAt = this.now()
+      search.storeSeconds = search.storedAt - started
       search.visibleSince ??= search.storedAt
       return known
     } catch (err) {

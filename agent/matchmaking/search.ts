@@ -87,6 +87,10 @@ export class Search {
   peekedHomeAt = -Infinity
   /** Took our short group to the leftover key to meet others (decisions.ts meetUnderLeftovers): not assembled early before this (seconds). */
   holdUntil = -Infinity
+  /** How long our last declaration took to be stored (seconds). */
+  storeSeconds = 0
+  /** What last kept this search's early assembly back (Matchmaker.assembleShort), for the log when it assembles at its expiration instead. */
+  earlyHeldBy: string | undefined
   /** The group size the followers we accepted promised with the followers they bring (JoinRequest.bringing), and until when we wait for those (seconds). */
   private broughtSize = 0
   private broughtUntil = -Infinity

@@ -32,7 +32,10 @@ test('slow-steps.py: the survivors\' matchmaking over the quiet median per fault
     writeFileSync(join(dir, 'chaos-agent-0.log'), log('AAAAAA', []))
     writeFileSync(join(dir, 'chaos-agent-1.log'), log('BBBBBB', [
       [41.5, '2 of 4 under default_chaos.0b0, short of a quorum: taking our group under the leftover key to meet other short groups; looking under default_chaos.0b'],
-      [47, 'declared exp 1796393285.036, sees 1']
+      [47, 'declared exp 1796393285.036, sees 1'],
+      [48, 'assembled 3 of 4 at the expiration under default_chaos.0b; not early for the arrival cutoff, 3.00 s after declaring'],
+      [52, 'assembled 3 of 4 at the expiration under default_chaos.0b; not early for the arrival cutoff, 2.75 s after declaring'],
+      [56, 'assembled 2 of 4 at the expiration under default_chaos.0b01; not early for a second look for extras due']
     ]))
     const output = join(root, 'chaos.out')
     writeFileSync(output, '  40.0s SIGSTOP chaos-agent-0 during its step 3 for 5000 ms\n  45.0s SIGCONT chaos-agent-0\n')
@@ -43,6 +46,9 @@ test('slow-steps.py: the survivors\' matchmaking over the quiet median per fault
     assert.match(stdout, /no move: waited for arrivals or the expiration\s+1 steps\s+3\.5 s/)
     // The group of 60 s: agent 0 waited 1 s for agent 1, then both 0.5 s until it formed at 61.5 s.
     assert.match(stdout, /groups of 2:\s+1 groups\s+2 member-steps; waiting for their last member\s+1\.0 s, after it until formed\s+1\.0 s$/m)
+    // Short groups at their expiration by what held them: sizes, keys and reasons, seconds left out.
+    assert.match(stdout, /^\s+2\s+3 of 4 under leftover key: the arrival cutoff, N s after declaring$/m)
+    assert.match(stdout, /^\s+1\s+2 of 4 under its grid key: a second look for extras due$/m)
   } finally {
     rmSync(root, { recursive: true, force: true })
   }

@@ -7,8 +7,10 @@ RUN_DIR is the folder `npm run chaos` names ("logs in ..."): steps.jsonl and eac
 CHAOS_OUTPUT is what the command printed (its fault lines give the victims and times). Prints, per
 fault kind, the survivors' step time over the median of steps outside every fault's 15 s, the
 survivors' steps whose matchmaking took over --over ms (default 1500) sorted by what their agent's
-log says in that step, and every group size's waits split at its last member's arrival (the spread
-of arrivals, then the time until the group formed). The logs say most at `--log-level debug`.
+log says in that step, every group size's waits split at its last member's arrival (the spread
+of arrivals, then the time until the group formed), and the short groups that assembled at their
+leader's expiration by what held their early assembly (matchmaker.ts). The logs say most at
+`--log-level debug`.
 """
 import argparse
 import datetime
@@ -117,6 +119,28 @@ def main():
     for kind, n in counts.most_common():
         print(f'  {kind:45} {n:5} steps {seconds[kind]:8.1f} s')
     print_group_waits(steps, mm)
+    print_held(logs)
+
+
+HELD = re.compile(r'assembled (\d+) of (\d+) at the expiration under (\S+); not early for (.*)$')
+
+
+def print_held(logs):
+    """The leaders' "assembled N of T at the expiration under KEY; not early for WHY" lines (debug level), counted by
+    group size, whether KEY is the leftover key (a grid key ends in bits: ".0b0101"; the leftover key in none) and WHY
+    (its seconds left out)."""
+    held = Counter()
+    for _, rows in logs.values():
+        for _, msg in rows:
+            m = HELD.search(msg)
+            if m:
+                where = 'leftover key' if m[3].endswith('.0b') else 'its grid key'
+                held[(f'{m[1]} of {m[2]}', where, re.sub(r'[\d.]+ s', 'N s', m[4]))] += 1
+    if not held:
+        return
+    print('short groups assembled at their leader\'s expiration, by what held them back earlier:')
+    for (size, where, why), n in held.most_common():
+        print(f'  {n:5}  {size} under {where}: {why}')
 
 
 def print_group_waits(steps, mm):

@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import { ArrivalClock, ARRIVALS_KEPT, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
-import { assembleEarly, earlyAfter, earlyQuorum, missingPeers, probeMissing, sharedArrivals, shortKeyFewest, silentUntil, SHORT_KEY_CUTOFFS, type EarlyView } from '../../../agent/matchmaking/decisions.js'
+import { assembleEarly, earlyAfter, earlyQuorum, extraGrace, leftoverSettled, missingPeers, probeMissing, sharedArrivals, shortKeyFewest, silentUntil, SHORT_KEY_CUTOFFS, type EarlyView } from '../../../agent/matchmaking/decisions.js'
 
 // Assembling short of the expiration, without a network: the time is a number the test sets.
 
@@ -65,6 +65,25 @@ test('assembleEarly does not wait for a peer whose group and ours cannot make on
   // Not before the arrival cutoff, and not without a quorum, whatever noRoom says.
   assert.equal(assembleEarly({ ...view, noRoom: new Set(['d']) }, key, 'a', 101), false)
   assert.equal(assembleEarly({ ...view, followers: new Map([['b', 1]]), noRoom: new Set(['d']) }, key.slice(0, 2).concat(key[3]), 'a', 102), false)
+})
+
+test('under the leftover key a quorum waits for an ask, its refusal and a store after it could be seen there, not for the arrival cutoff', () => {
+  // Blocking trainers under churn: arrivals spread over the whole declaration, the cutoff its cap (3 s),
+  // and a group of three under the leftover key, refused by every other group there, waited it out.
+  const settle = extraGrace(1, 0.05)
+  assert.equal(settle, 1.05)
+  const three: EarlyView = { followers: new Map([['b', 1], ['c', 1]]), declaredAt: 100, cutoff: 3, quorum: 3, settledAt: leftoverSettled(101.2, settle) }
+  const key = [looking('a'), looking('b'), looking('c'), looking('d')]
+  assert.ok(Math.abs(earlyAfter(three)! - 2.25) < 1e-9)
+  assert.equal(assembleEarly(three, key, 'a', 102.2), false, 'not settled yet')
+  assert.equal(assembleEarly(three, key, 'a', 102.3), false, 'd, looking there, may still join')
+  assert.equal(assembleEarly({ ...three, noRoom: new Set(['d']) }, key, 'a', 102.3), true, 'refused as full: not waited for')
+  // A cutoff sooner than the settling still counts; a group that came long ago is settled at once.
+  assert.equal(earlyAfter({ ...three, cutoff: 1.5 }), 1.5)
+  assert.equal(earlyAfter({ ...three, settledAt: 99 }), 0)
+  // Below the quorum (a pair that came to meet other short groups), and without arrival times, nothing changes.
+  assert.equal(earlyAfter({ ...three, followers: new Map([['b', 1]]), fewest: shortKeyFewest(2) }), 6)
+  assert.equal(earlyAfter({ ...three, cutoff: undefined }), undefined)
 })
 
 test('a key short of its quorum assembles early too, after SHORT_KEY_CUTOFFS cutoffs, with at least minGroupSize members and never alone', () => {

@@ -378,7 +378,7 @@ export class Matchmaker {
     const view = this.earlyView(search, search.declaredAt)
     if (!assembleEarly(view, known, this.selfId, now)) {
       const after = earlyAfter(view)
-      if (!probeMissing(view, now)) return held(after === undefined ? (view.cutoff === undefined ? 'no arrival times yet' : 'too few members to assemble early') : `the arrival cutoff, ${after.toFixed(2)} s after declaring`)
+      if (!probeMissing(view, now)) return held(after === undefined ? (view.cutoff === undefined ? 'no arrival times yet' : 'too few members to assemble early') : `${after === view.cutoff ? 'the arrival cutoff' : 'settling under the leftover key'}, ${after.toFixed(2)} s after declaring`)
       const missing = missingPeers(view, known, this.selfId, now)
       for (const e of missing) this.probeMissingPeer(search, e)
       return held(`${missing.length} peer(s) seen looking under ${search.groupKey} that answer`)

@@ -23,7 +23,9 @@ test('slow-steps.py: the survivors\' matchmaking over the quiet median per fault
     })
     // Quiet steps (matchmaking 500 ms) before the fault at 40 s; agent 1's two slow steps after it. A
     // third peer in one group of each tells which index each log is (the only id in all its groups).
-    const steps = [step(0, 1, 500, ['AAAAAA', 'CCCCCC']), step(1, 2, 500, ['BBBBBB', 'CCCCCC']), step(0, 5, 500), step(1, 41, 2500), step(1, 46, 3500), step(0, 60, 500, undefined, 'g60'), step(1, 61, 500, undefined, 'g60')]
+    // Agents 2 and 3 (no logs) form a group as agents 0 and 1 form theirs (a wave), and one more alone at 70 s.
+    const steps = [step(0, 1, 500, ['AAAAAA', 'CCCCCC']), step(1, 2, 500, ['BBBBBB', 'CCCCCC']), step(0, 5, 500), step(1, 41, 2500), step(1, 46, 3500), step(0, 60, 500, undefined, 'g60'), step(1, 61, 500, undefined, 'g60'),
+      step(2, 60.7, 500, ['DDDDDD', 'EEEEEE'], 'g61'), step(3, 60.7, 500, ['DDDDDD', 'EEEEEE'], 'g61'), step(2, 70, 500, ['DDDDDD', 'EEEEEE'], 'g70'), step(3, 70, 500, ['DDDDDD', 'EEEEEE'], 'g70')]
     writeFileSync(join(dir, 'steps.jsonl'), steps.join('\n') + '\n')
     const log = (peerId: string, lines: Array<[number, string]>): string => [
       JSON.stringify({ time: T0, peerId: `12D3KooW${peerId}`, msg: 'agent started' }),
@@ -40,12 +42,15 @@ test('slow-steps.py: the survivors\' matchmaking over the quiet median per fault
     const output = join(root, 'chaos.out')
     writeFileSync(output, '  40.0s SIGSTOP chaos-agent-0 during its step 3 for 5000 ms\n  45.0s SIGCONT chaos-agent-0\n')
     const { stdout } = await run('python3', ['tools/faults/slow-steps.py', dir, output])
-    assert.match(stdout, /^7 steps, 7 averaged, 1 faults; matchmaking median 500 ms over 5 steps/m)
+    assert.match(stdout, /^11 steps, 11 averaged, 1 faults; matchmaking median 500 ms over 9 steps/m)
     assert.match(stdout, /^SIGSTOP: 1 faults, .* 5\.0 s \(5\.0 s a fault\)$/m, '2000 + 3000 ms over the median, the victim\'s own steps left out')
     assert.match(stdout, /went to or waited under the leftover key\s+1 steps\s+2\.5 s/)
     assert.match(stdout, /no move: waited for arrivals or the expiration\s+1 steps\s+3\.5 s/)
-    // The group of 60 s: agent 0 waited 1 s for agent 1, then both 0.5 s until it formed at 61.5 s.
-    assert.match(stdout, /groups of 2:\s+1 groups\s+2 member-steps; waiting for their last member\s+1\.0 s, after it until formed\s+1\.0 s$/m)
+    // The group of 60 s: agent 0 waited 1 s for agent 1, then both 0.5 s until it formed at 61.5 s; the other two
+    // groups 0.5 s each after their members came together.
+    assert.match(stdout, /groups of 2:\s+3 groups\s+6 member-steps; waiting for their last member\s+1\.0 s, after it until formed\s+3\.0 s$/m)
+    // g60 (formed 61.5 s) and g61 (61.2 s) in one wave, g70 alone, all three in the window 60-90 s after the first step (1 s).
+    assert.match(stdout, /^groups formed within 0\.5 s of a group of other agents \(in waves\): 2 of 3 \(67 %\); per 30 s from its first step: 60:2\/3$/m)
     // Short groups at their expiration by what held them: sizes, keys and reasons, seconds left out.
     assert.match(stdout, /^\s+2\s+3 of 4 under leftover key: the arrival cutoff, N s after declaring$/m)
     assert.match(stdout, /^\s+1\s+2 of 4 under its grid key: a second look for extras due$/m)

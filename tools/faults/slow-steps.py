@@ -8,9 +8,9 @@ CHAOS_OUTPUT is what the command printed (its fault lines give the victims and t
 fault kind, the survivors' step time over the median of steps outside every fault's 15 s, the
 survivors' steps whose matchmaking took over --over ms (default 1500) sorted by what their agent's
 log says in that step, every group size's waits split at its last member's arrival (the spread
-of arrivals, then the time until the group formed), and the short groups that assembled at their
-leader's expiration by what held their early assembly (matchmaker.ts). The logs say most at
-`--log-level debug`.
+of arrivals, then the time until the group formed), how many groups formed in waves (beside a group
+of other agents), and the short groups that assembled at their leader's expiration by what held
+their early assembly (matchmaker.ts). The logs say most at `--log-level debug`.
 """
 import argparse
 import datetime
@@ -119,6 +119,7 @@ def main():
     for kind, n in counts.most_common():
         print(f'  {kind:45} {n:5} steps {seconds[kind]:8.1f} s')
     print_group_waits(steps, mm)
+    print_waves(steps, mm)
     print_held(logs)
 
 
@@ -166,6 +167,35 @@ def print_group_waits(steps, mm):
     for size in sorted(by_size):
         g, n, spread, after = by_size[size]
         print(f'  groups of {size}: {g:5} groups {n:6} member-steps; waiting for their last member {spread:8.1f} s, after it until formed {after:8.1f} s')
+
+
+WAVE_S = 0.5
+WINDOW_S = 30
+
+
+def print_waves(steps, mm):
+    """Whether the swarm steps in waves: the averaged groups that formed within WAVE_S of a group with none of their
+    agents (a fault-free run of 8 blocking trainers in groups of 4 forms two such groups at once, 96 % of its groups),
+    overall and per WINDOW_S of the run. A swarm that lost its waves forms one group at a time, each waiting for a member
+    of the one before (RELIABILITY.md, "Blocking trainers lose their waves")."""
+    groups = {}
+    for s in steps:
+        if s['averaged'] and s.get('groupId'):
+            groups.setdefault(s['groupId'], []).append(s)
+    formed = sorted((max(m['startedAt'] + mm(m) for m in members), frozenset(m['agent'] for m in members)) for members in groups.values())
+    if len(formed) < 2:
+        return
+    t0 = min(s['startedAt'] for s in steps)
+    in_wave = [any(abs(at - other_at) <= WAVE_S * 1000 and not (agents & other) for j, (other_at, other) in enumerate(formed) if j != i)
+               for i, (at, agents) in enumerate(formed)]
+    windows = {}
+    for (at, _), wave in zip(formed, in_wave):
+        row = windows.setdefault(int((at - t0) / 1000 // WINDOW_S), [0, 0])
+        row[0] += 1
+        row[1] += wave
+    n, w = len(formed), sum(in_wave)
+    print(f'groups formed within {WAVE_S} s of a group of other agents (in waves): {w} of {n} ({100 * w / n:.0f} %); '
+          f'per {WINDOW_S} s from its first step: ' + ' '.join(f'{k * WINDOW_S}:{v[1]}/{v[0]}' for k, v in sorted(windows.items())))
 
 
 if __name__ == '__main__':

@@ -34,6 +34,8 @@ export interface FollowerSideContext {
   notify (): void
   /** Moves the search under the leftover key (Matchmaker.moveToLeftovers). */
   moveToLeftovers (search: Search, why: string): Promise<void>
+  /** Seconds since our last search ended in a group (0: none yet): JoinRequest.averaged_ago. */
+  averagedAgo (): number
 }
 
 /**
@@ -52,6 +54,7 @@ export class FollowerSide {
   private readonly mode: () => PeerMode
   private readonly notify: () => void
   private readonly moveToLeftovers: (search: Search, why: string) => Promise<void>
+  private readonly averagedAgo: () => number
 
   constructor (ctx: FollowerSideContext) {
     this.node = ctx.node
@@ -64,6 +67,7 @@ export class FollowerSide {
     this.mode = () => ctx.mode()
     this.notify = () => { ctx.notify() }
     this.moveToLeftovers = async (search, why) => { await ctx.moveToLeftovers(search, why) }
+    this.averagedAgo = () => ctx.averagedAgo()
   }
 
   /**
@@ -343,6 +347,7 @@ export class FollowerSide {
       info: search.info,
       bringing: search.followers.size,
       acceptsPartial: acceptsPartial(search),
+      averagedAgo: this.averagedAgo(),
       confirms: true
     })
   }

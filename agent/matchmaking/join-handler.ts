@@ -5,7 +5,7 @@ import { ProtocolError, describeError } from '../errors.js'
 import { MAX_JOIN_REQUEST_BYTES, MAX_JOIN_STREAMS_PER_PEER } from './join-protocol.js'
 import { PerPeerStreamLimit, peerIdToBytes, refuseStream } from '../net/rpc.js'
 import type { Follower, Search } from './search.js'
-import { groupFull, noRoomFor, reasonToReject } from './decisions.js'
+import { groupFull, nextWave, noRoomFor, reasonToReject, type Rejection } from './decisions.js'
 import { leaderMessage } from './leader-message.js'
 import type { Mutex } from '../util/mutex.js'
 import type { Log } from '../log.js'
@@ -31,6 +31,10 @@ export interface JoinHandlerContext {
   onOutranked (peerId: string, expiration: number): void
   /** A peer asked and our group had no room for it and its followers (GROUP_IS_FULL, noted in Search.noRoom): an early assembly need not wait for it. */
   onNoRoom (): void
+  /** Members (us included) a leader needs before it turns the key's next wave away (decisions.ts earlyQuorum, nextWave). */
+  readonly quorum: number
+  /** We turned an asker away as the key's next wave (NEXT_WAVE, noted in Search.otherWave and nextWaveAt): our quorum may go now. */
+  onNextWave (): void
   now (): number
   readonly log?: Log
 }
@@ -56,7 +60,7 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
         let follower: Follower | null = null
         const reply = await ctx.lock.run(async () => {
           const search = ctx.current()
-          const rejection = reasonToReject(ctx, search, request, from)
+          const rejection = reasonToReject(ctx, search, request, from) ?? laterWave(ctx, search!, request, from)
           if (rejection != null) {
             if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) ctx.onTurnedAway(request.groupKey)
             if (rejection.code === MatchCode.BAD_EXPIRATION_TIME) ctx.onOutranked(from, request.expiration)
@@ -70,6 +74,14 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
             }
             // When we stopped looking, so that the asker tells whether our group formed without it or before it came (decisions.ts formedWithoutUs).
             if (rejection.code === MatchCode.NOT_LOOKING_FOR_GROUP) reply.stoppedLooking = Math.max(STOPPED_LOOKING_MIN, ctx.stoppedLooking())
+            // The wave that turned it away names its members: their group forming without it says nothing of its own wave.
+            if (rejection.code === MatchCode.NEXT_WAVE && search != null) {
+              reply.orderedPeerIds = memberIds(ctx, search)
+              search.noteOtherWave(from, ctx.targetGroupSize)
+              search.nextWaveAt ??= ctx.now()
+              ctx.log?.debug(`${from.slice(-6)} averaged ${request.averagedAgo.toFixed(2)} s ago, since we began looking: turned away as ${search.groupKey}'s next wave; our ${search.followers.size + 1} go without it`)
+              ctx.onNextWave()
+            }
             return rejection.suggestedLeader != null ? { ...reply, suggestedLeader: peerIdToBytes(rejection.suggestedLeader) as Uint8Array<ArrayBuffer> } : reply
           }
           joined = search
@@ -138,6 +150,12 @@ export function createJoinHandler (ctx: JoinHandlerContext) {
       }
     })()
   }
+}
+
+/** NEXT_WAVE for an asker that laps our quorum (decisions.ts nextWave), else null: accepted. */
+function laterWave (ctx: JoinHandlerContext, search: Search, request: JoinRequest, from: string): Rejection | null {
+  if (!nextWave(search, ctx.quorum, request.averagedAgo, ctx.now())) return null
+  return { code: MatchCode.NEXT_WAVE, reason: `asker averaged since we began looking: it is ${search.groupKey}'s next wave (${from.slice(-6)})` }
 }
 
 /** The least stopped_looking said: 0 on the wire means "not said" (agents before it). */

@@ -64,6 +64,8 @@ export class Matchmaker {
   private readonly follower: FollowerSide
   /** When our last search ended (or we started): what a NOT_LOOKING_FOR_GROUP says (decisions.ts formedWithoutUs). */
   private stoppedLookingAt: number
+  /** When our last search ended in a group (seconds; null: none yet): a leader that began looking before then is lapped (decisions.ts nextWave). */
+  private lastGroupAt: number | null = null
   /** The config's mode, until a client becomes reachable (serveAs). */
   private currentMode: PeerMode
 
@@ -88,7 +90,8 @@ export class Matchmaker {
       now: () => this.now(),
       mode: () => this.currentMode,
       notify: () => { this.wakeup.notify() },
-      moveToLeftovers: async (search, why) => { await this.moveToLeftovers(search, why) }
+      moveToLeftovers: async (search, why) => { await this.moveToLeftovers(search, why) },
+      averagedAgo: () => this.lastGroupAt == null ? 0 : Math.max(0, this.now() - this.lastGroupAt)
     })
   }
 
@@ -156,6 +159,8 @@ export class Matchmaker {
         this.wakeup.notify()
       },
       onNoRoom: () => { this.wakeup.notify() },
+      quorum: earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize),
+      onNextWave: () => { this.wakeup.notify() },
       now: this.now
     }), { maxInboundStreams: MAX_JOIN_STREAMS_PER_CONNECTION, runOnLimitedConnection: false })
     await this.liveness.serve(this.config.requestTimeout * 1000)
@@ -179,6 +184,7 @@ export class Matchmaker {
   async lookForGroup (groupKey: string, info: PeerInfo, deadline: number, signal?: AbortSignal, leftoverKey?: string, schemaHash?: Uint8Array): Promise<GroupInfo> {
     if (this.search != null) throw new MatchmakingError('a group search is already under way')
     const search = new Search(this.selfId, groupKey, info, deadline, leftoverKey, schemaHash)
+    search.startedAt = this.now()
     this.search = search
     const onAbort = (): void => { this.wakeup.notify() }
     signal?.addEventListener('abort', onAbort)
@@ -191,6 +197,7 @@ export class Matchmaker {
           ? 'group search was cancelled'
           : `could not find a group under ${groupKey} before the deadline${why}`)
       }
+      this.lastGroupAt = this.now()
       return group
     } finally {
       signal?.removeEventListener('abort', onAbort)
@@ -269,7 +276,9 @@ export class Matchmaker {
         silent: search.silent,
         now: this.now()
       }
-      const candidate = bestCandidate(pool, ranking)
+      // Not the peers of another wave under our key (nextWave): asked, they only turn us away again, or we them.
+      const ours = search.otherWave.size === 0 ? pool : pool.filter(e => !search.otherWave.has(e.peerId))
+      const candidate = bestCandidate(ours, ranking)
       if (candidate != null) {
         search.tried.add(triedKey(candidate.peerId, candidate.expiration))
         this.config.log?.debug(`asking ${candidate.peerId.slice(-6)} exp ${candidate.expiration.toFixed(3)} (mine ${search.declaredExpiration?.toFixed(3)}) known=${known.length}`)
@@ -282,7 +291,7 @@ export class Matchmaker {
         if (!isClient) await this.leaveIfOneTooMany(search, this.viewOf(search, known, this.now()))
         continue
       }
-      const reverse = isClient ? null : reverseCandidate(pool, { ...ranking, followers: search.followers, targetGroupSize: this.config.targetGroupSize, seenSince: search.seenSince, after: reverseAskAfter(this.config.requestTimeout) })
+      const reverse = isClient ? null : reverseCandidate(ours, { ...ranking, followers: search.followers, targetGroupSize: this.config.targetGroupSize, seenSince: search.seenSince, after: reverseAskAfter(this.config.requestTimeout) })
       if (reverse != null) {
         search.tried.add(reverseKey(reverse.peerId, reverse.expiration))
         this.config.log?.debug(`asking ${reverse.peerId.slice(-6)} exp ${reverse.expiration.toFixed(3)} though it ranks below us (mine ${search.declaredExpiration?.toFixed(3)}): seen looking under our key without joining us`)
@@ -370,8 +379,9 @@ export class Matchmaker {
     const now = this.now()
     // A pair that came to meet other short groups waits for them; once it leads a quorum, no short group fits and leftoverSettled decides.
     if (now < search.holdUntil && search.followers.size + 1 < earlyQuorum(this.config.targetGroupSize, this.config.minGroupSize)) return held('holding for other short groups under the leftover key')
-    // Looked for extras under the leftover key once and found none: look once more before assembling (decisions.ts extraGrace).
-    if (this.extraLooks(search) === 1 && shortUnderKey(search, this.config.targetGroupSize, 1) && now < search.extraLooks.graceEnds) return held('a second look for extras due')
+    // Looked for extras under the leftover key once and found none: look once more before assembling (decisions.ts extraGrace),
+    // unless the key's next wave came (nextWave): our wave's extras would have come by then.
+    if (this.extraLooks(search) === 1 && shortUnderKey(search, this.config.targetGroupSize, 1) && now < search.extraLooks.graceEnds && search.nextWaveAt == null) return held('a second look for extras due')
     // A follower we accepted brings followers of its own, sent on to us: they are coming. (Assembled
     // without them, such a follower was turned away and sat out its step: a pair meeting a pair.)
     if (search.awaitingBrought(now) > 0) return held('followers brought by a follower still to come')
@@ -414,6 +424,8 @@ export class Matchmaker {
       fewest: shortKeyFewest(this.config.minGroupSize),
       silent: search.silent,
       noRoom: search.noRoom,
+      otherWave: search.otherWave,
+      ...(search.nextWaveAt != null ? { nextWaveAt: search.nextWaveAt } : {}),
       settledAt: search.groupKey === search.leftoverKey && search.visibleSince != null
         ? leftoverSettled(search.visibleSince, extraGrace(this.config.requestTimeout, search.storeSeconds))
         : undefined

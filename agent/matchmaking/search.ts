@@ -68,6 +68,16 @@ export class Search {
    * for them (decisions.ts missingPeers).
    */
   readonly noRoom = new Set<string>()
+  /**
+   * Peers of another wave under the current key (decisions.ts nextWave): askers we turned away as the
+   * next wave, and the group that turned us away as its next. Neither is waited for (missingPeers),
+   * and their group forming without us is no sign we are one too many (extraUnderKey).
+   */
+  readonly otherWave = new Set<string>()
+  /** When we first turned away an asker of the key's next wave (null: none): our quorum goes at once (decisions.ts earlyAfter). */
+  nextWaveAt: number | null = null
+  /** When this search began (seconds): an asker whose group formed after it laps us (decisions.ts nextWave). */
+  startedAt = -Infinity
   /** The declaration (its expiration) we repeated with a wide exchange (Matchmaker.widenIfShort), and when we last did. */
   widened: number | null = null
   widenedAt = -Infinity
@@ -134,6 +144,8 @@ export class Search {
     this.seenLooking.clear()
     this.grouped.clear()
     this.noRoom.clear()
+    this.otherWave.clear()
+    this.nextWaveAt = null
     this.cameFor.clear()
     this.visibleSince = null
     this.aloneSeconds = 0
@@ -146,12 +158,21 @@ export class Search {
    */
   noteRefusal (reply: { readonly code: MatchCode, readonly stoppedLooking?: number, readonly orderedPeerIds?: readonly Uint8Array[] } | null, now: number, maxListed: number, from?: string): void {
     if (reply?.code === MatchCode.GROUP_IS_FULL && from !== undefined) this.noteNoRoom(from, maxListed)
+    if (reply?.code === MatchCode.NEXT_WAVE) {
+      for (const id of [...(from !== undefined ? [from] : []), ...listedPeers(reply.orderedPeerIds ?? [], maxListed)]) this.noteOtherWave(id, maxListed)
+      return
+    }
     if (!formedWithoutUs(reply, now, this.visibleSince)) return
     this.turnedAway++
     if (reply?.code !== MatchCode.GROUP_IS_FULL) return
     for (const id of listedPeers(reply.orderedPeerIds ?? [], maxListed)) {
       if (id !== this.selfId && this.grouped.size < maxListed * 4) this.grouped.set(id, now)
     }
+  }
+
+  /** `peerId` is of another wave under the current key (a few full groups' worth kept, as `grouped`). */
+  noteOtherWave (peerId: string, maxListed: number): void {
+    if (peerId !== this.selfId && (this.otherWave.size < maxListed * 4 || this.otherWave.has(peerId))) this.otherWave.add(peerId)
   }
 
   /** `peerId` and its followers do not fit in one group with ours under the current key (a few full groups' worth kept, as `grouped`). */

@@ -1191,7 +1191,8 @@ export enum MatchCode {
   INTERNAL_ERROR = 'INTERNAL_ERROR',
   CANCELLED = 'CANCELLED',
   GROUP_DISBANDED = 'GROUP_DISBANDED',
-  BAD_GROUP_KEY = 'BAD_GROUP_KEY'
+  BAD_GROUP_KEY = 'BAD_GROUP_KEY',
+  NEXT_WAVE = 'NEXT_WAVE'
 }
 
 enum __MatchCodeValues {
@@ -1209,7 +1210,8 @@ enum __MatchCodeValues {
   INTERNAL_ERROR = 15,
   CANCELLED = 16,
   GROUP_DISBANDED = 17,
-  BAD_GROUP_KEY = 18
+  BAD_GROUP_KEY = 18,
+  NEXT_WAVE = 19
 }
 
 export namespace MatchCode {
@@ -1226,6 +1228,7 @@ export interface JoinRequest {
   bringing: number
   acceptsPartial: boolean
   confirms: boolean
+  averagedAgo: number
 }
 
 export namespace JoinRequest {
@@ -1273,6 +1276,11 @@ export namespace JoinRequest {
           w.bool(obj.confirms)
         }
 
+        if ((obj.averagedAgo != null && obj.averagedAgo !== 0)) {
+          w.uint32(65)
+          w.double(obj.averagedAgo)
+        }
+
         if (opts.lengthDelimited !== false) {
           w.ldelim()
         }
@@ -1283,7 +1291,8 @@ export namespace JoinRequest {
           groupKey: '',
           bringing: 0,
           acceptsPartial: false,
-          confirms: false
+          confirms: false,
+          averagedAgo: 0
         }
 
         const end = length == null ? reader.len : reader.pos + length
@@ -1320,6 +1329,10 @@ export namespace JoinRequest {
             }
             case 7: {
               obj.confirms = reader.bool()
+              break
+            }
+            case 8: {
+              obj.averagedAgo = reader.double()
               break
             }
             default: {
@@ -1383,6 +1396,13 @@ export namespace JoinRequest {
               yield {
                 field: `${prefix}.confirms`,
                 value: reader.bool()
+              }
+              break
+            }
+            case 8: {
+              yield {
+                field: `${prefix}.averagedAgo`,
+                value: reader.double()
               }
               break
             }
@@ -1495,6 +1515,11 @@ export namespace JoinRequest {
     value: boolean
   }
 
+  export interface JoinRequestAveragedAgoFieldEvent {
+    field: '$.averagedAgo'
+    value: number
+  }
+
   export function encode (obj: Partial<JoinRequest>): Uint8Array {
     return encodeMessage(obj, JoinRequest.codec())
   }
@@ -1503,7 +1528,7 @@ export namespace JoinRequest {
     return decodeMessage(buf, JoinRequest.codec(), opts)
   }
 
-  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestInfoBandwidthMeasuredFieldEvent | JoinRequestInfoBaseFieldEvent | JoinRequestInfoOuterStateFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent> {
+  export function stream (buf: Uint8Array | Uint8ArrayList, opts?: DecodeOptions<JoinRequest>): Generator<JoinRequestSchemaHashFieldEvent | JoinRequestExpirationFieldEvent | JoinRequestGroupKeyFieldEvent | JoinRequestInfoModeFieldEvent | JoinRequestInfoBandwidthFieldEvent | JoinRequestInfoWeightFieldEvent | JoinRequestInfoUserDataFieldEvent | JoinRequestInfoDataPortFieldEvent | JoinRequestInfoAddrsFieldEvent | JoinRequestInfoRoundFieldEvent | JoinRequestInfoSecondsNoneFieldEvent | JoinRequestInfoSecondsFloat16FieldEvent | JoinRequestInfoDataAddrsFieldEvent | JoinRequestInfoBandwidthMeasuredFieldEvent | JoinRequestInfoBaseFieldEvent | JoinRequestInfoOuterStateFieldEvent | JoinRequestBringingFieldEvent | JoinRequestAcceptsPartialFieldEvent | JoinRequestConfirmsFieldEvent | JoinRequestAveragedAgoFieldEvent> {
     return streamMessage(buf, JoinRequest.codec(), opts)
   }
 }

@@ -2,7 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { StoredEntry } from '../../../agent/rendezvous/store.js'
 import { ArrivalClock, ARRIVALS_KEPT, MIN_ARRIVALS } from '../../../agent/matchmaking/arrivals.js'
-import { assembleEarly, earlyAfter, earlyQuorum, extraGrace, leftoverSettled, missingPeers, probeMissing, sharedArrivals, shortKeyFewest, silentUntil, SHORT_KEY_CUTOFFS, type EarlyView } from '../../../agent/matchmaking/decisions.js'
+import { assembleEarly, earlyAfter, earlyQuorum, extraGrace, leftoverSettled, missingPeers, nextWave, probeMissing, sharedArrivals, shortKeyFewest, silentUntil, SHORT_KEY_CUTOFFS, type EarlyView } from '../../../agent/matchmaking/decisions.js'
 
 // Assembling short of the expiration, without a network: the time is a number the test sets.
 
@@ -84,6 +84,30 @@ test('under the leftover key a quorum waits for an ask, its refusal and a store 
   // Below the quorum (a pair that came to meet other short groups), and without arrival times, nothing changes.
   assert.equal(earlyAfter({ ...three, followers: new Map([['b', 1]]), fewest: shortKeyFewest(2) }), 6)
   assert.equal(earlyAfter({ ...three, cutoff: undefined }), undefined)
+})
+
+test('nextWave: a quorum on its Moshpit key turns away an asker whose group formed after the quorum\'s leader began looking, and then assembles at once', () => {
+  // Blocking trainers under churn: a short key's three waited past a training step and took a member of
+  // the next wave as their fourth; from then on one group formed at a time, each waiting for the one before.
+  const leader = { groupKey: 'k.0b1', leftoverKey: 'k.0b', followers: new Map([['b', 1], ['c', 1]]), startedAt: 100 }
+  assert.equal(nextWave(leader, 3, 0.5, 101), true, 'its group formed at 100.5, after we began looking at 100')
+  assert.equal(nextWave(leader, 3, 1.5, 101), false, 'its group formed at 99.5: our wave, late')
+  assert.equal(nextWave(leader, 3, 0, 101), false, 'not said (no group yet, or an agent before it)')
+  assert.equal(nextWave(leader, 3, Number.NaN, 101), false)
+  assert.equal(nextWave({ ...leader, followers: new Map([['b', 1]]) }, 3, 0.5, 101), false, 'a pair needs every member it can get')
+  assert.equal(nextWave({ ...leader, groupKey: 'k.0b' }, 3, 0.5, 101), false, 'under the leftover key groups of any wave meet')
+  assert.equal(nextWave({ ...leader, leftoverKey: undefined }, 3, 0.5, 101), true, 'a swarm without a grid has waves too')
+  // Once it turned one away, the quorum goes at once, with or without arrival times, and does not wait for that asker.
+  const view: EarlyView = { followers: leader.followers, declaredAt: 100, cutoff: 3, quorum: 3, nextWaveAt: 101, otherWave: new Set(['d']) }
+  assert.equal(earlyAfter(view), 1)
+  assert.equal(earlyAfter({ ...view, cutoff: undefined }), 1)
+  assert.equal(earlyAfter({ ...view, cutoff: 0.5 }), 0.5)
+  assert.equal(earlyAfter({ ...view, followers: new Map([['b', 1]]), fewest: 2 }), 6, 'below the quorum nothing changes')
+  const key = [looking('a'), looking('b'), looking('c'), looking('d')]
+  assert.equal(assembleEarly(view, key, 'a', 101), true)
+  assert.equal(assembleEarly({ ...view, otherWave: undefined }, key, 'a', 101), false, 'd, of our wave, may still join')
+  assert.equal(assembleEarly(view, [...key, looking('e')], 'a', 101), false, 'e may still join')
+  assert.equal(assembleEarly({ ...view, nextWaveAt: undefined }, key.slice(0, 3), 'a', 101), false, 'without it, the cutoff')
 })
 
 test('a key short of its quorum assembles early too, after SHORT_KEY_CUTOFFS cutoffs, with at least minGroupSize members and never alone', () => {

@@ -19,7 +19,7 @@ function info (over: Partial<PeerInfo> = {}): PeerInfo {
 }
 
 function request (over: Partial<JoinRequest> = {}): JoinRequest {
-  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), bringing: 0, acceptsPartial: false, confirms: false, ...over }
+  return { schemaHash: SCHEMA, expiration: 110, groupKey: KEY, info: info(), bringing: 0, acceptsPartial: false, confirms: false, averagedAgo: 0, ...over }
 }
 
 function leading (over: Partial<LeaderState> = {}, followers: string[] = []): LeaderState {
@@ -389,6 +389,7 @@ test('extraUnderKey: turned away by the key\'s groups, nobody following us, nobo
   const withdrawn = [entry('me', 110), entry('p-a', 110, false), entry('p-b', 110, false)]
   assert.equal(extraUnderKey({ ...search, turnedAway: 0, seenLooking: new Set(['p-a']) }, withdrawn, 'me', now), true)
   assert.equal(extraUnderKey({ ...search, turnedAway: 0, seenLooking: new Set(['p-c']) }, withdrawn, 'me', now), false, 'withdrawn entries of peers we never saw looking here say nothing')
+  assert.equal(extraUnderKey({ ...search, turnedAway: 0, seenLooking: new Set(['p-a']), otherWave: new Set(['p-a']) }, withdrawn, 'me', now), false, 'the wave before ours (NEXT_WAVE named it) grouping without us says nothing')
   assert.equal(extraUnderKey(search, [entry('p-late', 112)], 'me', now), false, 'someone still looking under the key')
   assert.equal(extraUnderKey({ ...search, followers: new Map([['f', {}]]) }, [], 'me', now), false, 'we lead someone')
   assert.equal(extraUnderKey({ ...search, leftoverKey: undefined }, [], 'me', now), false, 'no leftover key')

@@ -23,6 +23,7 @@ function leaderContext (selfId: string, target: number, over: Pick<JoinHandlerCo
   return {
     selfId, mode: PeerMode.NODE, schemaHash: SCHEMA, targetGroupSize: target, requestTimeoutMs: 5000, lock: new Mutex(), now,
     stoppedLooking: () => 0, onFollowerJoined: () => {}, onFollowerLeft: () => {}, onTurnedAway: () => {}, onOutranked: () => {}, onNoRoom: () => {},
+    quorum: Math.floor(target / 2) + 1, onNextWave: () => {},
     ...over
   }
 }
@@ -212,5 +213,45 @@ test('an asker refused whole for want of room is one our early assembly no longe
     assert.deepEqual([...search.followers.keys()], ['f1', 'f2'], 'nobody joined')
   } finally {
     await Promise.allSettled([leaderNode.stop(), askerNode.stop()])
+  }
+})
+
+test('a quorum turns away an asker whose group formed after it began looking (the key\'s next wave), naming its members; one of its own wave, or a leader short of a quorum, takes it', { timeout: 60_000 }, async () => {
+  // Blocking trainers under churn: a short key's three took a member of the next wave as their fourth,
+  // and from then on one group formed at a time (decisions.ts nextWave).
+  const [leaderNode, askerNode, otherNode] = await startConnectedNodes(3)
+  try {
+    const leaderId = leaderNode.peerId.toString()
+    const three = declaredSearch(leaderId, ['f1', 'f2'])
+    three.startedAt = now() - 2
+    const pair = declaredSearch(leaderId, ['f1'])
+    pair.startedAt = now() - 2
+    let current = three
+    let heard = 0
+    await leaderNode.handle(joinProtocol(PREFIX), createJoinHandler(leaderContext(leaderId, 4, { current: () => current, onNextWave: () => { heard++ } })))
+    const ask = async (node: typeof askerNode, averagedAgo: number): Promise<MessageFromLeader> => {
+      const framed = await openFramed(node, leaderNode.peerId, joinProtocol(PREFIX), { timeoutMs: 5000, maxFrameBytes: MAX_LEADER_MESSAGE_BYTES, maxQueuedFrames: 2 })
+      await framed.write(JoinRequest.encode({ schemaHash: SCHEMA, expiration: current.declaredExpiration! + 5, groupKey: KEY, info: info(), bringing: 0, averagedAgo }))
+      const first = await framed.read(5000)
+      assert.ok(first != null)
+      framed.abort(new Error('done'))
+      return MessageFromLeader.decode(first)
+    }
+    const asker = askerNode.peerId.toString()
+    const lapped = await ask(askerNode, 1)
+    assert.equal(lapped.code, MatchCode.NEXT_WAVE, lapped.reason)
+    assert.deepEqual(lapped.orderedPeerIds.map(b => new TextDecoder().decode(b)).sort(), [leaderId, 'f1', 'f2'].sort())
+    assert.deepEqual([...three.otherWave], [asker])
+    assert.ok(three.nextWaveAt != null && Math.abs(three.nextWaveAt - now()) < 5)
+    assert.equal(heard, 1)
+    assert.deepEqual([...three.followers.keys()], ['f1', 'f2'], 'nobody joined')
+    // Its group formed before we began looking: late in our own wave, and taken.
+    assert.equal((await ask(otherNode, 3)).code, MatchCode.ACCEPTED)
+    // A pair takes every member it can get.
+    current = pair
+    assert.equal((await ask(askerNode, 1)).code, MatchCode.ACCEPTED)
+    assert.equal(heard, 1)
+  } finally {
+    await Promise.allSettled([leaderNode.stop(), askerNode.stop(), otherNode.stop()])
   }
 })

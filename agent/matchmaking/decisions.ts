@@ -639,7 +639,7 @@ export interface WaveView extends KeyView {
  * forms at about one time, and the next wave's members come a training step later. After a fault a
  * short key's quorum waited past that, took a member of the next wave as its last, and so formed only
  * as that wave's group did: from then on one group formed at a time, each waiting for a member of the
- * one before (8 blocking trainers under churn: 40-46 % of groups in waves against 96 % fault-free,
+ * one before (8 blocking trainers under churn: 28-46 % of groups in waves against 94-99 % fault-free,
  * and ~65 % of the fault-free steps a minute while it lasted). Turned away, that member leads its own
  * wave under the key, and the quorum goes at once (earlyAfter): the waves come back. Steps that begin
  * only after every group of the last round formed (a round-based swarm) never lap a leader.
